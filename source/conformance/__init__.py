@@ -1,0 +1,1 @@
+"""Conformance kit: the ONNX backend node suite, the tolerance policy, random graphs."""

@@ -1,0 +1,5 @@
+import sys
+
+from nnhal.conformance.runner import main
+
+sys.exit(main())

@@ -1,0 +1,144 @@
+"""The conformance runner: the ONNX backend node suite on any registered device.
+
+Each case is classified as
+  pass         every output within the tolerance policy,
+  wrong        an output outside it (the one category that must stay at zero),
+  unsupported  an explicit, reasoned rejection at create or placement time,
+  error        anything else (a crash of a kernel or of inference).
+"""
+from __future__ import annotations
+
+import fnmatch
+import sys
+import time
+import warnings
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from nnhal.conformance.tolerance import compare, policy
+from nnhal.errors import NnhalError, UnsupportedError
+
+PASS, WRONG, UNSUPPORTED, ERROR = "pass", "wrong", "unsupported", "error"
+
+
+@dataclass
+class CaseResult:
+    name: str
+    ops: list[str]
+    status: str
+    reason: str = ""
+    seconds: float = 0.0
+    placement: dict[str, str] = field(default_factory=dict)
+
+
+def collect_cases(ops: list[str] | None = None, pattern: str | None = None) -> list:
+    """Node test cases of the installed onnx wheel, filtered by op types or a name glob."""
+    from onnx.backend.test.case.node import collect_testcases
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cases = collect_testcases(None)
+    selected = []
+    for case in cases:
+        if pattern and not fnmatch.fnmatch(case.name, pattern):
+            continue
+        if ops and not set(ops) & {n.op_type for n in case.model.graph.node}:
+            continue
+        selected.append(case)
+    return selected
+
+
+def _execute(model, feeds: list[np.ndarray], device: str, precision: str) -> tuple[list[np.ndarray], dict]:
+    """Run one model once; returns the outputs and the node -> device placement."""
+    from nnhal.device.cpu.plan import compile_nodes
+    from nnhal.optimizer.infer import infer_graph
+    from nnhal.serializer import load_onnx
+
+    graph = load_onnx(model)
+    values = {}
+    for name, value in zip(graph.inputs, feeds):
+        t = graph.tensors[name]
+        t.dtype, t.shape = value.dtype, tuple(value.shape)
+        values[name] = value
+    infer_graph(graph)
+    plan = compile_nodes(graph, graph.nodes, graph.inputs, graph.outputs)
+    plan.run(values)
+    return [values[o] for o in graph.outputs], {n.name: "cpu" for n in graph.nodes}
+
+
+def run_case(case, device: str = "cpu", precision: str = "fp32") -> CaseResult:
+    ops = sorted({n.op_type for n in case.model.graph.node})
+    start = time.perf_counter()
+    result = CaseResult(case.name, ops, PASS)
+    try:
+        for inputs, expected in case.data_sets:
+            if any(not isinstance(x, np.ndarray) for x in list(inputs) + list(expected)):
+                result.status, result.reason = UNSUPPORTED, "sequence or optional values are not supported"
+                break
+            with np.errstate(all="ignore"):
+                outputs, placement = _execute(case.model, list(inputs), device, precision)
+            result.placement = placement
+            tol = policy(precision, case.atol, case.rtol)
+            for i, (got, want) in enumerate(zip(outputs, expected)):
+                why = compare(got, want, tol)
+                if why:
+                    result.status, result.reason = WRONG, f"output {i}: {why}"
+                    break
+            if result.status != PASS:
+                break
+    except UnsupportedError as exc:
+        result.status, result.reason = UNSUPPORTED, str(exc)
+    except NnhalError as exc:
+        result.status, result.reason = ERROR, f"{type(exc).__name__}: {exc}"
+    except Exception as exc:  # a crash is reported, never hidden
+        result.status, result.reason = ERROR, f"{type(exc).__name__}: {exc}"
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def run_suite(device: str = "cpu", precision: str = "fp32", ops: list[str] | None = None,
+              pattern: str | None = None, progress: bool = True) -> list[CaseResult]:
+    cases = collect_cases(ops, pattern)
+    results = []
+    for i, case in enumerate(cases):
+        results.append(run_case(case, device, precision))
+        if progress:
+            _bar(i + 1, len(cases), results)
+    if progress:
+        sys.stderr.write("\n")
+    return results
+
+
+def summary(results: list[CaseResult]) -> Counter:
+    return Counter(r.status for r in results)
+
+
+def _bar(done: int, total: int, results: list[CaseResult]) -> None:
+    counts = summary(results)
+    width = 30
+    filled = width * done // max(total, 1)
+    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} "
+                     f"pass {counts[PASS]} wrong {counts[WRONG]} unsupported {counts[UNSUPPORTED]} error {counts[ERROR]}")
+    sys.stderr.flush()
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m nnhal.conformance")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--precision", default="fp32")
+    parser.add_argument("--ops", default="", help="comma-separated op types")
+    parser.add_argument("--pattern", default=None, help="glob on case names, e.g. 'test_conv*'")
+    parser.add_argument("-v", "--verbose", action="store_true", help="list every non-passing case")
+    args = parser.parse_args(argv)
+    ops = [o for o in args.ops.split(",") if o] or None
+    results = run_suite(args.device, args.precision, ops, args.pattern)
+    for r in results:
+        if r.status != PASS and (args.verbose or r.status in (WRONG, ERROR)):
+            print(f"{r.status:12s} {r.name}: {r.reason[:300]}")
+    c = summary(results)
+    print(f"{c[PASS]} passed, {c[WRONG]} wrong, {c[UNSUPPORTED]} unsupported, {c[ERROR]} error of {len(results)}")
+    return 1 if c[WRONG] else 0

@@ -1,0 +1,1 @@
+"""Devices: the record (device.py), the manager, and one folder per device."""

@@ -1,0 +1,1 @@
+"""The always-on numpy CPU device."""

@@ -1,0 +1,1 @@
+"""CPU kernels: one op per module, listed in ``table.py``."""

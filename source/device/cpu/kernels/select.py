@@ -1,0 +1,48 @@
+"""Choosing a CPU kernel for a node: the highest score wins.
+
+``NNHAL_CPU_REFERENCE=1`` forces the implementation named "reference" (for
+debugging a fast kernel against the plain one).
+"""
+from __future__ import annotations
+
+import importlib
+import os
+from functools import lru_cache
+
+from nnhal.device.cpu.kernels.base import Kernel
+from nnhal.device.cpu.kernels.table import KERNELS
+from nnhal.errors import DeviceError, where
+from nnhal.graph.node import Node
+from nnhal.operator.base import Info
+
+
+@lru_cache(maxsize=None)
+def implementations(op_type: str) -> tuple[Kernel, ...]:
+    """All CPU implementations of an op (empty when the CPU has none)."""
+    module_name = KERNELS.get(op_type)
+    if module_name is None:
+        return ()
+    module = importlib.import_module(f"nnhal.device.cpu.kernels.{module_name}")
+    return tuple(cls() for cls in module.IMPLEMENTATIONS)
+
+
+def reference_forced() -> bool:
+    return os.environ.get("NNHAL_CPU_REFERENCE", "") not in ("", "0")
+
+
+def select(node: Node, ins: list[Info | None], outs: list[Info]) -> Kernel:
+    """The best CPU implementation for this node; DeviceError when none applies."""
+    impls = implementations(node.op_type) if not node.domain else ()
+    if reference_forced():
+        for impl in impls:
+            if impl.name == "reference":
+                return impl
+    best, best_score = None, 0
+    for impl in impls:
+        s = impl.score(node, ins, outs)
+        if s > best_score:
+            best, best_score = impl, s
+    if best is None:
+        names = [i.name for i in impls] or "none"
+        raise DeviceError(f"{where(node, 'cpu')}: no CPU kernel accepts this node (implementations: {names})")
+    return best

@@ -1,0 +1,152 @@
+"""The compiled execution plan of a CPU subgraph.
+
+At pre_run every node gets its kernel (chosen by score) and its prepared run
+function; buffers come from the memory planner. A run is then a flat loop
+over bound steps: gather input slots, call, store output slots.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from nnhal.device.cpu.kernels.select import select
+from nnhal.device.cpu.planner import MemoryPlan, arena_views, plan_memory
+from nnhal.errors import DeviceError, NnhalError, where
+from nnhal.graph.graph import Graph
+from nnhal.graph.node import Node
+from nnhal.graph.tensor import TensorKind
+from nnhal.operator.base import Info
+
+
+def checking() -> bool:
+    """NNHAL_CHECK=1 makes every run verify kernel outputs against inference."""
+    return os.environ.get("NNHAL_CHECK", "") not in ("", "0")
+
+
+@dataclass
+class Step:
+    node: Node
+    kernel_name: str
+    run: object
+    ins: tuple[int, ...]
+    outs: tuple[int, ...]
+    buffers: list                     # preallocated outputs (None = kernel allocates)
+    fresh: tuple[tuple[int, tuple, np.dtype], ...] = ()  # (position, shape, dtype) allocated per run
+    expect: tuple[Info | None, ...] = ()
+
+
+@dataclass
+class Plan:
+    """A compiled subgraph: run(values) reads inputs from and writes outputs to ``values``."""
+
+    steps: list[Step]
+    slots: list                                   # template: constants filled, rest None
+    inputs: list[tuple[str, int]]
+    outputs: list[tuple[str, int]]
+    memory: MemoryPlan
+    arena: np.ndarray
+    kernels: dict[str, str] = field(default_factory=dict)
+
+    def run(self, values: dict[str, np.ndarray]) -> None:
+        slots = list(self.slots)
+        for name, idx in self.inputs:
+            slots[idx] = values[name]
+        check = checking()
+        for step in self.steps:
+            bufs = step.buffers
+            if step.fresh:
+                bufs = list(bufs)
+                for pos, shape, dtype in step.fresh:
+                    bufs[pos] = np.empty(shape, dtype)
+            try:
+                result = step.run([slots[i] for i in step.ins], bufs)
+            except NnhalError:
+                raise
+            except Exception as exc:
+                raise DeviceError(f"{where(step.node, 'cpu')}: kernel '{step.kernel_name}' failed: "
+                                  f"{type(exc).__name__}: {exc}") from exc
+            for pos, (idx, r) in enumerate(zip(step.outs, result)):
+                buf = bufs[pos]
+                if buf is not None and r is not buf:
+                    np.copyto(buf, r, casting="unsafe")
+                    r = buf
+                slots[idx] = r
+            if check:
+                _verify(step, result)
+        for name, idx in self.outputs:
+            values[name] = slots[idx]
+
+
+def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: list[str]) -> Plan:
+    """Build the plan for ``nodes`` of ``graph`` reading ``inputs`` and producing ``outputs``."""
+    index: dict[str, int] = {"": 0}
+    slots: list = [None, None]  # 0: absent input (None); 1: sink for absent outputs
+
+    def slot(name: str) -> int:
+        if name not in index:
+            index[name] = len(slots)
+            t = graph.tensors.get(name)
+            slots.append(t.value if t is not None and t.kind is TensorKind.CONSTANT else None)
+        return index[name]
+
+    def info(name: str) -> Info | None:
+        if not name:
+            return None
+        t = graph.tensors.get(name)
+        if t is None:
+            return Info(None, None)
+        return Info(t.dtype, t.shape, t.value if t.kind is TensorKind.CONSTANT else None)
+
+    external = set(inputs) | set(outputs)
+    chosen = []
+    for node in nodes:
+        ins = [info(n) for n in node.inputs]
+        outs = [info(n) or Info(None, None) for n in node.outputs]
+        kernel = select(node, ins, outs)
+        chosen.append((node, kernel, ins, outs))
+    sizes: dict[str, int] = {}
+    for node, kernel, _, _ in chosen:
+        for name in node.outputs:
+            t = graph.tensors.get(name)
+            if name and name not in external and t is not None and t.static and not t.is_constant:
+                sizes[name] = t.nbytes
+    memory = plan_memory([(n.inputs, n.outputs, k.inplace, k.view) for n, k, _, _ in chosen], sizes, external)
+    arena = np.empty(max(memory.arena_bytes, 1), dtype=np.uint8)
+    shapes = {n: graph.tensors[n].shape for n in sizes}
+    dtypes = {n: graph.tensors[n].dtype for n in sizes}
+    views = arena_views(memory, arena, shapes, dtypes)
+    steps: list[Step] = []
+    kernels: dict[str, str] = {}
+    for node, kernel, ins, outs in chosen:
+        try:
+            run = kernel.prepare(node, ins, outs)
+        except NnhalError:
+            raise
+        except Exception as exc:
+            raise DeviceError(f"{where(node, 'cpu')}: preparing kernel '{kernel.name}' failed: {exc}") from exc
+        buffers, fresh = [], []
+        for pos, name in enumerate(node.outputs):
+            t = graph.tensors.get(name) if name else None
+            buffers.append(views.get(name))
+            if name in external and t is not None and t.static:
+                fresh.append((pos, t.shape, t.dtype))
+        steps.append(Step(node, kernel.name, run, tuple(slot(n) if n else 0 for n in node.inputs),
+                          tuple(slot(n) if n else 1 for n in node.outputs), buffers, tuple(fresh), tuple(outs)))
+        kernels[node.name] = kernel.name
+    in_slots = [(n, slot(n)) for n in inputs]
+    out_slots = [(n, slot(n)) for n in outputs]
+    return Plan(steps, slots, in_slots, out_slots, memory, arena, kernels)
+
+
+def _verify(step: Step, result) -> None:
+    for name, r, expect in zip(step.node.outputs, result, step.expect):
+        if not name or expect is None:
+            continue
+        r = np.asarray(r)
+        if expect.dtype is not None and r.dtype != expect.dtype:
+            raise DeviceError(f"{where(step.node, 'cpu')}: output '{name}' has dtype {r.dtype}; inference said {expect.dtype}")
+        if expect.shape is not None and (len(r.shape) != len(expect.shape) or any(
+                e is not None and e != d for e, d in zip(expect.shape, r.shape))):
+            raise DeviceError(f"{where(step.node, 'cpu')}: output '{name}' has shape {r.shape}; inference said {expect.shape}")

@@ -1,0 +1,65 @@
+"""The one exception hierarchy of nnhal.
+
+Every error a user can cause is a subclass of :class:`NnhalError`. Messages
+name the node, op, opset and device involved (see :func:`where`) and say what
+the user can do about it.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from nnhal.graph.node import Node
+
+
+class NnhalError(Exception):
+    """Root of every error nnhal raises on purpose."""
+
+
+class ModelError(NnhalError):
+    """The model is malformed or cannot be imported."""
+
+
+class UnsupportedError(ModelError):
+    """The model is valid ONNX but uses something nnhal does not support."""
+
+
+class UnsupportedTypeError(UnsupportedError):
+    """An element type (bfloat16, float8, ...) or value kind (sequence, optional) nnhal does not run."""
+
+
+class UnsupportedOperatorError(UnsupportedError):
+    """One or more operators have no prototype (or no device can run them)."""
+
+    def __init__(self, message: str, entries: list[tuple[str, int, str]] | None = None):
+        super().__init__(message)
+        self.entries = entries or []
+
+
+class InputError(NnhalError):
+    """A graph input is unknown, or has the wrong shape or dtype."""
+
+
+class StateError(NnhalError):
+    """An API call made in the wrong order (run before prerun, use after destroy)."""
+
+
+class DeviceError(NnhalError):
+    """A device failed, or a device name or option is wrong."""
+
+
+class RegistryError(NnhalError):
+    """Device registration or registry regeneration failed."""
+
+
+class ShapeError(ModelError):
+    """Shape or dtype inference found inputs an operator cannot take."""
+
+
+def where(node: "Node", device: str | None = None) -> str:
+    """Describe a node for an error message: name, op, domain, opset and device."""
+    op = node.op_type if not node.domain else f"{node.domain}::{node.op_type}"
+    text = f"node '{node.name}' ({op}, opset {node.opset})"
+    if device:
+        text += f" on device '{device}'"
+    return text

@@ -1,0 +1,1 @@
+"""Device-independent passes: inference and folding, placement, split, precision."""
