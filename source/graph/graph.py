@@ -39,10 +39,10 @@ class Graph:
         return {out: node for node in self.nodes for out in node.outputs if out}
 
     def consumers(self) -> dict[str, list[Node]]:
-        """Map tensor name -> nodes reading it (in node order)."""
+        """Map tensor name -> nodes reading it (in node order), implicit reads included."""
         result: dict[str, list[Node]] = {}
         for node in self.nodes:
-            for name in node.inputs:
+            for name in node.all_inputs:
                 if name:
                     result.setdefault(name, []).append(node)
         return result
@@ -71,7 +71,7 @@ class Graph:
         readers: dict[str, list[int]] = {}
         for i, node in enumerate(self.nodes):
             missing = 0
-            for name in set(n for n in node.inputs if n) | _outer_reads(node):
+            for name in set(n for n in node.all_inputs if n):
                 if name in available:
                     continue
                 if name not in produced:
@@ -99,13 +99,14 @@ class Graph:
                 raise ModelError(f"graph output '{name}' is not produced by any node")
 
 
-def _outer_reads(node: Node) -> set[str]:
-    """Names a control-flow node's bodies read from the enclosing scope."""
-    names: set[str] = set()
+def bodies(node: Node) -> list["Graph"]:
+    """The nested graphs of a control-flow node."""
+    found = []
     for value in node.attrs.values():
-        if isinstance(value, Graph):
-            names |= free_names(value)
-    return names
+        for item in (value if isinstance(value, list) else [value]):
+            if isinstance(item, Graph):
+                found.append(item)
+    return found
 
 
 def free_names(graph: Graph) -> set[str]:
@@ -115,7 +116,6 @@ def free_names(graph: Graph) -> set[str]:
         defined |= {o for o in node.outputs if o}
     used: set[str] = set()
     for node in graph.nodes:
-        used |= {i for i in node.inputs if i}
-        used |= _outer_reads(node)
+        used |= {i for i in node.all_inputs if i}
     used |= set(graph.outputs)
     return used - defined

@@ -24,6 +24,14 @@ class Node:
     domain: str = ""
     opset: int = 0
     version: int = 0
+    # Tensors of enclosing scopes read by this node's bodies (If, Loop, Scan):
+    # the executor passes them after the explicit inputs, in this order.
+    implicit_inputs: list[str] = field(default_factory=list)
+
+    @property
+    def all_inputs(self) -> list[str]:
+        """Explicit inputs followed by implicit (outer-scope) inputs."""
+        return self.inputs + self.implicit_inputs if self.implicit_inputs else self.inputs
 
     def input(self, i: int) -> str:
         """Name of input ``i``, or '' when absent."""

@@ -14,7 +14,7 @@ import numpy as np
 
 from nnhal.device.cpu.evaluate import evaluate_node
 from nnhal.errors import NnhalError, ShapeError, where
-from nnhal.graph.graph import Graph, free_names
+from nnhal.graph.graph import Graph
 from nnhal.graph.node import Node
 from nnhal.graph.tensor import Tensor, TensorKind
 from nnhal.operator.base import Info
@@ -37,7 +37,8 @@ def infer_graph(graph: Graph, fold: bool = True) -> None:
         proto = get_prototype(node.domain, node.op_type)
         if fold and _foldable(node, ins, graph):
             try:
-                values = evaluate_node(node, [None if i is None else i.value for i in ins])
+                values = evaluate_node(node, [None if i is None else i.value for i in ins]
+                                       + [graph.tensors[n].value for n in node.implicit_inputs])
             except NnhalError:
                 raise
             except Exception as exc:
@@ -69,12 +70,10 @@ def _foldable(node: Node, ins: list[Info | None], graph: Graph) -> bool:
     size = sum(i.value.nbytes for i in ins if i is not None)
     if size > MAX_FOLD_BYTES:
         return False
-    for value in node.attrs.values():
-        if isinstance(value, Graph):
-            for name in free_names(value):
-                t = graph.tensors.get(name)
-                if t is None or not t.is_constant:
-                    return False
+    for name in node.implicit_inputs:
+        t = graph.tensors.get(name)
+        if t is None or not t.is_constant:
+            return False
     return True
 
 

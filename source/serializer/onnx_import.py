@@ -17,7 +17,7 @@ from onnx import AttributeProto, numpy_helper
 
 from nnhal.errors import ModelError, UnsupportedOperatorError, UnsupportedTypeError
 from nnhal.graph.dtypes import to_numpy, type_name
-from nnhal.graph.graph import Graph
+from nnhal.graph.graph import Graph, bodies, free_names
 from nnhal.graph.node import Node
 from nnhal.graph.tensor import Tensor, TensorKind, constant
 from nnhal.operator.table import get_prototype
@@ -69,10 +69,8 @@ def load_onnx(source: ModelSource) -> Graph:
 def _validate(graph: Graph) -> None:
     graph.sort_and_validate()
     for node in graph.nodes:
-        for value in node.attrs.values():
-            for body in (value if isinstance(value, list) else [value]):
-                if isinstance(body, Graph):
-                    _validate(body)
+        for body in bodies(node):
+            _validate(body)
 
 
 def _convert_graph(gp: onnx.GraphProto, opsets: dict[str, int], outer: frozenset[str],
@@ -103,6 +101,9 @@ def _convert_graph(gp: onnx.GraphProto, opsets: dict[str, int], outer: frozenset
         attrs = {a.name: _attribute(a, opsets, scope | {o for n in gp.node for o in n.output}, unsupported)
                  for a in np_.attribute}
         node = Node(name, np_.op_type, list(np_.input), list(np_.output), attrs, domain, opset, version)
+        nested = bodies(node)
+        if nested:
+            node.implicit_inputs = sorted(set().union(*(free_names(b) for b in nested)))
         proto.normalize(node)
         if node.op_type == "Constant" and not domain:
             tensors[node.outputs[0]] = constant(node.outputs[0], proto.value(node))

@@ -112,7 +112,7 @@ def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: l
             t = graph.tensors.get(name)
             if name and name not in external and t is not None and t.static and not t.is_constant:
                 sizes[name] = t.nbytes
-    memory = plan_memory([(n.inputs, n.outputs, k.inplace, k.view) for n, k, _, _ in chosen], sizes, external)
+    memory = plan_memory([(n.all_inputs, n.outputs, k.inplace, k.view) for n, k, _, _ in chosen], sizes, external)
     arena = np.empty(max(memory.arena_bytes, 1), dtype=np.uint8)
     shapes = {n: graph.tensors[n].shape for n in sizes}
     dtypes = {n: graph.tensors[n].dtype for n in sizes}
@@ -132,7 +132,7 @@ def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: l
             buffers.append(views.get(name))
             if name in external and t is not None and t.static:
                 fresh.append((pos, t.shape, t.dtype))
-        steps.append(Step(node, kernel.name, run, tuple(slot(n) if n else 0 for n in node.inputs),
+        steps.append(Step(node, kernel.name, run, tuple(slot(n) if n else 0 for n in node.all_inputs),
                           tuple(slot(n) if n else 1 for n in node.outputs), buffers, tuple(fresh), tuple(outs)))
         kernels[node.name] = kernel.name
     in_slots = [(n, slot(n)) for n in inputs]
