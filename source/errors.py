@@ -52,6 +52,10 @@ class RegistryError(NnhalError):
     """Device registration or registry regeneration failed."""
 
 
+class OptionsError(NnhalError, ValueError):
+    """An option value is out of range or of the wrong type."""
+
+
 class ShapeError(ModelError):
     """Shape or dtype inference found inputs an operator cannot take."""
 

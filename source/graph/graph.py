@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from nnhal.errors import ModelError
 from nnhal.graph.node import Node
@@ -49,6 +49,13 @@ class Graph:
 
     def constant_names(self) -> list[str]:
         return [t.name for t in self.tensors.values() if t.kind is TensorKind.CONSTANT]
+
+    def copy(self) -> "Graph":
+        """A copy to rewrite freely: new Tensor and Node objects, the same constant arrays."""
+        tensors = {name: replace(t) for name, t in self.tensors.items()}
+        nodes = [replace(n, inputs=list(n.inputs), outputs=list(n.outputs), attrs=dict(n.attrs),
+                         implicit_inputs=list(n.implicit_inputs)) for n in self.nodes]
+        return Graph(self.name, tensors, nodes, list(self.inputs), list(self.outputs), dict(self.opsets), self.outer)
 
     # -------------------------------------------------------------- validation
     def sort_and_validate(self) -> None:

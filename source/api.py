@@ -1,0 +1,327 @@
+"""The C-style lifecycle: init, contexts, graphs, prerun, run, outputs, release.
+
+    nnhal.init()
+    ctx = nnhal.create_context("app", devices=["cpu"])
+    g = nnhal.create_graph(ctx, "onnx", "model.onnx")
+    nnhal.set_graph_input(g, "data", x)
+    nnhal.prerun_graph(g, nnhal.Options(num_thread=2))
+    nnhal.run_graph(g)
+    y = nnhal.get_graph_output(g, 0)
+    nnhal.postrun_graph(g); nnhal.destroy_graph(g); nnhal.release()
+"""
+from __future__ import annotations
+
+import enum
+import importlib
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from nnhal.device.device import Device
+from nnhal.device.manager import find_device, registered_devices
+from nnhal.errors import DeviceError, InputError, ModelError, NnhalError, RegistryError, StateError
+from nnhal.graph.graph import Graph
+from nnhal.graph.tensor import TensorKind
+from nnhal.optimizer.infer import infer_graph
+from nnhal.optimizer.placement import Decision, place
+from nnhal.optimizer.split import default_split
+from nnhal.options import Options, validate_device_options
+from nnhal.scheduler.default import DEFAULT_SCHEDULER
+from nnhal.scheduler.scheduler import Execution, Scheduler
+from nnhal.serializer.onnx_import import load_onnx
+
+log = logging.getLogger("nnhal")
+_lock = threading.RLock()
+_registered: list[Any] = []   # registry entries registered by init(), in order
+
+
+# ------------------------------------------------------------------ init/release
+def init() -> None:
+    """Register every device of the generated registry (idempotent)."""
+    with _lock:
+        if _registered:
+            return
+        try:
+            from nnhal import registry
+        except ImportError as exc:
+            raise RegistryError("nnhal.registry is missing: the package was not built. Install it with "
+                                "'pip install .' (or 'pip install -e .') so CMake renders the registry") from exc
+        for entry in registry.DEVICES:
+            try:
+                module = importlib.import_module(entry.module)
+                register = getattr(module, entry.register)
+            except (ImportError, AttributeError) as exc:
+                release()
+                raise RegistryError(f"device '{entry.name}' ({entry.option}=ON): cannot load "
+                                    f"{entry.module}.{entry.register}: {exc}") from exc
+            register()
+            _registered.append(entry)
+
+
+def release() -> None:
+    """Unregister the devices init() registered, in reverse order."""
+    with _lock:
+        while _registered:
+            entry = _registered.pop()
+            module = importlib.import_module(entry.module)
+            getattr(module, entry.unregister)()
+
+
+def _require_init() -> None:
+    if not _registered:
+        init()
+
+
+# --------------------------------------------------------------------- context
+@dataclass
+class Context:
+    """An ordered device list (the CPU appended as fallback unless strict) and their options."""
+
+    name: str
+    devices: list[str]
+    device_options: dict[str, Any]
+    strict: bool = False
+    pins: dict[str, str] = field(default_factory=dict)
+    deny: dict[str, list[str]] = field(default_factory=dict)
+
+
+def create_context(name: str = "default", devices: list[str] | None = None,
+                   device_options: dict[str, dict] | None = None, strict: bool = False,
+                   pins: dict[str, str] | None = None, deny: dict[str, list[str]] | None = None) -> Context:
+    """A context over ``devices`` (names, in priority order). Unknown names raise DeviceError."""
+    _require_init()
+    names = list(devices) if devices else ["cpu"]
+    for n in names:
+        find_device(n)
+    if len(set(names)) != len(names):
+        raise DeviceError(f"device list {names} names a device twice")
+    if not strict and "cpu" not in names:
+        names.append("cpu")
+    device_options = dict(device_options or {})
+    for dev in device_options:
+        if dev not in names:
+            raise DeviceError(f"device_options names '{dev}', which is not in the context's devices {names}")
+    typed = {n: validate_device_options(n, find_device(n).describe().options, device_options.get(n)) for n in names}
+    for target in list((pins or {}).values()):
+        if target not in names:
+            raise DeviceError(f"a pin names device '{target}', which is not in the context's devices {names}")
+    return Context(name, names, typed, strict, dict(pins or {}), {k: list(v) for k, v in (deny or {}).items()})
+
+
+# ----------------------------------------------------------------------- graph
+class GraphState(enum.Enum):
+    CREATED = "created"
+    PREPARED = "prepared"
+    RUNNING = "running"
+    DONE = "done"
+    DESTROYED = "destroyed"
+
+
+@dataclass
+class GraphHandle:
+    """A model in a context: its imported graph and, after prerun, its execution."""
+
+    context: Context
+    graph: Graph
+    state: GraphState = GraphState.CREATED
+    inputs: dict[str, np.ndarray] = field(default_factory=dict)
+    options: Options | None = None
+    execution: Execution | None = None
+    scheduler: Scheduler | None = None
+    placement: dict[str, Decision] = field(default_factory=dict)
+    prepared_shapes: dict[str, tuple] = field(default_factory=dict)
+    prepared_graph: Graph | None = None
+    outputs: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def input_names(self) -> list[str]:
+        return list(self.graph.inputs)
+
+    @property
+    def output_names(self) -> list[str]:
+        return list(self.graph.outputs)
+
+
+def create_graph(context: Context, model_format: str, model: Any) -> GraphHandle:
+    """Import a model ('onnx': path, bytes or onnx.ModelProto) into a context."""
+    if not isinstance(context, Context):
+        raise StateError(f"create_graph needs a context from create_context(), got {type(context).__name__}")
+    if model_format != "onnx":
+        raise ModelError(f"model format '{model_format}' is not supported; nnhal reads 'onnx'")
+    return GraphHandle(context, load_onnx(model))
+
+
+def _alive(g: GraphHandle) -> None:
+    if not isinstance(g, GraphHandle):
+        raise StateError(f"expected a graph from create_graph(), got {type(g).__name__}")
+    if g.state is GraphState.DESTROYED:
+        raise StateError("the graph was destroyed; create it again with create_graph()")
+
+
+def _resolve(names: list[str], key: str | int, what: str) -> str:
+    if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
+        if not 0 <= key < len(names):
+            raise InputError(f"{what} index {key} is out of range; the graph has {len(names)} {what}s: {names}")
+        return names[int(key)]
+    if key not in names:
+        import difflib
+        close = difflib.get_close_matches(str(key), names, n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        raise InputError(f"the graph has no {what} named '{key}' ({what}s: {names}){hint}")
+    return key
+
+
+def set_graph_input(g: GraphHandle, key: str | int, value: Any) -> None:
+    """Bind an input by name or index; its dtype and shape are checked against the model."""
+    _alive(g)
+    if g.state is GraphState.RUNNING:
+        raise StateError("cannot set an input while the graph is running; call wait_graph() first")
+    name = _resolve(g.graph.inputs, key, "input")
+    t = g.graph.tensors[name]
+    array = np.asarray(value)
+    if t.dtype is not None and array.dtype != t.dtype:
+        raise InputError(f"input '{name}' expects dtype {t.dtype}, got {array.dtype}; convert it with .astype(np.{t.dtype})")
+    if t.shape is not None:
+        if array.ndim != len(t.shape) or any(d is not None and d != s for d, s in zip(t.shape, array.shape)):
+            want = "x".join("?" if d is None else str(d) for d in t.shape) or "scalar"
+            raise InputError(f"input '{name}' expects shape [{want}], got {list(array.shape)}")
+    g.inputs[name] = np.ascontiguousarray(array)
+
+
+def prerun_graph(g: GraphHandle, options: Options | None = None) -> None:
+    """Infer shapes, fold constants, place, split, set precision and prepare every subgraph."""
+    _alive(g)
+    if g.state is GraphState.RUNNING:
+        raise StateError("the graph is running; call wait_graph() before prerun_graph()")
+    if g.state in (GraphState.PREPARED, GraphState.DONE):
+        postrun_graph(g)
+    _release_device_graphs(g)
+    options = options or Options()
+    graph = g.graph.copy()
+    for name in graph.inputs:
+        if name in g.inputs:
+            t = graph.tensors[name]
+            t.dtype, t.shape = g.inputs[name].dtype, tuple(g.inputs[name].shape)
+    infer_graph(graph, fold=options.fold_constants)
+    ctx = g.context
+    devices = [find_device(n) for n in ctx.devices]
+    g.placement = place(graph, devices, options.precision, ctx.pins, ctx.deny)
+    assignment = {n: d.device for n, d in g.placement.items()}
+    splitter = next((d.optimizer.split_graph for d in devices if d.optimizer and d.optimizer.split_graph), None)
+    subgraphs = splitter(graph, assignment) if splitter else default_split(graph, assignment)
+    for sg in subgraphs:
+        device = find_device(sg.device)
+        sg.precision = options.precision
+        if device.optimizer is not None and device.optimizer.optimize_graph is not None:
+            sg = device.optimizer.optimize_graph(sg, options.precision) or sg
+    g.scheduler = next((d.scheduler for d in devices[:1] if d.scheduler is not None), DEFAULT_SCHEDULER)
+    g.execution = Execution(subgraphs, {d.name: d for d in devices}, options)
+    g.execution.device_options = ctx.device_options
+    g.scheduler.prerun(g.execution)
+    g.prepared_graph = graph
+    g.prepared_shapes = {n: a.shape for n, a in g.inputs.items()}
+    g.options = options
+    g.state = GraphState.PREPARED
+
+
+def run_graph(g: GraphHandle, block: bool = True) -> None:
+    """Run the prepared graph; with block=False, start it and return (see wait_graph)."""
+    _alive(g)
+    if g.state is GraphState.CREATED:
+        raise StateError("run_graph() before prerun_graph(): prepare the graph first")
+    if g.state is GraphState.RUNNING:
+        raise StateError("the graph is already running; call wait_graph() first")
+    missing = [n for n in g.graph.inputs if n not in g.inputs]
+    if missing:
+        raise InputError(f"inputs not set: {missing}; call set_graph_input() for each")
+    if any(g.prepared_shapes.get(n) != a.shape for n, a in g.inputs.items()):
+        log.info("input shapes changed since prerun; preparing the graph again")
+        prerun_graph(g, g.options)
+    ex = g.execution
+    ex.values = dict(g.inputs)
+    for name in g.graph.outputs:
+        t = g.prepared_graph.tensors[name]
+        if t.kind is TensorKind.CONSTANT:
+            ex.values[name] = t.value
+    g.outputs = {}
+    g.state = GraphState.RUNNING
+    try:
+        g.scheduler.run(ex, block)
+    except BaseException:
+        g.state = GraphState.PREPARED
+        raise
+    if block:
+        _finish(g)
+
+
+def wait_graph(g: GraphHandle, timeout: float | None = None) -> bool:
+    """Wait for a run started with block=False; True when it has finished."""
+    _alive(g)
+    if g.state is not GraphState.RUNNING:
+        return True
+    try:
+        done = g.scheduler.wait(g.execution, timeout)
+    except BaseException:
+        g.state = GraphState.PREPARED
+        raise
+    if done:
+        _finish(g)
+    return done
+
+
+def _finish(g: GraphHandle) -> None:
+    g.outputs = {n: g.execution.values[n] for n in g.graph.outputs}
+    g.state = GraphState.DONE
+
+
+def get_graph_output(g: GraphHandle, key: str | int) -> np.ndarray:
+    """An output of the last run, by name or index."""
+    _alive(g)
+    if g.state is GraphState.RUNNING:
+        raise StateError("the run has not finished; call wait_graph() first")
+    if g.state is not GraphState.DONE:
+        raise StateError("no outputs yet: call run_graph() after prerun_graph()")
+    return g.outputs[_resolve(g.graph.outputs, key, "output")]
+
+
+def postrun_graph(g: GraphHandle) -> None:
+    """Release run state (post_run, allocator.release); prerun_graph may follow."""
+    _alive(g)
+    if g.state is GraphState.RUNNING:
+        raise StateError("the graph is running; call wait_graph() first")
+    if g.execution is not None and g.state in (GraphState.PREPARED, GraphState.DONE):
+        g.scheduler.postrun(g.execution)
+    g.state = GraphState.CREATED
+
+
+def _release_device_graphs(g: GraphHandle) -> None:
+    """Call release_graph for what each device's pre_run built."""
+    if g.execution is None:
+        return
+    for sg in g.execution.subgraphs:
+        device = g.execution.devices[sg.device]
+        if device.interface.release_graph is not None and sg.device_graph is not None:
+            device.interface.release_graph(device, sg.device_graph)
+        sg.device_graph = None
+    g.execution = None
+
+
+def destroy_graph(g: GraphHandle) -> None:
+    """Free everything the graph holds; the handle cannot be used afterwards."""
+    _alive(g)
+    if g.state is GraphState.RUNNING:
+        wait_graph(g)
+    postrun_graph(g)
+    _release_device_graphs(g)
+    g.inputs.clear()
+    g.outputs.clear()
+    g.state = GraphState.DESTROYED
+
+
+def devices() -> list[Device]:
+    """Registered devices, in registration order."""
+    _require_init()
+    return registered_devices()

@@ -1,0 +1,1 @@
+"""The `nnhal` command line."""

@@ -1,0 +1,151 @@
+"""`nnhal` command line: devices, run, registry, validate."""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import numpy as np
+
+from nnhal.errors import NnhalError
+
+
+def cmd_devices(args: argparse.Namespace) -> int:
+    import nnhal
+    from nnhal import registry
+
+    nnhal.init()
+    registered = {d.name: d for d in nnhal.devices()}
+    print(f"{'device':8s} {'option':22s} {'state':10s} {'precisions':22s} {'ops':>4s}  description")
+    for entry in registry.ALL_DEVICES:
+        dev = registered.get(entry.name)
+        if dev is not None:
+            desc = dev.describe()
+            precisions, ops, state = ",".join(desc.precisions), str(len(desc.ops)), "registered"
+        else:
+            precisions, ops, state = "-", "-", "on" if entry.enabled else "off"
+        print(f"{entry.name:8s} {entry.option + ('=ON' if entry.enabled else '=OFF'):22s} {state:10s} "
+              f"{precisions:22s} {ops:>4s}  {entry.description}")
+    return 0
+
+
+def _parse_inputs(specs: list[str]) -> dict[str, np.ndarray]:
+    feeds = {}
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        if not sep:
+            raise SystemExit(f"--input takes name=file.npy, got '{spec}'")
+        feeds[name] = np.load(path)
+    return feeds
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import nnhal
+    from nnhal.zoo import input_for, resolve
+
+    model = resolve(args.model)
+    devices = [d for d in args.device.split(",") if d]
+    t0 = time.perf_counter()
+    session = nnhal.Session(model, devices=devices, precision=args.precision, num_thread=args.num_thread)
+    created = time.perf_counter() - t0
+    import onnx
+
+    proto = model if isinstance(model, onnx.ModelProto) else onnx.load(model, load_external_data=False)
+    feeds = input_for(proto, seed=args.seed)
+    feeds.update(_parse_inputs(args.input))
+    t0 = time.perf_counter()
+    outputs = session.run(feeds)
+    first = time.perf_counter() - t0
+    times = []
+    for _ in range(args.repeat):
+        t0 = time.perf_counter()
+        outputs = session.run(feeds)
+        times.append(time.perf_counter() - t0)
+    print(f"model: {args.model}")
+    print(f"devices: {', '.join(session.context.devices)}  precision: {args.precision}")
+    for name, value in feeds.items():
+        print(f"input  {name}: {value.dtype}{list(value.shape)}")
+    for name, value in zip(session.output_names, outputs):
+        v = np.asarray(value)
+        stats = ""
+        if v.size and v.dtype.kind in "fiub":
+            stats = f" min {v.min():.6g} max {v.max():.6g} mean {v.astype(np.float64).mean():.6g}"
+            if v.ndim == 2 and v.dtype.kind == "f":
+                stats += f" argmax {v.argmax(axis=1).tolist()[:8]}"
+        print(f"output {name}: {v.dtype}{list(v.shape)}{stats}")
+    counts: dict[str, int] = {}
+    for decision in session.placement.values():
+        counts[decision.device] = counts.get(decision.device, 0) + 1
+    print(f"placement: {', '.join(f'{d}: {n} nodes' for d, n in counts.items())}; "
+          f"{len(session.subgraphs)} subgraph(s)")
+    print(f"session creation {created * 1e3:.1f} ms; first run (incl. prerun) {first * 1e3:.1f} ms")
+    if times:
+        print(f"latency over {len(times)} runs: median {np.median(times) * 1e3:.2f} ms, "
+              f"min {min(times) * 1e3:.2f} ms, max {max(times) * 1e3:.2f} ms")
+    session.close()
+    return 0
+
+
+def cmd_registry(args: argparse.Namespace) -> int:
+    from nnhal.cli.registry import regenerate
+
+    return regenerate(args.enable, args.disable, args.source, args.verbose)
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from nnhal.conformance.runner import main as validate_main
+
+    argv = ["--device", args.device, "--precision", args.precision]
+    if args.ops:
+        argv += ["--ops", args.ops]
+    if args.pattern:
+        argv += ["--pattern", args.pattern]
+    if args.report:
+        argv += ["--report", args.report]
+    if args.verbose:
+        argv.append("-v")
+    return validate_main(argv)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="nnhal", description="nnhal: pluggable-device ONNX inference")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("devices", help="list device folders, their options and what they support")
+    p.set_defaults(func=cmd_devices)
+    p = sub.add_parser("run", help="run a model (path or zoo:<name>[?weights=random]) and time it")
+    p.add_argument("model")
+    p.add_argument("--device", default="cpu", help="comma-separated device list in priority order")
+    p.add_argument("--precision", default="fp32", choices=["fp32", "fp16", "int8", "uint8"])
+    p.add_argument("--input", action="append", default=[], help="name=file.npy (default: seeded random)")
+    p.add_argument("--repeat", type=int, default=10)
+    p.add_argument("--num-thread", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_run)
+    p = sub.add_parser("registry", help="re-run CMake's configure step and refresh the installed device registry")
+    p.add_argument("--enable", action="append", default=[], metavar="DEVICE")
+    p.add_argument("--disable", action="append", default=[], metavar="DEVICE")
+    p.add_argument("--source", default=None, help="source tree (default: the one the package was built from)")
+    p.add_argument("-v", "--verbose", action="store_true")
+    p.set_defaults(func=cmd_registry)
+    p = sub.add_parser("validate", help="run the ONNX backend node suite on a device")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--precision", default="fp32")
+    p.add_argument("--ops", default="")
+    p.add_argument("--pattern", default=None)
+    p.add_argument("--report", default=None, help="write a report (.json or .html)")
+    p.add_argument("-v", "--verbose", action="store_true")
+    p.set_defaults(func=cmd_validate)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except NnhalError as exc:
+        print(f"nnhal: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+"""The CPU device: numpy kernels, one op per file, always registered.
+
+Hooks first, then the record, then register/unregister, as every device
+module reads.
+"""
+from __future__ import annotations
+
+from nnhal.device.cpu.kernels.select import implementations
+from nnhal.device.cpu.kernels.table import KERNELS
+from nnhal.device.cpu.plan import Plan, compile_nodes
+from nnhal.device.cpu.threads import set_blas_threads
+from nnhal.device.device import Allocator, Candidate, Description, Device, Interface, Optimizer, Performance, Verdict
+from nnhal.device.manager import register_device, unregister_device
+from nnhal.graph.subgraph import Subgraph
+
+
+def cpu_pre_run(device: Device, subgraph: Subgraph, options) -> None:
+    """Choose kernels, plan the arena and prepare every node into a flat plan."""
+    subgraph.device_graph = compile_nodes(subgraph.graph, subgraph.nodes, subgraph.inputs, subgraph.outputs)
+    subgraph.stats["arena_bytes"] = subgraph.device_graph.memory.arena_bytes
+    subgraph.stats["kernels"] = subgraph.device_graph.kernels
+    subgraph.stats["num_thread"] = getattr(options, "num_thread", 0)
+
+
+def cpu_run(device: Device, subgraph: Subgraph) -> None:
+    """Run the plan: inputs from subgraph.values, outputs into it."""
+    plan: Plan = subgraph.device_graph
+    set_blas_threads(subgraph.stats.get("num_thread", 0))
+    plan.run(subgraph.values)
+
+
+def cpu_release_graph(device: Device, device_graph) -> None:
+    """Drop the plan (its arena goes with it)."""
+
+
+def cpu_describe(device: Device) -> Description:
+    return Description(
+        ops=frozenset(KERNELS),
+        precisions=("fp32", "fp16", "int8", "uint8"),
+        performance={"fp32": Performance(1.0, 1.0)},
+        summary="numpy reference and fast kernels; takes what no other device can",
+    )
+
+
+def cpu_evaluation(device: Device, candidate: Candidate) -> Verdict:
+    """Accept a node when one of its CPU kernels scores above zero."""
+    node = candidate.node
+    if node.domain:
+        return Verdict.no(f"domain '{node.domain}' has no CPU kernels")
+    impls = implementations(node.op_type)
+    if not impls:
+        return Verdict.no(f"no CPU kernel for {node.op_type}")
+    for impl in impls:
+        if impl.score(node, candidate.inputs, candidate.outputs) > 0:
+            return Verdict.yes()
+    return Verdict.no(f"no CPU kernel of {node.op_type} accepts these attributes, shapes and dtypes")
+
+
+CPU_INTERFACE = Interface(run=cpu_run, pre_run=cpu_pre_run, release_graph=cpu_release_graph)
+CPU_ALLOCATOR = Allocator(describe=cpu_describe, evaluation=cpu_evaluation)
+
+
+def register_cpu_device() -> None:
+    register_device(Device(name="cpu", interface=CPU_INTERFACE, allocator=CPU_ALLOCATOR, optimizer=Optimizer()))
+
+
+def unregister_cpu_device() -> None:
+    unregister_device("cpu")

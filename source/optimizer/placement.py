@@ -1,0 +1,81 @@
+"""Placement: each node goes to the first device that describes its op and
+precision and whose evaluation accepts it; the fallback device takes the rest.
+
+User pins (node name or op type -> device) and denials (node name or op type
+-> devices it must not use) win. Every decision carries its reasons.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from nnhal.device.device import Candidate, Device
+from nnhal.errors import UnsupportedOperatorError, where
+from nnhal.graph.graph import Graph
+from nnhal.graph.node import Node
+from nnhal.optimizer.infer import info_of
+
+
+@dataclass
+class Decision:
+    """Where one node goes and why the devices before it declined."""
+
+    node: str
+    op_type: str
+    device: str
+    reason: str
+    declined: dict[str, str] = field(default_factory=dict)
+
+
+def place(graph: Graph, devices: list[Device], precision: str, pins: dict[str, str] | None = None,
+          deny: dict[str, list[str]] | None = None) -> dict[str, Decision]:
+    """Decide a device for every node of ``graph``; UnsupportedOperatorError lists nodes no device takes."""
+    pins = pins or {}
+    deny = deny or {}
+    descriptions = {d.name: d.describe() for d in devices}
+    decisions: dict[str, Decision] = {}
+    homeless: list[tuple[Node, dict[str, str]]] = []
+    for node in graph.nodes:
+        cand = Candidate(node, [info_of(graph.tensors[n]) if n else None for n in node.inputs],
+                         [info_of(graph.tensors[n]) if n else None for n in node.outputs], precision)
+        declined: dict[str, str] = {}
+        denied = set(deny.get(node.name, ())) | set(deny.get(node.op_type, ()))
+        pinned = pins.get(node.name) or pins.get(node.op_type)
+        chosen, reason = None, ""
+        for device in devices:
+            if pinned and device.name != pinned:
+                declined[device.name] = f"node is pinned to '{pinned}'"
+                continue
+            if device.name in denied:
+                declined[device.name] = "denied by the user"
+                continue
+            why = _why_not(device, descriptions[device.name], cand)
+            if why:
+                declined[device.name] = why
+                continue
+            chosen = device.name
+            reason = "pinned by the user" if pinned else ("first device that accepts it" if not declined else
+                                                          "first device that accepts it after " + ", ".join(declined))
+            break
+        if chosen is None:
+            homeless.append((node, declined))
+            continue
+        decisions[node.name] = Decision(node.name, node.op_type, chosen, reason, declined)
+    if homeless:
+        lines = "; ".join(f"{where(n)}: " + ", ".join(f"{d}: {r}" for d, r in why.items()) for n, why in homeless[:10])
+        raise UnsupportedOperatorError(
+            f"{len(homeless)} node(s) have no device that can run them: {lines}",
+            [(n.op_type, n.opset, n.name) for n, _ in homeless])
+    return decisions
+
+
+def _why_not(device: Device, description, cand: Candidate) -> str:
+    node = cand.node
+    if node.op_type not in description.ops:
+        return f"does not support op {node.op_type}"
+    if cand.precision not in description.precisions:
+        return f"does not support precision {cand.precision} (it has {', '.join(description.precisions)})"
+    if device.allocator is not None and device.allocator.evaluation is not None:
+        verdict = device.allocator.evaluation(device, cand)
+        if not verdict.ok:
+            return verdict.reason or "its evaluation declined the node"
+    return ""

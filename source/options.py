@@ -1,0 +1,49 @@
+"""Options of a prerun, and typed per-device options."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from nnhal.errors import DeviceError, OptionsError
+
+PRECISIONS = ("fp32", "fp16", "int8", "uint8")
+
+
+@dataclass
+class Options:
+    """How a graph is prepared and run.
+
+    num_thread     BLAS threads for the run (0 = one per core)
+    precision      fp32, fp16, int8 or uint8: what devices are asked to run
+    strict         a failing device is an error instead of a fallback to the CPU
+    fold_constants evaluate constant subexpressions at prerun
+    """
+
+    num_thread: int = 0
+    precision: str = "fp32"
+    strict: bool = False
+    fold_constants: bool = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.num_thread, int) or self.num_thread < 0:
+            raise OptionsError(f"num_thread must be a non-negative int, got {self.num_thread!r}")
+        if self.precision not in PRECISIONS:
+            raise OptionsError(f"precision must be one of {', '.join(PRECISIONS)}; got '{self.precision}'")
+
+
+def validate_device_options(device: str, schema: type | None, given: dict[str, Any] | None) -> Any:
+    """Build the device's options dataclass from a dict; DeviceError on unknown keys or bad values."""
+    given = dict(given or {})
+    if schema is None:
+        if given:
+            raise DeviceError(f"device '{device}' takes no options; got {sorted(given)}")
+        return None
+    fields = {f.name: f for f in dataclasses.fields(schema)}
+    unknown = sorted(set(given) - set(fields))
+    if unknown:
+        raise DeviceError(f"device '{device}' has no option(s) {unknown}; its options are {sorted(fields)}")
+    try:
+        return schema(**given)
+    except (TypeError, ValueError) as exc:
+        raise DeviceError(f"device '{device}': bad option value: {exc}") from exc

@@ -1,0 +1,1 @@
+"""Schedulers: the record (scheduler.py) and the default one (default.py)."""

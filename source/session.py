@@ -1,0 +1,64 @@
+"""Session: the one-object way to run a model."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from nnhal import api
+from nnhal.options import Options
+
+
+class Session:
+    """Import, prepare and run a model on a device list.
+
+        with nnhal.Session("model.onnx", devices=["cpu"]) as s:
+            outputs = s.run({"data": x})
+    """
+
+    def __init__(self, model: Any, devices: list[str] | None = None, precision: str = "fp32",
+                 num_thread: int = 0, device_options: dict[str, dict] | None = None, strict: bool = False,
+                 pins: dict[str, str] | None = None, deny: dict[str, list[str]] | None = None,
+                 name: str = "session") -> None:
+        api.init()
+        self.options = Options(num_thread=num_thread, precision=precision, strict=strict)
+        self.context = api.create_context(name, devices, device_options, strict, pins, deny)
+        self.graph = api.create_graph(self.context, "onnx", model)
+
+    @property
+    def input_names(self) -> list[str]:
+        return self.graph.input_names
+
+    @property
+    def output_names(self) -> list[str]:
+        return self.graph.output_names
+
+    def run(self, feeds: dict[str, Any] | list[Any]) -> list[np.ndarray]:
+        """Outputs for ``feeds`` (name -> array, or arrays in input order), in graph output order."""
+        items = feeds.items() if isinstance(feeds, dict) else enumerate(feeds)
+        for key, value in items:
+            api.set_graph_input(self.graph, key, value)
+        if self.graph.state is api.GraphState.CREATED:
+            api.prerun_graph(self.graph, self.options)
+        api.run_graph(self.graph, block=True)
+        return [api.get_graph_output(self.graph, i) for i in range(len(self.graph.output_names))]
+
+    @property
+    def placement(self) -> dict[str, Any]:
+        """Node name -> placement decision (device and reasons) of the last prerun."""
+        return dict(self.graph.placement)
+
+    @property
+    def subgraphs(self) -> list:
+        ex = self.graph.execution
+        return list(ex.subgraphs) if ex is not None else []
+
+    def close(self) -> None:
+        if self.graph.state is not api.GraphState.DESTROYED:
+            api.destroy_graph(self.graph)
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
