@@ -51,21 +51,13 @@ def collect_cases(ops: list[str] | None = None, pattern: str | None = None) -> l
 
 
 def _execute(model, feeds: list[np.ndarray], device: str, precision: str) -> tuple[list[np.ndarray], dict]:
-    """Run one model once; returns the outputs and the node -> device placement."""
-    from nnhal.device.cpu.plan import compile_nodes
-    from nnhal.optimizer.infer import infer_graph
-    from nnhal.serializer import load_onnx
+    """Run one model once through the public API; returns the outputs and node -> device."""
+    from nnhal.session import Session
 
-    graph = load_onnx(model)
-    values = {}
-    for name, value in zip(graph.inputs, feeds):
-        t = graph.tensors[name]
-        t.dtype, t.shape = value.dtype, tuple(value.shape)
-        values[name] = value
-    infer_graph(graph)
-    plan = compile_nodes(graph, graph.nodes, graph.inputs, graph.outputs)
-    plan.run(values)
-    return [values[o] for o in graph.outputs], {n.name: "cpu" for n in graph.nodes}
+    with Session(model, devices=[device], precision=precision, num_thread=1) as session:
+        outputs = session.run(list(feeds))
+        placement = {name: d.device for name, d in session.placement.items()}
+    return outputs, placement
 
 
 def run_case(case, device: str = "cpu", precision: str = "fp32") -> CaseResult:

@@ -1,0 +1,1 @@
+"""Models nnhal builds itself (for tests and benchmarks): a BERT-style encoder."""
