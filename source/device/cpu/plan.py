@@ -110,7 +110,8 @@ def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: l
     for node, kernel, _, _ in chosen:
         for name in node.outputs:
             t = graph.tensors.get(name)
-            if name and name not in external and t is not None and t.static and not t.is_constant:
+            if name and name not in external and t is not None and t.static and not t.is_constant \
+                    and not t.dtype.hasobject:
                 sizes[name] = t.nbytes
     memory = plan_memory([(n.all_inputs, n.outputs, k.inplace, k.view) for n, k, _, _ in chosen], sizes, external)
     arena = np.empty(max(memory.arena_bytes, 1), dtype=np.uint8)
