@@ -60,13 +60,36 @@ def _execute(model, feeds: list[np.ndarray], device: str, precision: str) -> tup
     return outputs, placement
 
 
+def _arrays(values) -> list[np.ndarray] | None:
+    """Case data as arrays (numpy scalars and TensorProtos converted); None for sequences and optionals."""
+    import onnx
+    from onnx import numpy_helper
+
+    from nnhal.errors import UnsupportedTypeError
+    from nnhal.graph.dtypes import to_numpy, type_name
+
+    out = []
+    for v in values:
+        if isinstance(v, np.generic):
+            v = np.asarray(v)
+        elif isinstance(v, onnx.TensorProto):
+            if to_numpy(v.data_type) is None:
+                raise UnsupportedTypeError(f"test data of element type {type_name(v.data_type)}")
+            v = numpy_helper.to_array(v)
+        if not isinstance(v, np.ndarray):
+            return None
+        out.append(v)
+    return out
+
+
 def run_case(case, device: str = "cpu", precision: str = "fp32") -> CaseResult:
     ops = sorted({n.op_type for n in case.model.graph.node})
     start = time.perf_counter()
     result = CaseResult(case.name, ops, PASS)
     try:
         for inputs, expected in case.data_sets:
-            if any(not isinstance(x, np.ndarray) for x in list(inputs) + list(expected)):
+            inputs, expected = _arrays(inputs), _arrays(expected)
+            if inputs is None or expected is None:
                 result.status, result.reason = UNSUPPORTED, "sequence or optional values are not supported"
                 break
             with np.errstate(all="ignore"):
@@ -124,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--precision", default="fp32")
     parser.add_argument("--ops", default="", help="comma-separated op types")
     parser.add_argument("--pattern", default=None, help="glob on case names, e.g. 'test_conv*'")
+    parser.add_argument("--report", default=None, help="write a report: out.json or out.html")
     parser.add_argument("-v", "--verbose", action="store_true", help="list every non-passing case")
     args = parser.parse_args(argv)
     ops = [o for o in args.ops.split(",") if o] or None
@@ -131,6 +155,11 @@ def main(argv: list[str] | None = None) -> int:
     for r in results:
         if r.status != PASS and (args.verbose or r.status in (WRONG, ERROR)):
             print(f"{r.status:12s} {r.name}: {r.reason[:300]}")
+    if args.report:
+        from nnhal.conformance.report import write
+
+        write(results, args.report, args.device, args.precision)
+        print(f"report written to {args.report}")
     c = summary(results)
     print(f"{c[PASS]} passed, {c[WRONG]} wrong, {c[UNSUPPORTED]} unsupported, {c[ERROR]} error of {len(results)}")
     return 1 if c[WRONG] else 0

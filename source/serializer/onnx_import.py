@@ -22,7 +22,9 @@ from nnhal.graph.node import Node
 from nnhal.graph.tensor import Tensor, TensorKind, constant
 from nnhal.operator.table import get_prototype
 
-MIN_OPSET = 7
+# NOTE: opsets below 7 import too; an op whose prototype has no version for
+# such an old opset is reported unsupported like any other.
+MIN_OPSET = 1
 MAX_OPSET = onnx.defs.onnx_opset_version()
 
 ModelSource = str | os.PathLike | bytes | onnx.ModelProto

@@ -5,8 +5,10 @@ debugging a fast kernel against the plain one).
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
+import threading
 from functools import lru_cache
 
 from nnhal.device.cpu.kernels.base import Kernel
@@ -26,8 +28,23 @@ def implementations(op_type: str) -> tuple[Kernel, ...]:
     return tuple(cls() for cls in module.IMPLEMENTATIONS)
 
 
+_forced = threading.local()
+
+
 def reference_forced() -> bool:
-    return os.environ.get("NNHAL_CPU_REFERENCE", "") not in ("", "0")
+    """True under NNHAL_CPU_REFERENCE=1 or inside ``force_reference()``."""
+    return getattr(_forced, "on", False) or os.environ.get("NNHAL_CPU_REFERENCE", "") not in ("", "0")
+
+
+@contextlib.contextmanager
+def force_reference():
+    """Select the "reference" implementation of every op prepared in this block (this thread)."""
+    before = getattr(_forced, "on", False)
+    _forced.on = True
+    try:
+        yield
+    finally:
+        _forced.on = before
 
 
 def select(node: Node, ins: list[Info | None], outs: list[Info]) -> Kernel:
