@@ -54,4 +54,4 @@ def test_random_weights_match_onnxruntime(name):
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-3, atol=1e-5)
     # random weights must make the output informative, not a constant
-    assert np.std(want[0]) > 1e-4
+    assert np.std(want[0]) > 0.01 * np.mean(np.abs(want[0]))

@@ -54,17 +54,20 @@ def plan_memory(steps: list[tuple[list[str], list[str], dict[int, int], dict[int
     views: dict[str, str] = {}
     for i, (ins, outs, inplace_map, view_map) in enumerate(steps):
         for o_idx, name in enumerate(outs):
-            if not name or name not in sizes:
+            if not name:
+                continue
+            src = ins[view_map[o_idx]] if o_idx in view_map and view_map[o_idx] < len(ins) else ""
+            if src and src in root:
+                # a view (static or not) keeps its source's buffer alive as long as it is read
+                r = root[src]
+                root[name] = r
+                group_last[r] = max(group_last[r], last_use.get(name, i), i)
+                views[name] = src
+                continue
+            if name not in sizes:
                 continue
             root[name] = name
             group_last[name] = max(last_use.get(name, i), i)
-            src = ins[view_map[o_idx]] if o_idx in view_map and view_map[o_idx] < len(ins) else ""
-            if src and src in root:
-                r = root[src]
-                root[name] = r
-                group_last[r] = max(group_last[r], group_last.pop(name))
-                views[name] = src
-                continue
             src = ins[inplace_map[o_idx]] if o_idx in inplace_map and inplace_map[o_idx] < len(ins) else ""
             if src and src in root and group_last[root[src]] == i and sizes.get(src) == sizes[name] \
                     and sum(1 for n in ins if n == src) == 1:
@@ -88,7 +91,7 @@ def plan_memory(steps: list[tuple[list[str], list[str], dict[int, int], dict[int
                 offsets[name], top = _take(free, size, top)
         for r in dying.get(i, ()):
             _give(free, offsets[r], _aligned(sizes[r]))
-    plans = {name: TensorPlan(name, sizes[name], r, offsets[r]) for name, r in root.items()}
+    plans = {name: TensorPlan(name, sizes.get(name, 0), r, offsets[r]) for name, r in root.items()}
     return MemoryPlan(top, plans, inplace, views, naive)
 
 
