@@ -26,6 +26,7 @@ from nnhal.errors import DeviceError, InputError, ModelError, NnhalError, Regist
 from nnhal.graph.graph import Graph
 from nnhal.graph.tensor import TensorKind
 from nnhal.optimizer.infer import infer_graph
+from nnhal.optimizer.passes import run_passes
 from nnhal.optimizer.placement import Decision, place
 from nnhal.optimizer.split import default_split
 from nnhal.options import Options, validate_device_options
@@ -135,6 +136,7 @@ class GraphHandle:
     prepared_shapes: dict[str, tuple] = field(default_factory=dict)
     prepared_graph: Graph | None = None
     outputs: dict[str, np.ndarray] = field(default_factory=dict)
+    pass_report: dict[str, int] = field(default_factory=dict)
 
     @property
     def input_names(self) -> list[str]:
@@ -188,7 +190,7 @@ def set_graph_input(g: GraphHandle, key: str | int, value: Any) -> None:
         if array.ndim != len(t.shape) or any(d is not None and d != s for d, s in zip(t.shape, array.shape)):
             want = "x".join("?" if d is None else str(d) for d in t.shape) or "scalar"
             raise InputError(f"input '{name}' expects shape [{want}], got {list(array.shape)}")
-    g.inputs[name] = np.ascontiguousarray(array)
+    g.inputs[name] = np.require(array, requirements="C")
 
 
 def prerun_graph(g: GraphHandle, options: Options | None = None) -> None:
@@ -206,6 +208,7 @@ def prerun_graph(g: GraphHandle, options: Options | None = None) -> None:
             t = graph.tensors[name]
             t.dtype, t.shape = g.inputs[name].dtype, tuple(g.inputs[name].shape)
     infer_graph(graph, fold=options.fold_constants)
+    g.pass_report = run_passes(graph)
     ctx = g.context
     devices = [find_device(n) for n in ctx.devices]
     g.placement = place(graph, devices, options.precision, ctx.pins, ctx.deny)

@@ -107,6 +107,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return validate_main(argv)
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from nnhal.benchmark.run import main as bench_main
+
+    return bench_main(args.rest)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="nnhal", description="nnhal: pluggable-device ONNX inference")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -135,6 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--report", default=None, help="write a report (.json or .html)")
     p.add_argument("-v", "--verbose", action="store_true")
     p.set_defaults(func=cmd_validate)
+    p = sub.add_parser("bench", help="benchmark nnhal against onnxruntime (see nnhal bench --help)", add_help=False)
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+    p.set_defaults(func=cmd_bench)
     return parser
 
 
