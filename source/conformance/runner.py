@@ -131,11 +131,16 @@ def summary(results: list[CaseResult]) -> Counter:
 
 
 def _bar(done: int, total: int, results: list[CaseResult]) -> None:
+    """A progress bar on a terminal; a line per tenth of the run otherwise (logs stay short)."""
+    tty = sys.stderr.isatty()
+    step = max(1, total // (100 if tty else 10))
+    if done % step and done != total:
+        return
     counts = summary(results)
     width = 30
     filled = width * done // max(total, 1)
-    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} "
-                     f"pass {counts[PASS]} wrong {counts[WRONG]} unsupported {counts[UNSUPPORTED]} error {counts[ERROR]}")
+    sys.stderr.write(f"{chr(13) if tty else ''}[{'#' * filled}{'.' * (width - filled)}] {done}/{total} "
+                     f"pass {counts[PASS]} wrong {counts[WRONG]} unsupported {counts[UNSUPPORTED]} error {counts[ERROR]}" + ("" if tty else "\n"))
     sys.stderr.flush()
 
 

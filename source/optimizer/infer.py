@@ -48,7 +48,7 @@ def infer_graph(graph: Graph, fold: bool = True) -> None:
                     _set(graph, name, Info.of(value), constant=True)
             continue
         try:
-            outs = proto.infer(node, ins)
+            outs = proto.infer(node, ins + [info_of(graph.tensors[n]) for n in node.implicit_inputs])
         except NnhalError:
             raise
         except Exception as exc:

@@ -115,9 +115,12 @@ def _convert_graph(gp: onnx.GraphProto, opsets: dict[str, int], outer: frozenset
             if out and out not in tensors:
                 tensors[out] = Tensor(out)
     for vi in gp.output:
+        dtype, shape = _value_type(vi)
         if vi.name not in tensors:
-            dtype, shape = _value_type(vi)
             tensors[vi.name] = Tensor(vi.name, dtype, shape)
+        elif tensors[vi.name].dtype is None and tensors[vi.name].kind is TensorKind.VARIABLE:
+            # the declared type is a hint until inference sets the real one
+            tensors[vi.name].dtype, tensors[vi.name].shape = dtype, shape
     return Graph(gp.name or "main", tensors, nodes, inputs, [o.name for o in gp.output], dict(opsets), outer)
 
 

@@ -1,0 +1,8 @@
+"""Softmax: normalized exponentials along an axis (2-D coerced before opset 13)."""
+from __future__ import annotations
+
+from nnhal.operator._reduce import SoftmaxPrototype
+
+
+class Softmax(SoftmaxPrototype):
+    op_type = "Softmax"
