@@ -9,11 +9,13 @@ from nnhal.api import (
     create_graph,
     destroy_graph,
     devices,
+    explain,
     get_graph_output,
     init,
     postrun_graph,
     prerun_graph,
     release,
+    report,
     run_graph,
     set_graph_input,
     wait_graph,
@@ -39,6 +41,6 @@ __version__ = "0.1.0"
 __all__ = [
     "Context", "DeviceError", "GraphHandle", "InputError", "ModelError", "NnhalError", "Options", "OptionsError",
     "RegistryError", "Session", "ShapeError", "StateError", "UnsupportedError", "UnsupportedOperatorError",
-    "UnsupportedTypeError", "create_context", "create_graph", "destroy_graph", "devices", "get_graph_output", "init",
-    "postrun_graph", "prerun_graph", "release", "run_graph", "set_graph_input", "wait_graph",
+    "UnsupportedTypeError", "create_context", "create_graph", "destroy_graph", "devices", "explain", "get_graph_output", "init",
+    "postrun_graph", "prerun_graph", "release", "report", "run_graph", "set_graph_input", "wait_graph",
 ]

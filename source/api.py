@@ -28,7 +28,9 @@ from nnhal.graph.tensor import TensorKind
 from nnhal.optimizer.infer import infer_graph
 from nnhal.optimizer.passes import run_passes
 from nnhal.optimizer.placement import Decision, place
-from nnhal.optimizer.split import default_split
+from nnhal.optimizer.quantize import quantize_activations
+from nnhal.optimizer.report import PlacementReport, build_report
+from nnhal.optimizer.split import default_split, enforce_min_group_size
 from nnhal.options import Options, validate_device_options
 from nnhal.scheduler.default import DEFAULT_SCHEDULER
 from nnhal.scheduler.scheduler import Execution, Scheduler
@@ -137,6 +139,7 @@ class GraphHandle:
     prepared_graph: Graph | None = None
     outputs: dict[str, np.ndarray] = field(default_factory=dict)
     pass_report: dict[str, int] = field(default_factory=dict)
+    moved_by_min_group: list[str] = field(default_factory=list)
 
     @property
     def input_names(self) -> list[str]:
@@ -193,15 +196,8 @@ def set_graph_input(g: GraphHandle, key: str | int, value: Any) -> None:
     g.inputs[name] = np.require(array, requirements="C")
 
 
-def prerun_graph(g: GraphHandle, options: Options | None = None) -> None:
-    """Infer shapes, fold constants, place, split, set precision and prepare every subgraph."""
-    _alive(g)
-    if g.state is GraphState.RUNNING:
-        raise StateError("the graph is running; call wait_graph() before prerun_graph()")
-    if g.state in (GraphState.PREPARED, GraphState.DONE):
-        postrun_graph(g)
-    _release_device_graphs(g)
-    options = options or Options()
+def _plan(g: GraphHandle, options: Options) -> tuple[Graph, list, list[Device], list[str]]:
+    """Infer, run passes, place, apply the group-size policy and split (nothing compiled yet)."""
     graph = g.graph.copy()
     for name in graph.inputs:
         if name in g.inputs:
@@ -212,22 +208,68 @@ def prerun_graph(g: GraphHandle, options: Options | None = None) -> None:
     ctx = g.context
     devices = [find_device(n) for n in ctx.devices]
     g.placement = place(graph, devices, options.precision, ctx.pins, ctx.deny)
+    moved = enforce_min_group_size(graph, g.placement, options.min_group_size)
     assignment = {n: d.device for n, d in g.placement.items()}
     splitter = next((d.optimizer.split_graph for d in devices if d.optimizer and d.optimizer.split_graph), None)
     subgraphs = splitter(graph, assignment) if splitter else default_split(graph, assignment)
     for sg in subgraphs:
+        sg.original_nodes = list(sg.nodes)
+        sg.precision = options.precision if options.precision in find_device(sg.device).describe().precisions \
+            else "fp32"
+    return graph, subgraphs, devices, moved
+
+
+def prerun_graph(g: GraphHandle, options: Options | None = None) -> None:
+    """Infer shapes, fold constants, place, split, set precision and prepare every subgraph."""
+    _alive(g)
+    if g.state is GraphState.RUNNING:
+        raise StateError("the graph is running; call wait_graph() before prerun_graph()")
+    if g.state in (GraphState.PREPARED, GraphState.DONE):
+        postrun_graph(g)
+    _release_device_graphs(g)
+    options = options or Options()
+    graph, subgraphs, devices, moved = _plan(g, options)
+    quantize_activations(graph, subgraphs, options.precision, g.inputs, options.calibration)
+    for i, sg in enumerate(subgraphs):
         device = find_device(sg.device)
-        sg.precision = options.precision
         if device.optimizer is not None and device.optimizer.optimize_graph is not None:
-            sg = device.optimizer.optimize_graph(sg, options.precision) or sg
+            subgraphs[i] = device.optimizer.optimize_graph(sg, sg.precision) or sg
     g.scheduler = next((d.scheduler for d in devices[:1] if d.scheduler is not None), DEFAULT_SCHEDULER)
     g.execution = Execution(subgraphs, {d.name: d for d in devices}, options)
-    g.execution.device_options = ctx.device_options
-    g.scheduler.prerun(g.execution)
+    g.execution.device_options = g.context.device_options
+    g.moved_by_min_group = moved
     g.prepared_graph = graph
+    g.scheduler.prerun(g.execution)
     g.prepared_shapes = {n: a.shape for n, a in g.inputs.items()}
     g.options = options
     g.state = GraphState.PREPARED
+
+
+def report(g: GraphHandle) -> PlacementReport:
+    """What ran where after prerun: placement with reasons, subgraphs, boundaries, fallbacks."""
+    _alive(g)
+    if g.execution is None or g.prepared_graph is None:
+        raise StateError("no placement yet: call prerun_graph() first (or nnhal.explain() before compiling)")
+    return build_report(g.prepared_graph, g.placement, g.execution.subgraphs, g.moved_by_min_group,
+                        g.options.min_group_size, g.execution.report)
+
+
+def explain(model: Any, devices: list[str] | None = None, precision: str = "fp32",
+            inputs: dict[str, Any] | None = None, min_group_size: int = 1, pins: dict[str, str] | None = None,
+            deny: dict[str, list[str]] | None = None, strict: bool = False) -> PlacementReport:
+    """The placement report of a model before anything is compiled.
+
+    ``inputs`` maps input names to arrays (or shapes) for models with dynamic dims.
+    """
+    ctx = create_context("explain", devices, None, strict, pins, deny)
+    g = create_graph(ctx, "onnx", model)
+    for name, value in (inputs or {}).items():
+        if isinstance(value, (tuple, list)):
+            value = np.zeros(value, dtype=g.graph.tensors[_resolve(g.graph.inputs, name, "input")].dtype)
+        set_graph_input(g, name, value)
+    options = Options(precision=precision, min_group_size=min_group_size, strict=strict)
+    graph, subgraphs, _, moved = _plan(g, options)
+    return build_report(graph, g.placement, subgraphs, moved, min_group_size)
 
 
 def run_graph(g: GraphHandle, block: bool = True) -> None:

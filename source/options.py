@@ -18,16 +18,23 @@ class Options:
     precision      fp32, fp16, int8 or uint8: what devices are asked to run
     strict         a failing device is an error instead of a fallback to the CPU
     fold_constants evaluate constant subexpressions at prerun
+    min_group_size groups of fewer nodes on a non-fallback device go to the CPU
+    calibration    tensor -> (min, max) ranges for quantized precisions; None =
+                   calibrate on the inputs set before prerun
     """
 
     num_thread: int = 0
     precision: str = "fp32"
     strict: bool = False
     fold_constants: bool = True
+    min_group_size: int = 1
+    calibration: dict[str, tuple[float, float]] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.num_thread, int) or self.num_thread < 0:
             raise OptionsError(f"num_thread must be a non-negative int, got {self.num_thread!r}")
+        if not isinstance(self.min_group_size, int) or self.min_group_size < 1:
+            raise OptionsError(f"min_group_size must be an int >= 1, got {self.min_group_size!r}")
         if self.precision not in PRECISIONS:
             raise OptionsError(f"precision must be one of {', '.join(PRECISIONS)}; got '{self.precision}'")
 

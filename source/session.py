@@ -19,9 +19,10 @@ class Session:
     def __init__(self, model: Any, devices: list[str] | None = None, precision: str = "fp32",
                  num_thread: int = 0, device_options: dict[str, dict] | None = None, strict: bool = False,
                  pins: dict[str, str] | None = None, deny: dict[str, list[str]] | None = None,
-                 name: str = "session") -> None:
+                 min_group_size: int = 1, calibration: dict | None = None, name: str = "session") -> None:
         api.init()
-        self.options = Options(num_thread=num_thread, precision=precision, strict=strict)
+        self.options = Options(num_thread=num_thread, precision=precision, strict=strict,
+                               min_group_size=min_group_size, calibration=calibration)
         self.context = api.create_context(name, devices, device_options, strict, pins, deny)
         self.graph = api.create_graph(self.context, "onnx", model)
 
@@ -47,6 +48,16 @@ class Session:
     def placement(self) -> dict[str, Any]:
         """Node name -> placement decision (device and reasons) of the last prerun."""
         return dict(self.graph.placement)
+
+    def report(self):
+        """Placement with reasons, subgraphs, boundary tensors and bytes, fallbacks (after the first run)."""
+        return api.report(self.graph)
+
+    @property
+    def fallbacks(self) -> list:
+        """Subgraphs that failed on their device and were re-placed on the CPU."""
+        ex = self.graph.execution
+        return list(ex.report) if ex is not None else []
 
     @property
     def subgraphs(self) -> list:

@@ -8,6 +8,20 @@ import numpy as np
 
 from nnhal.graph.graph import Graph
 from nnhal.graph.node import Node
+from nnhal.graph.tensor import Quantization
+
+
+@dataclass(frozen=True)
+class Format:
+    """How a device holds a boundary tensor: dtype and, for quantized ones, the parameters."""
+
+    dtype: np.dtype
+    quant: Quantization | None = None
+
+    def describe(self) -> str:
+        if self.quant is None:
+            return str(self.dtype)
+        return f"{self.dtype}(scale={float(np.ravel(self.quant.scale)[0]):.4g}, zp={int(np.ravel(self.quant.zero_point)[0])})"
 
 
 @dataclass
@@ -19,7 +33,11 @@ class Subgraph:
     subgraphs). ``values`` is the run's shared tensor store: the scheduler puts
     boundary inputs there before ``run`` and the device puts its outputs there.
     ``device_graph`` is whatever the device's ``pre_run`` built (its private
-    compiled form); the core never looks inside.
+    compiled form); the core never looks inside. ``input_formats`` and
+    ``output_formats`` say how the device wants a boundary tensor when that is
+    not the host format (fp32 arrays): the core converts at the boundary
+    (quantize, dequantize, cast), so no device handles another's formats.
+    ``original_nodes`` keeps the nodes as placed, for a fallback to the CPU.
     """
 
     index: int
@@ -32,6 +50,9 @@ class Subgraph:
     device_graph: Any = None
     values: dict[str, np.ndarray] = field(default_factory=dict)
     stats: dict[str, Any] = field(default_factory=dict)
+    input_formats: dict[str, Format] = field(default_factory=dict)
+    output_formats: dict[str, Format] = field(default_factory=dict)
+    original_nodes: list[Node] = field(default_factory=list)
 
     def __repr__(self) -> str:
         return f"Subgraph(#{self.index} on {self.device}, {len(self.nodes)} nodes)"

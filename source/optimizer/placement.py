@@ -27,8 +27,12 @@ class Decision:
 
 
 def place(graph: Graph, devices: list[Device], precision: str, pins: dict[str, str] | None = None,
-          deny: dict[str, list[str]] | None = None) -> dict[str, Decision]:
-    """Decide a device for every node of ``graph``; UnsupportedOperatorError lists nodes no device takes."""
+          deny: dict[str, list[str]] | None = None, fallback: str = "cpu") -> dict[str, Decision]:
+    """Decide a device for every node of ``graph``; UnsupportedOperatorError lists nodes no device takes.
+
+    When no device offers ``precision`` for a node, the fallback device (the
+    CPU) takes it at fp32, and the decision says so.
+    """
     pins = pins or {}
     deny = deny or {}
     descriptions = {d.name: d.describe() for d in devices}
@@ -56,6 +60,12 @@ def place(graph: Graph, devices: list[Device], precision: str, pins: dict[str, s
             reason = "pinned by the user" if pinned else ("first device that accepts it" if not declined else
                                                           "first device that accepts it after " + ", ".join(declined))
             break
+        if chosen is None and fallback in {d.name for d in devices} and not pinned and fallback not in denied:
+            cpu = next(d for d in devices if d.name == fallback)
+            why = _why_not(cpu, descriptions[fallback], Candidate(node, cand.inputs, cand.outputs, "fp32"))
+            if not why:
+                chosen = fallback
+                reason = f"fallback: no device runs it at {precision}; the CPU runs it at fp32"
         if chosen is None:
             homeless.append((node, declined))
             continue

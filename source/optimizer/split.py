@@ -93,3 +93,30 @@ def default_split(graph: Graph, placement: dict[str, str]) -> list[Subgraph]:
                     outputs.append(name)
         subgraphs.append(Subgraph(i, graph, nodes, inputs, outputs, device))
     return subgraphs
+
+
+def enforce_min_group_size(graph: Graph, decisions: dict, min_size: int, fallback: str = "cpu") -> list[str]:
+    """Re-place nodes of non-fallback groups smaller than ``min_size`` on the fallback device.
+
+    A policy, not a constant: tiny groups cost two boundary crossings for
+    little work. Returns the names of the nodes moved; their decisions say why.
+    """
+    from dataclasses import replace
+
+    moved: list[str] = []
+    if min_size <= 1:
+        return moved
+    while True:
+        assignment = {name: d.device for name, d in decisions.items()}
+        small = [(device, nodes) for device, nodes in group_nodes(graph, assignment)
+                 if device != fallback and len(nodes) < min_size]
+        if not small:
+            return moved
+        for device, nodes in small:
+            for node in nodes:
+                old = decisions[node.name]
+                decisions[node.name] = replace(
+                    old, device=fallback,
+                    reason=f"its group on '{device}' has {len(nodes)} node(s), below min_group_size={min_size}",
+                    declined={**old.declined, device: f"group of {len(nodes)} < min_group_size {min_size}"})
+                moved.append(node.name)

@@ -23,9 +23,20 @@ def make_recording_device(name: str, calls: list) -> Device:
 
     def run(device, sg):
         calls.append(("run", name))
+        compute(sg)
+
+    def compute(sg):
         for node in sg.nodes:
             args = [sg.values[i] if i in sg.values else sg.graph.tensors[i].value for i in node.inputs]
             sg.values[node.outputs[0]] = OPS[node.op_type](*args)
+
+    def async_run(device, sg):
+        calls.append(("async_run", name))
+        compute(sg)
+
+    def async_wait(device, sg, try_wait):
+        calls.append(("async_wait", name))
+        return True
 
     def describe(device):
         calls.append(("describe", name))
@@ -55,6 +66,7 @@ def make_recording_device(name: str, calls: list) -> Device:
     return Device(
         name=name,
         interface=Interface(run=run, init=hook("init"), pre_run=pre_run, post_run=hook("post_run"),
+                            async_run=async_run, async_wait=async_wait,
                             release_graph=hook("release_graph"), release_device=hook("release_device")),
         allocator=Allocator(describe=describe, evaluation=evaluation, allocate=hook("allocate"), release=hook("release")),
         optimizer=Optimizer(split_graph=split_graph, optimize_graph=optimize_graph),

@@ -36,7 +36,7 @@ def cpu_release_graph(device: Device, device_graph) -> None:
 def cpu_describe(device: Device) -> Description:
     return Description(
         ops=frozenset(KERNELS),
-        precisions=("fp32", "fp16", "int8", "uint8"),
+        precisions=("fp32",),
         performance={"fp32": Performance(1.0, 1.0)},
         summary="numpy reference and fast kernels; takes what no other device can",
     )

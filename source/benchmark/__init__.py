@@ -1,0 +1,1 @@
+"""Side-by-side benchmarks of nnhal against onnxruntime (``nnhal bench``; see benchmarks/README.md)."""
