@@ -231,6 +231,7 @@ def prerun_graph(g: GraphHandle, options: Options | None = None) -> None:
     graph, subgraphs, devices, moved = _plan(g, options)
     quantize_activations(graph, subgraphs, options.precision, g.inputs, options.calibration)
     for i, sg in enumerate(subgraphs):
+        sg.device_options = g.context.device_options.get(sg.device)
         device = find_device(sg.device)
         if device.optimizer is not None and device.optimizer.optimize_graph is not None:
             subgraphs[i] = device.optimizer.optimize_graph(sg, sg.precision) or sg

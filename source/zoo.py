@@ -86,7 +86,8 @@ def randomize_weights(model: onnx.ModelProto, seed: int = 0) -> onnx.ModelProto:
             arr = _sample(rng, role[init.name], arr.shape)
         keep.append(numpy_helper.from_array(arr, init.name))
     kept_names = {i.name for i in keep} | {i.name for i in new_inits}
-    inputs = [i for i in graph.input if i.name not in kept_names]
+    original_inits = {i.name for i in graph.initializer}
+    inputs = [i for i in graph.input if i.name not in kept_names and i.name not in original_inits]
     new_graph = helper.make_graph(new_nodes, graph.name, inputs, list(graph.output), keep + new_inits)
     out = helper.make_model(new_graph, opset_imports=list(model.opset_import), producer_name="nnhal-zoo")
     out.ir_version = max(model.ir_version, 4)

@@ -78,11 +78,23 @@ def cmd_run(args: argparse.Namespace) -> int:
         counts[decision.device] = counts.get(decision.device, 0) + 1
     print(f"placement: {', '.join(f'{d}: {n} nodes' for d, n in counts.items())}; "
           f"{len(session.subgraphs)} subgraph(s)")
+    for event in session.fallbacks:
+        print(f"fallback: {event.describe()}")
     print(f"session creation {created * 1e3:.1f} ms; first run (incl. prerun) {first * 1e3:.1f} ms")
     if times:
         print(f"latency over {len(times)} runs: median {np.median(times) * 1e3:.2f} ms, "
               f"min {min(times) * 1e3:.2f} ms, max {max(times) * 1e3:.2f} ms")
     session.close()
+    return 0
+
+
+def cmd_placement(args: argparse.Namespace) -> int:
+    import nnhal
+    from nnhal.zoo import resolve
+
+    report = nnhal.explain(resolve(args.model), devices=[d for d in args.device.split(",") if d],
+                           precision=args.precision, min_group_size=args.min_group_size)
+    print(report)
     return 0
 
 
@@ -127,6 +139,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-thread", type=int, default=0)
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_run)
+    p = sub.add_parser("placement", help="explain where each node of a model would run, before compiling")
+    p.add_argument("model")
+    p.add_argument("--device", default="cpu", help="comma-separated device list in priority order")
+    p.add_argument("--precision", default="fp32", choices=["fp32", "fp16", "int8", "uint8"])
+    p.add_argument("--min-group-size", type=int, default=1)
+    p.set_defaults(func=cmd_placement)
     p = sub.add_parser("registry", help="re-run CMake's configure step and refresh the installed device registry")
     p.add_argument("--enable", action="append", default=[], metavar="DEVICE")
     p.add_argument("--disable", action="append", default=[], metavar="DEVICE")

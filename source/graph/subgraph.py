@@ -53,6 +53,7 @@ class Subgraph:
     input_formats: dict[str, Format] = field(default_factory=dict)
     output_formats: dict[str, Format] = field(default_factory=dict)
     original_nodes: list[Node] = field(default_factory=list)
+    device_options: Any = None       # the device's typed options from the context (None = defaults)
 
     def __repr__(self) -> str:
         return f"Subgraph(#{self.index} on {self.device}, {len(self.nodes)} nodes)"

@@ -1,8 +1,9 @@
 """Post-training quantization of activations: calibration and parameters.
 
 ``quantize_activations`` is the single step the core runs when a subgraph's
-device asks for a quantized precision: it calibrates tensor ranges (min/max
-over the inputs seen at prerun, unless a table is given) and sets
+device asks for a quantized precision: it calibrates tensor ranges on the
+inputs seen at prerun (unless a table is given; "minmax" takes the extremes,
+"mse" the clipping with the least uint8 error) and sets
 ``Tensor.quant`` on every float tensor a quantized subgraph reads or writes.
 Activations are asymmetric uint8 per tensor; weights are the device's
 business (vnpu: symmetric int8 per channel, int32 bias).
@@ -20,22 +21,50 @@ QUANTIZED = ("int8", "uint8")
 Ranges = dict[str, tuple[float, float]]
 
 
-def calibrate_minmax(graph: Graph, feeds: list[dict[str, np.ndarray]]) -> Ranges:
-    """Min/max of every float tensor over fp32 CPU runs of ``graph`` on ``feeds``."""
+SAMPLE = 65536
+CANDIDATES = np.linspace(1.0, 0.3, 15)
+
+
+def collect(graph: Graph, feeds: list[dict[str, np.ndarray]]) -> dict[str, tuple[float, float, np.ndarray]]:
+    """Per float tensor: min, max and a fixed-size sample of values over fp32 CPU runs on ``feeds``."""
     from nnhal.device.cpu.plan import compile_nodes
 
     names = [o for n in graph.nodes for o in n.outputs if o]
     plan = compile_nodes(graph, graph.nodes, list(graph.inputs), names)
-    ranges: Ranges = {}
+    stats: dict[str, tuple[float, float, list[np.ndarray]]] = {}
+    rng = np.random.default_rng(0)
     for feed in feeds:
         values = dict(feed)
         plan.run(values)
         for name, value in values.items():
             if isinstance(value, np.ndarray) and value.dtype.kind == "f" and value.size:
-                lo, hi = float(np.min(value)), float(np.max(value))
-                if name in ranges:
-                    lo, hi = min(lo, ranges[name][0]), max(hi, ranges[name][1])
-                ranges[name] = (lo, hi)
+                flat = value.ravel()
+                sample = flat if flat.size <= SAMPLE else flat[rng.integers(0, flat.size, SAMPLE)]
+                lo, hi, parts = stats.get(name, (np.inf, -np.inf, []))
+                stats[name] = (min(lo, float(flat.min())), max(hi, float(flat.max())), parts + [sample.astype(np.float64)])
+    return {n: (lo, hi, np.concatenate(parts)) for n, (lo, hi, parts) in stats.items()}
+
+
+def _mse_range(lo: float, hi: float, sample: np.ndarray) -> tuple[float, float]:
+    """The shrink of [lo, hi] (toward zero) whose uint8 quantization of the sample has the least squared error."""
+    best, best_err = (lo, hi), np.inf
+    for ratio in CANDIDATES:
+        q = uint8_params(lo * ratio, hi * ratio)
+        scale, zp = float(q.scale), float(q.zero_point)
+        approx = (np.clip(np.rint(sample / scale) + zp, 0, 255) - zp) * scale
+        err = float(np.mean((approx - sample) ** 2))
+        if err < best_err:
+            best, best_err = (lo * ratio, hi * ratio), err
+    return best
+
+
+def calibrate_ranges(graph: Graph, feeds: list[dict[str, np.ndarray]], method: str = "mse") -> Ranges:
+    """Activation ranges: "minmax" (exact extremes) or "mse" (the clipping that minimizes uint8 error)."""
+    if method not in ("minmax", "mse"):
+        raise ValueError(f"calibration method must be 'minmax' or 'mse', got '{method}'")
+    ranges: Ranges = {}
+    for name, (lo, hi, sample) in collect(graph, feeds).items():
+        ranges[name] = (lo, hi) if method == "minmax" else _mse_range(lo, hi, sample)
     for t in graph.tensors.values():
         if t.kind is TensorKind.CONSTANT and t.value is not None and t.value.dtype.kind == "f" and t.value.size:
             ranges.setdefault(t.name, (float(t.value.min()), float(t.value.max())))
@@ -51,7 +80,8 @@ def uint8_params(lo: float, hi: float) -> Quantization:
 
 
 def quantize_activations(graph: Graph, subgraphs: list[Subgraph], precision: str,
-                         feeds: dict[str, np.ndarray] | None, table: Ranges | None = None) -> Ranges:
+                         feeds: dict[str, np.ndarray] | None, table: Ranges | None = None,
+                         method: str = "mse") -> Ranges:
     """Calibrate (unless ``table`` is given) and set Tensor.quant for the quantized subgraphs' tensors."""
     targets = [sg for sg in subgraphs if sg.precision in QUANTIZED]
     if not targets:
@@ -61,7 +91,7 @@ def quantize_activations(graph: Graph, subgraphs: list[Subgraph], precision: str
         if missing:
             raise InputError(f"precision '{precision}' needs calibration data: set the inputs {missing} before "
                              "prerun_graph (their values calibrate the ranges), or pass Options(calibration=table)")
-        table = calibrate_minmax(graph, [feeds])
+        table = calibrate_ranges(graph, [feeds], method)
     for sg in targets:
         for node in sg.nodes:
             for name in node.inputs + node.outputs:

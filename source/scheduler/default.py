@@ -74,6 +74,7 @@ def fall_back(ex: Execution, sg: Subgraph, stage: str, exc: BaseException) -> No
     except Exception as cleanup:  # the device is already failing; keep the first error
         log.warning("nnhal: cleaning up after the failure on '%s' failed too: %s", failed.name, cleanup)
     sg.device = "cpu"
+    sg.device_options = None
     sg.device_graph = None
     sg.input_formats, sg.output_formats = {}, {}
     if sg.original_nodes:

@@ -7,11 +7,12 @@ over bound steps: gather input slots, call, store output slots.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from collections import Counter
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from nnhal.device.cpu.kernels.select import select
+from nnhal.device.cpu.kernels.select import reference_forced, select
 from nnhal.device.cpu.planner import MemoryPlan, arena_views, plan_memory
 from nnhal.errors import DeviceError, NnhalError, where
 from nnhal.graph.graph import Graph
@@ -106,6 +107,8 @@ def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: l
         outs = [info(n) or Info(None, None) for n in node.outputs]
         kernel = select(node, ins, outs)
         chosen.append((node, kernel, ins, outs))
+    if not reference_forced():
+        chosen = fuse_activations(chosen, external)
     sizes: dict[str, int] = {}
     for node, kernel, _, _ in chosen:
         for name in node.outputs:
@@ -139,6 +142,64 @@ def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: l
     in_slots = [(n, slot(n)) for n in inputs]
     out_slots = [(n, slot(n)) for n in outputs]
     return Plan(steps, slots, in_slots, out_slots, memory, arena, kernels)
+
+
+FUSED_ATTR = "_nnhal_activation"
+
+
+def _activation(node: Node, ins: list[Info | None], dtype) -> tuple | None:
+    """('relu',) or ('clip', lo, hi) when ``node`` is an activation a producer can apply in place."""
+    if node.domain or len(node.outputs) != 1 or not node.outputs[0]:
+        return None
+    if node.op_type == "Relu":
+        return ("relu",)
+    if node.op_type != "Clip":
+        return None
+    if node.version < 11:
+        lo, hi = node.attrs["min"], node.attrs["max"]
+    else:
+        bounds = []
+        for k in (1, 2):
+            if k < len(ins) and ins[k] is not None:
+                if ins[k].value is None:
+                    return None
+                bounds.append(ins[k].value)
+            else:
+                bounds.append(None)
+        lo, hi = bounds
+    with np.errstate(over="ignore"):
+        lo = None if lo is None else np.asarray(lo).astype(dtype).reshape(())
+        hi = None if hi is None else np.asarray(hi).astype(dtype).reshape(())
+    return ("clip", lo, hi)
+
+
+def fuse_activations(chosen: list, external: set[str]) -> list:
+    """Fold Relu/Clip into the producing node's epilogue when its kernel can apply it in place
+    (``fuse_activation``), the intermediate has no other reader and is not a subgraph output."""
+    reads = Counter(n for node, _, _, _ in chosen for n in node.all_inputs if n)
+    reader = {}
+    for pos, (node, _, _, _) in enumerate(chosen):
+        for n in node.all_inputs:
+            if n:
+                reader.setdefault(n, pos)
+    result, dropped = [], set()
+    for pos, (node, kernel, ins, outs) in enumerate(chosen):
+        if pos in dropped:
+            continue
+        live = [o for o in node.outputs if o]
+        if getattr(kernel, "fuse_activation", False) and len(node.outputs) == 1 and len(live) == 1 \
+                and live[0] not in external and reads[live[0]] == 1 and FUSED_ATTR not in node.attrs:
+            j = reader.get(live[0])
+            nxt = chosen[j] if j is not None else None
+            if nxt is not None and nxt[0].inputs and nxt[0].inputs[0] == live[0] and outs[0].dtype is not None \
+                    and outs[0].dtype.kind == "f" and nxt[3][0].dtype == outs[0].dtype:
+                act = _activation(nxt[0], nxt[2], outs[0].dtype)
+                if act is not None:
+                    node = replace(node, outputs=list(nxt[0].outputs), attrs={**node.attrs, FUSED_ATTR: act})
+                    outs = list(nxt[3])
+                    dropped.add(j)
+        result.append((node, kernel, ins, outs))
+    return result
 
 
 def _verify(step: Step, result) -> None:

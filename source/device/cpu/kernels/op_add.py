@@ -4,11 +4,16 @@ from __future__ import annotations
 import numpy as np
 
 from nnhal.device.cpu.kernels._binary import BinaryKernel
+from nnhal.device.cpu.kernels._scratch import fused
 
 
 class AddKernel(BinaryKernel):
     op_type = "Add"
     ufunc = np.add
+    fuse_activation = True   # a Relu/Clip the CPU plan fuses into this node runs in place after the add
+
+    def prepare(self, node, ins, outs):
+        return fused(super().prepare(node, ins, outs), node)
 
 
 IMPLEMENTATIONS = (AddKernel,)

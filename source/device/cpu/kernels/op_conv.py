@@ -1,13 +1,24 @@
-"""Conv on the CPU: N-d im2col + GEMM (reference).
+"""Conv on the CPU: N-d im2col + GEMM (reference) and the fast 2-D kernels.
 
-The input is padded into a buffer, windows are gathered with a strided view,
-and each group is one matrix product with the weights packed at prepare.
+reference: the input is padded into a buffer, windows are gathered with a
+strided view, and each group is one matrix product with the weights packed at
+prepare.
+
+gemm (2-D, constant weights, static shapes), NCHW, weights packed at prepare:
+1x1 convolutions are one GEMM straight on the input (a strided copy first
+when strided); depthwise ones accumulate one multiply-add per kernel tap over
+all channels at once; the rest gather im2col columns tap by tap into
+per-thread scratch (in bands of output rows to bound it) and run one GEMM per
+group and band into the output. 3x3 stride-1 convolutions with enough
+channels use Winograd F(2x2, 3x3). Bias and a fused activation (set by the
+CPU plan) finish in the output.
 """
 from __future__ import annotations
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from nnhal.device.cpu.kernels import _scratch
 from nnhal.device.cpu.kernels.base import Kernel, RunFn, store
 from nnhal.operator.table import get_prototype
 
@@ -66,4 +77,168 @@ def _pack(w: np.ndarray, group: int) -> np.ndarray:
     return np.ascontiguousarray(w.reshape(group, m // group, -1))
 
 
-IMPLEMENTATIONS = (ConvIm2col,)
+# scratch bound of one im2col band (bytes); bigger convolutions run in bands of output rows
+BAND_BYTES = 6 << 20
+
+
+class ConvGemm(Kernel):
+    """2-D convolution, constant weights, static shapes: GEMM without im2col for 1x1, im2col bands else."""
+
+    op_type = "Conv"
+    name = "gemm"
+    fuse_activation = True
+
+    def _geometry(self, node, ins, outs):
+        x, w = ins[0], ins[1]
+        if x is None or w is None or w.value is None or x.shape is None or len(x.shape) != 4 or not x.static:
+            return None
+        if x.dtype not in (np.float32, np.float64) or w.value.dtype != x.dtype or w.value.ndim != 4:
+            return None
+        if len(ins) > 2 and ins[2] is not None and (ins[2].value is None or ins[2].value.shape != (w.value.shape[0],)):
+            return None
+        if outs[0].shape is None or not outs[0].static or len(outs[0].shape) != 4:
+            return None
+        group = node.attrs["group"]
+        if x.shape[1] != w.value.shape[1] * group or w.value.shape[0] % group:
+            return None
+        g = get_prototype("", "Conv").geometry(node, x.shape, w.value.shape)
+        if any(p < 0 for p in g["pads"]) or list(g["kernel"]) != list(w.value.shape[2:]):
+            return None
+        return g
+
+    def score(self, node, ins, outs) -> int:
+        return 10 if self._geometry(node, ins, outs) is not None else 0
+
+    def prepare(self, node, ins, outs) -> RunFn:
+        g = self._geometry(node, ins, outs)
+        wv = ins[1].value
+        dtype = outs[0].dtype
+        n, c, h, w_in = ins[0].shape
+        m = wv.shape[0]
+        group = node.attrs["group"]
+        cg, mg = c // group, m // group
+        kh, kw = g["kernel"]
+        sh, sw = g["strides"]
+        dh, dw = g["dilations"]
+        pt, pl, pb, pr = g["pads"]
+        oh, ow = outs[0].shape[2:]
+        p = oh * ow
+        bias = ins[2].value.astype(dtype).reshape(m, 1, 1) if len(ins) > 2 and ins[2] is not None else None
+        act = _scratch.activation_of(node)
+        out_shape = tuple(outs[0].shape)
+
+        def finish(y):
+            if bias is not None:
+                np.add(y, bias, out=y)
+            _scratch.apply_activation(y, act)
+            return (y,)
+
+        # ---------------------------------------------------------- 1x1
+        if kh == kw == 1 and not any(g["pads"]):
+            wp = np.ascontiguousarray(wv.reshape(group, mg, cg))
+            w2 = wp[0]
+            strided = (sh, sw) != (1, 1)
+            parts = [((n, c, oh, ow), dtype)] if strided else []
+            if parts:
+                _scratch.reserve(_scratch.nbytes_of(*parts))
+
+            def run_1x1(inputs, outputs):
+                x = inputs[0]
+                y = outputs[0] if outputs[0] is not None else np.empty(out_shape, dtype)
+                if strided:
+                    (xs,) = _scratch.scratch(*parts)
+                    np.copyto(xs, x[:, :, :(oh - 1) * sh + 1:sh, :(ow - 1) * sw + 1:sw])
+                    x = xs
+                if group == 1:
+                    if n == 1:
+                        np.matmul(w2, x.reshape(c, p), out=y.reshape(m, p))
+                    else:
+                        np.matmul(w2, x.reshape(n, c, p), out=y.reshape(n, m, p))
+                else:
+                    np.matmul(wp, x.reshape(n, group, cg, p), out=y.reshape(n, group, mg, p))
+                return finish(y)
+
+            return run_1x1
+
+        hp, wpad = h + pt + pb, w_in + pl + pr
+        padded = any(g["pads"])
+
+        def pad_into(xp, x):
+            """x (.., H, W) into the scratch xp (.., Hp, Wp) with zero borders."""
+            if pt:
+                xp[..., :pt, :] = 0
+            if pb:
+                xp[..., pt + h:, :] = 0
+            if pl:
+                xp[..., pt:pt + h, :pl] = 0
+            if pr:
+                xp[..., pt:pt + h, pl + w_in:] = 0
+            xp[..., pt:pt + h, pl:pl + w_in] = x
+
+        def tap(i, j, r0=0, r1=oh):
+            """Index of kernel tap (i, j) over output rows r0..r1 in the padded input's last two axes."""
+            top = i * dh + r0 * sh
+            return (Ellipsis, slice(top, top + (r1 - r0 - 1) * sh + 1, sh),
+                    slice(j * dw, j * dw + (ow - 1) * sw + 1, sw))
+
+        # ---------------------------------------------------------- depthwise
+        if cg == 1 and mg == 1:
+            wd = np.ascontiguousarray(wv.reshape(c, kh * kw).T).reshape(kh * kw, 1, c, 1, 1)
+            parts = ([((n, c, hp, wpad), dtype)] if padded else []) + [((n, c, oh, ow), dtype)]
+            _scratch.reserve(_scratch.nbytes_of(*parts))
+            taps = [(i, j, tap(i, j)) for i in range(kh) for j in range(kw)]
+
+            def run_dw(inputs, outputs):
+                x = inputs[0]
+                y = outputs[0] if outputs[0] is not None else np.empty(out_shape, dtype)
+                bufs = _scratch.scratch(*parts)
+                tmp = bufs[-1]
+                if padded:
+                    pad_into(bufs[0], x)
+                    x = bufs[0]
+                for k, (i, j, index) in enumerate(taps):
+                    if k == 0:
+                        np.multiply(x[index], wd[k], out=y)
+                    else:
+                        np.multiply(x[index], wd[k], out=tmp)
+                        np.add(y, tmp, out=y)
+                return finish(y)
+
+            return run_dw
+
+        # ---------------------------------------------------------- im2col bands
+        kk = cg * kh * kw
+        wp = np.ascontiguousarray(wv.reshape(group, mg, kk))
+        rows = max(1, min(oh, BAND_BYTES // max(1, c * kh * kw * ow * dtype.itemsize)))
+        bands = [(r0, min(oh, r0 + rows)) for r0 in range(0, oh, rows)]
+        parts = ([((c, hp, wpad), dtype)] if padded else []) + [((c * kh * kw * rows * ow,), dtype)]
+        _scratch.reserve(_scratch.nbytes_of(*parts))
+        band_taps = [[(i, j, tap(i, j, r0, r1)) for i in range(kh) for j in range(kw)] for r0, r1 in bands]
+
+        def run_im2col(inputs, outputs):
+            x = inputs[0]
+            y = outputs[0] if outputs[0] is not None else np.empty(out_shape, dtype)
+            bufs = _scratch.scratch(*parts)
+            cols_all = bufs[-1]
+            for b in range(n):
+                xb = x[b]
+                if padded:
+                    pad_into(bufs[0], xb)
+                    xb = bufs[0]
+                yb = y[b].reshape(group, mg, p)
+                for (r0, r1), taps in zip(bands, band_taps):
+                    q = (r1 - r0) * ow
+                    cols = cols_all[:c * kh * kw * q]
+                    cols5 = cols.reshape(c, kh, kw, r1 - r0, ow)
+                    for i, j, index in taps:
+                        np.copyto(cols5[:, i, j], xb[index])
+                    if group == 1:
+                        np.matmul(wp[0], cols.reshape(kk, q), out=yb[0, :, r0 * ow:r1 * ow])
+                    else:
+                        np.matmul(wp, cols.reshape(group, kk, q), out=yb[:, :, r0 * ow:r1 * ow])
+            return finish(y)
+
+        return run_im2col
+
+
+IMPLEMENTATIONS = (ConvIm2col, ConvGemm)

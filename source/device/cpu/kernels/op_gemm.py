@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from nnhal.device.cpu.kernels._scratch import fused
 from nnhal.device.cpu.kernels.base import Kernel, RunFn, store
 
 
 class GemmKernel(Kernel):
     op_type = "Gemm"
+    fuse_activation = True   # a Relu/Clip fused by the CPU plan runs in place on the result
 
     def prepare(self, node, ins, outs) -> RunFn:
         alpha, beta = float(node.attrs["alpha"]), float(node.attrs["beta"])
@@ -46,7 +48,7 @@ class GemmKernel(Kernel):
                 y += c
             return (y,)
 
-        return run
+        return fused(run, node)
 
 
 IMPLEMENTATIONS = (GemmKernel,)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from nnhal.device.cpu.kernels._scratch import fused
 from nnhal.device.cpu.kernels.base import Kernel, RunFn
 
 
@@ -21,12 +22,13 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None) -> np.ndarray:
 
 class MatMulKernel(Kernel):
     op_type = "MatMul"
+    fuse_activation = True   # a Relu/Clip fused by the CPU plan runs in place on the result
 
     def prepare(self, node, ins, outs) -> RunFn:
         def run(inputs, outputs):
             return (matmul(inputs[0], inputs[1], outputs[0]),)
 
-        return run
+        return fused(run, node)
 
 
 IMPLEMENTATIONS = (MatMulKernel,)

@@ -1,0 +1,1 @@
+"""vnpu: a simulated integer accelerator, the template a hardware team copies."""
