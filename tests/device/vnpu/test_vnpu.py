@@ -101,9 +101,13 @@ def test_zoo_model_split_across_vnpu_and_cpu(name):
         # top-1 agrees with fp32, and the logits stay close
         assert np.array_equal(got[0].reshape(1, -1).argmax(1), want[0].reshape(1, -1).argmax(1))
         logits, ref = got[-1].ravel(), want[-1].ravel()
+        # "within 2% relative": the largest error relative to the fp32 output's range (NNAPI's
+        # relaxed tolerance scaled to the output range); the L2 relative error is printed too
+        scaled = np.abs(logits - ref).max() / (ref.max() - ref.min())
         rel = np.linalg.norm(logits - ref) / np.linalg.norm(ref)
-        print(f"{name} seed {seed}: logits relative error {rel:.4f}, subgraphs {len(report.subgraphs)}")
-        assert rel < 0.05
+        print(f"{name} seed {seed}: logits max error / range {scaled:.4f}, L2 relative {rel:.4f}, "
+              f"subgraphs {len(report.subgraphs)}")
+        assert scaled < 0.02 and rel < 0.03
 
 
 def test_limits_show_in_the_placement_report():

@@ -1,6 +1,9 @@
 """MaxPool on the CPU: one strided maximum per kernel tap over a -inf padded input."""
 from __future__ import annotations
 
+import numpy as np
+
+from nnhal.device.cpu.kernels import _pool2d
 from nnhal.device.cpu.kernels._nn import geometry_cache, max_pool, max_pool_indices
 from nnhal.device.cpu.kernels.base import Kernel, RunFn, store
 
@@ -24,4 +27,28 @@ class MaxPoolKernel(Kernel):
         return run
 
 
-IMPLEMENTATIONS = (MaxPoolKernel,)
+class MaxPoolSeparable(Kernel):
+    """2-D, float, static, no indices output: separable maxima over a -inf padded scratch copy."""
+
+    op_type = "MaxPool"
+    name = "separable"
+
+    def score(self, node, ins, outs) -> int:
+        if len(node.outputs) > 1 and node.outputs[1]:
+            return 0
+        return 10 if _pool2d.usable(node, ins, outs) is not None else 0
+
+    def prepare(self, node, ins, outs) -> RunFn:
+        g = _pool2d.usable(node, ins, outs)
+        dtype = outs[0].dtype
+        pool = _pool2d.make_pool(g, tuple(ins[0].shape), dtype, np.maximum, -np.inf)
+        shape = tuple(outs[0].shape)
+
+        def run(inputs, outputs):
+            out = outputs[0] if outputs[0] is not None else np.empty(shape, dtype)
+            return (pool(inputs[0], out),) + (None,) * (len(outputs) - 1)
+
+        return run
+
+
+IMPLEMENTATIONS = (MaxPoolKernel, MaxPoolSeparable)
