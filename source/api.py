@@ -236,7 +236,7 @@ def prerun_graph(g: GraphHandle, options: Options | None = None) -> None:
         if device.optimizer is not None and device.optimizer.optimize_graph is not None:
             subgraphs[i] = device.optimizer.optimize_graph(sg, sg.precision) or sg
     g.scheduler = next((d.scheduler for d in devices[:1] if d.scheduler is not None), DEFAULT_SCHEDULER)
-    g.execution = Execution(subgraphs, {d.name: d for d in devices}, options)
+    g.execution = Execution(subgraphs, {d.name: d for d in devices}, options, graph=graph)
     g.execution.device_options = g.context.device_options
     g.moved_by_min_group = moved
     g.prepared_graph = graph

@@ -79,6 +79,9 @@ def fall_back(ex: Execution, sg: Subgraph, stage: str, exc: BaseException) -> No
     sg.input_formats, sg.output_formats = {}, {}
     if sg.original_nodes:
         sg.nodes = list(sg.original_nodes)
+    if ex.graph is not None:
+        sg.graph = ex.graph         # undo a device's precision rewrite
+    sg.precision = "fp32"
     cpu = ex.devices["cpu"]
     if cpu.interface.pre_run is not None:
         cpu.interface.pre_run(cpu, sg, ex.options)
@@ -106,7 +109,8 @@ def _leave(ex: Execution, sg: Subgraph) -> None:
     for name in sg.outputs:
         value = sg.values[name]
         fmt = sg.output_formats.get(name)
-        ex.values[name] = to_host(value, fmt, sg.graph.tensors[name].dtype) if fmt is not None else value
+        host = (ex.graph or sg.graph).tensors[name].dtype
+        ex.values[name] = to_host(value, fmt, host) if fmt is not None else value
 
 
 def _run_on_cpu_after_failure(ex: Execution, sg: Subgraph, exc: BaseException) -> None:

@@ -17,8 +17,9 @@ class Execution:
     devices: dict[str, Any]                 # device name -> Device
     options: Any                            # nnhal.Options
     values: dict[str, np.ndarray] = field(default_factory=dict)
-    report: list[dict] = field(default_factory=list)   # fallbacks and other events
+    report: list = field(default_factory=list)         # fallbacks and other events
     state: Any = None                       # the scheduler's own run state
+    graph: Any = None                       # the prepared graph: host dtypes of boundary tensors
 
     def dependencies(self) -> dict[int, set[int]]:
         """Subgraph index -> indices of subgraphs producing its inputs."""

@@ -12,6 +12,7 @@ from nnhal.device.cpu.threads import set_blas_threads
 from nnhal.device.device import Allocator, Candidate, Description, Device, Interface, Optimizer, Performance, Verdict
 from nnhal.device.manager import register_device, unregister_device
 from nnhal.graph.subgraph import Subgraph
+from nnhal.optimizer.precision import to_fp16, to_quantized
 
 
 def cpu_pre_run(device: Device, subgraph: Subgraph, options) -> None:
@@ -36,7 +37,7 @@ def cpu_release_graph(device: Device, device_graph) -> None:
 def cpu_describe(device: Device) -> Description:
     return Description(
         ops=frozenset(KERNELS),
-        precisions=("fp32",),
+        precisions=("fp32", "fp16", "int8", "uint8"),
         performance={"fp32": Performance(1.0, 1.0)},
         summary="numpy reference and fast kernels; takes what no other device can",
     )
@@ -56,12 +57,23 @@ def cpu_evaluation(device: Device, candidate: Candidate) -> Verdict:
     return Verdict.no(f"no CPU kernel of {node.op_type} accepts these attributes, shapes and dtypes")
 
 
+def cpu_optimize_graph(subgraph: Subgraph, precision: str) -> Subgraph:
+    """fp16: float16 storage, float32 compute for accumulating ops; int8/uint8: QLinearConv for
+    convolutions and matrix products, integers through data movement, float elsewhere
+    (optimizer/precision.py)."""
+    if precision == "fp16":
+        return to_fp16(subgraph)
+    if precision in ("int8", "uint8"):
+        return to_quantized(subgraph, precision)
+    return subgraph
+
+
 CPU_INTERFACE = Interface(run=cpu_run, pre_run=cpu_pre_run, release_graph=cpu_release_graph)
 CPU_ALLOCATOR = Allocator(describe=cpu_describe, evaluation=cpu_evaluation)
 
 
 def register_cpu_device() -> None:
-    register_device(Device(name="cpu", interface=CPU_INTERFACE, allocator=CPU_ALLOCATOR, optimizer=Optimizer()))
+    register_device(Device(name="cpu", interface=CPU_INTERFACE, allocator=CPU_ALLOCATOR, optimizer=Optimizer(optimize_graph=cpu_optimize_graph)))
 
 
 def unregister_cpu_device() -> None:

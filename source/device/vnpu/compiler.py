@@ -18,6 +18,7 @@ from nnhal.graph.graph import Graph
 from nnhal.graph.node import Node
 from nnhal.graph.subgraph import Subgraph
 from nnhal.operator.table import get_prototype
+from nnhal.optimizer.quantize import per_channel_int8
 
 FUSABLE = {"Conv", "Gemm", "MatMul", "Add", "Mul"}
 ADD_SHIFT = 20
@@ -65,28 +66,6 @@ def _clamp_for(act: Node | None, graph: Graph, sy: float, zy: int) -> tuple[int,
     return lo, hi
 
 
-CLIP_RATIOS = np.linspace(1.0, 0.5, 11)
-
-
-def _per_channel_weights(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """int8 symmetric per output channel (axis 0): (wq, scales).
-
-    NOTE: each channel's scale clips at the fraction of its max |w| that
-    minimizes the squared quantization error (outliers otherwise waste levels).
-    """
-    flat = w.reshape(w.shape[0], -1).astype(np.float64)
-    peak = np.abs(flat).max(axis=1)
-    peak = np.where(peak > 0, peak, 1.0)
-    best_scale, best_err = peak / 127.0, np.full(flat.shape[0], np.inf)
-    for ratio in CLIP_RATIOS:
-        scale = peak * ratio / 127.0
-        err = ((np.clip(np.rint(flat / scale[:, None]), -127, 127) * scale[:, None] - flat) ** 2).sum(axis=1)
-        better = err < best_err
-        best_scale, best_err = np.where(better, scale, best_scale), np.where(better, err, best_err)
-    wq = np.clip(np.rint(flat / best_scale[:, None]), -127, 127).astype(np.int8)
-    return wq.reshape(w.shape), best_scale
-
-
 def _gemm_dtype(k: int) -> np.dtype:
     """float32 GEMM is exact while every partial sum stays below 2^24; else float64 (2^53)."""
     return np.dtype(np.float32) if k * 255 * 127 < (1 << 24) else np.dtype(np.float64)
@@ -96,7 +75,7 @@ def _weighted(kind: str, node: Node, graph: Graph, x: str, out: str, act: Node |
               bias: np.ndarray | None, extra: dict) -> Instr:
     sx, zx = _q(graph, x, node)
     sy, zy = _q(graph, out, act or node)
-    wq, sw = _per_channel_weights(w)
+    wq, sw = per_channel_int8(w)
     m = w.shape[0]
     bq = np.zeros(m, np.int64) if bias is None else np.rint(bias.astype(np.float64) / (sx * sw)).astype(np.int64)
     m0, shift = quantize_multiplier(sx * sw / sy)

@@ -39,25 +39,49 @@ class ErfFast(Kernel):
     def prepare(self, node, ins, outs) -> RunFn:
         def run(inputs, outputs):
             x = inputs[0]
-            out = outputs[0] if outputs[0] is not None else np.empty_like(x)
-            tmp = np.empty_like(x)
-            xc = np.clip(x, -4.0, 4.0)          # a copy: out may alias x
-            x2 = np.multiply(xc, xc, out=tmp)
-            p = np.multiply(x2, _ALPHA[0], out=out)
-            p += _ALPHA[1]
-            for a in _ALPHA[2:]:
-                p *= x2
-                p += a
-            p *= xc
-            q = np.multiply(x2, _BETA[0], out=xc)
-            q += _BETA[1]
-            for b in _BETA[2:]:
-                q *= x2
-                q += b
-            np.divide(p, q, out=out)
+            given = outputs[0]
+            out = given if given is not None and given.flags.c_contiguous else np.empty(x.shape, np.float32)
+            flat_x, flat_out = x.reshape(-1), out.reshape(-1)   # flat_out is a view: out is contiguous
+            n = flat_x.size
+            tmp, xc = _temps(min(n, CHUNK))
+            for i in range(0, n, CHUNK):
+                j = min(n, i + CHUNK)
+                erf_chunk(flat_x[i:j], tmp[:j - i], xc[:j - i], flat_out[i:j])
+            if given is not None and given is not out:
+                np.copyto(given, out)
+                out = given
             return (out,)
 
         return run
+
+
+# elements per chunk: the dozen passes of the polynomial stay in cache
+CHUNK = 1 << 15
+
+
+def _temps(n: int) -> tuple[np.ndarray, np.ndarray]:
+    return np.empty(n, np.float32), np.empty(n, np.float32)
+
+
+def erf_chunk(x: np.ndarray, tmp: np.ndarray, xc: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """erf of the 1-d float32 ``x`` into ``out`` (may alias x); tmp and xc are scratch of x's size."""
+    if out is None:
+        out = np.empty_like(x)
+    np.clip(x, -4.0, 4.0, out=xc)          # xc first: out may alias x
+    x2 = np.multiply(xc, xc, out=tmp)
+    p = np.multiply(x2, _ALPHA[0], out=out)
+    p += _ALPHA[1]
+    for a in _ALPHA[2:]:
+        p *= x2
+        p += a
+    p *= xc
+    q = np.multiply(x2, _BETA[0], out=xc)
+    q += _BETA[1]
+    for b in _BETA[2:]:
+        q *= x2
+        q += b
+    np.divide(p, q, out=out)
+    return out
 
 
 IMPLEMENTATIONS = (ErfKernel, ErfFast)

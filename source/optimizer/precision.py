@@ -1,0 +1,279 @@
+"""Precision passes a device's ``optimize_graph`` calls: fp16 today, quantized in quantize.py.
+
+``to_fp16`` rewrites a subgraph so every float tensor is stored as float16.
+Ops that accumulate or need range (convolutions and matrix products,
+softmax, normalizations, reductions, exp/log) are computed in float32 between
+a Cast up and a Cast down, as fp16 hardware accumulates in fp32; everything
+else computes in float16. The subgraph gets a graph of its own (the shared
+graph is untouched) and declares float16 boundaries, which the core converts.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+from onnx import TensorProto
+
+from nnhal.graph.graph import Graph
+from nnhal.graph.node import Node
+from nnhal.graph.subgraph import Format, Subgraph
+from nnhal.graph.tensor import Tensor, TensorKind
+from nnhal.optimizer.infer import infer_graph
+
+F32, F16 = np.dtype(np.float32), np.dtype(np.float16)
+
+FP32_OPS = frozenset({
+    "Conv", "ConvTranspose", "Gemm", "MatMul", "Einsum", "Softmax", "LogSoftmax", "Hardmax",
+    "LayerNormalization", "BatchNormalization", "InstanceNormalization", "GroupNormalization", "RMSNormalization",
+    "LpNormalization", "MeanVarianceNormalization", "LRN", "ReduceMean", "ReduceSum", "ReduceSumSquare",
+    "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceProd", "GlobalAveragePool", "AveragePool",
+    "LpPool", "GlobalLpPool", "CumSum", "CumProd", "Exp", "Log", "Pow", "Erf", "Attention",
+})
+
+
+def subgraph_graph(sg: Subgraph) -> Graph:
+    """A graph of the subgraph's own: copies of its nodes and of every tensor they touch."""
+    src = sg.graph
+    names = {n for node in sg.nodes for n in node.all_inputs + node.outputs if n}
+    tensors = {n: replace(src.tensors[n]) for n in names}
+    nodes = [replace(n, inputs=list(n.inputs), outputs=list(n.outputs), attrs=dict(n.attrs),
+                     implicit_inputs=list(n.implicit_inputs)) for n in sg.nodes]
+    return Graph(f"{src.name}#{sg.index}", tensors, nodes, list(sg.inputs), list(sg.outputs), dict(src.opsets),
+                 src.outer)
+
+
+def to_fp16(sg: Subgraph) -> Subgraph:
+    """Rewrite ``sg`` to float16 storage with float32 compute where it matters."""
+    g = subgraph_graph(sg)
+    for t in g.tensors.values():
+        if t.dtype == F32:
+            t.dtype = F16
+            if t.kind is TensorKind.CONSTANT:
+                t.value = t.value.astype(F16)
+    up: dict[str, str] = {}
+    nodes: list[Node] = []
+
+    def to_f32(name: str) -> str:
+        if name not in up:
+            t = g.tensors[name]
+            up[name] = f"{name}::fp32"
+            if t.kind is TensorKind.CONSTANT:
+                g.tensors[up[name]] = Tensor(up[name], F32, t.shape, TensorKind.CONSTANT, t.value.astype(F32))
+            else:
+                g.tensors[up[name]] = Tensor(up[name])
+                nodes.append(_cast(f"{name}::to_fp32", name, up[name], TensorProto.FLOAT, sg))
+        return up[name]
+
+    for node in g.nodes:
+        if node.op_type == "Cast" and not node.domain and node.attrs.get("to") in (TensorProto.FLOAT, "FLOAT"):
+            node.attrs["to"] = TensorProto.FLOAT16
+        if node.op_type == "ConstantOfShape" and isinstance(node.attrs.get("value"), np.ndarray) \
+                and node.attrs["value"].dtype == F32:
+            node.attrs["value"] = node.attrs["value"].astype(F16)
+        if node.op_type not in FP32_OPS or node.domain:
+            nodes.append(node)
+            continue
+        node.inputs = [to_f32(n) if n and g.tensors[n].dtype == F16 else n for n in node.inputs]
+        downs = []
+        for i, out in enumerate(node.outputs):
+            if out and g.tensors[out].dtype == F16:
+                wide = f"{out}::fp32"
+                g.tensors[wide] = Tensor(wide)
+                node.outputs[i] = wide
+                downs.append(_cast(f"{out}::to_fp16", wide, out, TensorProto.FLOAT16, sg))
+        nodes.append(node)
+        nodes.extend(downs)
+    g.nodes = nodes
+    infer_graph(g, fold=False)
+    sg.graph, sg.nodes = g, nodes
+    for names, formats in ((sg.inputs, sg.input_formats), (sg.outputs, sg.output_formats)):
+        for name in names:
+            if g.tensors[name].dtype == F16:
+                formats[name] = Format(F16)
+    sg.precision = "fp16"
+    return sg
+
+
+def _cast(name: str, src: str, dst: str, to: int, sg: Subgraph) -> Node:
+    return make_node(name, "Cast", [src], [dst], {"to": to}, sg.graph.opsets.get("", 17))
+
+
+# ----------------------------------------------------------------- int8/uint8
+QUANT_DTYPE = {"uint8": np.dtype(np.uint8), "int8": np.dtype(np.int8)}
+MOVES = frozenset({"Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze"})
+
+
+def to_quantized(sg: Subgraph, precision: str) -> Subgraph:
+    """Rewrite ``sg`` for integer execution with standard ONNX quantized operators.
+
+    Conv, and Gemm / 2-D MatMul with constant weights (as 1x1 QLinearConv), run
+    as QLinearConv: activations in ``precision`` per tensor (the calibrated
+    ``Tensor.quant``), weights int8 symmetric per output channel, int32 bias,
+    exact integer accumulation. A Relu or Clip(0, ...) that alone follows one
+    is absorbed by the saturation of its output range. Data-movement ops run on
+    the integers; every other op runs in float between a DequantizeLinear and a
+    QuantizeLinear, inserted only where a tensor is needed in the other form.
+    """
+    from nnhal.optimizer.quantize import per_channel_int8
+
+    g = subgraph_graph(sg)
+    qdtype = QUANT_DTYPE[precision]
+    consumers: dict[str, list[Node]] = {}
+    for node in g.nodes:
+        for name in node.inputs:
+            consumers.setdefault(name, []).append(node)
+    floats = {n for n in sg.inputs} | {n for n, t in g.tensors.items() if t.is_constant}
+    twins: dict[str, str] = {}
+    nodes: list[Node] = []
+    skipped: set[str] = set()
+    opset = sg.graph.opsets.get("", 17)
+
+    def const(name: str, value: np.ndarray) -> str:
+        g.tensors[name] = Tensor(name, np.asarray(value).dtype, tuple(np.shape(value)), TensorKind.CONSTANT,
+                                 np.asarray(value))
+        return name
+
+    def params(name: str) -> tuple[str, str]:
+        q = g.tensors[name].quant
+        return (const(f"{name}::scale", np.asarray(q.scale, np.float32).reshape(())),
+                const(f"{name}::zero", np.asarray(q.zero_point).astype(qdtype).reshape(())))
+
+    def quantized(name: str) -> str:
+        if name not in twins:
+            twins[name] = f"{name}::q"
+            g.tensors[twins[name]] = Tensor(twins[name])
+            nodes.append(make_node(f"{name}::quantize", "QuantizeLinear", [name, *params(name)], [twins[name]], {},
+                                   opset))
+        return twins[name]
+
+    def floated(name: str) -> str:
+        if name not in floats:
+            nodes.append(make_node(f"{name}::dequantize", "DequantizeLinear", [twins[name], *params(name)], [name],
+                                   {}, opset))
+            floats.add(name)
+        return name
+
+    def quantizable(name: str) -> bool:
+        t = g.tensors[name]
+        return t.dtype == F32 and t.quant is not None and not t.is_constant
+
+    for node in g.nodes:
+        if node.name in skipped:
+            continue
+        lowered = _lower_weighted(node, g, quantizable, per_channel_int8)
+        if lowered is not None:
+            x, weight, bias, attrs, reshape = lowered
+            out = node.outputs[0]
+            nxt = consumers.get(out, [])
+            if out not in sg.outputs and len(nxt) == 1 and _absorbs(nxt[0], g, qdtype) and quantizable(nxt[0].outputs[0]):
+                skipped.add(nxt[0].name)
+                out = nxt[0].outputs[0]
+            if not quantizable(out):
+                lowered = None
+        if lowered is not None:
+            xs, xz = params(x)
+            ys, yz = params(out)
+            wq, ws = weight
+            sx = float(np.asarray(g.tensors[x].quant.scale))
+            bq = np.zeros(wq.shape[0], np.int32) if bias is None else \
+                np.rint(bias.astype(np.float64) / (sx * ws)).astype(np.int32)
+            base = f"{node.name}::"
+            qx = quantized(x)
+            if reshape is not None:
+                qx4 = base + "x4"
+                g.tensors[qx4] = Tensor(qx4)
+                nodes.append(make_node(base + "to4d", "Reshape", [qx, const(base + "shape4", reshape[0])], [qx4], {},
+                                       opset))
+                qx = qx4
+            qy = f"{out}::q"
+            g.tensors[qy] = Tensor(qy)
+            conv_out = qy if reshape is None else base + "y4"
+            if reshape is not None:
+                g.tensors[conv_out] = Tensor(conv_out)
+            nodes.append(make_node(base + "qlinearconv", "QLinearConv",
+                                   [qx, xs, xz, const(base + "w", wq), const(base + "w_scale", ws.astype(np.float32)),
+                                    const(base + "w_zero", np.zeros(wq.shape[0], np.int8)), ys, yz,
+                                    const(base + "bias", bq)], [conv_out], attrs, opset))
+            if reshape is not None:
+                nodes.append(make_node(base + "to2d", "Reshape", [conv_out, const(base + "shape2", reshape[1])], [qy],
+                                       {}, opset))
+            twins[out] = qy
+            continue
+        if node.op_type in MOVES and not node.domain and quantizable(node.inputs[0]) and node.inputs[0] not in floats:
+            out = node.outputs[0]
+            g.tensors[out].quant = g.tensors[node.inputs[0]].quant     # same numbers, same parameters
+            qy = f"{out}::q"
+            g.tensors[qy] = Tensor(qy)
+            nodes.append(replace(node, inputs=[quantized(node.inputs[0])] + node.inputs[1:], outputs=[qy]))
+            twins[out] = qy
+            continue
+        node.inputs = [floated(n) if n and n not in floats and n in twins else n for n in node.inputs]
+        nodes.append(node)
+        floats.update(o for o in node.outputs if o)
+    for name in sg.outputs:
+        floated(name)
+    g.nodes = nodes
+    infer_graph(g, fold=False)
+    sg.graph, sg.nodes = g, nodes
+    sg.precision = precision
+    return sg
+
+
+def _absorbs(node: Node, g: Graph, qdtype: np.dtype) -> bool:
+    """Relu, or Clip with a constant lower bound of 0, whose output range starts exactly at 0:
+    then saturating to the range does the clamp (asymmetric uint8; never symmetric int8)."""
+    if node.domain or node.op_type not in ("Relu", "Clip"):
+        return False
+    q = g.tensors[node.outputs[0]].quant
+    if q is None or (np.iinfo(qdtype).min - int(np.asarray(q.zero_point))) != 0:
+        return False
+    if node.op_type == "Relu":
+        return True
+    lo = g.tensors[node.inputs[1]].value if len(node.inputs) > 1 and node.inputs[1] else node.attrs.get("min")
+    return lo is not None and float(np.asarray(lo)) == 0.0
+
+
+def _lower_weighted(node: Node, g: Graph, quantizable, per_channel_int8):
+    """(x, (wq, scales), bias, QLinearConv attrs, reshapes or None) for a quantizable Conv/Gemm/MatMul."""
+    if node.domain or node.op_type not in ("Conv", "Gemm", "MatMul") or not quantizable(node.inputs[0]):
+        return None
+    w = g.tensors[node.inputs[1]]
+    if not w.is_constant or w.dtype != F32:
+        return None
+    bias = None
+    if node.op_type == "Conv":
+        if node.has_input(2):
+            if not g.tensors[node.inputs[2]].is_constant:
+                return None
+            bias = g.tensors[node.inputs[2]].value
+        attrs = {k: v for k, v in node.attrs.items() if v is not None}
+        return node.inputs[0], per_channel_int8(w.value), bias, attrs, None
+    x = g.tensors[node.inputs[0]]
+    if x.shape is None or len(x.shape) != 2 or w.value.ndim != 2:
+        return None
+    if node.op_type == "Gemm":
+        a = node.attrs
+        if a.get("transA", 0) or a.get("alpha", 1.0) != 1.0 or a.get("beta", 1.0) != 1.0:
+            return None
+        matrix = w.value if a.get("transB", 0) else w.value.T
+        if node.has_input(2):
+            c = g.tensors[node.inputs[2]]
+            if not c.is_constant or c.value.size not in (1, matrix.shape[0]):
+                return None
+            bias = np.broadcast_to(c.value.reshape(-1), (matrix.shape[0],))
+    else:
+        matrix = w.value.T
+    m, k = matrix.shape
+    shapes = (np.array([-1, k, 1, 1], np.int64), np.array([-1, m], np.int64))
+    return node.inputs[0], per_channel_int8(matrix.reshape(m, k, 1, 1)), bias, {}, shapes
+
+
+def make_node(name: str, op: str, inputs: list[str], outputs: list[str], attrs: dict, opset: int) -> Node:
+    """A normalized internal node; an op newer than the model's opset gets its first version."""
+    from nnhal.operator.table import get_prototype
+
+    proto = get_prototype("", op)
+    version = proto.version_for(opset) or proto.versions[0]
+    node = Node(name, op, inputs, outputs, dict(attrs), "", max(opset, version), version)
+    proto.normalize(node)
+    return node
