@@ -27,6 +27,7 @@ from nnhal.graph.graph import Graph
 from nnhal.graph.tensor import TensorKind
 from nnhal.optimizer.infer import infer_graph
 from nnhal.optimizer.passes import run_passes
+from nnhal.optimizer.qdq import fuse_qdq
 from nnhal.optimizer.placement import Decision, place
 from nnhal.optimizer.quantize import quantize_activations
 from nnhal.optimizer.report import PlacementReport, build_report
@@ -203,8 +204,9 @@ def _plan(g: GraphHandle, options: Options) -> tuple[Graph, list, list[Device], 
         if name in g.inputs:
             t = graph.tensors[name]
             t.dtype, t.shape = g.inputs[name].dtype, tuple(g.inputs[name].shape)
+    fused = fuse_qdq(graph)
     infer_graph(graph, fold=options.fold_constants)
-    g.pass_report = run_passes(graph)
+    g.pass_report = {"fuse_qdq": fused, **run_passes(graph)}
     ctx = g.context
     devices = [find_device(n) for n in ctx.devices]
     g.placement = place(graph, devices, options.precision, ctx.pins, ctx.deny)

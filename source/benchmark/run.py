@@ -1,8 +1,8 @@
 """``nnhal bench``: nnhal vs onnxruntime (and optionally the onnx reference) in one process.
 
 Latency: warm-up runs, then the median (and min/max) of --repeat timed runs of
-each runtime on the same inputs, with the same thread count, the two runtimes
-interleaved run by run so that machine noise hits both alike. Peak memory:
+each runtime on the same inputs, with the same thread count, one runtime after
+the other (interleaving them lets one's spinning worker threads steal the cores). Peak memory:
 each runtime's peak RSS growth while creating its session and running once,
 measured in a fresh subprocess per model and runtime. GFLOP/s counts the
 Conv/Gemm/MatMul FLOPs of nnhal's prepared graph. Never used by tests.
@@ -107,24 +107,6 @@ def _time(fn, warmup: int, repeat: int) -> dict:
         fn()
         times.append((time.perf_counter() - t0) * 1e3)
     return {"median": statistics.median(times), "min": min(times), "max": max(times)}
-
-
-def _time_pair(fa, fb, warmup: int, repeat: int) -> tuple[dict, dict]:
-    """Time two runtimes interleaved (a, b, a, b, ...) so machine noise hits both alike."""
-    for _ in range(warmup):
-        fa()
-        fb()
-    ta, tb = [], []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fa()
-        t1 = time.perf_counter()
-        fb()
-        t2 = time.perf_counter()
-        ta.append((t1 - t0) * 1e3)
-        tb.append((t2 - t1) * 1e3)
-    stats = lambda ts: {"median": statistics.median(ts), "min": min(ts), "max": max(ts)}  # noqa: E731
-    return stats(ta), stats(tb)
 
 
 def make_nnhal(model, feeds, threads: int):
@@ -382,7 +364,10 @@ def main(argv: list[str] | None = None) -> int:
                 run_o, create_ms, _ = make_ort(model, feeds, threads)
                 got, want = run_n(), run_o()
                 err = max(float(np.max(np.abs(g - w)) / (np.max(np.abs(w)) + 1e-12)) for g, w in zip(got, want))
-                row["nnhal"], row["ort"] = _time_pair(run_n, run_o, args.warmup, args.repeat)
+                # one runtime after the other: interleaving lets the spinning worker threads of one
+                # (onnxruntime's pool, OpenBLAS) steal the cores from the other
+                row["nnhal"] = _time(run_n, args.warmup, args.repeat)
+                row["ort"] = _time(run_o, args.warmup, args.repeat)
             except Exception as exc:  # noqa: BLE001 - a model that cannot run at this batch is skipped, with the reason
                 row["skip"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
                 print(f"{name} batch {batch}: skipped ({row['skip']})", flush=True)

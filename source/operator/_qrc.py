@@ -42,7 +42,10 @@ def onnx_dtype(node: Node, code: int, what: str) -> np.dtype:
 
 def check_quant_params(node: Node, x: Info, scale: Info, zero: Info | None, axis: int, block: int) -> None:
     """Validate the scale / zero-point shapes against per-tensor, per-axis or blocked granularity."""
-    if zero is not None and zero.shape is not None and scale.shape is not None and zero.shape != scale.shape:
+    # NOTE: a one-element scale with a scalar zero point (or the reverse) is per-tensor either way;
+    # quantization tools write both forms.
+    if zero is not None and zero.shape is not None and scale.shape is not None and zero.shape != scale.shape \
+            and not (np.prod(zero.shape) == 1 and np.prod(scale.shape) == 1):
         raise ShapeError(f"{where(node)}: scale shape {scale.shape} and zero point shape {zero.shape} differ")
     if scale.shape is None or x.shape is None:
         return

@@ -206,6 +206,36 @@ class ConvGemm(Kernel):
 
             return run_dw
 
+        # ---------------------------------------------------------- output-side shifts (few output channels)
+        if group == 1 and (sh, sw) == (1, 1) and kh * kw > 1 and 2 * m <= c:
+            # Z = W_taps (kh*kw*M, C) @ xp (C, Hp*Wp) in one GEMM; y = sum over taps of shifted Z slices.
+            # Cheaper than im2col when M < C: Z has kh*kw*M rows where im2col has kh*kw*C.
+            wt = np.ascontiguousarray(wv.transpose(2, 3, 0, 1).reshape(kh * kw * m, c))
+            parts = ([((c, hp, wpad), dtype)] if padded else []) + [((kh * kw, m, hp, wpad), dtype)]
+            _scratch.reserve(_scratch.nbytes_of(*parts))
+            shifts = [(i * kw + j, slice(i * dh, i * dh + oh), slice(j * dw, j * dw + ow))
+                      for i in range(kh) for j in range(kw)]
+
+            def run_shift(inputs, outputs):
+                x = inputs[0]
+                y = outputs[0] if outputs[0] is not None else np.empty(out_shape, dtype)
+                bufs = _scratch.scratch(*parts)
+                z = bufs[-1]
+                for b in range(n):
+                    xb = x[b]
+                    if padded:
+                        pad_into(bufs[0], xb)
+                        xb = bufs[0]
+                    np.matmul(wt, xb.reshape(c, hp * wpad), out=z.reshape(kh * kw * m, hp * wpad))
+                    yb = y[b]
+                    t0, r0, c0 = shifts[0]
+                    np.add(z[t0, :, r0, c0], z[shifts[1][0], :, shifts[1][1], shifts[1][2]], out=yb)
+                    for t, r, cc in shifts[2:]:
+                        np.add(yb, z[t, :, r, cc], out=yb)
+                return finish(y)
+
+            return run_shift
+
         # ---------------------------------------------------------- im2col bands
         kk = cg * kh * kw
         wp = np.ascontiguousarray(wv.reshape(group, mg, kk))
