@@ -33,6 +33,7 @@ from nnhal.errors import (
     UnsupportedOperatorError,
     UnsupportedTypeError,
 )
+from nnhal.optimizer.calibrate import calibrate
 from nnhal.options import Options
 from nnhal.session import Session
 
@@ -41,6 +42,6 @@ __version__ = "0.1.0"
 __all__ = [
     "Context", "DeviceError", "GraphHandle", "InputError", "ModelError", "NnhalError", "Options", "OptionsError",
     "RegistryError", "Session", "ShapeError", "StateError", "UnsupportedError", "UnsupportedOperatorError",
-    "UnsupportedTypeError", "create_context", "create_graph", "destroy_graph", "devices", "explain", "get_graph_output", "init",
+    "UnsupportedTypeError", "calibrate", "create_context", "create_graph", "destroy_graph", "devices", "explain", "get_graph_output", "init",
     "postrun_graph", "prerun_graph", "release", "report", "run_graph", "set_graph_input", "wait_graph",
 ]

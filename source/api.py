@@ -27,7 +27,7 @@ from nnhal.graph.graph import Graph
 from nnhal.graph.tensor import TensorKind
 from nnhal.optimizer.infer import infer_graph
 from nnhal.optimizer.passes import run_passes
-from nnhal.optimizer.qdq import fuse_qdq
+from nnhal.optimizer.qdq import fold_qdq, fuse_qdq
 from nnhal.optimizer.placement import Decision, place
 from nnhal.optimizer.quantize import quantize_activations
 from nnhal.optimizer.report import PlacementReport, build_report
@@ -204,7 +204,8 @@ def _plan(g: GraphHandle, options: Options) -> tuple[Graph, list, list[Device], 
         if name in g.inputs:
             t = graph.tensors[name]
             t.dtype, t.shape = g.inputs[name].dtype, tuple(g.inputs[name].shape)
-    fused = fuse_qdq(graph)
+    # quantized precisions take the model's own Q/DQ parameters; fp32 runs them as integer ops
+    fused = fold_qdq(graph) if options.precision in ("int8", "uint8") else fuse_qdq(graph)
     infer_graph(graph, fold=options.fold_constants)
     g.pass_report = {"fuse_qdq": fused, **run_passes(graph)}
     ctx = g.context

@@ -125,6 +125,44 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return bench_main(args.rest)
 
 
+def cmd_accuracy(args: argparse.Namespace) -> int:
+    import onnx
+
+    from nnhal.accuracy import compare_precisions, format_report
+    from nnhal.zoo import input_for, resolve
+
+    model = resolve(args.model)
+    proto = model if isinstance(model, onnx.ModelProto) else onnx.load(model, load_external_data=False)
+    inits = {i.name for i in proto.graph.initializer}
+    input_names = [i.name for i in proto.graph.input if i.name not in inits]
+    if args.data:
+        with np.load(args.data) as npz:
+            arrays = {k: npz[k] for k in npz.files}
+        if len(input_names) == 1 and input_names[0] not in arrays and len(arrays) == 1:
+            arrays = {input_names[0]: next(iter(arrays.values()))}
+        missing = [n for n in input_names if n not in arrays]
+        if missing:
+            raise SystemExit(f"--data {args.data} lacks the model inputs {missing} (it holds {sorted(arrays)})")
+        total = len(arrays[input_names[0]])
+        half = total // 2 if total > 1 else 0     # the first half calibrates, the rest is evaluated
+
+        def batches(start: int, stop: int) -> list[dict[str, np.ndarray]]:
+            return [{n: np.ascontiguousarray(arrays[n][i:min(i + args.batch, stop)]) for n in input_names}
+                    for i in range(start, stop, args.batch)]
+
+        calib, feeds = batches(0, half) if half else None, batches(half, total)
+    else:
+        half, calib = 4, [input_for(proto, seed=args.seed + i) for i in range(4)]
+        feeds = [input_for(proto, seed=args.seed + i) for i in range(4, 8)]
+    labels = np.load(args.labels)[half:] if args.labels else None
+    report = compare_precisions(model, feeds, [p for p in args.precision.split(",") if p],
+                                [d for d in args.device.split(",") if d], labels,
+                                calibration_method=args.calibration, calibration_feeds=calib, progress=True)
+    report.model = args.model
+    print(format_report(report))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="nnhal", description="nnhal: pluggable-device ONNX inference")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -159,6 +197,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--report", default=None, help="write a report (.json or .html)")
     p.add_argument("-v", "--verbose", action="store_true")
     p.set_defaults(func=cmd_validate)
+    p = sub.add_parser("accuracy", help="accuracy of reduced precisions against fp32 on the same inputs")
+    p.add_argument("model")
+    p.add_argument("--precision", default="fp16,int8,uint8", help="comma-separated precisions to compare with fp32")
+    p.add_argument("--data", default=None, help=".npz of input arrays, samples first (default: 8 seeded random inputs)")
+    p.add_argument("--labels", default=None, help=".npy of one label per sample of --data (adds accuracy)")
+    p.add_argument("--device", default="cpu", help="comma-separated device list in priority order")
+    p.add_argument("--calibration", default="minmax", choices=["minmax", "percentile", "entropy"])
+    p.add_argument("--batch", type=int, default=32, help="samples per run with --data")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_accuracy)
     p = sub.add_parser("bench", help="benchmark nnhal against onnxruntime (see nnhal bench --help)", add_help=False)
     p.add_argument("rest", nargs=argparse.REMAINDER)
     p.set_defaults(func=cmd_bench)

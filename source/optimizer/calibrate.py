@@ -98,7 +98,7 @@ class _Progress:
     def __init__(self, enabled: bool, total: int | None, label: str) -> None:
         self.enabled, self.total, self.label = enabled, total, label
         self.tty = enabled and hasattr(sys.stderr, "isatty") and sys.stderr.isatty()
-        self.done, self.start, self.marks = 0, time.perf_counter(), set()
+        self.done, self.start = 0, time.perf_counter()
         if enabled and not self.tty:
             print(f"{label}: {total if total is not None else '?'} batch(es)", file=sys.stderr, flush=True)
 
@@ -114,11 +114,8 @@ class _Progress:
             else:
                 sys.stderr.write(f"\r{self.label} {self.done}")
             sys.stderr.flush()
-        elif self.total:
-            quarter = 4 * self.done // self.total
-            if quarter in (1, 2, 3) and quarter not in self.marks:
-                self.marks.add(quarter)
-                print(f"{self.label}: {self.done}/{self.total}", file=sys.stderr, flush=True)
+        elif self.total and self.total >= 4 and self.done == self.total // 2:
+            print(f"{self.label}: {self.done}/{self.total}", file=sys.stderr, flush=True)
 
     def close(self) -> None:
         if not self.enabled:
@@ -241,19 +238,21 @@ def _entropy_threshold(hist: np.ndarray, amax: float, levels: int = ENTROPY_LEVE
         return 0.0
     hist = hist.astype(np.float64)
     width = amax / bins
-    suffix = np.concatenate([np.cumsum(hist[::-1])[::-1], [0.0]])   # suffix[i] = sum(hist[i:])
+    total = hist.sum()
+    nonzero = hist != 0
+    csum = np.concatenate([[0.0], np.cumsum(hist)])                  # csum[k] = sum(hist[:k])
+    ccount = np.concatenate([[0], np.cumsum(nonzero)]).astype(np.float64)
+    index = np.arange(bins)
     best_i, best_kl = bins, np.inf
     for i in range(levels, bins + 1):
         ref = hist[:i].copy()
-        ref[i - 1] += suffix[i]                   # outliers clipped into the last bin
-        nonzero = hist[:i] != 0
-        merged = i // levels
+        ref[i - 1] += total - csum[i]             # outliers clipped into the last bin
+        merged = i // levels                      # 128 groups of `merged` bins, the last takes the rest
         starts = np.arange(levels) * merged
-        sums = np.add.reduceat(hist[:i], starts)
-        counts = np.add.reduceat(nonzero.astype(np.float64), starts)
-        lengths = np.diff(np.append(starts, i))
-        per_bin = np.divide(sums, counts, out=np.zeros_like(sums), where=counts > 0)
-        cand = np.repeat(per_bin, lengths) * nonzero
+        ends = np.append(starts[1:], i)
+        counts = ccount[ends] - ccount[starts]
+        per_bin = np.divide(csum[ends] - csum[starts], counts, out=np.zeros(levels), where=counts > 0)
+        cand = per_bin[np.minimum(index[:i] // merged, levels - 1)] * nonzero[:i]
         if cand.sum() == 0:
             continue
         kl = _kl(ref, cand)

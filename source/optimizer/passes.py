@@ -99,6 +99,8 @@ def fold_affine_into_conv(graph: Graph) -> int:
             prod = producers.get(x) if x else None
             if prod is None or x in outputs or len(consumers.get(x, [])) != 1 or prod.domain:
                 continue
+            if graph.tensors[x].quant is not None:
+                continue        # a quantized model requantizes here: folding would skip that step
             if prod.op_type == "Conv":
                 w = _const(graph, prod.input(1))
                 if w is None or w.dtype.kind != "f" or w.ndim < 3:

@@ -80,3 +80,50 @@ def fuse_qdq(graph: Graph) -> int:
         return 0
     graph.nodes = [replaced.get(n.name, n) for n in graph.nodes if n.name not in removed]
     return len(replaced)
+
+
+def fold_qdq(graph: Graph) -> int:
+    """For quantized precisions: turn each QuantizeLinear -> DequantizeLinear pair into a Clip to the
+    pair's range whose output carries the pair's parameters (Tensor.quant), so a device quantizes
+    with the model's own parameters; returns the number of pairs folded. Weights' DequantizeLinear nodes
+    stay and fold into float constants (the device re-quantizes them per channel)."""
+    from nnhal.graph.tensor import Quantization, Tensor, constant
+    from nnhal.optimizer.precision import make_node
+
+    readers = graph.consumers()
+    alias: dict[str, str] = {}
+    removed: set[str] = set()
+    clips: dict[str, Node] = {}
+    for q in graph.nodes:
+        if q.domain or q.op_type != "QuantizeLinear" or q.outputs[0] in graph.outputs or not _per_tensor(graph, q):
+            continue
+        if len(q.inputs) < 3 or not q.inputs[2]:
+            continue
+        dqs = readers.get(q.outputs[0], [])
+        if not dqs or any(d.op_type != "DequantizeLinear" or d.inputs[1:3] != q.inputs[1:3]
+                          or d.outputs[0] in graph.outputs for d in dqs):
+            continue
+        scale = graph.tensors[q.inputs[1]].value.reshape(())
+        zero = graph.tensors[q.inputs[2]].value.reshape(())
+        if zero.dtype != np.dtype(np.uint8):
+            continue
+        # the pair saturates to its range (a Relu folded into zero point 0, for example): keep that as a Clip
+        lo = np.float32((0 - int(zero)) * float(scale))
+        hi = np.float32((255 - int(zero)) * float(scale))
+        clipped = f"{q.outputs[0]}::clipped"
+        graph.tensors[clipped] = Tensor(clipped, quant=Quantization(scale.astype(np.float32), zero))
+        for bound, value in (("lo", lo), ("hi", hi)):
+            graph.tensors[f"{clipped}::{bound}"] = constant(f"{clipped}::{bound}", np.array(value, np.float32))
+        clips[q.name] = make_node(q.name + "::saturate", "Clip", [q.inputs[0], f"{clipped}::lo", f"{clipped}::hi"],
+                                  [clipped], {}, graph.opsets.get("", 17))
+        for d in dqs:
+            removed.add(d.name)
+            alias[d.outputs[0]] = clipped
+    if not clips:
+        return 0
+    kept = [clips.get(n.name, n) for n in graph.nodes if n.name not in removed]
+    for n in kept:
+        n.inputs = [alias.get(i, i) for i in n.inputs]
+        n.implicit_inputs = [alias.get(i, i) for i in n.implicit_inputs]
+    graph.nodes = kept
+    return len(clips)

@@ -131,7 +131,7 @@ def quantize_activations(graph: Graph, subgraphs: list[Subgraph], precision: str
                 t = graph.tensors.get(name) if name else None
                 if t is None or t.dtype is None or t.dtype.kind != "f" or name not in table:
                     continue
-                if t.kind is TensorKind.CONSTANT and t.quant is not None:
-                    continue
+                if t.quant is not None:
+                    continue        # the model's own parameters (a folded Q/DQ pair) win
                 t.quant = params_for(sg.precision, *table[name])
     return table

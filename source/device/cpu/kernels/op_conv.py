@@ -79,6 +79,8 @@ def _pack(w: np.ndarray, group: int) -> np.ndarray:
 
 # scratch bound of one im2col band (bytes); bigger convolutions run in bands of output rows
 BAND_BYTES = 6 << 20
+# output-side shifts instead of im2col when output channels <= this times input channels
+SHIFT_MAX_RATIO = 1.0
 
 
 class ConvGemm(Kernel):
@@ -207,7 +209,7 @@ class ConvGemm(Kernel):
             return run_dw
 
         # ---------------------------------------------------------- output-side shifts (few output channels)
-        if group == 1 and (sh, sw) == (1, 1) and kh * kw > 1 and 2 * m <= c:
+        if group == 1 and (sh, sw) == (1, 1) and kh * kw > 1 and m <= SHIFT_MAX_RATIO * c:
             # Z = W_taps (kh*kw*M, C) @ xp (C, Hp*Wp) in one GEMM; y = sum over taps of shifted Z slices.
             # Cheaper than im2col when M < C: Z has kh*kw*M rows where im2col has kh*kw*C.
             wt = np.ascontiguousarray(wv.transpose(2, 3, 0, 1).reshape(kh * kw * m, c))
