@@ -141,6 +141,7 @@ class GraphHandle:
     outputs: dict[str, np.ndarray] = field(default_factory=dict)
     pass_report: dict[str, int] = field(default_factory=dict)
     moved_by_min_group: list[str] = field(default_factory=list)
+    mixed_report: Any = None
 
     @property
     def input_names(self) -> list[str]:
@@ -210,7 +211,10 @@ def _plan(g: GraphHandle, options: Options) -> tuple[Graph, list, list[Device], 
     g.pass_report = {"fuse_qdq": fused, **run_passes(graph)}
     ctx = g.context
     devices = [find_device(n) for n in ctx.devices]
-    g.placement = place(graph, devices, options.precision, ctx.pins, ctx.deny)
+    deny = dict(ctx.deny)
+    for name in options.keep_fp32:      # only the fallback device runs a node in fp32 under a quantized precision
+        deny[name] = list(deny.get(name, [])) + [d.name for d in devices if d.name != "cpu"]
+    g.placement = place(graph, devices, options.precision, ctx.pins, deny)
     moved = enforce_min_group_size(graph, g.placement, options.min_group_size)
     assignment = {n: d.device for n, d in g.placement.items()}
     splitter = next((d.optimizer.split_graph for d in devices if d.optimizer and d.optimizer.split_graph), None)
@@ -231,7 +235,11 @@ def prerun_graph(g: GraphHandle, options: Options | None = None) -> None:
         postrun_graph(g)
     _release_device_graphs(g)
     options = options or Options()
+    if options.precision == "mixed":
+        options, g.mixed_report = choose_mixed(g, options)
     graph, subgraphs, devices, moved = _plan(g, options)
+    for sg in subgraphs:
+        sg.keep_fp32 = options.keep_fp32
     quantize_activations(graph, subgraphs, options.precision, g.inputs, options.calibration)
     for i, sg in enumerate(subgraphs):
         sg.device_options = g.context.device_options.get(sg.device)
@@ -247,6 +255,84 @@ def prerun_graph(g: GraphHandle, options: Options | None = None) -> None:
     g.prepared_shapes = {n: a.shape for n, a in g.inputs.items()}
     g.options = options
     g.state = GraphState.PREPARED
+
+
+def _measure(g: GraphHandle, options: Options) -> list[np.ndarray]:
+    """Outputs of the graph's current inputs under ``options``, in a throwaway handle."""
+    probe = GraphHandle(g.context, g.graph, inputs=dict(g.inputs))
+    try:
+        prerun_graph(probe, options)
+        run_graph(probe)
+        return [get_graph_output(probe, i) for i in range(len(probe.graph.outputs))]
+    finally:
+        destroy_graph(probe)
+
+
+def choose_mixed(g: GraphHandle, options: Options) -> tuple[Options, MixedReport]:
+    """precision="mixed": the lowest precision whose error against fp32 on the inputs set before
+    prerun stays within ``options.mixed_tolerance``; under uint8, the most sensitive nodes (each
+    measured quantized alone) go back to fp32, outputs included, one by one until the bound holds;
+    if half the nodes do not suffice, fp16, then fp32."""
+    from dataclasses import replace as with_
+
+    missing = [n for n in g.graph.inputs if n not in g.inputs]
+    if missing and options.calibration is None:
+        raise InputError(f"precision 'mixed' measures errors on real inputs: set {missing} before prerun_graph")
+    reference = _measure(g, with_(options, precision="fp32"))
+
+    def error(opts: Options) -> float:
+        got = _measure(g, opts)
+        num = sum(float(np.sum((a.astype(np.float64) - b) ** 2)) for a, b in zip(got, reference))
+        den = sum(float(np.sum(b.astype(np.float64) ** 2)) for b in reference)
+        return float(np.sqrt(num / max(den, 1e-30)))
+
+    tried: list[tuple[str, float]] = []
+    base = with_(options, precision="uint8", keep_fp32=frozenset(options.keep_fp32))
+    err = error(base)
+    tried.append(("uint8", err))
+    if err <= options.mixed_tolerance:
+        return base, MixedReport("uint8", [], tried)
+    readers = g.graph.consumers()
+    groups: dict[str, frozenset[str]] = {}      # a weighted node with the activation that follows it
+    for n in g.graph.nodes:
+        if n.op_type in ("Conv", "Gemm", "MatMul", "ConvTranspose"):
+            after = readers.get(n.outputs[0], [])
+            tail = {after[0].name} if len(after) == 1 and after[0].op_type in ("Relu", "Clip") else set()
+            groups[n.name] = frozenset({n.name} | tail)
+    everything = frozenset(n.name for n in g.graph.nodes)
+    # a node's sensitivity: the error when it alone is quantized (its weights and its outputs)
+    alone = {n: error(with_(base, keep_fp32=everything - grp)) for n, grp in groups.items()}
+    kept: set[str] = set()
+    order: list[str] = []
+    for name in sorted(groups, key=lambda n: -alone[n]):
+        kept |= groups[name]
+        order.append(name)
+        err = error(with_(base, keep_fp32=frozenset(kept) | options.keep_fp32))
+        tried.append((f"uint8 with {len(order)} layer(s) in fp32", err))
+        if err <= options.mixed_tolerance:
+            return with_(base, keep_fp32=frozenset(kept) | options.keep_fp32), MixedReport("uint8", sorted(kept), tried)
+        if len(order) * 2 > len(groups):
+            break
+    fp16 = with_(options, precision="fp16")
+    err = error(fp16)
+    tried.append(("fp16", err))
+    if err <= options.mixed_tolerance:
+        return fp16, MixedReport("fp16", [], tried)
+    return with_(options, precision="fp32"), MixedReport("fp32", [], tried)
+
+
+@dataclass
+class MixedReport:
+    """What precision="mixed" chose: the precision, nodes kept in fp32, and every measured error."""
+
+    precision: str
+    fp32_nodes: list[str]
+    tried: list[tuple[str, float]]
+
+    def __str__(self) -> str:
+        steps = "; ".join(f"{what}: {err:.4%}" for what, err in self.tried)
+        kept = f", {len(self.fp32_nodes)} node(s) kept in fp32: {self.fp32_nodes}" if self.fp32_nodes else ""
+        return f"mixed chose {self.precision}{kept} (relative output error: {steps})"
 
 
 def report(g: GraphHandle) -> PlacementReport:

@@ -7,7 +7,7 @@ from typing import Any
 
 from nnhal.errors import DeviceError, OptionsError
 
-PRECISIONS = ("fp32", "fp16", "int8", "uint8")
+PRECISIONS = ("fp32", "fp16", "int8", "uint8", "mixed")
 
 
 @dataclass
@@ -21,6 +21,9 @@ class Options:
     min_group_size groups of fewer nodes on a non-fallback device go to the CPU
     calibration    tensor -> (min, max) ranges for quantized precisions; None =
                    calibrate on the inputs set before prerun
+    mixed_tolerance for precision="mixed": the largest relative (L2) output error
+                   against fp32 on the calibration inputs
+    keep_fp32      node names that stay in fp32 under a quantized precision
     """
 
     num_thread: int = 0
@@ -29,6 +32,8 @@ class Options:
     fold_constants: bool = True
     min_group_size: int = 1
     calibration: dict[str, tuple[float, float]] | None = None
+    mixed_tolerance: float = 0.01
+    keep_fp32: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         if not isinstance(self.num_thread, int) or self.num_thread < 0:

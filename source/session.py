@@ -19,10 +19,12 @@ class Session:
     def __init__(self, model: Any, devices: list[str] | None = None, precision: str = "fp32",
                  num_thread: int = 0, device_options: dict[str, dict] | None = None, strict: bool = False,
                  pins: dict[str, str] | None = None, deny: dict[str, list[str]] | None = None,
-                 min_group_size: int = 1, calibration: dict | None = None, name: str = "session") -> None:
+                 min_group_size: int = 1, calibration: dict | None = None, mixed_tolerance: float = 0.01,
+                 name: str = "session") -> None:
         api.init()
         self.options = Options(num_thread=num_thread, precision=precision, strict=strict,
-                               min_group_size=min_group_size, calibration=calibration)
+                               min_group_size=min_group_size, calibration=calibration,
+                               mixed_tolerance=mixed_tolerance)
         self.context = api.create_context(name, devices, device_options, strict, pins, deny)
         self.graph = api.create_graph(self.context, "onnx", model)
 
@@ -52,6 +54,11 @@ class Session:
     def report(self):
         """Placement with reasons, subgraphs, boundary tensors and bytes, fallbacks (after the first run)."""
         return api.report(self.graph)
+
+    @property
+    def mixed(self):
+        """What precision="mixed" chose (None for other precisions)."""
+        return self.graph.mixed_report
 
     @property
     def fallbacks(self) -> list:

@@ -54,6 +54,7 @@ class Subgraph:
     output_formats: dict[str, Format] = field(default_factory=dict)
     original_nodes: list[Node] = field(default_factory=list)
     device_options: Any = None       # the device's typed options from the context (None = defaults)
+    keep_fp32: frozenset[str] = frozenset()   # nodes a quantizing pass must leave in float
 
     def __repr__(self) -> str:
         return f"Subgraph(#{self.index} on {self.device}, {len(self.nodes)} nodes)"

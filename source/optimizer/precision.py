@@ -160,7 +160,7 @@ def to_quantized(sg: Subgraph, precision: str) -> Subgraph:
     for node in g.nodes:
         if node.name in skipped:
             continue
-        lowered = _lower_weighted(node, g, quantizable, per_channel_int8)
+        lowered = None if node.name in sg.keep_fp32 else _lower_weighted(node, g, quantizable, per_channel_int8)
         if lowered is not None:
             x, weight, bias, attrs, reshape = lowered
             out = node.outputs[0]
@@ -199,7 +199,8 @@ def to_quantized(sg: Subgraph, precision: str) -> Subgraph:
                                        {}, opset))
             twins[out] = qy
             continue
-        if node.op_type in MOVES and not node.domain and quantizable(node.inputs[0]) and node.inputs[0] not in floats:
+        if node.op_type in MOVES and not node.domain and node.name not in sg.keep_fp32 \
+                and quantizable(node.inputs[0]) and node.inputs[0] not in floats:
             out = node.outputs[0]
             g.tensors[out].quant = g.tensors[node.inputs[0]].quant     # same numbers, same parameters
             qy = f"{out}::q"

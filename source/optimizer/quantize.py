@@ -127,7 +127,10 @@ def quantize_activations(graph: Graph, subgraphs: list[Subgraph], precision: str
         table = calibrate_ranges(graph, [feeds], method)
     for sg in targets:
         for node in sg.nodes:
+            float_outputs = set(node.outputs) if node.name in sg.keep_fp32 else set()
             for name in node.inputs + node.outputs:
+                if name in float_outputs:
+                    continue
                 t = graph.tensors.get(name) if name else None
                 if t is None or t.dtype is None or t.dtype.kind != "f" or name not in table:
                     continue
