@@ -55,7 +55,8 @@ def load_model(name: str, batch: int):
 
 
 def _with_batch(model, batch: int):
-    """The model with its (non-initializer) inputs' batch dim rewritten; outputs' batch dim made symbolic."""
+    """The model with its (non-initializer) inputs' batch dim rewritten, outputs' batch dim made symbolic
+    and constant Reshape targets with a leading 1 made to copy the batch dim."""
     import onnx
 
     model = onnx.ModelProto.FromString(model.SerializeToString())
@@ -71,6 +72,18 @@ def _with_batch(model, batch: int):
             else:
                 dims[0].dim_param = "batch"
     del model.graph.value_info[:]
+    # Reshape targets hard-coding batch 1 (flatten before the classifier, channel shuffle) copy the
+    # batch dim instead: a leading 1 becomes 0 ("copy this dim from the input")
+    from onnx import numpy_helper
+
+    by_name = {i.name: i for i in model.graph.initializer}
+    for node in model.graph.node:
+        if node.op_type == "Reshape" and len(node.input) > 1 and node.input[1] in by_name:
+            init = by_name[node.input[1]]
+            shape = numpy_helper.to_array(init).copy()
+            if shape.ndim == 1 and shape.size and shape[0] == 1:
+                shape[0] = 0
+                init.CopyFrom(numpy_helper.from_array(shape, init.name))
     return model
 
 

@@ -16,25 +16,26 @@ from nnhal.graph.subgraph import Format, Subgraph
 from nnhal.graph.tensor import Quantization
 
 
-def quantize(x: np.ndarray, q: Quantization, dtype: np.dtype) -> np.ndarray:
-    """Affine quantization, round half to even, saturating."""
-    info = np.iinfo(dtype)
+def _broadcast(q: Quantization, ndim: int) -> tuple[np.ndarray, np.ndarray]:
+    """Scale and zero point as float64, shaped to broadcast along the quantization axis."""
     scale = np.asarray(q.scale, np.float64)
     zp = np.asarray(q.zero_point, np.float64)
     if q.axis is not None:
-        shape = [1] * x.ndim
+        shape = [1] * ndim
         shape[q.axis] = -1
         scale, zp = scale.reshape(shape), zp.reshape(shape)
+    return scale, zp
+
+
+def quantize(x: np.ndarray, q: Quantization, dtype: np.dtype) -> np.ndarray:
+    """Affine quantization, round half to even, saturating."""
+    info = np.iinfo(dtype)
+    scale, zp = _broadcast(q, x.ndim)
     return np.clip(np.rint(x / scale) + zp, info.min, info.max).astype(dtype)
 
 
 def dequantize(x: np.ndarray, q: Quantization, dtype: np.dtype = np.dtype(np.float32)) -> np.ndarray:
-    scale = np.asarray(q.scale, np.float64)
-    zp = np.asarray(q.zero_point, np.float64)
-    if q.axis is not None:
-        shape = [1] * x.ndim
-        shape[q.axis] = -1
-        scale, zp = scale.reshape(shape), zp.reshape(shape)
+    scale, zp = _broadcast(q, x.ndim)
     return ((x.astype(np.float64) - zp) * scale).astype(dtype)
 
 
