@@ -33,7 +33,7 @@ from nnhal.optimizer.quantize import quantize_activations
 from nnhal.optimizer.report import PlacementReport, build_report
 from nnhal.optimizer.split import default_split, enforce_min_group_size
 from nnhal.options import Options, validate_device_options
-from nnhal.scheduler.default import DEFAULT_SCHEDULER
+from nnhal.scheduler.default import DEFAULT_SCHEDULER, fall_back
 from nnhal.scheduler.scheduler import Execution, Scheduler
 from nnhal.serializer.onnx_import import load_onnx
 
@@ -241,14 +241,16 @@ def prerun_graph(g: GraphHandle, options: Options | None = None) -> None:
     for sg in subgraphs:
         sg.keep_fp32 = options.keep_fp32
     quantize_activations(graph, subgraphs, options.precision, g.inputs, options.calibration)
+    g.execution = Execution(subgraphs, {d.name: d for d in devices}, options, graph=graph)
     for i, sg in enumerate(subgraphs):
         sg.device_options = g.context.device_options.get(sg.device)
         device = find_device(sg.device)
         if device.optimizer is not None and device.optimizer.optimize_graph is not None:
-            subgraphs[i] = device.optimizer.optimize_graph(sg, sg.precision) or sg
+            try:
+                subgraphs[i] = device.optimizer.optimize_graph(sg, sg.precision) or sg
+            except Exception as exc:
+                fall_back(g.execution, sg, "optimize_graph", exc, prepare=False)
     g.scheduler = next((d.scheduler for d in devices[:1] if d.scheduler is not None), DEFAULT_SCHEDULER)
-    g.execution = Execution(subgraphs, {d.name: d for d in devices}, options, graph=graph)
-    g.execution.device_options = g.context.device_options
     g.moved_by_min_group = moved
     g.prepared_graph = graph
     g.scheduler.prerun(g.execution)

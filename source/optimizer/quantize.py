@@ -39,6 +39,10 @@ def collect(graph: Graph, feeds: list[dict[str, np.ndarray]]) -> dict[str, tuple
         for name, value in values.items():
             if isinstance(value, np.ndarray) and value.dtype.kind == "f" and value.size:
                 flat = value.ravel()
+                if not np.all(np.isfinite(flat)):
+                    flat = flat[np.isfinite(flat)]      # masks of -inf and NaNs do not set ranges
+                    if not flat.size:
+                        continue
                 sample = flat if flat.size <= SAMPLE else flat[rng.integers(0, flat.size, SAMPLE)]
                 lo, hi, parts = stats.get(name, (np.inf, -np.inf, []))
                 stats[name] = (min(lo, float(flat.min())), max(hi, float(flat.max())), parts + [sample.astype(np.float64)])
@@ -67,7 +71,9 @@ def calibrate_ranges(graph: Graph, feeds: list[dict[str, np.ndarray]], method: s
         ranges[name] = (lo, hi) if method == "minmax" else _mse_range(lo, hi, sample)
     for t in graph.tensors.values():
         if t.kind is TensorKind.CONSTANT and t.value is not None and t.value.dtype.kind == "f" and t.value.size:
-            ranges.setdefault(t.name, (float(t.value.min()), float(t.value.max())))
+            finite = t.value[np.isfinite(t.value)]
+            if finite.size:
+                ranges.setdefault(t.name, (float(finite.min()), float(finite.max())))
     return ranges
 
 

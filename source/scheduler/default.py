@@ -55,8 +55,12 @@ def _prerun(ex: Execution) -> None:
             fall_back(ex, sg, "pre_run", exc)
 
 
-def fall_back(ex: Execution, sg: Subgraph, stage: str, exc: BaseException) -> None:
-    """Re-place one subgraph on the CPU (or raise when strict / already on the CPU)."""
+def fall_back(ex: Execution, sg: Subgraph, stage: str, exc: BaseException, prepare: bool = True) -> None:
+    """Re-place one subgraph on the CPU (or raise when strict / already on the CPU).
+
+    With ``prepare`` the CPU's pre_run runs at once (a failure at pre_run or run);
+    without, the subgraph is only re-placed (a failure before the scheduler's prerun).
+    """
     failed = ex.devices[sg.device]
     if ex.options.strict or sg.device == "cpu" or "cpu" not in ex.devices:
         if isinstance(exc, NnhalError):
@@ -83,7 +87,7 @@ def fall_back(ex: Execution, sg: Subgraph, stage: str, exc: BaseException) -> No
         sg.graph = ex.graph         # undo a device's precision rewrite
     sg.precision = "fp32"
     cpu = ex.devices["cpu"]
-    if cpu.interface.pre_run is not None:
+    if prepare and cpu.interface.pre_run is not None:
         cpu.interface.pre_run(cpu, sg, ex.options)
 
 
