@@ -27,7 +27,7 @@ def test_fp16_within_relaxed_tolerance_scaled_to_the_output_range(name):
     assert np.all(np.abs(got - want) <= tol.atol * scale + tol.rtol * np.abs(want))
 
 
-@pytest.mark.parametrize("name, inputs", [("squeezenet", 64), ("resnet50", 16)])
+@pytest.mark.parametrize("name, inputs", [("squeezenet", 64), ("resnet50", 64)])
 def test_int8_top1_agreement_after_calibration(name, inputs):
     model = resolve(f"zoo:{name}?weights=random&seed=1")
     calibration = nnhal.calibrate(model, [input_for(model, seed=1000 + i) for i in range(32)], progress=False)
