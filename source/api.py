@@ -26,6 +26,7 @@ from nnhal.errors import DeviceError, InputError, ModelError, NnhalError, Regist
 from nnhal.graph.graph import Graph
 from nnhal.graph.tensor import TensorKind
 from nnhal.optimizer.infer import infer_graph
+from nnhal.optimizer.mixed import choose_mixed
 from nnhal.optimizer.passes import run_passes
 from nnhal.optimizer.qdq import fold_qdq, fuse_qdq
 from nnhal.optimizer.placement import Decision, place
@@ -236,7 +237,10 @@ def prerun_graph(g: GraphHandle, options: Options | None = None) -> None:
     _release_device_graphs(g)
     options = options or Options()
     if options.precision == "mixed":
-        options, g.mixed_report = choose_mixed(g, options)
+        missing = [n for n in g.graph.inputs if n not in g.inputs]
+        if missing:
+            raise InputError(f"precision 'mixed' measures errors on real inputs: set {missing} before prerun_graph")
+        options, g.mixed_report = choose_mixed(g.graph, options, lambda opts: _measure(g, opts))
     graph, subgraphs, devices, moved = _plan(g, options)
     for sg in subgraphs:
         sg.keep_fp32 = options.keep_fp32
@@ -268,73 +272,6 @@ def _measure(g: GraphHandle, options: Options) -> list[np.ndarray]:
         return [get_graph_output(probe, i) for i in range(len(probe.graph.outputs))]
     finally:
         destroy_graph(probe)
-
-
-def choose_mixed(g: GraphHandle, options: Options) -> tuple[Options, MixedReport]:
-    """precision="mixed": the lowest precision whose error against fp32 on the inputs set before
-    prerun stays within ``options.mixed_tolerance``; under uint8, the most sensitive nodes (each
-    measured quantized alone) go back to fp32, outputs included, one by one until the bound holds;
-    if half the nodes do not suffice, fp16, then fp32."""
-    from dataclasses import replace as with_
-
-    missing = [n for n in g.graph.inputs if n not in g.inputs]
-    if missing and options.calibration is None:
-        raise InputError(f"precision 'mixed' measures errors on real inputs: set {missing} before prerun_graph")
-    reference = _measure(g, with_(options, precision="fp32"))
-
-    def error(opts: Options) -> float:
-        got = _measure(g, opts)
-        num = sum(float(np.sum((a.astype(np.float64) - b) ** 2)) for a, b in zip(got, reference))
-        den = sum(float(np.sum(b.astype(np.float64) ** 2)) for b in reference)
-        return float(np.sqrt(num / max(den, 1e-30)))
-
-    tried: list[tuple[str, float]] = []
-    base = with_(options, precision="uint8", keep_fp32=frozenset(options.keep_fp32))
-    err = error(base)
-    tried.append(("uint8", err))
-    if err <= options.mixed_tolerance:
-        return base, MixedReport("uint8", [], tried)
-    readers = g.graph.consumers()
-    groups: dict[str, frozenset[str]] = {}      # a weighted node with the activation that follows it
-    for n in g.graph.nodes:
-        if n.op_type in ("Conv", "Gemm", "MatMul", "ConvTranspose"):
-            after = readers.get(n.outputs[0], [])
-            tail = {after[0].name} if len(after) == 1 and after[0].op_type in ("Relu", "Clip") else set()
-            groups[n.name] = frozenset({n.name} | tail)
-    everything = frozenset(n.name for n in g.graph.nodes)
-    # a node's sensitivity: the error when it alone is quantized (its weights and its outputs)
-    alone = {n: error(with_(base, keep_fp32=everything - grp)) for n, grp in groups.items()}
-    kept: set[str] = set()
-    order: list[str] = []
-    for name in sorted(groups, key=lambda n: -alone[n]):
-        kept |= groups[name]
-        order.append(name)
-        err = error(with_(base, keep_fp32=frozenset(kept) | options.keep_fp32))
-        tried.append((f"uint8 with {len(order)} layer(s) in fp32", err))
-        if err <= options.mixed_tolerance:
-            return with_(base, keep_fp32=frozenset(kept) | options.keep_fp32), MixedReport("uint8", sorted(kept), tried)
-        if len(order) * 2 > len(groups):
-            break
-    fp16 = with_(options, precision="fp16")
-    err = error(fp16)
-    tried.append(("fp16", err))
-    if err <= options.mixed_tolerance:
-        return fp16, MixedReport("fp16", [], tried)
-    return with_(options, precision="fp32"), MixedReport("fp32", [], tried)
-
-
-@dataclass
-class MixedReport:
-    """What precision="mixed" chose: the precision, nodes kept in fp32, and every measured error."""
-
-    precision: str
-    fp32_nodes: list[str]
-    tried: list[tuple[str, float]]
-
-    def __str__(self) -> str:
-        steps = "; ".join(f"{what}: {err:.4%}" for what, err in self.tried)
-        kept = f", {len(self.fp32_nodes)} node(s) kept in fp32: {self.fp32_nodes}" if self.fp32_nodes else ""
-        return f"mixed chose {self.precision}{kept} (relative output error: {steps})"
 
 
 def report(g: GraphHandle) -> PlacementReport:
