@@ -100,7 +100,8 @@ def _cast(name: str, src: str, dst: str, to: int, sg: Subgraph) -> Node:
 
 # ----------------------------------------------------------------- int8/uint8
 QUANT_DTYPE = {"uint8": np.dtype(np.uint8), "int8": np.dtype(np.int8)}
-MOVES = frozenset({"Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze"})
+# ops whose result on the integers equals the quantized result in float (same parameters)
+MOVES = frozenset({"Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "MaxPool", "GlobalMaxPool"})
 
 
 def to_quantized(sg: Subgraph, precision: str) -> Subgraph:
@@ -200,7 +201,8 @@ def to_quantized(sg: Subgraph, precision: str) -> Subgraph:
             twins[out] = qy
             continue
         if node.op_type in MOVES and not node.domain and node.name not in sg.keep_fp32 \
-                and quantizable(node.inputs[0]) and node.inputs[0] not in floats:
+                and len([o for o in node.outputs if o]) == 1 and quantizable(node.inputs[0]) \
+                and node.inputs[0] not in floats:
             out = node.outputs[0]
             g.tensors[out].quant = g.tensors[node.inputs[0]].quant     # same numbers, same parameters
             qy = f"{out}::q"

@@ -16,7 +16,7 @@ CPU plan) finish in the output.
 from __future__ import annotations
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
+from numpy.lib.stride_tricks import as_strided, sliding_window_view
 
 from nnhal.device.cpu.kernels import _scratch
 from nnhal.device.cpu.kernels.base import Kernel, RunFn, store
@@ -273,4 +273,128 @@ class ConvGemm(Kernel):
         return run_im2col
 
 
-IMPLEMENTATIONS = (ConvIm2col, ConvGemm)
+# ------------------------------------------------------------------ Winograd F(4x4, 3x3)
+# Points 0, 1, -1, 2, -2 and infinity (Lavin & Gray). Every transform is one GEMM over all tiles
+# and channels at once (the 2-D transforms as Kronecker products, 36x36 and 16x36), so numpy does no
+# per-tile work: 36 multiplies per 16 outputs instead of 144.
+_BT = np.array([[4, 0, -5, 0, 1, 0],
+                [0, -4, -4, 1, 1, 0],
+                [0, 4, -4, -1, 1, 0],
+                [0, -2, -1, 2, 1, 0],
+                [0, 2, -1, -2, 1, 0],
+                [0, 4, 0, -5, 0, 1]], dtype=np.float64)
+_G = np.array([[1 / 4, 0, 0],
+               [-1 / 6, -1 / 6, -1 / 6],
+               [-1 / 6, 1 / 6, -1 / 6],
+               [1 / 24, 1 / 12, 1 / 6],
+               [1 / 24, -1 / 12, 1 / 6],
+               [0, 0, 1]], dtype=np.float64)
+_AT = np.array([[1, 1, 1, 1, 1, 0],
+                [0, 1, -1, 2, -2, 0],
+                [0, 1, 1, 4, 4, 0],
+                [0, 1, -1, 8, -8, 1]], dtype=np.float64)
+# scratch bound of one band of tile rows (bytes, per transformed tensor)
+WINOGRAD_BAND_BYTES = 4 << 20
+# smallest channel counts (in and out) and output size where Winograd beats im2col + GEMM
+WINOGRAD_MIN_CHANNELS = 32
+WINOGRAD_MIN_OUT = 8
+
+
+def winograd_weights(w: np.ndarray, dtype) -> np.ndarray:
+    """3x3 weights (M, C, 3, 3) -> U (36, M, C) = G g G^T per (out, in) channel pair, folded in float64."""
+    u = np.einsum("ai,mcij,bj->abmc", _G, w.astype(np.float64), _G, optimize=True)
+    return np.ascontiguousarray(u.reshape(36, w.shape[0], w.shape[1]).astype(dtype))
+
+
+class ConvWinograd(ConvGemm):
+    """3x3 stride-1 2-D convolution (group 1, constant weights, enough channels) by Winograd F(4x4, 3x3)."""
+
+    name = "winograd"
+    fuse_activation = True
+
+    def score(self, node, ins, outs) -> int:
+        g = self._geometry(node, ins, outs)
+        if g is None or node.attrs["group"] != 1 or list(g["kernel"]) != [3, 3]:
+            return 0
+        if list(g["strides"]) != [1, 1] or list(g["dilations"]) != [1, 1]:
+            return 0
+        m, c = ins[1].value.shape[:2]
+        oh, ow = outs[0].shape[2:]
+        if min(m, c) < WINOGRAD_MIN_CHANNELS or min(oh, ow) < WINOGRAD_MIN_OUT:
+            return 0
+        return 20
+
+    def prepare(self, node, ins, outs) -> RunFn:
+        g = self._geometry(node, ins, outs)
+        wv = ins[1].value
+        dtype = outs[0].dtype
+        n, c, h, w_in = ins[0].shape
+        m = wv.shape[0]
+        pt, pl, pb, pr = g["pads"]
+        oh, ow = outs[0].shape[2:]
+        th, tw = -(-oh // 4), -(-ow // 4)
+        hp, wpad = 4 * th + 2, 4 * tw + 2
+        u = winograd_weights(wv, dtype)
+        kb = np.kron(_BT, _BT).astype(dtype)
+        ka = np.kron(_AT, _AT).astype(dtype)
+        bias = ins[2].value.astype(dtype).reshape(m, 1, 1) if len(ins) > 2 and ins[2] is not None else None
+        act = _scratch.activation_of(node)
+        out_shape = tuple(outs[0].shape)
+        item = np.dtype(dtype).itemsize
+        rows = max(1, min(th, WINOGRAD_BAND_BYTES // max(1, 36 * max(c, m) * tw * item)))
+        bands = [(t0, min(th, t0 + rows)) for t0 in range(0, th, rows)]
+        nt = rows * tw
+        exact_w = ow == 4 * tw
+        parts = [((c, hp, wpad), dtype), ((36 * c * nt,), dtype), ((36 * max(c, m) * nt,), dtype),
+                 ((36 * m * nt,), dtype)]
+        if not (exact_w and oh == 4 * th):
+            parts.append(((m * nt * 16,), dtype))
+        _scratch.reserve(_scratch.nbytes_of(*parts))
+        zero_rows = (slice(0, pt), slice(pt + h, hp))
+        zero_cols = (slice(0, pl), slice(pl + w_in, wpad))
+
+        def run_winograd(inputs, outputs):
+            x = inputs[0]
+            y = outputs[0] if outputs[0] is not None else np.empty(out_shape, dtype)
+            bufs = _scratch.scratch(*parts)
+            xp, dbuf, vbuf, ybuf = bufs[:4]
+            sc, sh_, sw_ = xp.strides
+            for b in range(n):
+                for r in zero_rows:
+                    xp[:, r, :] = 0
+                for cc in zero_cols:
+                    xp[:, pt:pt + h, cc] = 0
+                xp[:, pt:pt + h, pl:pl + w_in] = x[b]
+                yb = y[b]
+                ys = yb.strides
+                for t0, t1 in bands:
+                    k = (t1 - t0) * tw
+                    d = dbuf[:36 * c * k]
+                    src = as_strided(xp[:, 4 * t0:, :], shape=(6, 6, c, t1 - t0, tw),
+                                     strides=(sh_, sw_, sc, 4 * sh_, 4 * sw_), writeable=False)
+                    np.copyto(d.reshape(6, 6, c, t1 - t0, tw), src)
+                    v = vbuf[:36 * c * k]
+                    np.matmul(kb, d.reshape(36, c * k), out=v.reshape(36, c * k))
+                    z = ybuf[:36 * m * k]
+                    np.matmul(u, v.reshape(36, c, k), out=z.reshape(36, m, k))
+                    o = vbuf[:16 * m * k]
+                    np.matmul(ka, z.reshape(36, m * k), out=o.reshape(16, m * k))
+                    tiles = o.reshape(4, 4, m, t1 - t0, tw).transpose(2, 3, 0, 4, 1)  # (m, ti, r, tj, s)
+                    r0, r1 = 4 * t0, min(oh, 4 * t1)
+                    if exact_w and r1 == 4 * t1:
+                        dst = as_strided(yb[:, r0:, :], shape=(m, t1 - t0, 4, tw, 4),
+                                         strides=(ys[0], 4 * ys[1], ys[1], 4 * ys[2], ys[2]))
+                        np.copyto(dst, tiles)
+                    else:
+                        full = bufs[4][:m * k * 16].reshape(m, t1 - t0, 4, tw, 4)
+                        np.copyto(full, tiles)
+                        np.copyto(yb[:, r0:r1, :], full.reshape(m, 4 * (t1 - t0), 4 * tw)[:, :r1 - r0, :ow])
+            if bias is not None:
+                np.add(y, bias, out=y)
+            _scratch.apply_activation(y, act)
+            return (y,)
+
+        return run_winograd
+
+
+IMPLEMENTATIONS = (ConvIm2col, ConvGemm, ConvWinograd)
