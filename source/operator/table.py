@@ -192,7 +192,19 @@ ONNX_OPS: dict[str, str] = {
     "Loop": "op_loop",
     "Scan": "op_scan",}
 
-TABLE: dict[str, dict[str, str]] = {"": ONNX_OPS, "ai.onnx": ONNX_OPS}
+# The quantized operators of the com.microsoft domain that onnxruntime's quantization tool writes
+# (QOperator format) and nnhal's own int8/uint8 CPU path uses.
+MS_OPS: dict[str, str] = {
+    "QLinearAdd": "ms_qlinear_add",
+    "QLinearMul": "ms_qlinear_mul",
+    "QLinearConcat": "ms_qlinear_concat",
+    "QLinearGlobalAveragePool": "ms_qlinear_global_average_pool",
+    "QLinearSoftmax": "ms_qlinear_softmax",
+    "QLinearAveragePool": "ms_qlinear_average_pool",
+    "QGemm": "ms_qgemm",
+}
+
+TABLE: dict[str, dict[str, str]] = {"": ONNX_OPS, "ai.onnx": ONNX_OPS, "com.microsoft": MS_OPS}
 
 
 @lru_cache(maxsize=None)

@@ -6,7 +6,7 @@ module reads.
 from __future__ import annotations
 
 from nnhal.device.cpu.kernels.select import implementations
-from nnhal.device.cpu.kernels.table import KERNELS
+from nnhal.device.cpu.kernels.table import DOMAINS
 from nnhal.device.cpu.plan import Plan, compile_nodes
 from nnhal.device.cpu.threads import set_blas_threads
 from nnhal.device.device import Allocator, Candidate, Description, Device, Interface, Optimizer, Performance, Verdict
@@ -36,7 +36,7 @@ def cpu_release_graph(device: Device, device_graph) -> None:
 
 def cpu_describe(device: Device) -> Description:
     return Description(
-        ops=frozenset(KERNELS),
+        ops=frozenset(op for table in DOMAINS.values() for op in table),
         precisions=("fp32", "fp16", "int8", "uint8"),
         performance={"fp32": Performance(1.0, 1.0)},
         summary="numpy reference and fast kernels; takes what no other device can",
@@ -46,9 +46,7 @@ def cpu_describe(device: Device) -> Description:
 def cpu_evaluation(device: Device, candidate: Candidate) -> Verdict:
     """Accept a node when one of its CPU kernels scores above zero."""
     node = candidate.node
-    if node.domain:
-        return Verdict.no(f"domain '{node.domain}' has no CPU kernels")
-    impls = implementations(node.op_type)
+    impls = implementations(node.op_type, node.domain)
     if not impls:
         return Verdict.no(f"no CPU kernel for {node.op_type}")
     for impl in impls:

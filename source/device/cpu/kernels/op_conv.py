@@ -322,6 +322,8 @@ class ConvWinograd(ConvGemm):
         oh, ow = outs[0].shape[2:]
         if min(m, c) < WINOGRAD_MIN_CHANNELS or min(oh, ow) < WINOGRAD_MIN_OUT:
             return 0
+        if min(m, c) < 2 * WINOGRAD_MIN_CHANNELS and oh * ow < 28 * 28:
+            return 0        # few channels on a small map: the transforms cost more than they save
         return 20
 
     def prepare(self, node, ins, outs) -> RunFn:

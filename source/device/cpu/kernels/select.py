@@ -12,16 +12,16 @@ import threading
 from functools import lru_cache
 
 from nnhal.device.cpu.kernels.base import Kernel
-from nnhal.device.cpu.kernels.table import KERNELS
+from nnhal.device.cpu.kernels.table import DOMAINS
 from nnhal.errors import DeviceError, where
 from nnhal.graph.node import Node
 from nnhal.operator.base import Info
 
 
 @lru_cache(maxsize=None)
-def implementations(op_type: str) -> tuple[Kernel, ...]:
+def implementations(op_type: str, domain: str = "") -> tuple[Kernel, ...]:
     """All CPU implementations of an op (empty when the CPU has none)."""
-    module_name = KERNELS.get(op_type)
+    module_name = DOMAINS.get(domain, {}).get(op_type)
     if module_name is None:
         return ()
     module = importlib.import_module(f"nnhal.device.cpu.kernels.{module_name}")
@@ -49,7 +49,7 @@ def force_reference():
 
 def select(node: Node, ins: list[Info | None], outs: list[Info]) -> Kernel:
     """The best CPU implementation for this node; DeviceError when none applies."""
-    impls = implementations(node.op_type) if not node.domain else ()
+    impls = implementations(node.op_type, node.domain)
     if reference_forced():
         for impl in impls:
             if impl.name == "reference":
