@@ -111,9 +111,11 @@ def to_quantized(sg: Subgraph, precision: str) -> Subgraph:
     as QLinearConv: activations in ``precision`` per tensor (the calibrated
     ``Tensor.quant``), weights int8 symmetric per output channel, int32 bias,
     exact integer accumulation. A Relu or Clip(0, ...) that alone follows one
-    is absorbed by the saturation of its output range. Data-movement ops run on
-    the integers; every other op runs in float between a DequantizeLinear and a
-    QuantizeLinear, inserted only where a tensor is needed in the other form.
+    is absorbed by the saturation of its output range. Add, Sum of two, Mul,
+    Concat and the average pools run as the com.microsoft QLinear operators;
+    data movement and max pooling run on the integers; every other op runs in
+    float between a DequantizeLinear and a QuantizeLinear, inserted only where
+    a tensor is needed in the other form.
     """
     from nnhal.optimizer.quantize import per_channel_int8
 
@@ -177,7 +179,7 @@ def to_quantized(sg: Subgraph, precision: str) -> Subgraph:
             wq, ws = weight
             sx = float(np.asarray(g.tensors[x].quant.scale))
             bq = np.zeros(wq.shape[0], np.int32) if bias is None else \
-                np.rint(bias.astype(np.float64) / (sx * ws)).astype(np.int32)
+                np.clip(np.rint(bias.astype(np.float64) / (sx * ws)), -2 ** 31, 2 ** 31 - 1).astype(np.int32)
             base = f"{node.name}::"
             qx = quantized(x)
             if reshape is not None:
@@ -200,6 +202,21 @@ def to_quantized(sg: Subgraph, precision: str) -> Subgraph:
                                        {}, opset))
             twins[out] = qy
             continue
+        integer = _lower_integer(node, g, quantizable, floats, sg.keep_fp32)
+        if integer is not None:
+            op, ins, attrs = integer
+            out = node.outputs[0]
+            operands = []
+            for kind, name in ins:
+                if kind == "q":
+                    operands.append(quantized(name))
+                else:
+                    operands.extend(params(name))
+            qy = f"{out}::q"
+            g.tensors[qy] = Tensor(qy)
+            nodes.append(make_node(node.name + "::" + op, op, operands, [qy], attrs, opset, "com.microsoft"))
+            twins[out] = qy
+            continue
         if node.op_type in MOVES and not node.domain and node.name not in sg.keep_fp32 \
                 and len([o for o in node.outputs if o]) == 1 and quantizable(node.inputs[0]) \
                 and node.inputs[0] not in floats:
@@ -220,6 +237,35 @@ def to_quantized(sg: Subgraph, precision: str) -> Subgraph:
     sg.graph, sg.nodes = g, nodes
     sg.precision = precision
     return sg
+
+
+def _lower_integer(node: Node, g: Graph, quantizable, floats: set[str], keep: frozenset[str]):
+    """(com.microsoft op, operands, attrs) for Add/Sum/Mul/Concat/pools whose tensors are all quantized.
+
+    Operands are ("q", tensor) for a quantized tensor and ("p", tensor) for its scale and zero point.
+    """
+    if node.domain or node.name in keep or len([o for o in node.outputs if o]) != 1:
+        return None
+    ins = [n for n in node.inputs if n]
+    out = node.outputs[0]
+    if not quantizable(out) or not ins or not all(quantizable(n) or (g.tensors[n].is_constant and
+                                                                    g.tensors[n].quant is not None) for n in ins):
+        return None
+    op = node.op_type
+    if op in ("Add", "Mul") or (op == "Sum" and len(ins) == 2):
+        a, b = ins
+        return ("QLinearMul" if op == "Mul" else "QLinearAdd"), [("q", a), ("p", a), ("q", b), ("p", b), ("p", out)], {}
+    if op == "GlobalAveragePool":
+        return "QLinearGlobalAveragePool", [("q", ins[0]), ("p", ins[0]), ("p", out)], {}
+    if op == "AveragePool" and not node.attrs.get("dilations") and not node.attrs.get("ceil_mode", 0):
+        attrs = {k: v for k, v in node.attrs.items() if v is not None and k != "dilations"}
+        return "QLinearAveragePool", [("q", ins[0]), ("p", ins[0]), ("p", out)], attrs
+    if op == "Concat":
+        operands = [("p", out)]
+        for n in ins:
+            operands += [("q", n), ("p", n)]
+        return "QLinearConcat", operands, {"axis": node.attrs["axis"]}
+    return None
 
 
 def _absorbs(node: Node, g: Graph, qdtype: np.dtype) -> bool:
@@ -271,12 +317,13 @@ def _lower_weighted(node: Node, g: Graph, quantizable, per_channel_int8):
     return node.inputs[0], per_channel_int8(matrix.reshape(m, k, 1, 1)), bias, {}, shapes
 
 
-def make_node(name: str, op: str, inputs: list[str], outputs: list[str], attrs: dict, opset: int) -> Node:
+def make_node(name: str, op: str, inputs: list[str], outputs: list[str], attrs: dict, opset: int,
+              domain: str = "") -> Node:
     """A normalized internal node; an op newer than the model's opset gets its first version."""
     from nnhal.operator.table import get_prototype
 
-    proto = get_prototype("", op)
-    version = proto.version_for(opset) or proto.versions[0]
-    node = Node(name, op, inputs, outputs, dict(attrs), "", max(opset, version), version)
+    proto = get_prototype(domain, op)
+    version = (proto.version_for(opset) if not domain else None) or proto.versions[0]
+    node = Node(name, op, inputs, outputs, dict(attrs), domain, max(opset, version) if not domain else 1, version)
     proto.normalize(node)
     return node

@@ -65,6 +65,6 @@ def build_report(graph: Graph, decisions: dict[str, Decision], subgraphs: list[S
                  moved: list[str] | None = None, min_group_size: int = 1, events: list | None = None) -> PlacementReport:
     return PlacementReport(
         [decisions[n.name] for n in graph.nodes if n.name in decisions],
-        [SubgraphInfo(sg.index, sg.device, sg.precision, [n.name for n in sg.nodes], list(sg.inputs), list(sg.outputs))
-         for sg in subgraphs],
+        [SubgraphInfo(sg.index, sg.device, sg.precision, [n.name for n in (sg.original_nodes or sg.nodes)],
+                      list(sg.inputs), list(sg.outputs)) for sg in subgraphs],
         boundaries(graph, subgraphs), list(moved or []), min_group_size, list(events or []))

@@ -116,7 +116,9 @@ def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: l
             if name and name not in external and t is not None and t.static and not t.is_constant \
                     and not t.dtype.hasobject:
                 sizes[name] = t.nbytes
-    memory = plan_memory([(n.all_inputs, n.outputs, k.inplace, k.view) for n, k, _, _ in chosen], sizes, external)
+    slices = {} if reference_forced() else concat_slices(graph, chosen, sizes)
+    memory = plan_memory([(n.all_inputs, n.outputs, k.inplace, k.view) for n, k, _, _ in chosen], sizes, external,
+                         slices)
     arena = np.empty(max(memory.arena_bytes, 1), dtype=np.uint8)
     shapes = {n: graph.tensors[n].shape for n in sizes}
     dtypes = {n: graph.tensors[n].dtype for n in sizes}
@@ -142,6 +144,46 @@ def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: l
     in_slots = [(n, slot(n)) for n in inputs]
     out_slots = [(n, slot(n)) for n in outputs]
     return Plan(steps, slots, in_slots, out_slots, memory, arena, kernels)
+
+
+def concat_slices(graph: Graph, chosen: list, sizes: dict[str, int]) -> dict[str, tuple[str, int]]:
+    """Concat inputs the planner can place inside the Concat output's buffer, as name -> (output, byte offset):
+    their producers then write straight into the output and the Concat copies nothing.
+
+    Only where every input slice is one contiguous block (all dims before the axis are 1, as at batch 1),
+    for planned inputs read once by that Concat, produced here, not a view of another tensor and not
+    already placed in another Concat. Concats are taken last first so nested ones (DenseNet) chain."""
+    produced: dict[str, tuple[Node, object]] = {}
+    for node, kernel, _, _ in chosen:
+        for k, name in enumerate(node.outputs):
+            if name:
+                produced[name] = (node, k, kernel)
+    slices: dict[str, tuple[str, int]] = {}
+    for node, kernel, _, _ in reversed(chosen):
+        if node.op_type != "Concat" or node.domain or not getattr(kernel, "writes_in_place", False):
+            continue
+        out = node.outputs[0]
+        t = graph.tensors.get(out)
+        if out not in sizes or t is None or t.shape is None:
+            continue
+        rank = len(t.shape)
+        axis = node.attrs["axis"] % rank
+        if any(d != 1 for d in t.shape[:axis]):
+            continue
+        inner = int(np.prod(t.shape[axis + 1:], dtype=np.int64)) * t.dtype.itemsize
+        counts = Counter(node.inputs)
+        off = 0
+        for name in node.inputs:
+            it = graph.tensors.get(name) if name else None
+            if it is None or it.shape is None or len(it.shape) != rank:
+                break
+            size = int(it.shape[axis]) * inner
+            prod = produced.get(name)
+            if name in sizes and counts[name] == 1 and name not in slices and prod is not None \
+                    and prod[1] not in prod[2].view and it.dtype == t.dtype and sizes[name] == size:
+                slices[name] = (out, off)
+            off += size
+    return slices
 
 
 FUSED_ATTR = "_nnhal_activation"

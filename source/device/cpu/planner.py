@@ -36,18 +36,37 @@ class MemoryPlan:
 
 
 def plan_memory(steps: list[tuple[list[str], list[str], dict[int, int], dict[int, int]]],
-                sizes: dict[str, int], external: set[str]) -> MemoryPlan:
+                sizes: dict[str, int], external: set[str],
+                slices: dict[str, tuple[str, int]] | None = None) -> MemoryPlan:
     """Plan buffers for ``steps`` = [(input names, output names, inplace, view)].
 
     ``sizes`` gives the byte size of each plannable tensor (static, produced
     here, not external); ``external`` names tensors that must outlive the run
-    (outputs) or come from outside (inputs, constants).
+    (outputs) or come from outside (inputs, constants). ``slices`` maps a
+    tensor to (parent tensor, byte offset): it lives inside its parent's
+    buffer (a Concat input written straight into the Concat output); the
+    parent's buffer is taken when the first member of its group is produced
+    and lives until the last member is read.
     """
+    slices = slices or {}
     last_use: dict[str, int] = {}
     for i, (ins, outs, _, _) in enumerate(steps):
         for name in ins:
             if name:
                 last_use[name] = i
+
+    def top_of(name: str) -> tuple[str, int]:
+        off = 0
+        while name in slices:
+            name, o = slices[name]
+            off += o
+        return name, off
+
+    sub_offset: dict[str, int] = {}
+    slice_top: dict[str, str] = {}
+    for name in slices:
+        slice_top[name], sub_offset[name] = top_of(name)
+    tops = set(slice_top.values())
     root: dict[str, str] = {}
     group_last: dict[str, int] = {}
     inplace: dict[str, str] = {}
@@ -55,6 +74,11 @@ def plan_memory(steps: list[tuple[list[str], list[str], dict[int, int], dict[int
     for i, (ins, outs, inplace_map, view_map) in enumerate(steps):
         for o_idx, name in enumerate(outs):
             if not name:
+                continue
+            if name in slice_top or name in tops:
+                r = slice_top.get(name, name)
+                root[name] = r
+                group_last[r] = max(group_last.get(r, i), last_use.get(name, i), i)
                 continue
             src = ins[view_map[o_idx]] if o_idx in view_map and view_map[o_idx] < len(ins) else ""
             if src and src in root:
@@ -69,8 +93,9 @@ def plan_memory(steps: list[tuple[list[str], list[str], dict[int, int], dict[int
             root[name] = name
             group_last[name] = max(last_use.get(name, i), i)
             src = ins[inplace_map[o_idx]] if o_idx in inplace_map and inplace_map[o_idx] < len(ins) else ""
-            if src and src in root and group_last[root[src]] == i and sizes.get(src) == sizes[name] \
-                    and sum(1 for n in ins if n == src) == 1:
+            # never in place over a member of a slice group: its group lives on past this node
+            if src and src in root and root[src] not in tops and group_last[root[src]] == i \
+                    and sizes.get(src) == sizes[name] and sum(1 for n in ins if n == src) == 1:
                 r = root[src]
                 root[name] = r
                 group_last[r] = max(group_last[r], group_last.pop(name))
@@ -85,13 +110,16 @@ def plan_memory(steps: list[tuple[list[str], list[str], dict[int, int], dict[int
     naive = 0
     for i, (_, outs, _, _) in enumerate(steps):
         for name in outs:
-            if name and root.get(name) == name:
-                size = _aligned(sizes[name])
+            r = root.get(name) if name else None
+            if r is not None and r not in offsets and r in sizes:
+                size = _aligned(sizes[r])
                 naive += size
-                offsets[name], top = _take(free, size, top)
+                offsets[r], top = _take(free, size, top)
         for r in dying.get(i, ()):
-            _give(free, offsets[r], _aligned(sizes[r]))
-    plans = {name: TensorPlan(name, sizes.get(name, 0), r, offsets[r]) for name, r in root.items()}
+            if r in offsets:
+                _give(free, offsets[r], _aligned(sizes[r]))
+    plans = {name: TensorPlan(name, sizes.get(name, 0), r, offsets[r] + sub_offset.get(name, 0))
+             for name, r in root.items() if r in offsets}
     return MemoryPlan(top, plans, inplace, views, naive)
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from nnhal.device.cpu.kernels._scratch import activation_of, apply_activation
 from nnhal.device.cpu.kernels.base import Kernel, RunFn, store
 
 
@@ -24,6 +25,7 @@ def fold(scale, bias, mean, var, eps: float, rank: int, dtype) -> tuple[np.ndarr
 class BatchNormalizationKernel(Kernel):
     op_type = "BatchNormalization"
     inplace = {0: 0}
+    fuse_activation = True   # a Relu/Clip fused by the CPU plan (DenseNet's BN -> Relu) runs in place on y
 
     def prepare(self, node, ins, outs) -> RunFn:
         eps = float(node.attrs["epsilon"])
@@ -34,14 +36,19 @@ class BatchNormalizationKernel(Kernel):
         if not training and all(c is not None for c in consts) and ins[0].shape is not None:
             folded = fold(*consts, eps, len(ins[0].shape), dtype)
         momentum = float(node.attrs["momentum"])
+        act = activation_of(node)
 
         def run(inputs, outputs):
             x = inputs[0]
             if training:
-                return _train(x, *inputs[1:5], eps, momentum, outputs)
+                result = _train(x, *inputs[1:5], eps, momentum, outputs)
+                apply_activation(result[0], act)
+                return result
             a, b = folded if folded is not None else fold(*inputs[1:5], eps, x.ndim, x.dtype)
             y = np.multiply(x, a, out=outputs[0])
-            return (np.add(y, b, out=y),)
+            np.add(y, b, out=y)
+            apply_activation(y, act)
+            return (y,)
 
         return run
 

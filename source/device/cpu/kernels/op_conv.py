@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import as_strided, sliding_window_view
 
+from nnhal.device.cpu import threads
 from nnhal.device.cpu.kernels import _scratch
 from nnhal.device.cpu.kernels.base import Kernel, RunFn, store
 from nnhal.operator.table import get_prototype
@@ -79,8 +80,13 @@ def _pack(w: np.ndarray, group: int) -> np.ndarray:
 
 # scratch bound of one im2col band (bytes); bigger convolutions run in bands of output rows
 BAND_BYTES = 6 << 20
+# smallest convolution (multiply-adds) split over the session's threads (threads.parallel)
+PARALLEL_MIN_MACS = 1 << 20
 # output-side shifts instead of im2col when output channels <= this times input channels
 SHIFT_MAX_RATIO = 1.0
+# ... and when the padded map is at most this much larger than the output (the shift GEMM runs over it all;
+# on 7x7 or 14x14 maps the border costs more than im2col's copies)
+SHIFT_MAX_PAD_GROWTH = 1.2
 
 
 class ConvGemm(Kernel):
@@ -129,9 +135,12 @@ class ConvGemm(Kernel):
         act = _scratch.activation_of(node)
         out_shape = tuple(outs[0].shape)
 
-        def finish(y):
+        def finish(y, lo=None, hi=None, trail=2):
+            """Bias and activation in y, or in its output channels lo:hi (the channel axis then has ``trail``
+            axes after it)."""
             if bias is not None:
-                np.add(y, bias, out=y)
+                bb = bias if lo is None else bias[lo:hi].reshape((hi - lo,) + (1,) * trail)
+                np.add(y, bb, out=y)
             _scratch.apply_activation(y, act)
             return (y,)
 
@@ -152,6 +161,19 @@ class ConvGemm(Kernel):
                     np.copyto(xs, x[:, :, :(oh - 1) * sh + 1:sh, :(ow - 1) * sw + 1:sw])
                     x = xs
                 if group == 1:
+                    parts_m = threads.split(m, threads.workers(), 8) if m * c * p * n >= PARALLEL_MIN_MACS else [(0, m)]
+                    if len(parts_m) > 1:
+                        xr = x.reshape(n, c, p)
+                        yr = y.reshape(n, m, p)
+
+                        def part(r):
+                            lo, hi = r
+                            for b in range(n):
+                                np.matmul(w2[lo:hi], xr[b], out=yr[b, lo:hi])
+                            finish(yr[:, lo:hi], lo, hi, 1)
+
+                        threads.parallel(part, parts_m)
+                        return (y,)
                     if n == 1:
                         np.matmul(w2, x.reshape(c, p), out=y.reshape(m, p))
                     else:
@@ -190,6 +212,8 @@ class ConvGemm(Kernel):
             _scratch.reserve(_scratch.nbytes_of(*parts))
             taps = [(i, j, tap(i, j)) for i in range(kh) for j in range(kw)]
 
+            big = n * c * p * kh * kw >= PARALLEL_MIN_MACS // 4
+
             def run_dw(inputs, outputs):
                 x = inputs[0]
                 y = outputs[0] if outputs[0] is not None else np.empty(out_shape, dtype)
@@ -198,18 +222,27 @@ class ConvGemm(Kernel):
                 if padded:
                     pad_into(bufs[0], x)
                     x = bufs[0]
-                for k, (i, j, index) in enumerate(taps):
-                    if k == 0:
-                        np.multiply(x[index], wd[k], out=y)
-                    else:
-                        np.multiply(x[index], wd[k], out=tmp)
-                        np.add(y, tmp, out=y)
-                return finish(y)
+
+                def part(rng):
+                    lo, hi = rng
+                    xs, ys, ts = x[:, lo:hi], y[:, lo:hi], tmp[:, lo:hi]
+                    for k, (i, j, index) in enumerate(taps):
+                        wk = wd[k][:, lo:hi]
+                        if k == 0:
+                            np.multiply(xs[index], wk, out=ys)
+                        else:
+                            np.multiply(xs[index], wk, out=ts)
+                            np.add(ys, ts, out=ys)
+                    finish(ys, lo, hi)
+
+                threads.parallel(part, threads.split(c, threads.workers() if big else 1, 8))
+                return (y,)
 
             return run_dw
 
         # ---------------------------------------------------------- output-side shifts (few output channels)
-        if group == 1 and (sh, sw) == (1, 1) and kh * kw > 1 and m <= SHIFT_MAX_RATIO * c:
+        if group == 1 and (sh, sw) == (1, 1) and kh * kw > 1 and m <= SHIFT_MAX_RATIO * c \
+                and hp * wpad <= SHIFT_MAX_PAD_GROWTH * p:
             # Z = W_taps (kh*kw*M, C) @ xp (C, Hp*Wp) in one GEMM; y = sum over taps of shifted Z slices.
             # Cheaper than im2col when M < C: Z has kh*kw*M rows where im2col has kh*kw*C.
             wt = np.ascontiguousarray(wv.transpose(2, 3, 0, 1).reshape(kh * kw * m, c))
@@ -218,23 +251,44 @@ class ConvGemm(Kernel):
             shifts = [(i * kw + j, slice(i * dh, i * dh + oh), slice(j * dw, j * dw + ow))
                       for i in range(kh) for j in range(kw)]
 
+            big = n * m * c * hp * wpad * kh * kw >= PARALLEL_MIN_MACS
+            packed_by_width: dict[int, list] = {}
+
+            def packed(width):
+                """[(lo, hi, weights of output channels lo:hi as (taps * (hi - lo), C))] for a split width."""
+                if width not in packed_by_width:
+                    w4 = wt.reshape(kh * kw, m, c)
+                    packed_by_width[width] = [(lo, hi, np.ascontiguousarray(w4[:, lo:hi]).reshape(-1, c))
+                                              for lo, hi in threads.split(m, width, 8)]
+                return packed_by_width[width]
+
             def run_shift(inputs, outputs):
                 x = inputs[0]
                 y = outputs[0] if outputs[0] is not None else np.empty(out_shape, dtype)
                 bufs = _scratch.scratch(*parts)
-                z = bufs[-1]
+                zall = bufs[-1].reshape(-1)
+                chunks = packed(threads.workers() if big else 1)
                 for b in range(n):
                     xb = x[b]
                     if padded:
                         pad_into(bufs[0], xb)
                         xb = bufs[0]
-                    np.matmul(wt, xb.reshape(c, hp * wpad), out=z.reshape(kh * kw * m, hp * wpad))
                     yb = y[b]
-                    t0, r0, c0 = shifts[0]
-                    np.add(z[t0, :, r0, c0], z[shifts[1][0], :, shifts[1][1], shifts[1][2]], out=yb)
-                    for t, r, cc in shifts[2:]:
-                        np.add(yb, z[t, :, r, cc], out=yb)
-                return finish(y)
+
+                    def part(chunk):
+                        lo, hi, wh = chunk
+                        mh = hi - lo
+                        z = zall[kh * kw * lo * hp * wpad:kh * kw * hi * hp * wpad].reshape(kh * kw, mh, hp, wpad)
+                        np.matmul(wh, xb.reshape(c, hp * wpad), out=z.reshape(kh * kw * mh, hp * wpad))
+                        yo = yb[lo:hi]
+                        t0, r0, c0 = shifts[0]
+                        np.add(z[t0, :, r0, c0], z[shifts[1][0], :, shifts[1][1], shifts[1][2]], out=yo)
+                        for t, r, cc in shifts[2:]:
+                            np.add(yo, z[t, :, r, cc], out=yo)
+                        finish(yo, lo, hi)
+
+                    threads.parallel(part, chunks)
+                return (y,)
 
             return run_shift
 
@@ -246,12 +300,15 @@ class ConvGemm(Kernel):
         parts = ([((c, hp, wpad), dtype)] if padded else []) + [((c * kh * kw * rows * ow,), dtype)]
         _scratch.reserve(_scratch.nbytes_of(*parts))
         band_taps = [[(i, j, tap(i, j, r0, r1)) for i in range(kh) for j in range(kw)] for r0, r1 in bands]
+        big = n * m * kk * p >= PARALLEL_MIN_MACS
 
         def run_im2col(inputs, outputs):
             x = inputs[0]
             y = outputs[0] if outputs[0] is not None else np.empty(out_shape, dtype)
             bufs = _scratch.scratch(*parts)
             cols_all = bufs[-1]
+            width = threads.workers() if big else 1
+            c_parts, m_parts = threads.split(c, width, 8), threads.split(m, width, 8)
             for b in range(n):
                 xb = x[b]
                 if padded:
@@ -262,13 +319,29 @@ class ConvGemm(Kernel):
                     q = (r1 - r0) * ow
                     cols = cols_all[:c * kh * kw * q]
                     cols5 = cols.reshape(c, kh, kw, r1 - r0, ow)
+                    if group == 1 and width > 1:
+                        def gather(rng):
+                            lo, hi = rng
+                            xs = xb[lo:hi]
+                            for i, j, index in taps:
+                                np.copyto(cols5[lo:hi, i, j], xs[index])
+
+                        def multiply(rng):
+                            lo, hi = rng
+                            yo = yb[0, lo:hi, r0 * ow:r1 * ow]
+                            np.matmul(wp[0, lo:hi], cols.reshape(kk, q), out=yo)
+                            finish(yo, lo, hi, 1)
+
+                        threads.parallel(gather, c_parts)
+                        threads.parallel(multiply, m_parts)
+                        continue
                     for i, j, index in taps:
                         np.copyto(cols5[:, i, j], xb[index])
                     if group == 1:
                         np.matmul(wp[0], cols.reshape(kk, q), out=yb[0, :, r0 * ow:r1 * ow])
                     else:
                         np.matmul(wp, cols.reshape(group, kk, q), out=yb[:, :, r0 * ow:r1 * ow])
-            return finish(y)
+            return (y,) if group == 1 and width > 1 else finish(y)
 
         return run_im2col
 
@@ -297,7 +370,7 @@ _AT = np.array([[1, 1, 1, 1, 1, 0],
 WINOGRAD_BAND_BYTES = 4 << 20
 # smallest channel counts (in and out) and output size where Winograd beats im2col + GEMM
 WINOGRAD_MIN_CHANNELS = 32
-WINOGRAD_MIN_OUT = 8
+WINOGRAD_MIN_OUT = 14
 
 
 def winograd_weights(w: np.ndarray, dtype) -> np.ndarray:
@@ -347,20 +420,25 @@ class ConvWinograd(ConvGemm):
         bands = [(t0, min(th, t0 + rows)) for t0 in range(0, th, rows)]
         nt = rows * tw
         exact_w = ow == 4 * tw
-        parts = [((c, hp, wpad), dtype), ((36 * c * nt,), dtype), ((36 * max(c, m) * nt,), dtype),
-                 ((36 * m * nt,), dtype)]
+        parts = [((c, hp, wpad), dtype), ((36 * c * nt,), dtype), ((36 * c * nt,), dtype),
+                 ((36 * m * nt,), dtype), ((16 * m * nt,), dtype)]
         if not (exact_w and oh == 4 * th):
             parts.append(((m * nt * 16,), dtype))
         _scratch.reserve(_scratch.nbytes_of(*parts))
         zero_rows = (slice(0, pt), slice(pt + h, hp))
         zero_cols = (slice(0, pl), slice(pl + w_in, wpad))
+        big = 36 * m * c * th * tw >= PARALLEL_MIN_MACS
 
         def run_winograd(inputs, outputs):
             x = inputs[0]
             y = outputs[0] if outputs[0] is not None else np.empty(out_shape, dtype)
             bufs = _scratch.scratch(*parts)
-            xp, dbuf, vbuf, ybuf = bufs[:4]
+            xp, dbuf, vbuf, zbuf, obuf = bufs[:5]
+            crop = bufs[5] if len(bufs) > 5 else None
             sc, sh_, sw_ = xp.strides
+            width = threads.workers() if big else 1
+            c_parts = threads.split(c, width, 8)
+            m_parts = threads.split(m, width, 8)
             for b in range(n):
                 for r in zero_rows:
                     xp[:, r, :] = 0
@@ -370,30 +448,42 @@ class ConvWinograd(ConvGemm):
                 yb = y[b]
                 ys = yb.strides
                 for t0, t1 in bands:
-                    k = (t1 - t0) * tw
-                    d = dbuf[:36 * c * k]
-                    src = as_strided(xp[:, 4 * t0:, :], shape=(6, 6, c, t1 - t0, tw),
+                    nr = t1 - t0
+                    k = nr * tw
+                    d = dbuf[:36 * c * k].reshape(6, 6, c, nr, tw)
+                    v = vbuf[:36 * c * k].reshape(36, c * k)
+                    src = as_strided(xp[:, 4 * t0:, :], shape=(6, 6, c, nr, tw),
                                      strides=(sh_, sw_, sc, 4 * sh_, 4 * sw_), writeable=False)
-                    np.copyto(d.reshape(6, 6, c, t1 - t0, tw), src)
-                    v = vbuf[:36 * c * k]
-                    np.matmul(kb, d.reshape(36, c * k), out=v.reshape(36, c * k))
-                    z = ybuf[:36 * m * k]
-                    np.matmul(u, v.reshape(36, c, k), out=z.reshape(36, m, k))
-                    o = vbuf[:16 * m * k]
-                    np.matmul(ka, z.reshape(36, m * k), out=o.reshape(16, m * k))
-                    tiles = o.reshape(4, 4, m, t1 - t0, tw).transpose(2, 3, 0, 4, 1)  # (m, ti, r, tj, s)
                     r0, r1 = 4 * t0, min(oh, 4 * t1)
-                    if exact_w and r1 == 4 * t1:
-                        dst = as_strided(yb[:, r0:, :], shape=(m, t1 - t0, 4, tw, 4),
-                                         strides=(ys[0], 4 * ys[1], ys[1], 4 * ys[2], ys[2]))
-                        np.copyto(dst, tiles)
-                    else:
-                        full = bufs[4][:m * k * 16].reshape(m, t1 - t0, 4, tw, 4)
-                        np.copyto(full, tiles)
-                        np.copyto(yb[:, r0:r1, :], full.reshape(m, 4 * (t1 - t0), 4 * tw)[:, :r1 - r0, :ow])
-            if bias is not None:
-                np.add(y, bias, out=y)
-            _scratch.apply_activation(y, act)
+
+                    def transform_in(rng):
+                        lo, hi = rng
+                        np.copyto(d[:, :, lo:hi], src[:, :, lo:hi])
+                        np.matmul(kb, d.reshape(36, c * k)[:, lo * k:hi * k], out=v[:, lo * k:hi * k])
+
+                    def multiply_out(rng):
+                        lo, hi = rng
+                        mh = hi - lo
+                        z = zbuf[36 * lo * k:36 * hi * k].reshape(36, mh, k)
+                        np.matmul(u[:, lo:hi], v.reshape(36, c, k), out=z)
+                        o = obuf[16 * lo * k:16 * hi * k].reshape(16, mh * k)
+                        np.matmul(ka, z.reshape(36, mh * k), out=o)
+                        tiles = o.reshape(4, 4, mh, nr, tw).transpose(2, 3, 0, 4, 1)  # (m, ti, r, tj, s)
+                        if crop is None or exact_w and r1 == 4 * t1:
+                            dst = as_strided(yb[lo:, r0:, :], shape=(mh, nr, 4, tw, 4),
+                                             strides=(ys[0], 4 * ys[1], ys[1], 4 * ys[2], ys[2]))
+                            np.copyto(dst, tiles)
+                        else:
+                            full = crop[16 * lo * k:16 * hi * k].reshape(mh, nr, 4, tw, 4)
+                            np.copyto(full, tiles)
+                            np.copyto(yb[lo:hi, r0:r1, :], full.reshape(mh, 4 * nr, 4 * tw)[:, :r1 - r0, :ow])
+                        yo = yb[lo:hi, r0:r1, :]
+                        if bias is not None:
+                            np.add(yo, bias[lo:hi], out=yo)
+                        _scratch.apply_activation(yo, act)
+
+                    threads.parallel(transform_in, c_parts)
+                    threads.parallel(multiply_out, m_parts)
             return (y,)
 
         return run_winograd
