@@ -50,13 +50,11 @@ def test_fp16_goes_where_a_device_describes_it():
             assert d.declined["vnpu"] == "does not support precision fp16 (it has uint8)"
 
 
-@pytest.fixture(scope="module")
-def ort_quantized(tmp_path_factory):
-    """SqueezeNet quantized by onnxruntime's own tool (QDQ, uint8 activations, int8 per-channel weights)."""
+def _ort_quantize(tmp_path_factory, fmt: str):
     quant = pytest.importorskip("onnxruntime.quantization", reason="onnxruntime's quantization tool (test extra)")
     model = version_converter.convert_version(resolve("zoo:squeezenet?weights=random&seed=1"), 13)
     folder = tmp_path_factory.mktemp("ortq")
-    src, dst = folder / "fp32.onnx", folder / "qdq.onnx"
+    src, dst = folder / "fp32.onnx", folder / f"{fmt}.onnx"
     onnx.save(model, str(src))
 
     class Reader(quant.CalibrationDataReader):
@@ -66,18 +64,26 @@ def ort_quantized(tmp_path_factory):
         def get_next(self):
             return next(self.feeds, None)
 
-    quant.quantize_static(str(src), str(dst), Reader(), quant_format=quant.QuantFormat.QDQ, per_channel=True,
-                          activation_type=quant.QuantType.QUInt8, weight_type=quant.QuantType.QInt8)
+    quant.quantize_static(str(src), str(dst), Reader(), quant_format=getattr(quant.QuantFormat, fmt),
+                          per_channel=True, activation_type=quant.QuantType.QUInt8, weight_type=quant.QuantType.QInt8)
     return model, onnx.load(str(dst))
 
 
-def test_onnxruntime_quantized_model_matches_onnxruntime_on_cpu(ort_quantized):
+@pytest.fixture(scope="module")
+def ort_quantized(tmp_path_factory):
+    """SqueezeNet quantized by onnxruntime's own tool (QDQ, uint8 activations, int8 per-channel weights)."""
+    return _ort_quantize(tmp_path_factory, "QDQ")
+
+
+@pytest.mark.parametrize("fmt", ["QDQ", "QOperator"])
+def test_onnxruntime_quantized_model_matches_onnxruntime_on_cpu(tmp_path_factory, ort_quantized, fmt):
     import onnxruntime as ort
 
-    model, qdq = ort_quantized
+    model, qdq = ort_quantized if fmt == "QDQ" else _ort_quantize(tmp_path_factory, fmt)
     probe = onnx.ModelProto()
     probe.CopyFrom(qdq)
-    quantized = [n.output[0] for n in probe.graph.node if n.op_type == "QuantizeLinear"]
+    quantized = [n.output[0] for n in probe.graph.node
+                 if n.op_type in ("QuantizeLinear", "QLinearConv", "QLinearConcat", "QLinearGlobalAveragePool")]
     for name in quantized:
         probe.graph.output.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.UINT8, None))
     feeds = input_for(model, seed=42)
@@ -85,7 +91,7 @@ def test_onnxruntime_quantized_model_matches_onnxruntime_on_cpu(ort_quantized):
     with nnhal.Session(probe) as s:
         got = s.run(feeds)
     worst = max(int(np.abs(g.astype(np.int64) - w.astype(np.int64)).max()) for g, w in zip(got[1:], want[1:]))
-    assert len(quantized) > 20 and worst <= 1
+    assert len(quantized) > 20 and worst <= 1, f"{fmt}: {worst}"
 
 
 @pytest.mark.parametrize("devices", [["cpu"], ["vnpu", "cpu"]])
