@@ -1,11 +1,13 @@
-"""BLAS thread control for the CPU device (threadpoolctl), changed only when it differs, and the
-kernels' own two-way (n-way) split.
+"""BLAS thread control for the CPU device (threadpoolctl), changed only when it differs, and a
+helper for kernels to split their own work over a small pool of Python threads.
 
-OpenBLAS with several threads parallelises each GEMM but leaves numpy's element-wise epilogues
-(bias, activation, im2col and Winograd transforms) on one core, and its worker threads spin
-between calls: on a shared machine a descheduled worker stalls every GEMM. ``parallel`` instead runs
-a kernel's independent parts (output-channel halves: GEMM + epilogue) on a small pool of Python
-threads, each calling single-threaded BLAS; numpy releases the GIL inside BLAS and large ufunc loops.
+OpenBLAS with several threads parallelises each GEMM but leaves numpy's element-wise work on one
+core, and its worker threads spin between calls. ``parallel`` runs a kernel's independent parts
+(say output-channel ranges: GEMM + epilogue) on Python threads, each calling single-threaded BLAS;
+numpy releases the GIL inside BLAS and large ufunc loops. Measured on the 2-core benchmark machine
+it lost to OpenBLAS's own threads when the machine was idle (the idle OpenBLAS workers spin against
+the pool thread) and won only under load, so the conv kernel keeps it switched off
+(op_conv.PARALLEL_MIN_*).
 """
 from __future__ import annotations
 
@@ -49,9 +51,9 @@ def split(total: int, parts: int, align: int = 1) -> list[tuple[int, int]]:
     return [(lo, min(total, lo + step)) for lo in range(0, total, step)]
 
 
-def parallel(fn, ranges: list) -> None:
-    """fn(r) for every r in ``ranges``: the first on this thread, the rest on the pool, BLAS single-threaded
-    meanwhile. Exceptions propagate."""
+def parallel(fn, ranges: list, blas: bool = True) -> None:
+    """fn(r) for every r in ``ranges``: the first on this thread, the rest on the pool; BLAS single-threaded
+    meanwhile when the parts call it (``blas``). Exceptions propagate."""
     global _pool
     if len(ranges) <= 1 or threading.current_thread() is not threading.main_thread() and _pool_thread():
         for r in ranges:
@@ -61,7 +63,7 @@ def parallel(fn, ranges: list) -> None:
         with _lock:
             if _pool is None:
                 _pool = ThreadPoolExecutor(max(1, (os.cpu_count() or 2) - 1), thread_name_prefix="nnhal-cpu")
-    single = _current is not None and _current > 1 and _blas is not None
+    single = blas and _current is not None and _current > 1 and _blas is not None
     if single:
         for lib in _blas.lib_controllers:
             lib.set_num_threads(1)

@@ -7,11 +7,17 @@ prepare.
 gemm (2-D, constant weights, static shapes), NCHW, weights packed at prepare:
 1x1 convolutions are one GEMM straight on the input (a strided copy first
 when strided); depthwise ones accumulate one multiply-add per kernel tap over
-all channels at once; the rest gather im2col columns tap by tap into
-per-thread scratch (in bands of output rows to bound it) and run one GEMM per
-group and band into the output. 3x3 stride-1 convolutions with enough
-channels use Winograd F(2x2, 3x3). Bias and a fused activation (set by the
-CPU plan) finish in the output.
+all channels at once; stride-1 ones with no more output than input channels
+on a large map run one GEMM over the padded input for all taps and add the
+shifted results; the rest gather im2col columns tap by tap into per-thread
+scratch (in bands of output rows to bound it) and run one GEMM per group and
+band into the output. Bias and a fused activation (set by the CPU plan)
+finish in the output.
+
+winograd: 3x3 stride-1 convolutions with at least 64 input and output
+channels on maps of 28x28 and more, by Winograd F(4x4, 3x3) with every
+transform one GEMM over all tiles and channels (36 multiplies per 16 outputs
+instead of 144).
 """
 from __future__ import annotations
 
@@ -80,8 +86,16 @@ def _pack(w: np.ndarray, group: int) -> np.ndarray:
 
 # scratch bound of one im2col band (bytes); bigger convolutions run in bands of output rows
 BAND_BYTES = 6 << 20
-# smallest convolution (multiply-adds) split over the session's threads (threads.parallel)
-PARALLEL_MIN_MACS = 1 << 20
+# Splitting a convolution over the session's threads (threads.parallel; GEMM parts on single-threaded
+# BLAS, element-wise parts beside OpenBLAS's threads) is measured and OFF: on an idle 2-core machine one
+# GEMM on OpenBLAS's own threads was faster (ResNet-50 55 ms against 74 ms: the idle OpenBLAS workers
+# spin against the pool thread), and even element-wise splits (depthwise taps, bias/activation, BN,
+# pooling) lost 1-5 %. On a loaded machine the GEMM split was the steadier one (no 10-30x stalls);
+# lower these to try it. Smallest multiply-adds of a split GEMM, elements of a split epilogue,
+# multiply-adds of a split depthwise convolution:
+PARALLEL_MIN_MACS = 1 << 62
+PARALLEL_MIN_EPILOGUE = 1 << 62
+PARALLEL_MIN_DEPTHWISE = 1 << 62
 # output-side shifts instead of im2col when output channels <= this times input channels
 SHIFT_MAX_RATIO = 1.0
 # ... and when the padded map is at most this much larger than the output (the shift GEMM runs over it all;
@@ -161,25 +175,30 @@ class ConvGemm(Kernel):
                     np.copyto(xs, x[:, :, :(oh - 1) * sh + 1:sh, :(ow - 1) * sw + 1:sw])
                     x = xs
                 if group == 1:
-                    parts_m = threads.split(m, threads.workers(), 8) if m * c * p * n >= PARALLEL_MIN_MACS else [(0, m)]
-                    if len(parts_m) > 1:
-                        xr = x.reshape(n, c, p)
-                        yr = y.reshape(n, m, p)
-
-                        def part(r):
-                            lo, hi = r
-                            for b in range(n):
-                                np.matmul(w2[lo:hi], xr[b], out=yr[b, lo:hi])
-                            finish(yr[:, lo:hi], lo, hi, 1)
-
-                        threads.parallel(part, parts_m)
-                        return (y,)
+                    # one GEMM on BLAS's own threads: the zoo's shipped-output tests pin its rounding
+                    # (a split over rows or columns on single-threaded BLAS changes the last bits)
                     if n == 1:
                         np.matmul(w2, x.reshape(c, p), out=y.reshape(m, p))
                     else:
                         np.matmul(w2, x.reshape(n, c, p), out=y.reshape(n, m, p))
+                    if n * m * p >= PARALLEL_MIN_EPILOGUE and threads.workers() > 1 and (bias is not None or act):
+                        yr = y.reshape(n, m, p)
+                        threads.parallel(lambda r: finish(yr[:, r[0]:r[1]], r[0], r[1], 1),
+                                         threads.split(m, threads.workers(), 8), blas=False)
+                        return (y,)
                 else:
-                    np.matmul(wp, x.reshape(n, group, cg, p), out=y.reshape(n, group, mg, p))
+                    xg, yg = x.reshape(n, group, cg, p), y.reshape(n, group, mg, p)
+                    if m * cg * p * n >= PARALLEL_MIN_MACS and threads.workers() > 1 and group > 1:
+                        yr = y.reshape(n, m, p)
+
+                        def part_g(r):
+                            g0, g1 = r
+                            np.matmul(wp[g0:g1], xg[:, g0:g1], out=yg[:, g0:g1])
+                            finish(yr[:, g0 * mg:g1 * mg], g0 * mg, g1 * mg, 1)
+
+                        threads.parallel(part_g, threads.split(group, threads.workers()))
+                        return (y,)
+                    np.matmul(wp, xg, out=yg)
                 return finish(y)
 
             return run_1x1
@@ -212,7 +231,7 @@ class ConvGemm(Kernel):
             _scratch.reserve(_scratch.nbytes_of(*parts))
             taps = [(i, j, tap(i, j)) for i in range(kh) for j in range(kw)]
 
-            big = n * c * p * kh * kw >= PARALLEL_MIN_MACS // 4
+            big = n * c * p * kh * kw >= PARALLEL_MIN_DEPTHWISE
 
             def run_dw(inputs, outputs):
                 x = inputs[0]
@@ -235,7 +254,7 @@ class ConvGemm(Kernel):
                             np.add(ys, ts, out=ys)
                     finish(ys, lo, hi)
 
-                threads.parallel(part, threads.split(c, threads.workers() if big else 1, 8))
+                threads.parallel(part, threads.split(c, threads.workers() if big else 1, 8), blas=False)
                 return (y,)
 
             return run_dw
@@ -368,15 +387,23 @@ _AT = np.array([[1, 1, 1, 1, 1, 0],
                 [0, 1, -1, 8, -8, 1]], dtype=np.float64)
 # scratch bound of one band of tile rows (bytes, per transformed tensor)
 WINOGRAD_BAND_BYTES = 4 << 20
-# smallest channel counts (in and out) and output size where Winograd beats im2col + GEMM
-WINOGRAD_MIN_CHANNELS = 32
-WINOGRAD_MIN_OUT = 14
+# smallest channel counts (in and out) and output size where Winograd beats im2col + GEMM (at 2 threads:
+# 64->64 at 56x56 1.33 ms against 1.85, 128 at 28x28 0.94 against 1.59; 128->32 at 56x56 1.78 against 1.49;
+# 256 at 14x14 only 1.25 against 1.40, not worth the transformed weights, 4x the size of the 3x3 ones)
+WINOGRAD_MIN_CHANNELS = 64
+WINOGRAD_MIN_OUT = 28
 
 
 def winograd_weights(w: np.ndarray, dtype) -> np.ndarray:
     """3x3 weights (M, C, 3, 3) -> U (36, M, C) = G g G^T per (out, in) channel pair, folded in float64."""
-    u = np.einsum("ai,mcij,bj->abmc", _G, w.astype(np.float64), _G, optimize=True)
-    return np.ascontiguousarray(u.reshape(36, w.shape[0], w.shape[1]).astype(dtype))
+    m, c = w.shape[:2]
+    u = np.empty((6, 6, m, c), dtype)
+    step = max(1, (1 << 18) // (36 * c))     # output channels per chunk: float64 temporaries of ~2 MB
+    for lo in range(0, m, step):
+        t = np.tensordot(w[lo:lo + step].astype(np.float64), _G, axes=([3], [1]))   # (m, C, 3, 6): g G^T
+        t = np.tensordot(_G, t, axes=([1], [2]))                                    # (6, m, C, 6): G g G^T
+        u[:, :, lo:lo + step] = t.transpose(0, 3, 1, 2)
+    return u.reshape(36, m, c)
 
 
 class ConvWinograd(ConvGemm):
@@ -395,8 +422,6 @@ class ConvWinograd(ConvGemm):
         oh, ow = outs[0].shape[2:]
         if min(m, c) < WINOGRAD_MIN_CHANNELS or min(oh, ow) < WINOGRAD_MIN_OUT:
             return 0
-        if min(m, c) < 2 * WINOGRAD_MIN_CHANNELS and oh * ow < 28 * 28:
-            return 0        # few channels on a small map: the transforms cost more than they save
         return 20
 
     def prepare(self, node, ins, outs) -> RunFn:
