@@ -11,6 +11,7 @@ from nnhal.graph.dtypes import to_numpy, type_name
 from nnhal.graph.graph import Graph, free_names
 from nnhal.graph.node import Node
 from nnhal.graph.tensor import Tensor, TensorKind
+from nnhal.operator.op_matmul import matmul_shape as _matmul_shape
 from nnhal.operator.base import Info, Prototype
 
 # ------------------------------------------------------------- quantization
@@ -79,40 +80,10 @@ def quant_axis(node: Node, axis: int, rank: int) -> int:
 
 
 def matmul_shape(node: Node, a: tuple | None, b: tuple | None) -> tuple | None:
-    """numpy.matmul output shape (batch dims broadcast); None when unknown."""
-    if a is None or b is None:
-        return None
-    if len(a) == 0 or len(b) == 0:
-        raise ShapeError(f"{where(node)}: matmul inputs must not be scalars, got {a} and {b}")
-    a2 = (1,) + tuple(a) if len(a) == 1 else tuple(a)
-    b2 = tuple(b) + (1,) if len(b) == 1 else tuple(b)
-    k1, k2 = a2[-1], b2[-2]
-    if k1 is not None and k2 is not None and k1 != k2:
-        raise ShapeError(f"{where(node)}: inner dimensions of {a} and {b} differ")
-    batch = _broadcast_dims(node, a2[:-2], b2[:-2])
-    out = batch + (a2[-2], b2[-1])
-    if len(a) == 1:
-        out = out[:-2] + out[-1:]
-    if len(b) == 1:
-        out = out[:-1]
-    return out
+    """numpy.matmul output shape (batch dims broadcast); None when unknown. MatMul's own rule."""
+    from nnhal.operator.table import get_prototype
 
-
-def _broadcast_dims(node: Node, a: tuple, b: tuple) -> tuple:
-    rank = max(len(a), len(b))
-    a = (1,) * (rank - len(a)) + a
-    b = (1,) * (rank - len(b)) + b
-    out = []
-    for x, y in zip(a, b):
-        if x == 1:
-            out.append(y)
-        elif y == 1 or x == y:
-            out.append(x)
-        elif x is None or y is None:
-            out.append(None)
-        else:
-            raise ShapeError(f"{where(node)}: batch dims {a} and {b} do not broadcast")
-    return tuple(out)
+    return _matmul_shape(get_prototype("", "MatMul"), node, a, b)
 
 
 CONV_ATTRIBUTES = {"auto_pad": "NOTSET", "dilations": None, "group": 1, "kernel_shape": None,
