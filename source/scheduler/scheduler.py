@@ -20,12 +20,16 @@ class Execution:
     report: list = field(default_factory=list)         # fallbacks and other events
     state: Any = None                       # the scheduler's own run state
     graph: Any = None                       # the prepared graph: host dtypes of boundary tensors
+    _deps: dict[int, set[int]] | None = field(default=None, repr=False)
 
     def dependencies(self) -> dict[int, set[int]]:
-        """Subgraph index -> indices of subgraphs producing its inputs."""
-        producer = {name: sg.index for sg in self.subgraphs for name in sg.outputs}
-        return {sg.index: {producer[n] for n in sg.inputs if n in producer and producer[n] != sg.index}
-                for sg in self.subgraphs}
+        """Subgraph index -> indices of subgraphs producing its inputs (computed once: a fallback
+        changes a subgraph's device, never its boundary)."""
+        if self._deps is None:
+            producer = {name: sg.index for sg in self.subgraphs for name in sg.outputs}
+            self._deps = {sg.index: {producer[n] for n in sg.inputs if n in producer and producer[n] != sg.index}
+                          for sg in self.subgraphs}
+        return self._deps
 
 
 @dataclass(frozen=True)
