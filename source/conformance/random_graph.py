@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import onnx
@@ -270,14 +270,38 @@ def _run(model: onnx.ModelProto, feeds: dict, devices: list[str], precision: str
 
 
 def _mismatch(model: onnx.ModelProto, feeds: dict, device: str, precision: str) -> str | None:
+    """Why the device's outputs differ from the reference's beyond the policy (None if they do not).
+
+    fp32 and fp16 compare with the CPU's reference kernels in fp32. A quantized precision compares
+    with the CPU's own quantized execution on the same calibration (the quantized reference): the
+    two may round differently once per quantized op, so each op may add one step of the output's
+    range (the float image of "off by one" per op).
+    """
     got = _run(model, feeds, [device], precision, reference=False)
-    want = _run(model, feeds, ["cpu"], "fp32", reference=True)
+    quantized = precision in ("int8", "uint8")
+    want = _run(model, feeds, ["cpu"], precision if quantized else "fp32", reference=not quantized)
     tol = policy(precision)
+    if quantized:
+        tol = replace(tol, atol=max(tol.atol, _widest_step(model, feeds) * len(model.graph.node)))
     for name, g, w in zip([o.name for o in model.graph.output], got, want):
         why = compare(g, w, tol)
         if why:
             return f"output '{name}': {why}"
     return None
+
+
+def _widest_step(model: onnx.ModelProto, feeds: dict) -> float:
+    """One 8-bit step of the widest range of any tensor of the graph (from an fp32 CPU run)."""
+    from nnhal.optimizer.infer import infer_graph
+    from nnhal.optimizer.quantize import collect
+    from nnhal.serializer import load_onnx
+
+    graph = load_onnx(model)
+    for name, value in feeds.items():
+        graph.tensors[name].dtype, graph.tensors[name].shape = value.dtype, value.shape
+    infer_graph(graph)
+    widths = [max(hi, 0.0) - min(lo, 0.0) for lo, hi, _ in collect(graph, [feeds]).values()]
+    return max(widths, default=0.0) / 255.0
 
 
 def _cone(model: onnx.ModelProto, output: str) -> onnx.ModelProto:
@@ -311,12 +335,18 @@ def minimize(model: onnx.ModelProto, feeds: dict, device: str, precision: str) -
     return model, _mismatch(model, feeds, device, precision) or "mismatch not reproduced"
 
 
-def differential(device: str, seeds: Iterable[int], precision: str = "fp32", ops: Iterable[str] | None = None,
+def differential(device: str, seeds: Iterable[int], precision: str | None = None, ops: Iterable[str] | None = None,
                  max_nodes: int = 8) -> list[Mismatch]:
-    """Run random graphs on ``device`` and on the CPU reference; return every (minimized) mismatch."""
+    """Run random graphs on ``device`` and on the CPU reference; return every (minimized) mismatch.
+
+    ``precision`` defaults to fp32 when the device runs it, else the first precision it describes.
+    """
     from nnhal.device.manager import find_device
 
-    described = find_device(device).describe().ops
+    description = find_device(device).describe()
+    if precision is None:
+        precision = "fp32" if "fp32" in description.precisions else description.precisions[0]
+    described = description.ops
     usable = set(ops or described) & set(described)
     found = []
     for seed in seeds:
@@ -328,7 +358,7 @@ def differential(device: str, seeds: Iterable[int], precision: str = "fp32", ops
     return found
 
 
-def replay(seed: int, device: str, precision: str = "fp32", ops: Iterable[str] | None = None,
+def replay(seed: int, device: str, precision: str | None = None, ops: Iterable[str] | None = None,
            max_nodes: int = 8) -> Mismatch | None:
     """Rebuild one seed's graph and report its (minimized) mismatch, or None."""
     found = differential(device, [seed], precision, ops, max_nodes)

@@ -23,6 +23,8 @@ def test_generator_is_deterministic_and_valid():
 
 @pytest.mark.parametrize("device", [d.name for d in (nnhal.init() or nnhal.devices())])
 def test_no_mismatch_on_registered_devices(device):
+    # each device at its own precision: the cpu at fp32 against its reference kernels,
+    # the vnpu at uint8 against the cpu's quantized execution
     found = differential(device, SEEDS)
     assert not found, "\n".join(str(m) for m in found)
 
