@@ -8,7 +8,7 @@ import pytest
 from nnhal.conformance.runner import ERROR, PASS, UNSUPPORTED, WRONG, run_suite
 
 # Raise this as coverage grows; never lower it.
-PASS_FLOOR = 1540
+PASS_FLOOR = 1544
 
 
 @pytest.fixture(scope="module")
