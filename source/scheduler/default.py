@@ -92,6 +92,13 @@ def fall_back(ex: Execution, sg: Subgraph, stage: str, exc: BaseException, prepa
 
 
 # ---------------------------------------------------------------------- run
+def _cached_users(ex: Execution, deps: dict[int, set[int]]) -> dict[int, list[int]]:
+    """Subgraph index -> the subgraphs reading its outputs, computed once per execution."""
+    if ex._users is None:
+        ex._users = _users(deps)
+    return ex._users
+
+
 def _users(deps: dict[int, set[int]]) -> dict[int, list[int]]:
     users: dict[int, list[int]] = {}
     for i, d in deps.items():
@@ -128,7 +135,7 @@ def _execute(ex: Execution) -> None:
     by_index = {sg.index: sg for sg in ex.subgraphs}
     deps = ex.dependencies()
     waiting = {i: len(d) for i, d in deps.items()}
-    users = _users(deps)
+    users = _cached_users(ex, deps)
     ready = deque(sorted(i for i, n in waiting.items() if n == 0))
     inflight: dict[int, Subgraph] = {}
     finished = 0

@@ -21,6 +21,7 @@ class Execution:
     state: Any = None                       # the scheduler's own run state
     graph: Any = None                       # the prepared graph: host dtypes of boundary tensors
     _deps: dict[int, set[int]] | None = field(default=None, repr=False)
+    _users: dict[int, list[int]] | None = field(default=None, repr=False)
 
     def dependencies(self) -> dict[int, set[int]]:
         """Subgraph index -> indices of subgraphs producing its inputs (computed once: a fallback

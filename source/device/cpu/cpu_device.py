@@ -57,8 +57,8 @@ def cpu_evaluation(device: Device, candidate: Candidate) -> Verdict:
 
 def cpu_optimize_graph(subgraph: Subgraph, precision: str) -> Subgraph:
     """fp16: float16 storage, float32 compute for accumulating ops; int8/uint8: QLinearConv for
-    convolutions and matrix products, integers through data movement, float elsewhere
-    (optimizer/precision.py)."""
+    convolutions and matrix products, QLinear ops for add, mul, concat and average pools, integers
+    through data movement and max pooling, float elsewhere (optimizer/precision.py)."""
     if precision == "fp16":
         return to_fp16(subgraph)
     if precision in ("int8", "uint8"):
