@@ -11,6 +11,8 @@ import threading
 
 import numpy as np
 
+from nnhal.device.cpu.kernels import _clamp
+
 _local = threading.local()
 ALIGN = 64
 
@@ -50,13 +52,9 @@ def apply_activation(y: np.ndarray, act: tuple | None) -> None:
     if act is None:
         return
     if act[0] == "relu":
-        np.maximum(y, 0, out=y)
+        _clamp.relu(y, y)
     else:
-        _, lo, hi = act
-        if lo is not None:
-            np.maximum(y, lo, out=y)
-        if hi is not None:
-            np.minimum(y, hi, out=y)
+        _clamp.clamp(y, act[1], act[2], y)
 
 
 def fused(run, node):

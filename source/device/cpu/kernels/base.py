@@ -37,6 +37,11 @@ class Kernel:
     # output index -> input index the output is a view of (Reshape, Squeeze...):
     # the planner allocates nothing for it and keeps the input's buffer alive.
     view: ClassVar[dict[int, int]] = {}
+    # the memory layout of input 0 and output 0 this implementation runs on: None = the ONNX layout
+    # (NCHW); "NHWC" = channels last. A channels-last kernel is chosen only for nodes the CPU layout
+    # pass (device/cpu/layout.py) puts in NHWC; its prepare still gets the ONNX (NCHW) shapes in ``ins``
+    # and ``outs``, its run gets input 0 as an (N, H, W, C) array and writes output 0 as (N, OH, OW, M).
+    layout: ClassVar[str | None] = None
 
     def score(self, node: Node, ins: list[Info | None], outs: list[Info]) -> int:
         """How well this implementation fits the node; 0 means it cannot run it."""

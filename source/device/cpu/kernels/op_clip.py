@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from nnhal.device.cpu.kernels import _clamp
 from nnhal.device.cpu.kernels.base import Kernel, RunFn
 
 
@@ -26,14 +27,7 @@ class ClipKernel(Kernel):
             x = inputs[0]
             lo = _bound(attr_lo if legacy else (inputs[1] if len(inputs) > 1 else None), x.dtype)
             hi = _bound(attr_hi if legacy else (inputs[2] if len(inputs) > 2 else None), x.dtype)
-            out = outputs[0] if outputs[0] is not None else np.empty_like(x)
-            if lo is not None:
-                np.maximum(x, lo, out=out)
-            else:
-                np.copyto(out, x)
-            if hi is not None:
-                np.minimum(out, hi, out=out)
-            return (out,)
+            return (_clamp.clamp(x, lo, hi, outputs[0]),)
 
         return run
 

@@ -47,10 +47,11 @@ def force_reference():
         _forced.on = before
 
 
-def select(node: Node, ins: list[Info | None], outs: list[Info]) -> Kernel:
-    """The best CPU implementation for this node; DeviceError when none applies."""
-    impls = implementations(node.op_type, node.domain)
-    if reference_forced():
+def select(node: Node, ins: list[Info | None], outs: list[Info], layout: str | None = None) -> Kernel:
+    """The best CPU implementation for this node running in ``layout`` (None = ONNX's NCHW, "NHWC" =
+    channels last: see Kernel.layout); DeviceError when none applies."""
+    impls = tuple(i for i in implementations(node.op_type, node.domain) if i.layout == layout)
+    if reference_forced() and layout is None:
         for impl in impls:
             if impl.name == "reference":
                 return impl
