@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from nnhal.device.cpu.kernels.select import reference_forced, select
+from nnhal.device.cpu.layout import Layouts, assign_layouts
 from nnhal.device.cpu.planner import MemoryPlan, arena_views, plan_memory
 from nnhal.errors import DeviceError, NnhalError, where
 from nnhal.graph.graph import Graph
@@ -85,11 +86,16 @@ def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: l
     index: dict[str, int] = {"": 0}
     slots: list = [None, None]  # 0: absent input (None); 1: sink for absent outputs
 
+    layouts = Layouts({}, {})
+
     def slot(name: str) -> int:
         if name not in index:
             index[name] = len(slots)
             t = graph.tensors.get(name)
-            slots.append(t.value if t is not None and t.kind is TensorKind.CONSTANT else None)
+            if name in layouts.constants:
+                slots.append(layouts.constants[name])
+            else:
+                slots.append(t.value if t is not None and t.kind is TensorKind.CONSTANT else None)
         return index[name]
 
     def info(name: str) -> Info | None:
@@ -111,19 +117,26 @@ def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: l
         chosen = fuse_gelu(chosen, external)
         chosen = fuse_matmul(chosen, external)
         chosen = fuse_activations(chosen, external)
+        chosen, layouts = assign_layouts(chosen, external)
+    physical = layouts.physical
     sizes: dict[str, int] = {}
+    shapes: dict[str, tuple] = {}
+    dtypes: dict[str, np.dtype] = {}
     for node, kernel, _, _ in chosen:
         for name in node.outputs:
             t = graph.tensors.get(name)
-            if name and name not in external and t is not None and t.static and not t.is_constant \
+            if name in physical:
+                p = physical[name]
+                sizes[name] = int(np.prod(p.shape, dtype=np.int64)) * p.dtype.itemsize
+                shapes[name], dtypes[name] = tuple(p.shape), p.dtype
+            elif name and name not in external and t is not None and t.static and not t.is_constant \
                     and not t.dtype.hasobject:
                 sizes[name] = t.nbytes
-    slices = {} if reference_forced() else concat_slices(graph, chosen, sizes)
+                shapes[name], dtypes[name] = t.shape, t.dtype
+    slices = {} if reference_forced() else concat_slices(graph, chosen, sizes, skip=set(physical))
     memory = plan_memory([(n.all_inputs, n.outputs, k.inplace, k.view) for n, k, _, _ in chosen], sizes, external,
                          slices)
     arena = np.empty(max(memory.arena_bytes, 1), dtype=np.uint8)
-    shapes = {n: graph.tensors[n].shape for n in sizes}
-    dtypes = {n: graph.tensors[n].dtype for n in sizes}
     views = arena_views(memory, arena, shapes, dtypes)
     steps: list[Step] = []
     kernels: dict[str, str] = {}
@@ -140,21 +153,24 @@ def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: l
             buffers.append(views.get(name))
             if name in external and t is not None and t.static:
                 fresh.append((pos, t.shape, t.dtype))
+        expect = tuple(physical.get(name, o) if name else o for name, o in zip(node.outputs, outs))
         steps.append(Step(node, kernel.name, run, tuple(slot(n) if n else 0 for n in node.all_inputs),
-                          tuple(slot(n) if n else 1 for n in node.outputs), buffers, tuple(fresh), tuple(outs)))
+                          tuple(slot(n) if n else 1 for n in node.outputs), buffers, tuple(fresh), expect))
         kernels[node.name] = kernel.name
     in_slots = [(n, slot(n)) for n in inputs]
     out_slots = [(n, slot(n)) for n in outputs]
     return Plan(steps, slots, in_slots, out_slots, memory, arena, kernels)
 
 
-def concat_slices(graph: Graph, chosen: list, sizes: dict[str, int]) -> dict[str, tuple[str, int]]:
+def concat_slices(graph: Graph, chosen: list, sizes: dict[str, int], skip: set[str] = frozenset()) \
+        -> dict[str, tuple[str, int]]:
     """Concat inputs the planner can place inside the Concat output's buffer, as name -> (output, byte offset):
     their producers then write straight into the output and the Concat copies nothing.
 
     Only where every input slice is one contiguous block (all dims before the axis are 1, as at batch 1),
     for planned inputs read once by that Concat, produced here, not a view of another tensor and not
-    already placed in another Concat. Concats are taken last first so nested ones (DenseNet) chain."""
+    already placed in another Concat, and not in ``skip`` (channels-last outputs: their slices are strided).
+    Concats are taken last first so nested ones (DenseNet) chain."""
     produced: dict[str, tuple[Node, object]] = {}
     for node, kernel, _, _ in chosen:
         for k, name in enumerate(node.outputs):
@@ -166,7 +182,7 @@ def concat_slices(graph: Graph, chosen: list, sizes: dict[str, int]) -> dict[str
             continue
         out = node.outputs[0]
         t = graph.tensors.get(out)
-        if out not in sizes or t is None or t.shape is None:
+        if out not in sizes or out in skip or t is None or t.shape is None:
             continue
         rank = len(t.shape)
         axis = node.attrs["axis"] % rank

@@ -11,7 +11,7 @@ import threading
 
 import numpy as np
 
-from nnhal.device.cpu.kernels import _clamp
+from nnhal.device.cpu.kernels import _blocks
 
 _local = threading.local()
 ALIGN = 64
@@ -52,9 +52,9 @@ def apply_activation(y: np.ndarray, act: tuple | None) -> None:
     if act is None:
         return
     if act[0] == "relu":
-        _clamp.relu(y, y)
+        _blocks.relu(y, y)
     else:
-        _clamp.clamp(y, act[1], act[2], y)
+        _blocks.clamp(y, act[1], act[2], y)
 
 
 def fused(run, node):

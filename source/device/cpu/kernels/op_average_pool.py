@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnhal.device.cpu.kernels import _pool2d
+from nnhal.device.cpu.kernels import _blocks, _nhwc, _pool2d
 from nnhal.device.cpu.kernels._nn import geometry_cache, sum_pool, window_counts
 from nnhal.device.cpu.kernels.base import Kernel, RunFn
 
@@ -29,10 +29,12 @@ class AveragePoolKernel(Kernel):
 
 
 class AveragePoolSeparable(Kernel):
-    """2-D, float, static: separable window sums over a zero padded scratch copy, divided by the counts."""
+    """2-D, float, static: separable window sums over a zero padded scratch copy, divided by the counts
+    (a constant block when every window has the same count, else the per-position counts)."""
 
     op_type = "AveragePool"
     name = "separable"
+    make_pool = staticmethod(_pool2d.make_pool)
 
     def score(self, node, ins, outs) -> int:
         return 10 if _pool2d.usable(node, ins, outs) is not None else 0
@@ -40,20 +42,37 @@ class AveragePoolSeparable(Kernel):
     def prepare(self, node, ins, outs) -> RunFn:
         g = _pool2d.usable(node, ins, outs)
         dtype = outs[0].dtype
-        spatial = list(ins[0].shape[2:])
+        n, c, oh, ow = outs[0].shape
+        last = self.layout == "NHWC"
         include_pad = bool(node.attrs.get("count_include_pad", 0))
-        counts = window_counts(g, spatial, include_pad)
+        counts = window_counts(g, list(ins[0].shape[2:]), include_pad)
         uniform = bool(np.all(counts == counts.flat[0]))
-        divisor = dtype.type(counts.flat[0]) if uniform else counts.astype(dtype)
-        pool = _pool2d.make_pool(g, tuple(ins[0].shape), dtype, np.add, 0)
-        shape = tuple(outs[0].shape)
+        if uniform:
+            divisor = _blocks.constant(counts.flat[0], dtype)
+        else:
+            divisor = np.repeat(counts.astype(dtype)[:, :, None], c, axis=2) if last else counts.astype(dtype)
+        pool = self.make_pool(g, tuple(ins[0].shape), dtype, np.add, 0)
+        shape = (n, oh, ow, c) if last else (n, c, oh, ow)
 
         def run(inputs, outputs):
             out = outputs[0] if outputs[0] is not None else np.empty(shape, dtype)
             pool(inputs[0], out)
+            if uniform:
+                flat = out.reshape(-1)
+                _blocks.blockwise(np.divide, flat, divisor, flat)
+                return (out,)
             return (np.divide(out, divisor, out=out),)
 
         return run
 
 
-IMPLEMENTATIONS = (AveragePoolKernel, AveragePoolSeparable)
+class AveragePoolNHWC(AveragePoolSeparable):
+    """Channels last, 2-D, float, static: separable window sums (see _nhwc) divided by the counts,
+    (OH, OW, C) when windows differ."""
+
+    name = "nhwc"
+    layout = "NHWC"
+    make_pool = staticmethod(_nhwc.make_pool)
+
+
+IMPLEMENTATIONS = (AveragePoolKernel, AveragePoolSeparable, AveragePoolNHWC)

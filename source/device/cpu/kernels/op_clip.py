@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnhal.device.cpu.kernels import _clamp
+from nnhal.device.cpu.kernels import _blocks
 from nnhal.device.cpu.kernels.base import Kernel, RunFn
 
 
@@ -27,7 +27,7 @@ class ClipKernel(Kernel):
             x = inputs[0]
             lo = _bound(attr_lo if legacy else (inputs[1] if len(inputs) > 1 else None), x.dtype)
             hi = _bound(attr_hi if legacy else (inputs[2] if len(inputs) > 2 else None), x.dtype)
-            return (_clamp.clamp(x, lo, hi, outputs[0]),)
+            return (_blocks.clamp(x, lo, hi, outputs[0]),)
 
         return run
 

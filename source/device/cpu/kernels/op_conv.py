@@ -514,4 +514,6 @@ class ConvWinograd(ConvGemm):
         return run_winograd
 
 
-IMPLEMENTATIONS = (ConvIm2col, ConvGemm, ConvWinograd)
+from nnhal.device.cpu.kernels._conv_nhwc import ConvGemmNHWC, ConvWinogradNHWC  # noqa: E402 (channels-last Conv)
+
+IMPLEMENTATIONS = (ConvIm2col, ConvGemm, ConvWinograd, ConvGemmNHWC, ConvWinogradNHWC)

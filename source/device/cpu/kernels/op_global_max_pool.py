@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from nnhal.device.cpu.kernels import _nhwc
 from nnhal.device.cpu.kernels.base import Kernel, RunFn
 
 
@@ -18,4 +19,14 @@ class GlobalMaxPoolKernel(Kernel):
         return run
 
 
-IMPLEMENTATIONS = (GlobalMaxPoolKernel,)
+class GlobalMaxPoolNHWC(_nhwc.GlobalPool):
+    """Channels last: np.maximum.reduce over the pixels."""
+
+    op_type = "GlobalMaxPool"
+
+    @staticmethod
+    def reduce(x, out):
+        np.maximum.reduce(x, axis=1, out=out)
+
+
+IMPLEMENTATIONS = (GlobalMaxPoolKernel, GlobalMaxPoolNHWC)

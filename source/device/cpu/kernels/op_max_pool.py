@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnhal.device.cpu.kernels import _pool2d
+from nnhal.device.cpu.kernels import _nhwc, _pool2d
 from nnhal.device.cpu.kernels._nn import geometry_cache, max_pool, max_pool_indices
 from nnhal.device.cpu.kernels.base import Kernel, RunFn, store
 
@@ -32,6 +32,7 @@ class MaxPoolSeparable(Kernel):
 
     op_type = "MaxPool"
     name = "separable"
+    make_pool = staticmethod(_pool2d.make_pool)
 
     def score(self, node, ins, outs) -> int:
         if len(node.outputs) > 1 and node.outputs[1]:
@@ -41,8 +42,9 @@ class MaxPoolSeparable(Kernel):
     def prepare(self, node, ins, outs) -> RunFn:
         g = _pool2d.usable(node, ins, outs)
         dtype = outs[0].dtype
-        pool = _pool2d.make_pool(g, tuple(ins[0].shape), dtype, np.maximum, -np.inf)
-        shape = tuple(outs[0].shape)
+        pool = self.make_pool(g, tuple(ins[0].shape), dtype, np.maximum, -np.inf)
+        n, c, oh, ow = outs[0].shape
+        shape = (n, oh, ow, c) if self.layout == "NHWC" else (n, c, oh, ow)
 
         def run(inputs, outputs):
             out = outputs[0] if outputs[0] is not None else np.empty(shape, dtype)
@@ -51,4 +53,12 @@ class MaxPoolSeparable(Kernel):
         return run
 
 
-IMPLEMENTATIONS = (MaxPoolKernel, MaxPoolSeparable)
+class MaxPoolNHWC(MaxPoolSeparable):
+    """Channels last, 2-D, float, static, no indices output: separable maxima (see _nhwc)."""
+
+    name = "nhwc"
+    layout = "NHWC"
+    make_pool = staticmethod(_nhwc.make_pool)
+
+
+IMPLEMENTATIONS = (MaxPoolKernel, MaxPoolSeparable, MaxPoolNHWC)

@@ -1,7 +1,7 @@
 """Relu on the CPU: in place when the input dies here."""
 from __future__ import annotations
 
-from nnhal.device.cpu.kernels import _clamp
+from nnhal.device.cpu.kernels import _blocks
 from nnhal.device.cpu.kernels.base import Kernel, RunFn
 
 
@@ -11,7 +11,7 @@ class ReluKernel(Kernel):
 
     def prepare(self, node, ins, outs) -> RunFn:
         def run(inputs, outputs):
-            return (_clamp.relu(inputs[0], outputs[0]),)
+            return (_blocks.relu(inputs[0], outputs[0]),)
 
         return run
 

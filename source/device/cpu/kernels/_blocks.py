@@ -1,0 +1,79 @@
+"""ufuncs against repeated blocks: the fast way to broadcast a scalar or a short vector in numpy.
+
+numpy's loops are slow when one operand repeats along the outer loop with
+stride 0 (a scalar, or a per-channel vector against (pixels, C)): on this
+project's benchmark machine (numpy 2.4, AVX-512) ``np.maximum(y, 0, out=y)``
+on 802,816 float32 costs 260 us, while the same call against a contiguous
+block of zeros, with ``y`` seen as rows of that block's length, costs
+63-67 us. ``blockwise`` runs a ufunc that way over a flat array; ``clamp``
+and ``relu`` are Relu/Clip built on it (NaN propagates as with the plain
+call: the same ufuncs run), ``tiled`` makes the block of a per-channel
+vector for channels-last data.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+# length of the repeated blocks (16K measured as fast as 64K, and fastest for channels-last BatchNormalization)
+BLOCK = 1 << 14
+_constants: dict[tuple, np.ndarray] = {}
+
+
+def constant(value, dtype: np.dtype) -> np.ndarray:
+    """A read-only block of BLOCK elements equal to ``value`` (cached)."""
+    key = (np.dtype(dtype).str, float(value))
+    b = _constants.get(key)
+    if b is None:
+        b = np.full(BLOCK, value, dtype=dtype)
+        b.flags.writeable = False
+        _constants[key] = b
+    return b
+
+
+def tiled(vector: np.ndarray) -> np.ndarray:
+    """A per-channel vector repeated to about BLOCK elements: the block of a channels-last operand."""
+    return np.tile(vector, max(1, BLOCK // vector.size))
+
+
+def blockwise(ufunc: np.ufunc, x: np.ndarray, block: np.ndarray, out: np.ndarray) -> None:
+    """ufunc(x, block repeated along x) into out; x and out flat and contiguous, x.size a multiple of
+    the block's period (a constant block: any size)."""
+    n, b = x.size, block.size
+    whole = n - n % b
+    if whole:
+        ufunc(x[:whole].reshape(-1, b), block, out=out[:whole].reshape(-1, b))
+    if whole < n:
+        ufunc(x[whole:], block[:n - whole], out=out[whole:])
+
+
+def clamp(x: np.ndarray, lo, hi, out: np.ndarray | None = None) -> np.ndarray:
+    """out = min(max(x, lo), hi), either bound may be None (no bound; both None copies).
+
+    ``out`` may be ``x`` (in place) or None (a new array). The bounds are cast to x's dtype first."""
+    if out is None:
+        out = np.empty_like(x)
+    fast = x.dtype.kind == "f" and x.flags.c_contiguous and out.flags.c_contiguous and out.shape == x.shape \
+        and out.dtype == x.dtype and x.size >= 256
+    lo = None if lo is None else x.dtype.type(lo)
+    hi = None if hi is None else x.dtype.type(hi)
+    if not fast:
+        if lo is not None:
+            np.maximum(x, lo, out=out)
+        elif out is not x:
+            np.copyto(out, x)
+        if hi is not None:
+            np.minimum(out, hi, out=out)
+        return out
+    xf, of = x.reshape(-1), out.reshape(-1)
+    if lo is not None:
+        blockwise(np.maximum, xf, constant(lo, x.dtype), of)
+    elif out is not x:
+        np.copyto(of, xf)
+    if hi is not None:
+        blockwise(np.minimum, of, constant(hi, x.dtype), of)
+    return out
+
+
+def relu(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """max(x, 0) into out (may be x)."""
+    return clamp(x, 0, None, out)

@@ -1,0 +1,272 @@
+"""Channels-last (NHWC) regions of a CPU plan.
+
+numpy is much faster on convolution-heavy graphs when channels are the
+contiguous axis: im2col gathers copy whole channel vectors instead of short
+image rows, pooling windows are whole-row ufunc calls, and bias and residual
+epilogues stream. Measured on the 2-core benchmark machine at batch 1: the
+3x3 im2col of 256x14x14 takes 133 us NCHW and 42 us NHWC, a 3x3 stride-1
+average pool on 256x28x28 314 us against 103 us.
+
+The pass runs on the compiled node list (after the CPU fusions) and decides a
+layout per tensor:
+
+* **channels-last ops** (``CHANNELS_LAST``: Conv, pooling, BatchNormalization,
+  LRN) run NHWC when a kernel with ``layout = "NHWC"`` accepts the node; their
+  input 0 and output 0 are NHWC;
+* **layout-free ops** (element-wise ops whose non-constant operands all have
+  the output's 4-D shape, and Concat) run on whatever layout their tensors
+  have: in NHWC they get permuted shapes, constants transposed to the NHWC
+  broadcast form, and Concat its axis moved;
+* every other use of a tensor needs ONNX's NCHW.
+
+Tensors joined by layout-free ops form groups that share one layout. A group
+is stored NHWC when it touches a channels-last op, no other op, and no
+subgraph input or output. A channels-last op next to an NCHW group converts
+that side with an inserted transpose step, so conversions happen only at the
+edges of NHWC regions (typically the first convolution's input and the
+global pool's output).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from nnhal.device.cpu.kernels.base import Kernel, RunFn
+from nnhal.device.cpu.kernels.select import select
+from nnhal.errors import NnhalError
+from nnhal.graph.node import Node
+from nnhal.operator.base import Info
+
+NHWC = "NHWC"
+TO_NHWC = (0, 2, 3, 1)
+TO_NCHW = (0, 3, 1, 2)
+# ops whose input 0 and output 0 are NHWC when a channels-last kernel takes them
+CHANNELS_LAST = frozenset({"Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
+                           "BatchNormalization", "LRN"})
+# element-wise ops that run unchanged on NHWC data when every non-constant operand has the output's shape
+ELEMENTWISE = frozenset({"Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Elu",
+                         "Selu", "Celu", "Softplus", "Softsign", "Erf", "Exp", "Abs", "Neg", "Sqrt",
+                         "Reciprocal", "Identity", "Dropout", "Add", "Sub", "Mul", "Div", "Sum", "Max",
+                         "Min", "Mean", "PRelu", "Gelu", "Mish", "ThresholdedRelu"})
+FUSED_ATTR = "_nnhal_activation"
+
+
+@dataclass(frozen=True)
+class Layouts:
+    """What the pass decided: the physical Info of every NHWC or inserted tensor (by name), and the
+    constants it made (NHWC copies of broadcast operands)."""
+
+    physical: dict[str, Info]
+    constants: dict[str, np.ndarray]
+
+
+class Relayout(Kernel):
+    """The inserted conversion between NCHW and NHWC: one transposing copy."""
+
+    op_type = "Transpose"
+
+    def __init__(self, perm: tuple[int, ...]):
+        self.perm = perm
+        self.name = "to-nhwc" if perm == TO_NHWC else "to-nchw"
+
+    def prepare(self, node, ins, outs) -> RunFn:
+        perm = self.perm
+
+        def run(inputs, outputs):
+            x = inputs[0].transpose(perm)
+            if outputs[0] is None:
+                return (np.ascontiguousarray(x),)
+            np.copyto(outputs[0], x)
+            return (outputs[0],)
+
+        return run
+
+
+def _permuted(info: Info, perm=TO_NHWC) -> Info:
+    return Info(info.dtype, tuple(info.shape[p] for p in perm),
+                None if info.value is None else np.ascontiguousarray(info.value.transpose(perm)))
+
+
+def _image(info: Info | None) -> bool:
+    """A 4-D float tensor with a static shape, not a constant: a candidate for NHWC."""
+    return info is not None and info.value is None and info.dtype is not None and info.dtype.kind == "f" \
+        and info.static and len(info.shape) == 4
+
+
+def _layout_free(node: Node, ins: list, outs: list) -> bool:
+    """Whether ``node`` runs unchanged (or with its axis moved, Concat) on NHWC tensors."""
+    live = [o for o, name in zip(outs, node.outputs) if name]
+    if node.domain or len(live) != 1 or not _image(live[0]) or node.implicit_inputs:
+        return False
+    out = live[0]
+    if node.op_type == "Concat":
+        return all(i is not None and (_image(i) or i.value is not None and i.value.ndim == 4) for i in ins)
+    if node.op_type not in ELEMENTWISE or node.op_type == "Dropout" and len(node.outputs) > 1 and node.outputs[1]:
+        return False
+    for i in ins[:1] if node.op_type in ("Clip", "Dropout") else ins:
+        if i is None:
+            continue
+        if i.value is not None:
+            if i.value.ndim > 4:
+                return False
+            continue
+        if not _image(i) or tuple(i.shape) != tuple(out.shape) or i.dtype != out.dtype:
+            return False
+    return True
+
+
+def _channels_last_kernel(node: Node, kernel: Kernel, ins: list, outs: list) -> Kernel | None:
+    if node.op_type not in CHANNELS_LAST or node.domain or not ins or not _image(ins[0]) or not outs \
+            or not _image(outs[0]) or any(o for o in node.outputs[1:]):
+        return None
+    try:
+        chosen = select(node, ins, outs, layout=NHWC)
+    except NnhalError:
+        return None
+    if FUSED_ATTR in node.attrs and not getattr(chosen, "fuse_activation", False):
+        return None
+    return chosen
+
+
+def assign_layouts(chosen: list, external: set[str]) -> tuple[list, Layouts]:
+    """Rewrite ``chosen`` [(node, kernel, ins, outs)] so the convolutional regions run NHWC.
+
+    Returns the new list, with conversion steps inserted, and the physical Info of every tensor whose
+    storage differs from what inference says."""
+    roles: list[str | None] = []
+    nhwc_kernels: dict[int, Kernel] = {}
+    for pos, (node, kernel, ins, outs) in enumerate(chosen):
+        k = _channels_last_kernel(node, kernel, ins, outs)
+        if k is not None:
+            nhwc_kernels[pos] = k
+            roles.append("last")
+        else:
+            roles.append("free" if _layout_free(node, ins, outs) else None)
+    if not nhwc_kernels:
+        return chosen, Layouts({}, {})
+
+    parent: dict[str, str] = {}
+
+    def find(a: str) -> str:
+        while parent.setdefault(a, a) != a:
+            parent[a] = parent[parent[a]]
+            a = parent[a]
+        return a
+
+    def union(a: str, b: str) -> None:
+        parent[find(a)] = find(b)
+
+    for pos, (node, _, ins, outs) in enumerate(chosen):
+        if roles[pos] == "free":
+            names = [n for n, i in zip(node.inputs, ins) if n and _image(i)] + [n for n in node.outputs if n]
+            for n in names[1:]:
+                union(names[0], n)
+    blocked: set[str] = set()
+    wanted: set[str] = set()
+    for pos, (node, _, ins, outs) in enumerate(chosen):
+        role = roles[pos]
+        for k, name in enumerate(node.all_inputs):
+            if not name:
+                continue
+            info = ins[k] if k < len(ins) else None
+            if role == "last" and k == 0:
+                wanted.add(find(name))
+            elif role == "free" and k < len(node.inputs) and (info is None or info.value is None):
+                pass
+            elif info is None or info.value is None:
+                blocked.add(find(name))
+        for k, name in enumerate(node.outputs):
+            if not name:
+                continue
+            if role == "last" and k == 0:
+                wanted.add(find(name))
+            elif role != "free":
+                blocked.add(find(name))
+    for name in external:
+        blocked.add(find(name))
+    stored = {g for g in wanted if g not in blocked}
+
+    def is_nhwc(name: str) -> bool:
+        return bool(name) and find(name) in stored
+
+    physical: dict[str, Info] = {}
+    constants: dict[str, np.ndarray] = {}
+    result: list = []
+    converted: dict[tuple[str, tuple], str] = {}
+
+    def convert(name: str, info: Info, perm: tuple, before: list) -> str:
+        """The name of ``name`` converted with ``perm`` (made once, by a step appended to ``before``)."""
+        key = (name, perm)
+        if key not in converted:
+            new = f"{name}#{'nhwc' if perm == TO_NHWC else 'nchw'}"
+            src = physical.get(name, info)
+            dst = _permuted(Info(src.dtype, src.shape), perm)
+            physical[new] = dst
+            node = Node(new, "Transpose", [name], [new], {"perm": list(perm)}, opset=21, version=21)
+            before.append((node, Relayout(perm), [src], [dst]))
+            converted[key] = new
+        return converted[key]
+
+    for pos, (node, kernel, ins, outs) in enumerate(chosen):
+        role = roles[pos]
+        if role == "last":
+            x_nhwc, y_nhwc = is_nhwc(node.inputs[0]), is_nhwc(node.outputs[0])
+            if not (x_nhwc or y_nhwc):
+                result.append((node, kernel, ins, outs))
+                continue
+            inputs, outputs = list(node.inputs), list(node.outputs)
+            if not x_nhwc:
+                inputs[0] = convert(node.inputs[0], ins[0], TO_NHWC, result)
+            if y_nhwc:
+                physical[outputs[0]] = _permuted(outs[0])
+                result.append((replace(node, inputs=inputs), nhwc_kernels[pos], ins, outs))
+            else:
+                tmp = f"{node.outputs[0]}#nhwc"
+                physical[tmp] = _permuted(outs[0])
+                outputs[0] = tmp
+                result.append((replace(node, inputs=inputs, outputs=outputs), nhwc_kernels[pos], ins, outs))
+                back = Node(f"{tmp}#nchw", "Transpose", [tmp], [node.outputs[0]], {"perm": list(TO_NCHW)},
+                            opset=21, version=21)
+                result.append((back, Relayout(TO_NCHW), [physical[tmp]], [outs[0]]))
+            continue
+        if role == "free" and is_nhwc(node.outputs[0]):
+            inputs, new_ins = list(node.inputs), []
+            for k, (name, info) in enumerate(zip(node.inputs, ins)):
+                if info is not None and info.value is not None and name:
+                    v = info.value
+                    if v.ndim == 4 or node.op_type not in ("Clip", "Dropout") or k == 0:
+                        v4 = v.reshape((1,) * (4 - v.ndim) + v.shape)
+                        inputs[k] = f"{name}#nhwc"
+                        constants[inputs[k]] = np.ascontiguousarray(v4.transpose(TO_NHWC))
+                        info = Info(info.dtype, constants[inputs[k]].shape, constants[inputs[k]])
+                elif _image(info) and name:
+                    info = physical[name] if name in physical else _permuted(info)
+                new_ins.append(info)
+            new_outs = []
+            for name, info in zip(node.outputs, outs):
+                if name:
+                    physical[name] = _permuted(info)
+                    info = physical[name]
+                new_outs.append(info)
+            attrs = node.attrs
+            if node.op_type == "Concat":
+                attrs = {**attrs, "axis": TO_NHWC.index(attrs["axis"] % 4)}
+            # the kernel was chosen for the NCHW shapes; choose again for the NHWC ones
+            node = replace(node, inputs=inputs, attrs=attrs)
+            result.append((node, select(node, new_ins, new_outs), new_ins, new_outs))
+            continue
+        # an op that needs NCHW: convert the NHWC tensors it reads
+        if any(is_nhwc(n) for n in node.all_inputs):
+            inputs = list(node.inputs)
+            implicit = list(node.implicit_inputs)
+            for k, name in enumerate(node.all_inputs):
+                if is_nhwc(name):
+                    new = convert(name, ins[k], TO_NCHW, result)
+                    if k < len(inputs):
+                        inputs[k] = new
+                    else:
+                        implicit[k - len(inputs)] = new
+            node = replace(node, inputs=inputs, implicit_inputs=implicit)
+        result.append((node, kernel, ins, outs))
+    return result, Layouts(physical, constants)

@@ -1,0 +1,102 @@
+"""The CPU's channels-last pass (device/cpu/layout.py): which regions run NHWC, where it converts, and that
+results still match onnxruntime."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import nnhal
+
+ort = pytest.importorskip("onnxruntime")
+
+
+def _const(name, value):
+    return numpy_helper.from_array(np.asarray(value, np.float32), name)
+
+
+def _model(nodes, inits, outputs, in_shape=(1, 8, 12, 12)):
+    graph = helper.make_graph(nodes, "layout", [helper.make_tensor_value_info("x", TensorProto.FLOAT, in_shape)],
+                              [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    return model
+
+
+def _run_both(model, shape=(1, 8, 12, 12)):
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    s = nnhal.Session(model, devices=["cpu"])
+    got = s.run({"x": x})
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(w).max())))
+    steps = [st for sg in s.graph.execution.subgraphs for st in sg.device_graph.steps]
+    return steps
+
+
+def _kernels(steps):
+    return [(st.node.op_type, st.kernel_name) for st in steps]
+
+
+def _w(rng, *shape):
+    return rng.standard_normal(shape).astype(np.float32) * 0.3
+
+
+def test_a_residual_network_runs_channels_last_with_conversions_only_at_its_edges():
+    rng = np.random.default_rng(1)
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Conv", ["p1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
+        helper.make_node("Add", ["c2", "p1"], ["s"]),
+        helper.make_node("Mul", ["s", "scale"], ["m"]),             # a per-channel constant, NHWC broadcast
+        helper.make_node("Relu", ["m"], ["r2"]),
+        helper.make_node("Conv", ["r2", "w3"], ["c3"], kernel_shape=[1, 1]),
+        helper.make_node("Concat", ["c3", "r2"], ["cat"], axis=1),
+        helper.make_node("GlobalAveragePool", ["cat"], ["g"]),
+        helper.make_node("Flatten", ["g"], ["y"]),
+    ]
+    inits = [_const("w1", _w(rng, 16, 8, 3, 3)), _const("b1", _w(rng, 16)), _const("w2", _w(rng, 16, 16, 3, 3)),
+             _const("b2", _w(rng, 16)), _const("scale", _w(rng, 16, 1, 1)), _const("w3", _w(rng, 4, 16, 1, 1))]
+    steps = _run_both(_model(nodes, inits, ["y"]))
+    kernels = _kernels(steps)
+    assert all(k.startswith("nhwc") for op, k in kernels if op in ("Conv", "MaxPool", "GlobalAveragePool")), kernels
+    # one conversion in (the graph input), one out (the pooled features before Flatten)
+    assert [k for _, k in kernels if k.startswith("to-")] == ["to-nhwc", "to-nchw"], kernels
+
+
+def test_tensors_read_by_layout_bound_ops_or_leaving_the_graph_stay_nchw():
+    rng = np.random.default_rng(2)
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),                    # r1 is also a graph output
+        helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1]),
+        helper.make_node("Reshape", ["c2", "shape"], ["sh"]),        # channel shuffle: layout-bound
+        helper.make_node("Transpose", ["sh"], ["tr"], perm=[0, 2, 1, 3, 4]),
+        helper.make_node("Reshape", ["tr", "back"], ["un"]),
+        helper.make_node("Conv", ["un", "w3"], ["y"], kernel_shape=[1, 1], group=2),
+    ]
+    inits = [_const("w1", _w(rng, 8, 8, 3, 3)), _const("w2", _w(rng, 8, 8, 3, 3)), _const("w3", _w(rng, 8, 4, 1, 1)),
+             numpy_helper.from_array(np.array([1, 2, 4, 12, 12], np.int64), "shape"),
+             numpy_helper.from_array(np.array([1, 8, 12, 12], np.int64), "back")]
+    steps = _run_both(_model(nodes, inits, ["r1", "y"]))
+    # every convolution here reads or writes a tensor that leaves the graph or feeds the shuffle's
+    # Reshape: NHWC would only add conversions, so none runs channels last and nothing is converted
+    kernels = _kernels(steps)
+    assert not any(k.startswith(("nhwc", "to-")) for _, k in kernels), kernels
+
+
+def test_layout_free_ops_with_runtime_bounds_and_constant_concat_inputs():
+    rng = np.random.default_rng(3)
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("ReduceMax", ["x"], ["hi"], keepdims=0),     # a runtime scalar bound
+        helper.make_node("Clip", ["c1", "", "hi"], ["cl"]),
+        helper.make_node("Concat", ["cl", "k"], ["cat"], axis=1),     # a constant 4-D Concat input
+        helper.make_node("AveragePool", ["cat"], ["ap"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("Sub", ["ap", "bias"], ["y"]),               # a scalar constant
+    ]
+    inits = [_const("w1", _w(rng, 8, 8, 3, 3)), _const("k", _w(rng, 1, 2, 12, 12)), _const("bias", 0.25)]
+    steps = _run_both(_model(nodes, inits, ["y"]))
+    assert ("AveragePool", "nhwc") in [(op, k[:4]) for op, k in _kernels(steps)]
