@@ -72,19 +72,39 @@ def test_tensors_read_by_layout_bound_ops_or_leaving_the_graph_stay_nchw():
         helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
         helper.make_node("Relu", ["c1"], ["r1"]),                    # r1 is also a graph output
         helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1]),
-        helper.make_node("Reshape", ["c2", "shape"], ["sh"]),        # channel shuffle: layout-bound
-        helper.make_node("Transpose", ["sh"], ["tr"], perm=[0, 2, 1, 3, 4]),
-        helper.make_node("Reshape", ["tr", "back"], ["un"]),
-        helper.make_node("Conv", ["un", "w3"], ["y"], kernel_shape=[1, 1], group=2),
+        helper.make_node("Reshape", ["c2", "shape"], ["y"]),         # not a channel permutation
     ]
-    inits = [_const("w1", _w(rng, 8, 8, 3, 3)), _const("w2", _w(rng, 8, 8, 3, 3)), _const("w3", _w(rng, 8, 4, 1, 1)),
-             numpy_helper.from_array(np.array([1, 2, 4, 12, 12], np.int64), "shape"),
-             numpy_helper.from_array(np.array([1, 8, 12, 12], np.int64), "back")]
+    inits = [_const("w1", _w(rng, 8, 8, 3, 3)), _const("w2", _w(rng, 8, 8, 3, 3)),
+             numpy_helper.from_array(np.array([1, 8, 144], np.int64), "shape")]
     steps = _run_both(_model(nodes, inits, ["r1", "y"]))
-    # every convolution here reads or writes a tensor that leaves the graph or feeds the shuffle's
-    # Reshape: NHWC would only add conversions, so none runs channels last and nothing is converted
+    # each convolution reads or writes a tensor that leaves the graph or feeds the Reshape: NHWC would
+    # only add conversions, so none runs channels last and nothing is converted
     kernels = _kernels(steps)
     assert not any(k.startswith(("nhwc", "to-")) for _, k in kernels), kernels
+
+
+def test_a_channel_shuffle_after_a_convolution_becomes_a_permutation_of_its_weights():
+    rng = np.random.default_rng(4)
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], kernel_shape=[1, 1], group=2),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Reshape", ["r1", "shape"], ["sh"]),        # ShuffleNet's channel shuffle
+        helper.make_node("Transpose", ["sh"], ["tr"], perm=[0, 2, 1, 3, 4]),
+        helper.make_node("Reshape", ["tr", "back"], ["un"]),
+        helper.make_node("Conv", ["un", "w2"], ["c2"], pads=[1, 1, 1, 1], group=8),
+        helper.make_node("Conv", ["c2", "w3"], ["y"], kernel_shape=[1, 1], group=2),
+    ]
+    inits = [_const("w1", _w(rng, 8, 4, 1, 1)), _const("b1", _w(rng, 8)), _const("w2", _w(rng, 8, 1, 3, 3)),
+             _const("w3", _w(rng, 8, 4, 1, 1)),
+             numpy_helper.from_array(np.array([1, 2, 4, 12, 12], np.int64), "shape"),
+             numpy_helper.from_array(np.array([1, 8, 12, 12], np.int64), "back")]
+    steps = _run_both(_model(nodes, inits, ["y"]))
+    kernels = _kernels(steps)
+    assert [op for op, _ in kernels if op in ("Reshape", "Transpose") and not _.startswith("to-")] == [], kernels
+    first = next(st for st in steps if st.node.op_type == "Conv")
+    assert first.node.attrs["group"] == 1 and first.node.outputs == ["un"]     # groups mixed: dense now
+    # one region from the first convolution to the last: converted once in, once out
+    assert [k for _, k in kernels if k.startswith("to-")] == ["to-nhwc", "to-nchw"], kernels
 
 
 def test_layout_free_ops_with_runtime_bounds_and_constant_concat_inputs():

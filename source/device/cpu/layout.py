@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from nnhal.device.cpu.fusions import FUSED_ATTR
 from nnhal.device.cpu.kernels.base import Kernel, RunFn
 from nnhal.device.cpu.kernels.select import select
 from nnhal.errors import NnhalError
@@ -49,7 +50,6 @@ ELEMENTWISE = frozenset({"Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "HardSi
                          "Selu", "Celu", "Softplus", "Softsign", "Erf", "Exp", "Abs", "Neg", "Sqrt",
                          "Reciprocal", "Identity", "Dropout", "Add", "Sub", "Mul", "Div", "Sum", "Max",
                          "Min", "Mean", "PRelu", "Gelu", "Mish", "ThresholdedRelu"})
-FUSED_ATTR = "_nnhal_activation"
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,324 @@
+"""Node fusions of the CPU plan, run on the chosen (node, kernel, ins, outs) list before memory planning.
+
+* ``fuse_gelu``: torch.onnx's exact Gelu chain becomes one Gelu node;
+* ``fuse_matmul``: element-wise epilogues (bias, scale, mask, residual, Gelu) run in place on a MatMul's
+  product;
+* ``fuse_activations``: Relu/Clip run in place in the producer's epilogue;
+* ``fuse_channel_shuffle``: ShuffleNet's Reshape -> Transpose -> Reshape channel shuffle after a
+  convolution becomes a permutation of that convolution's output channels.
+
+A fusion never removes a tensor that another node reads or that leaves the subgraph.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+
+import numpy as np
+
+from nnhal.device.cpu.kernels.select import select
+from nnhal.errors import NnhalError
+from nnhal.graph.node import Node
+from nnhal.operator.base import Info
+
+
+def _scalar(info: Info | None, value: float, dtype) -> bool:
+    """``info`` is a constant single-element ``dtype`` tensor equal to ``value`` (in that dtype)."""
+    if info is None or info.value is None:
+        return False
+    v = np.asarray(info.value)
+    return v.dtype == dtype and v.size == 1 and v.reshape(()) == np.asarray(value, dtype)
+
+
+def _readers(chosen: list) -> tuple[Counter, dict[str, int], dict[str, int]]:
+    """(read counts, first reader position, producer position) of every tensor name."""
+    reads = Counter(n for node, _, _, _ in chosen for n in node.all_inputs if n)
+    reader: dict[str, int] = {}
+    producer: dict[str, int] = {}
+    for pos, (node, _, _, _) in enumerate(chosen):
+        for n in node.all_inputs:
+            if n:
+                reader.setdefault(n, pos)
+        for n in node.outputs:
+            if n:
+                producer[n] = pos
+    return reads, reader, producer
+
+
+def fuse_gelu(chosen: list, external: set[str]) -> list:
+    """torch.onnx's exact Gelu, Mul(Mul(x, Add(Erf(Div(x, sqrt 2)), 1)), 0.5) in float32 (either operand
+    order of the Adds and Muls), becomes one Gelu node when its fast kernel takes it and no intermediate
+    is read elsewhere or leaves the subgraph. The fast kernel runs the same float32 steps."""
+    f32 = np.dtype(np.float32)
+    reads, reader, _ = _readers(chosen)
+    dropped: set[int] = set()
+    replaced: dict[int, tuple] = {}
+
+    def single(name: str, op: str) -> int | None:
+        if not name or name in external or reads[name] != 1:
+            return None
+        j = reader.get(name)
+        if j is None or j in dropped or chosen[j][0].op_type != op or chosen[j][0].domain:
+            return None
+        return j
+
+    def other(node: Node, ins: list, name: str) -> Info | None:
+        if len(node.inputs) != 2 or node.inputs.count(name) != 1:
+            return None
+        return ins[1] if node.inputs[0] == name else ins[0]
+
+    for pos, (node, kernel, ins, outs) in enumerate(chosen):
+        if node.op_type != "Div" or node.domain or pos in dropped or len(node.inputs) != 2 or not node.outputs[0]:
+            continue
+        x = node.inputs[0]
+        if not x or x == node.inputs[1] or ins[0] is None or ins[0].dtype != f32 or outs[0].dtype != f32 \
+                or ins[0].shape is None or outs[0].shape != ins[0].shape or not _scalar(ins[1], 1.4142135381698608, f32):
+            continue
+        j_erf = single(node.outputs[0], "Erf")
+        if j_erf is None:
+            continue
+        j_add = single(chosen[j_erf][0].outputs[0], "Add")
+        if j_add is None:
+            continue
+        add = chosen[j_add]
+        if not _scalar(other(add[0], add[2], chosen[j_erf][0].outputs[0]), 1.0, f32):
+            continue
+        j_mul = single(add[0].outputs[0], "Mul")
+        if j_mul is None:
+            continue
+        mul = chosen[j_mul]
+        if len(mul[0].inputs) != 2 or set(mul[0].inputs) != {x, add[0].outputs[0]}:
+            continue
+        j_half = single(mul[0].outputs[0], "Mul")
+        if j_half is None:
+            continue
+        half = chosen[j_half]
+        if not _scalar(other(half[0], half[2], mul[0].outputs[0]), 0.5, f32) or half[3][0].dtype != f32 \
+                or half[3][0].shape != ins[0].shape or not half[0].outputs[0]:
+            continue
+        gelu = Node(f"{node.name}/gelu", "Gelu", [x], [half[0].outputs[0]], {"approximate": "none"},
+                    opset=20, version=20)
+        g_ins, g_outs = [ins[0]], [half[3][0]]
+        try:
+            kernel = select(gelu, g_ins, g_outs)
+        except NnhalError:
+            continue
+        if kernel.name == "reference":
+            continue
+        replaced[pos] = (gelu, kernel, g_ins, g_outs)
+        dropped.update((j_erf, j_add, j_mul, j_half))
+    return [replaced.get(pos, entry) for pos, entry in enumerate(chosen) if pos not in dropped]
+
+
+_EPILOGUE_OPS = ("Add", "Mul", "Sub", "Div")
+
+
+def fuse_matmul(chosen: list, external: set[str]) -> list:
+    """Fold into a MatMul (its kernel reads the ``_nnhal_epilogue`` attribute, op_matmul) a chain of
+    element-wise Add/Mul (either side), Sub/Div (product first) by a tensor available before the MatMul
+    and broadcasting to the product's shape and dtype (bias, scale, mask, residual), run in place on the
+    product, optionally ended by a float32 Gelu whose fast kernel was chosen (the fused one from
+    fuse_gelu). Every intermediate must have no other reader and not leave the subgraph.
+    (Transpose views as MatMul inputs/outputs and a fused attention Softmax were measured slower on the
+    BERT encoder at batch 8 than the separate copies: strided BLAS operands and many small GEMMs.)"""
+    from nnhal.device.cpu.kernels.op_matmul import EPILOGUE
+
+    chosen = list(chosen)
+    changed = True
+    while changed:
+        changed = False
+        reads, reader, producer = _readers(chosen)
+        for pos, (node, kernel, ins, outs) in enumerate(chosen):
+            if node.op_type != "MatMul" or node.domain or kernel.name != "reference" or FUSED_ATTR in node.attrs \
+                    or len(node.outputs) != 1 or not node.outputs[0]:
+                continue
+            out = node.outputs[0]
+            if out in external or reads[out] != 1:
+                continue
+            j = reader.get(out)
+            nxt, n_kernel, n_ins, n_outs = chosen[j]
+            if nxt.domain or len(nxt.outputs) != 1 or not nxt.outputs[0]:
+                continue
+            epi = node.attrs.get(EPILOGUE, ())
+            if epi and epi[-1][0] == "Gelu":
+                continue
+            if nxt.op_type == "Gelu" and getattr(n_kernel, "name", "") == "fast" and outs[0].dtype == np.float32 and outs[0].shape is not None \
+                    and all(isinstance(d, int) for d in outs[0].shape) and n_outs[0].shape == outs[0].shape:
+                node = replace(node, outputs=list(nxt.outputs), attrs={**node.attrs, EPILOGUE: tuple(epi) + (("Gelu", -1),)})
+                chosen[pos] = (node, kernel, ins, list(n_outs))
+                del chosen[j]
+                changed = True
+                break
+            if nxt.op_type not in _EPILOGUE_OPS or len(nxt.inputs) != 2 or nxt.inputs.count(out) != 1:
+                continue
+            k = 1 if nxt.inputs[0] == out else 0
+            if k == 0 and nxt.op_type in ("Sub", "Div"):
+                continue
+            operand, o_info = nxt.inputs[k], n_ins[k]
+            y = outs[0]
+            if not operand or o_info is None or o_info.shape is None or y.shape is None or y.dtype is None \
+                    or y.dtype.kind != "f" or o_info.dtype != y.dtype or n_outs[0].dtype != y.dtype \
+                    or n_outs[0].shape != y.shape or any(d is None for d in y.shape) \
+                    or any(d is None for d in o_info.shape):
+                continue
+            try:
+                if np.broadcast_shapes(tuple(y.shape), tuple(o_info.shape)) != tuple(y.shape):
+                    continue
+            except ValueError:
+                continue
+            if producer.get(operand, -1) >= pos and operand in producer:
+                continue
+            node = replace(node, inputs=list(node.inputs) + [operand], outputs=list(nxt.outputs),
+                           attrs={**node.attrs, EPILOGUE: tuple(node.attrs.get(EPILOGUE, ())) +
+                                  ((nxt.op_type, len(node.inputs)),)})
+            chosen[pos] = (node, kernel, list(ins) + [o_info], list(n_outs))
+            del chosen[j]
+            changed = True
+            break
+    return chosen
+
+
+FUSED_ATTR = "_nnhal_activation"
+
+
+def _activation(node: Node, ins: list[Info | None], dtype) -> tuple | None:
+    """('relu',) or ('clip', lo, hi) when ``node`` is an activation a producer can apply in place."""
+    if node.domain or len(node.outputs) != 1 or not node.outputs[0]:
+        return None
+    if node.op_type == "Relu":
+        return ("relu",)
+    if node.op_type != "Clip":
+        return None
+    if node.version < 11:
+        lo, hi = node.attrs["min"], node.attrs["max"]
+    else:
+        bounds = []
+        for k in (1, 2):
+            if k < len(ins) and ins[k] is not None:
+                if ins[k].value is None:
+                    return None
+                bounds.append(ins[k].value)
+            else:
+                bounds.append(None)
+        lo, hi = bounds
+    with np.errstate(over="ignore"):
+        lo = None if lo is None else np.asarray(lo).astype(dtype).reshape(())
+        hi = None if hi is None else np.asarray(hi).astype(dtype).reshape(())
+    return ("clip", lo, hi)
+
+
+def fuse_activations(chosen: list, external: set[str]) -> list:
+    """Fold Relu/Clip into the producing node's epilogue when its kernel can apply it in place
+    (``fuse_activation``), the intermediate has no other reader and is not a subgraph output."""
+    reads = Counter(n for node, _, _, _ in chosen for n in node.all_inputs if n)
+    reader = {}
+    for pos, (node, _, _, _) in enumerate(chosen):
+        for n in node.all_inputs:
+            if n:
+                reader.setdefault(n, pos)
+    result, dropped = [], set()
+    for pos, (node, kernel, ins, outs) in enumerate(chosen):
+        if pos in dropped:
+            continue
+        live = [o for o in node.outputs if o]
+        if getattr(kernel, "fuse_activation", False) and len(node.outputs) == 1 and len(live) == 1 \
+                and live[0] not in external and reads[live[0]] == 1 and FUSED_ATTR not in node.attrs:
+            j = reader.get(live[0])
+            nxt = chosen[j] if j is not None else None
+            if nxt is not None and nxt[0].inputs and nxt[0].inputs[0] == live[0] and outs[0].dtype is not None \
+                    and outs[0].dtype.kind == "f" and nxt[3][0].dtype == outs[0].dtype:
+                act = _activation(nxt[0], nxt[2], outs[0].dtype)
+                if act is not None:
+                    node = replace(node, outputs=list(nxt[0].outputs), attrs={**node.attrs, FUSED_ATTR: act})
+                    outs = list(nxt[3])
+                    dropped.add(j)
+        result.append((node, kernel, ins, outs))
+    return result
+
+
+# densifying a grouped convolution multiplies its multiply-adds by its group count: folding a channel
+# shuffle into it pays (ShuffleNet's 1x1 group-4 convolutions cost about what the shuffle copy and the
+# layout conversions around it did) only for small groups
+SHUFFLE_MAX_GROUP = 4
+_SHUFFLE_OPS = ("Reshape", "Transpose")
+
+
+def _channel_permutation(chain: list, shape: tuple[int, ...]) -> np.ndarray | None:
+    """p with out[:, c] == x[:, p[c]] when the Reshape/Transpose ``chain`` maps an (N, C, H, W) tensor x
+    to the same shape moving only whole channels; else None."""
+    n, c, h, w = shape
+    index = np.arange(n * c * h * w).reshape(shape)
+    v = index
+    for node, _, outs in chain:
+        if node.op_type == "Reshape":
+            v = v.reshape(outs[0].shape)
+        else:
+            perm = node.attrs.get("perm")
+            v = v.transpose(None if perm is None else tuple(perm))
+    if v.shape != tuple(shape):
+        return None
+    p = v[0, :, 0, 0] // (h * w) % c
+    return p if np.array_equal(v, index[:, p]) else None
+
+
+def fuse_channel_shuffle(chosen: list, external: set[str], constants: dict[str, np.ndarray]) -> list:
+    """A Reshape/Transpose chain that only permutes the channels of a Conv's output (ShuffleNet's channel
+    shuffle, Reshape(N, g, C/g, H, W) -> Transpose -> Reshape(N, C, H, W)) becomes a permutation of that
+    Conv's constant weights and bias: the chain disappears, and with it the layout conversions a
+    channels-last region would need around it. A grouped Conv whose groups the permutation mixes becomes
+    a dense one with zero blocks (only up to SHUFFLE_MAX_GROUP groups). The Conv's output and every
+    intermediate must have no other reader and not leave the subgraph; new weights go into
+    ``constants``."""
+    reads, reader, _ = _readers(chosen)
+    dropped: set[int] = set()
+    replaced: dict[int, tuple] = {}
+    for pos, (node, kernel, ins, outs) in enumerate(chosen):
+        if node.op_type != "Conv" or node.domain or len(ins) < 2 or ins[1] is None or ins[1].value is None \
+                or len(node.outputs) != 1 or not outs[0].static or len(outs[0].shape) != 4 \
+                or (len(ins) > 2 and ins[2] is not None and ins[2].value is None):
+            continue
+        chain, name = [], node.outputs[0]
+        while len(chain) < 4 and name not in external and reads[name] == 1:
+            j = reader[name]
+            nxt = chosen[j]
+            if j in dropped or nxt[0].op_type not in _SHUFFLE_OPS or nxt[0].domain or nxt[0].inputs[0] != name \
+                    or not nxt[3][0].static:
+                break
+            chain.append(j)
+            name = nxt[0].outputs[0]
+            if tuple(nxt[3][0].shape) == tuple(outs[0].shape):
+                break
+        if not chain or tuple(chosen[chain[-1]][3][0].shape) != tuple(outs[0].shape):
+            continue
+        p = _channel_permutation([(chosen[j][0], chosen[j][2], chosen[j][3]) for j in chain], tuple(outs[0].shape))
+        if p is None:
+            continue
+        w = ins[1].value
+        group = node.attrs["group"]
+        m, cg = w.shape[:2]
+        mg = m // group
+        if group > 1 and not np.all(p.reshape(group, mg) // mg == (p.reshape(group, mg) // mg)[:, :1]):
+            if group > SHUFFLE_MAX_GROUP:
+                continue
+            dense = np.zeros((m, cg * group) + w.shape[2:], w.dtype)
+            for g in range(group):
+                dense[g * mg:(g + 1) * mg, g * cg:(g + 1) * cg] = w[g * mg:(g + 1) * mg]
+            w, group = dense, 1
+        inputs = list(node.inputs)
+        new_ins = list(ins)
+        inputs[1] = f"{node.name}/shuffled_weights"
+        constants[inputs[1]] = np.ascontiguousarray(w[p])
+        new_ins[1] = Info(ins[1].dtype, constants[inputs[1]].shape, constants[inputs[1]])
+        if len(inputs) > 2 and inputs[2]:
+            inputs[2] = f"{node.name}/shuffled_bias"
+            constants[inputs[2]] = np.ascontiguousarray(ins[2].value[p])
+            new_ins[2] = Info(ins[2].dtype, ins[2].shape, constants[inputs[2]])
+        fused = replace(node, inputs=inputs, outputs=[name], attrs={**node.attrs, "group": group})
+        new_outs = list(chosen[chain[-1]][3])
+        try:
+            k = select(fused, new_ins, new_outs)
+        except NnhalError:
+            continue
+        replaced[pos] = (fused, k, new_ins, new_outs)
+        dropped.update(chain)
+    return [replaced.get(pos, entry) for pos, entry in enumerate(chosen) if pos not in dropped]
