@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from nnhal.device.cpu.kernels import _blocks
 from nnhal.device.cpu.kernels._scratch import fused
 from nnhal.device.cpu.kernels.base import Kernel, RunFn
 from nnhal.device.cpu.kernels.op_gelu import gelu_inplace
@@ -42,14 +43,33 @@ class MatMulKernel(Kernel):
         ops = tuple((_UFUNCS[op], k) for op, k in (epilogue[:-1] if gelu else epilogue))
         if gelu:
             return fused(_gelu_run(ops, outs[0]), node)
+        blocks = tuple(_block_of(ins[k], outs[0]) for _, k in ops)
 
         def run(inputs, outputs):
             y = matmul(inputs[0], inputs[1], outputs[0])
-            for ufunc, k in ops:
-                ufunc(y, inputs[k], out=y)
+            flat = y.reshape(-1) if y.flags.c_contiguous else None
+            for (ufunc, k), block in zip(ops, blocks):
+                if block is not None and flat is not None:
+                    _blocks.blockwise(ufunc, flat, block, flat)
+                else:
+                    ufunc(y, inputs[k], out=y)
             return (y,)
 
         return fused(run, node)
+
+
+def _block_of(operand, out) -> np.ndarray | None:
+    """The repeated block (kernels/_blocks.py) of a constant epilogue operand that is a scalar (the
+    attention scale) or a vector along the product's last axis (a bias), in the product's dtype; else
+    None (the operand is then broadcast by the ufunc itself)."""
+    v = operand.value if operand is not None else None
+    if v is None or out.dtype is None or out.shape is None or v.dtype != out.dtype:
+        return None
+    if v.size == 1:
+        return _blocks.constant(v.reshape(()), out.dtype)
+    if v.ndim >= 1 and v.shape[-1] == out.shape[-1] and v.size == v.shape[-1]:
+        return _blocks.tiled(np.ascontiguousarray(v.reshape(-1)))
+    return None
 
 
 def _gelu_run(ops, out_info) -> RunFn:
