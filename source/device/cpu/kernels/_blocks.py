@@ -5,7 +5,9 @@ stride 0 (a scalar, or a per-channel vector against (pixels, C)): on this
 project's benchmark machine (numpy 2.4, AVX-512) ``np.maximum(y, 0, out=y)``
 on 802,816 float32 costs 260 us, while the same call against a contiguous
 block of zeros, with ``y`` seen as rows of that block's length, costs
-63-67 us. ``blockwise`` runs a ufunc that way over a flat array; ``clamp``
+63-67 us (add, multiply and divide by a scalar are fast; against a vector
+repeated along rows they are not: 1536x128 + 128 takes 27 us broadcast, 13 us
+blockwise). ``blockwise`` runs a ufunc that way over a flat array; ``clamp``
 and ``relu`` are Relu/Clip built on it (NaN propagates as with the plain
 call: the same ufuncs run), ``tiled`` makes the block of a per-channel
 vector for channels-last data.
