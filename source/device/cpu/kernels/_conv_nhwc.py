@@ -40,6 +40,8 @@ BAND_BYTES = 4 << 20
 # smallest run of channels (C/G times groups per super-group) the grouped im2col gathers; ResNeXt's 128 channels in
 # 32 groups at 56x56 (us at 2 threads, runs of 4 / 8 / 16 / 32 / 64 / 128): 4784 / 2964 / 2005 / 1785 / 1989 / 2873
 GROUP_MIN_RUN = 32
+# im2col rows of group-1 convolutions are padded to a multiple of this many elements (aligned BLAS rows)
+ALIGN_COLUMNS = 8
 # scratch bound of a depthwise convolution's temporary (bytes, one band of output rows); smaller bands that
 # stay in L2 were measured no faster (144 channels at 56x56: 873 us in 256 KB bands, 894 unbanded)
 DEPTHWISE_BAND_BYTES = 1 << 20
@@ -220,8 +222,11 @@ class ConvGemmNHWC(Kernel):
         w6 = wv.reshape(sg, sub, mg, cg, kh, kw)
         # wk[s, (i, j, b, c), (b', o)] = w[group s * sub + b, out o, in c, tap (i, j)] where b == b', else 0
         wk = np.ascontiguousarray(np.einsum("sbocij,bd->sijbcdo", w6, np.eye(sub, dtype=dtype))).reshape(sg, kk, ms)
-        imgs, rows, bands = _bands(n, oh, ow * sg * kk * dtype.itemsize, BAND_BYTES)
-        parts = ([((imgs, hp, wpad, c), dtype)] if padded else []) + [((imgs * rows * ow * sg * kk,), dtype)]
+        # a row of columns of a group-1 convolution starts on a multiple of ALIGN_COLUMNS elements: the stem's
+        # 7x7x3 = 147 columns in rows of 152 run (12544 x 147) @ (147 x 64) in 0.63 ms instead of 0.77
+        ld = -(-kk // ALIGN_COLUMNS) * ALIGN_COLUMNS if sg == 1 else sg * kk
+        imgs, rows, bands = _bands(n, oh, ow * ld * dtype.itemsize, BAND_BYTES)
+        parts = ([((imgs, hp, wpad, c), dtype)] if padded else []) + [((imgs * rows * ow * ld,), dtype)]
         _scratch.reserve(_scratch.nbytes_of(*parts))
 
         def run_im2col(inputs, outputs):
@@ -241,11 +246,15 @@ class ConvGemmNHWC(Kernel):
                 #     xp[image, row * sh + i * dh, col * sw + j * dw, super-group * cs + channel]
                 window = as_strided(xb[:, r0 * sh:], shape=(b1 - b0, r1 - r0, ow, sg, kh, kw, cs),
                                     strides=(si, sh * s0, sw * s1, cs * s2, dh * s0, dw * s1, s2), writeable=False)
-                cols = cols_all[:q * sg * kk]
-                np.copyto(cols.reshape(window.shape), window)
+                cols = cols_all[:q * ld]
+                item = cols.itemsize
+                # the destination: (q, sg * kk) columns in rows of ld elements, seen as the window's shape
+                dst = as_strided(cols, shape=window.shape, strides=(
+                    (r1 - r0) * ow * ld * item, ow * ld * item, ld * item, kk * item, kw * cs * item, cs * item, item))
+                np.copyto(dst, window)
                 yr = y[b0:b1, r0:r1].reshape(q, m)
                 if sg == 1:
-                    np.matmul(cols.reshape(q, kk), wk[0], out=yr)
+                    np.matmul(cols.reshape(q, ld)[:, :kk], wk[0], out=yr)
                 else:
                     # super-group s's pixels x columns are a (q, kk) matrix with row stride sg * kk, its
                     # outputs one with row stride M: BLAS reads and writes them in place
