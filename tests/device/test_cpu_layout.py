@@ -120,3 +120,23 @@ def test_layout_free_ops_with_runtime_bounds_and_constant_concat_inputs():
     inits = [_const("w1", _w(rng, 8, 8, 3, 3)), _const("k", _w(rng, 1, 2, 12, 12)), _const("bias", 0.25)]
     steps = _run_both(_model(nodes, inits, ["y"]))
     assert ("AveragePool", "nhwc") in [(op, k[:4]) for op, k in _kernels(steps)]
+
+
+CONV_OPS = ["Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "BatchNormalization", "Relu", "Clip", "Add", "Mul",
+            "Concat", "Sigmoid", "Transpose", "Reshape"]
+
+
+def test_random_convolutional_graphs_match_the_reference_kernels():
+    from nnhal.conformance.random_graph import differential, generate
+
+    seeds = range(80)
+    channels_last = 0
+    for seed in seeds:
+        model, feeds = generate(seed, CONV_OPS, 12)
+        s = nnhal.Session(model, devices=["cpu"])
+        s.run(feeds)
+        channels_last += any(st.kernel_name.startswith("nhwc") for sg in s.graph.execution.subgraphs
+                             for st in sg.device_graph.steps)
+    assert channels_last >= 10          # the comparison below really covers NHWC regions
+    found = differential("cpu", seeds, ops=CONV_OPS, max_nodes=12)
+    assert not found, "\n".join(str(m) for m in found)
