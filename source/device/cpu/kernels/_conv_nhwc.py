@@ -52,8 +52,9 @@ WINOGRAD_BAND_BYTES = 4 << 20
 # (min(C, M)) reached; none below. Measured at 2 threads, batch 1 (gemm against winograd, us): 128->128 at
 # 17x17 347 against 329, at 14x14 212 against 221 (256 at 14x14: 759 against 825); 64 at 24x24 184 against
 # 164, at 17x17 110 against 140; 48 at 28x28 172 against 161, at 24x24 131 against 135; 32 at 56x56 360
-# against 289, at 42x42 220 against 219 (24 at 56x56: 282 against 253).
-WINOGRAD_MIN_OUT = {128: 17, 64: 24, 48: 28, 24: 56}
+# against 289, at 42x42 220 against 219 (24 at 56x56: 282 against 253); at 28x28 with 32 channels on
+# one side (DenseNet's 128->32: 278 against 220; 64->32 157 against 139; 32->32 105 against 99).
+WINOGRAD_MIN_OUT = {128: 17, 64: 24, 32: 28, 24: 56}
 
 
 def _geometry(node: Node, ins: list[Info | None], outs: list[Info]) -> dict | None:
