@@ -14,6 +14,7 @@ from nnhal.api import (
     init,
     postrun_graph,
     prerun_graph,
+    profile,
     release,
     report,
     run_graph,
@@ -35,6 +36,7 @@ from nnhal.errors import (
 )
 from nnhal.optimizer.calibrate import calibrate
 from nnhal.options import Options
+from nnhal.profiling import NodeTime, Profile, SubgraphTime
 from nnhal.session import Session
 
 __version__ = "0.1.0"
@@ -43,5 +45,6 @@ __all__ = [
     "Context", "DeviceError", "GraphHandle", "InputError", "ModelError", "NnhalError", "Options", "OptionsError",
     "RegistryError", "Session", "ShapeError", "StateError", "UnsupportedError", "UnsupportedOperatorError",
     "UnsupportedTypeError", "calibrate", "create_context", "create_graph", "destroy_graph", "devices", "explain", "get_graph_output", "init",
-    "postrun_graph", "prerun_graph", "release", "report", "run_graph", "set_graph_input", "wait_graph",
+    "postrun_graph", "prerun_graph", "profile", "release", "report", "run_graph", "set_graph_input", "wait_graph",
+    "NodeTime", "Profile", "SubgraphTime",
 ]

@@ -34,6 +34,7 @@ from nnhal.optimizer.quantize import quantize_activations
 from nnhal.optimizer.report import PlacementReport, build_report
 from nnhal.optimizer.split import default_split, enforce_min_group_size
 from nnhal.options import Options, validate_device_options
+from nnhal.profiling import Profile
 from nnhal.scheduler.default import DEFAULT_SCHEDULER, fall_back
 from nnhal.scheduler.scheduler import Execution, Scheduler
 from nnhal.serializer.onnx_import import load_onnx
@@ -329,6 +330,48 @@ def run_graph(g: GraphHandle, block: bool = True) -> None:
         raise
     if block:
         _finish(g)
+
+
+def profile(g: GraphHandle, runs: int = 10, warmup: int = 1) -> "Profile":
+    """Run the prepared graph (inputs set) ``warmup`` + ``runs`` times and return where the time of the
+    timed runs went, per subgraph and per node (see nnhal/profiling.py). Outputs of the last run are
+    available afterwards as after run_graph."""
+    import time
+
+    from nnhal.profiling import NodeTime, Profile, SubgraphTime
+
+    _alive(g)
+    if not isinstance(runs, int) or runs < 1 or not isinstance(warmup, int) or warmup < 0:
+        raise InputError(f"profile() needs runs >= 1 and warmup >= 0; got runs={runs!r}, warmup={warmup!r}")
+    if g.state is GraphState.CREATED:
+        raise StateError("profile() before prerun_graph(): prepare the graph first")
+    for _ in range(warmup):
+        run_graph(g)
+    ex = g.execution
+    # device graphs that time their nodes: a ``timings`` attribute (None when off) and ``steps`` with
+    # ``.node`` and ``.kernel_name`` (the CPU's Plan)
+    timed = [sg for sg in ex.subgraphs
+             if hasattr(sg.device_graph, "timings") and hasattr(sg.device_graph, "steps")]
+    ex.timings = {}
+    for sg in timed:
+        sg.device_graph.timings = [0.0] * len(sg.device_graph.steps)
+    try:
+        t0 = time.perf_counter()
+        for _ in range(runs):
+            run_graph(g)
+        wall = time.perf_counter() - t0
+        ex = g.execution     # a changed input shape prepares again: read what actually ran
+        subgraphs = [SubgraphTime(sg.index, sg.device, len(sg.nodes), ex.timings.get(sg.index, 0.0) / runs * 1e3)
+                     for sg in ex.subgraphs]
+        nodes = [NodeTime(sg.index, sg.device, st.node.name, st.node.op_type, st.kernel_name, t / runs * 1e3)
+                 for sg in ex.subgraphs if getattr(sg.device_graph, "timings", None)
+                 for st, t in zip(sg.device_graph.steps, sg.device_graph.timings)]
+    finally:
+        ex.timings = None
+        for sg in ex.subgraphs:
+            if getattr(sg.device_graph, "timings", None) is not None:
+                sg.device_graph.timings = None
+    return Profile(runs, wall / runs * 1e3, subgraphs, nodes)
 
 
 def wait_graph(g: GraphHandle, timeout: float | None = None) -> bool:

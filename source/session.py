@@ -46,6 +46,16 @@ class Session:
         api.run_graph(self.graph, block=True)
         return [api.get_graph_output(self.graph, i) for i in range(len(self.graph.output_names))]
 
+    def profile(self, feeds: dict[str, Any] | list[Any], runs: int = 10, warmup: int = 1):
+        """Run ``feeds`` ``warmup`` + ``runs`` times and return where the timed runs spent their time, per
+        subgraph and per node (nnhal.Profile; ``.table()`` renders it)."""
+        items = feeds.items() if isinstance(feeds, dict) else enumerate(feeds)
+        for key, value in items:
+            api.set_graph_input(self.graph, key, value)
+        if self.graph.state is api.GraphState.CREATED:
+            api.prerun_graph(self.graph, self.options)
+        return api.profile(self.graph, runs, warmup)
+
     @property
     def placement(self) -> dict[str, Any]:
         """Node name -> placement decision (device and reasons) of the last prerun."""

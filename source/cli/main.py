@@ -88,6 +88,24 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_profile(args: argparse.Namespace) -> int:
+    import onnx
+
+    import nnhal
+    from nnhal.zoo import input_for, resolve
+
+    model = resolve(args.model)
+    devices = [d for d in args.device.split(",") if d]
+    proto = model if isinstance(model, onnx.ModelProto) else onnx.load(model, load_external_data=False)
+    feeds = input_for(proto, seed=args.seed)
+    feeds.update(_parse_inputs(args.input))
+    with nnhal.Session(model, devices=devices, precision=args.precision, num_thread=args.num_thread) as session:
+        prof = session.profile(feeds, runs=args.runs, warmup=args.warmup)
+    print(f"model: {args.model}  devices: {args.device}  precision: {args.precision}")
+    print(prof.table(args.top), end="")
+    return 0
+
+
 def cmd_placement(args: argparse.Namespace) -> int:
     import nnhal
     from nnhal.zoo import resolve
@@ -162,15 +180,26 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("devices", help="list device folders, their options and what they support")
     p.set_defaults(func=cmd_devices)
-    p = sub.add_parser("run", help="run a model (path or zoo:<name>[?weights=random]) and time it")
-    p.add_argument("model")
-    p.add_argument("--device", default="cpu", help="comma-separated device list in priority order")
-    p.add_argument("--precision", default="fp32", choices=["fp32", "fp16", "int8", "uint8"])
-    p.add_argument("--input", action="append", default=[], help="name=file.npy (default: seeded random)")
+    def model_run(name: str, help_text: str) -> argparse.ArgumentParser:
+        """A command that runs a model: the model, its devices, precision, inputs and threads."""
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("model")
+        p.add_argument("--device", default="cpu", help="comma-separated device list in priority order")
+        p.add_argument("--precision", default="fp32", choices=["fp32", "fp16", "int8", "uint8"])
+        p.add_argument("--input", action="append", default=[], help="name=file.npy (default: seeded random)")
+        p.add_argument("--num-thread", type=int, default=0)
+        p.add_argument("--seed", type=int, default=0)
+        return p
+
+    p = model_run("run", "run a model (path or zoo:<name>[?weights=random]) and time it")
     p.add_argument("--repeat", type=int, default=10)
-    p.add_argument("--num-thread", type=int, default=0)
-    p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_run)
+    p = model_run("profile", "run a model and show where the time goes, per subgraph and per node")
+    p.add_argument("--runs", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--top", type=int, default=20, help="slowest nodes to list")
+    p.set_defaults(func=cmd_profile)
+
     p = sub.add_parser("placement", help="explain where each node of a model would run, before compiling")
     p.add_argument("model")
     p.add_argument("--device", default="cpu", help="comma-separated device list in priority order")

@@ -140,8 +140,13 @@ def _execute(ex: Execution) -> None:
     inflight: dict[int, Subgraph] = {}
     finished = 0
 
+    timings = ex.timings
+    started: dict[int, float] = {}
+
     def complete(i: int) -> None:
         nonlocal finished
+        if timings is not None:
+            timings[i] = timings.get(i, 0.0) + time.perf_counter() - started[i]
         _leave(ex, by_index[i])
         finished += 1
         for u in users.get(i, ()):
@@ -154,6 +159,8 @@ def _execute(ex: Execution) -> None:
             i = ready.popleft()
             sg = by_index[i]
             device = ex.devices[sg.device]
+            if timings is not None:
+                started[i] = time.perf_counter()
             _enter(ex, sg)
             iface = device.interface
             # NOTE: async only pays when there is something to overlap with

@@ -20,6 +20,9 @@ class Execution:
     report: list = field(default_factory=list)         # fallbacks and other events
     state: Any = None                       # the scheduler's own run state
     graph: Any = None                       # the prepared graph: host dtypes of boundary tensors
+    # subgraph index -> seconds spent running it, summed over runs, when profiling (else None); a
+    # scheduler adds each subgraph's wall time from its start to its completion
+    timings: dict[int, float] | None = None
     _deps: dict[int, set[int]] | None = field(default=None, repr=False)
     _users: dict[int, list[int]] | None = field(default=None, repr=False)
 

@@ -41,3 +41,11 @@ def test_errors_are_one_clear_line():
     out = nnhal("run", "zoo:nosuchnet")
     assert out.returncode == 2
     assert out.stderr.startswith("nnhal: error: no zoo model 'nosuchnet'")
+
+
+def test_profile_shows_subgraphs_ops_and_nodes():
+    out = nnhal("profile", "zoo:squeezenet?weights=random", "--runs", "2", "--top", "3")
+    assert out.returncode == 0, out.stderr
+    assert "profile over 2 run(s)" in out.stdout
+    assert "by op and kernel" in out.stdout and "nhwc-gemm" in out.stdout
+    assert "slowest 3 nodes" in out.stdout

@@ -7,6 +7,7 @@ over bound steps: gather input slots, call, store output slots.
 from __future__ import annotations
 
 import os
+import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
 
@@ -51,13 +52,18 @@ class Plan:
     memory: MemoryPlan
     arena: np.ndarray
     kernels: dict[str, str] = field(default_factory=dict)
+    # seconds per step, summed over runs, while profiling (nnhal.profile); None = not timed
+    timings: list[float] | None = None
 
     def run(self, values: dict[str, np.ndarray]) -> None:
         slots = list(self.slots)
         for name, idx in self.inputs:
             slots[idx] = values[name]
         check = checking()
-        for step in self.steps:
+        timings = self.timings
+        for k, step in enumerate(self.steps):
+            if timings is not None:
+                t0 = time.perf_counter()
             bufs = step.buffers
             if step.fresh:
                 bufs = list(bufs)
@@ -78,6 +84,8 @@ class Plan:
                 slots[idx] = r
             if check:
                 _verify(step, result)
+            if timings is not None:
+                timings[k] += time.perf_counter() - t0
         for name, idx in self.outputs:
             values[name] = slots[idx]
 
