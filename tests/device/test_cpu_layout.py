@@ -140,3 +140,15 @@ def test_random_convolutional_graphs_match_the_reference_kernels():
     assert channels_last >= 10          # the comparison below really covers NHWC regions
     found = differential("cpu", seeds, ops=CONV_OPS, max_nodes=12)
     assert not found, "\n".join(str(m) for m in found)
+
+
+def test_an_unread_dropout_mask_does_not_break_a_region():
+    rng = np.random.default_rng(5)
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Dropout", ["c1"], ["d", "mask"]),          # the mask is never read
+        helper.make_node("Conv", ["d", "w2"], ["c2"], kernel_shape=[1, 1]),
+        helper.make_node("GlobalAveragePool", ["c2"], ["y"]),
+    ]
+    steps = _run_both(_model(nodes, [_const("w1", _w(rng, 8, 8, 3, 3)), _const("w2", _w(rng, 4, 8, 1, 1))], ["y"]))
+    assert [k for _, k in _kernels(steps) if k.startswith("to-")] == ["to-nhwc", "to-nchw"], _kernels(steps)

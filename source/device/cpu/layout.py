@@ -134,6 +134,12 @@ def assign_layouts(chosen: list, external: set[str]) -> tuple[list, Layouts]:
 
     Returns the new list, with conversion steps inserted, and the physical Info of every tensor whose
     storage differs from what inference says."""
+    # a Dropout mask nothing reads (Caffe2's SqueezeNet names one) would pin its tensors to NCHW: drop it
+    read = {n for node, _, _, _ in chosen for n in node.all_inputs if n}
+    chosen = [(replace(node, outputs=node.outputs[:1]), kernel, ins, outs[:1])
+              if node.op_type == "Dropout" and not node.domain and len(node.outputs) > 1 and node.outputs[1]
+              and node.outputs[1] not in read and node.outputs[1] not in external
+              else (node, kernel, ins, outs) for node, kernel, ins, outs in chosen]
     roles: list[str | None] = []
     nhwc_kernels: dict[int, Kernel] = {}
     for pos, (node, kernel, ins, outs) in enumerate(chosen):
