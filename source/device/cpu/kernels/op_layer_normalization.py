@@ -1,13 +1,15 @@
 """LayerNormalization on the CPU, computed in the stash dtype.
 
 fast: float32 input and stash, normalizing the last axis, only Y wanted, static
-shape: the centered input is built in the output buffer, the variance is one
-einsum (no squared temporary), then scale and bias in place.
+shape: the row means are one BLAS product, the centered input is built in the
+output buffer, the variance is one einsum (no squared temporary), then scale
+and bias in place (as repeated blocks when constant).
 """
 from __future__ import annotations
 
 import numpy as np
 
+from nnhal.device.cpu.kernels import _blocks
 from nnhal.device.cpu.kernels.base import Kernel, RunFn, store
 from nnhal.operator._nn import STASH_TYPES
 
@@ -68,11 +70,19 @@ class LayerNormalizationFast(Kernel):
         shape = tuple(ins[0].shape)
         width = shape[-1]
         n_out = len(outs)
+        # the row means as one BLAS product with a vector of 1/width (3 us against np.mean's 14 on 128x384),
+        # constant scale and bias as repeated blocks over the flat output (kernels/_blocks.py)
+        averager = np.full(width, 1 / width, np.float32)
+        blocks = [None if p is None or p.value is None else _blocks.tiled(np.ascontiguousarray(p.value.reshape(-1)))
+                  for p in (ins[1], ins[2] if len(ins) > 2 else None)]
 
         def run(inputs, outputs):
             x, scale = inputs[0], inputs[1]
             bias = inputs[2] if len(inputs) > 2 else None
-            mean = np.mean(x, axis=-1, keepdims=True)
+            if not x.flags.c_contiguous:
+                x = np.ascontiguousarray(x)
+            rows = x.reshape(-1, width)
+            mean = np.matmul(rows, averager).reshape(shape[:-1] + (1,))
             y = outputs[0] if outputs[0] is not None else np.empty(shape, np.float32)
             d = np.subtract(x, mean, out=y)
             var = np.einsum("...i,...i->...", d, d)[..., None]
@@ -81,9 +91,12 @@ class LayerNormalizationFast(Kernel):
             inv = np.sqrt(var, out=var)
             np.reciprocal(inv, out=inv)
             d *= inv
-            d *= scale
-            if bias is not None:
-                d += bias
+            flat = y.reshape(-1)
+            for block, operand, ufunc in ((blocks[0], scale, np.multiply), (blocks[1], bias, np.add)):
+                if block is not None and scale.size == width and (operand is None or operand.size == width):
+                    _blocks.blockwise(ufunc, flat, block, flat)
+                elif operand is not None:
+                    ufunc(d, operand, out=d)
             return (y,) + (None,) * (n_out - 1)
 
         return run
