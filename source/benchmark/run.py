@@ -373,14 +373,16 @@ def main(argv: list[str] | None = None) -> int:
             row = {"model": name, "batch": batch}
             try:
                 model, feeds = load_model(name, batch)
+                # one runtime after the other, nnhal timed before onnxruntime's session exists: interleaving
+                # lets the spinning worker threads of one (onnxruntime's pool, OpenBLAS) steal the cores from
+                # the other, and a just-run onnxruntime pool measurably slowed nnhal's first runs
                 run_n, prerun_ms, session_ms, flops, sess = make_nnhal(model, feeds, threads)
-                run_o, create_ms, _ = make_ort(model, feeds, threads)
-                got, want = run_n(), run_o()
-                err = max(float(np.max(np.abs(g - w)) / (np.max(np.abs(w)) + 1e-12)) for g, w in zip(got, want))
-                # one runtime after the other: interleaving lets the spinning worker threads of one
-                # (onnxruntime's pool, OpenBLAS) steal the cores from the other
                 row["nnhal"] = _time(run_n, args.warmup, args.repeat)
+                got = run_n()
+                run_o, create_ms, _ = make_ort(model, feeds, threads)
                 row["ort"] = _time(run_o, args.warmup, args.repeat)
+                want = run_o()
+                err = max(float(np.max(np.abs(g - w)) / (np.max(np.abs(w)) + 1e-12)) for g, w in zip(got, want))
             except Exception as exc:  # noqa: BLE001 - a model that cannot run at this batch is skipped, with the reason
                 row["skip"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
                 print(f"{name} batch {batch}: skipped ({row['skip']})", flush=True)
