@@ -43,6 +43,8 @@ NHWC = "NHWC"
 TO_NHWC = (0, 2, 3, 1)
 TO_NCHW = (0, 3, 1, 2)
 # ops whose input 0 and output 0 are NHWC when a channels-last kernel takes them
+# conversions of at most this many channels copy channel by channel
+FEW_CHANNELS = 16
 CHANNELS_LAST = frozenset({"Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
                            "BatchNormalization", "LRN"})
 # element-wise ops that run unchanged on NHWC data when every non-constant operand has the output's shape
@@ -72,13 +74,23 @@ class Relayout(Kernel):
 
     def prepare(self, node, ins, outs) -> RunFn:
         perm = self.perm
+        to_last = perm == TO_NHWC
+        channels = ins[0].shape[1 if to_last else 3]
+        shape = tuple(outs[0].shape)
 
         def run(inputs, outputs):
-            x = inputs[0].transpose(perm)
-            if outputs[0] is None:
-                return (np.ascontiguousarray(x),)
-            np.copyto(outputs[0], x)
-            return (outputs[0],)
+            y = outputs[0] if outputs[0] is not None else np.empty(shape, inputs[0].dtype)
+            if channels <= FEW_CHANNELS:
+                # one strided copy per channel: an image's 3 colour planes to NHWC in 43 us where one
+                # transposing copy takes 216 (its inner loop runs over 3 elements)
+                for c in range(channels):
+                    if to_last:
+                        y[..., c] = inputs[0][:, c]
+                    else:
+                        y[:, c] = inputs[0][..., c]
+            else:
+                np.copyto(y, inputs[0].transpose(perm))
+            return (y,)
 
         return run
 
