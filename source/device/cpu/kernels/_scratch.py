@@ -25,7 +25,27 @@ def reserve(nbytes: int) -> None:
 
 
 def scratch(*parts: tuple[tuple[int, ...], np.dtype]) -> list[np.ndarray]:
-    """Arrays of the given (shape, dtype) laid one after another in this thread's scratch."""
+    """Arrays of the given (shape, dtype) laid one after another in this thread's scratch.
+
+    The views are cached per ``parts`` while the buffer stays the same (building them cost ~12 us a call,
+    a fifth of a small convolution); callers must not modify the returned list."""
+    cache = getattr(_local, "views", None)
+    buf = getattr(_local, "buf", None)
+    if cache is None or cache[0] is not buf:
+        cache = _local.views = (buf, {})
+    try:
+        hit = cache[1].get(parts)
+    except TypeError:           # a shape given as a list: not cacheable
+        return _make_views(parts)
+    if hit is not None:
+        return hit
+    views = _make_views(parts)
+    if _local.buf is buf:
+        cache[1][parts] = views
+    return views
+
+
+def _make_views(parts) -> list[np.ndarray]:
     sizes = []
     total = 0
     for shape, dtype in parts:
