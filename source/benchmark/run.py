@@ -352,7 +352,12 @@ def main(argv: list[str] | None = None) -> int:
     batches = [int(b) for b in args.batch.split(",") if b.strip()]
 
     import numpy as np  # noqa: F401  (loads OpenBLAS under the cleaned environment)
-    import onnxruntime
+    try:
+        import onnxruntime
+    except ImportError:
+        print("nnhal bench: the peer runtime onnxruntime is not installed; install it with "
+              "python -m pip install 'nnhal[bench]' (or \".[bench]\" from a checkout)", file=sys.stderr)
+        return 2
     from threadpoolctl import threadpool_info
 
     removed = os.environ.get(_MARK)
