@@ -152,3 +152,28 @@ def test_an_unread_dropout_mask_does_not_break_a_region():
     ]
     steps = _run_both(_model(nodes, [_const("w1", _w(rng, 8, 8, 3, 3)), _const("w2", _w(rng, 4, 8, 1, 1))], ["y"]))
     assert [k for _, k in _kernels(steps) if k.startswith("to-")] == ["to-nhwc", "to-nchw"], _kernels(steps)
+
+
+def test_a_channel_shuffle_too_costly_to_fold_becomes_a_gather_of_channels_inside_the_region():
+    rng = np.random.default_rng(6)
+    nodes = [
+        helper.make_node("Conv", ["x", "w0"], ["c0"], kernel_shape=[1, 1]),
+        helper.make_node("Conv", ["c0", "w1"], ["c1"], kernel_shape=[1, 1], group=4),   # 256 channels
+        helper.make_node("Reshape", ["c1", "shape"], ["sh"]),
+        helper.make_node("Transpose", ["sh"], ["tr"], perm=[0, 2, 1, 3, 4]),
+        helper.make_node("Reshape", ["tr", "back"], ["un"]),
+        helper.make_node("Conv", ["un", "w2"], ["c2"], pads=[1, 1, 1, 1], group=256),
+        helper.make_node("GlobalAveragePool", ["c2"], ["y"]),
+    ]
+    inits = [_const("w0", _w(rng, 256, 8, 1, 1)), _const("w1", _w(rng, 256, 64, 1, 1)),
+             _const("w2", _w(rng, 256, 1, 3, 3)),
+             numpy_helper.from_array(np.array([1, 4, 64, 12, 12], np.int64), "shape"),
+             numpy_helper.from_array(np.array([1, 256, 12, 12], np.int64), "back")]
+    steps = _run_both(_model(nodes, inits, ["y"]))
+    kernels = _kernels(steps)
+    # densifying the group-4 convolution would add 192 multiply-adds per output: one Gather instead, run on
+    # the channels-last axis, and no conversion inside the region
+    gathers = [st for st in steps if st.node.op_type == "Gather"]
+    assert len(gathers) == 1 and gathers[0].node.attrs["axis"] == 3, kernels
+    assert not any(op in ("Reshape", "Transpose") and not k.startswith("to-") for op, k in kernels), kernels
+    assert [k for _, k in kernels if k.startswith("to-")] == ["to-nhwc", "to-nchw"], kernels

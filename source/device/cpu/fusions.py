@@ -236,10 +236,13 @@ def fuse_activations(chosen: list, external: set[str]) -> list:
     return result
 
 
-# densifying a grouped convolution multiplies its multiply-adds by its group count: folding a channel
-# shuffle into it pays (ShuffleNet's 1x1 group-4 convolutions cost about what the shuffle copy and the
-# layout conversions around it did) only for small groups
-SHUFFLE_MAX_GROUP = 4
+# densifying a grouped convolution multiplies its multiply-adds by its group count: the CPU folds a
+# channel shuffle into it only when the added multiply-adds per output element, C - C/G, stay below this
+# (ShuffleNet at 2 threads: a gather of the channels costs ~0.65 ns per element, a multiply-add ~6.7 ps:
+# its first 24-channel convolution densifies, the 136- to 544-channel ones gather), and for at most
+# SHUFFLE_MAX_GROUP groups
+SHUFFLE_DENSE_MAX_ADDED = 96
+SHUFFLE_MAX_GROUP = 8
 _SHUFFLE_OPS = ("Reshape", "Transpose")
 
 
@@ -261,64 +264,93 @@ def _channel_permutation(chain: list, shape: tuple[int, ...]) -> np.ndarray | No
     return p if np.array_equal(v, index[:, p]) else None
 
 
+def _fold_permutation(node: Node, ins: list, p: np.ndarray, constants: dict[str, np.ndarray]) \
+        -> tuple[Node, list] | None:
+    """The Conv ``node`` with its output channels permuted by ``p`` (out[:, c] = old out[:, p[c]]) through
+    its constant weights and bias, or None when its groups would have to become a dense convolution that
+    costs more than a gather of the channels."""
+    if node.op_type != "Conv" or node.domain or len(ins) < 2 or ins[1] is None or ins[1].value is None \
+            or (len(ins) > 2 and ins[2] is not None and ins[2].value is None):
+        return None
+    w = ins[1].value
+    group = node.attrs["group"]
+    m, cg = w.shape[:2]
+    mg = m // group
+    blocks = p.reshape(group, mg) // mg
+    if group > 1 and not np.all(blocks == blocks[:, :1]):
+        if group > SHUFFLE_MAX_GROUP or cg * group - cg > SHUFFLE_DENSE_MAX_ADDED:
+            return None
+        dense = np.zeros((m, cg * group) + w.shape[2:], w.dtype)
+        for g in range(group):
+            dense[g * mg:(g + 1) * mg, g * cg:(g + 1) * cg] = w[g * mg:(g + 1) * mg]
+        w, group = dense, 1
+    inputs, new_ins = list(node.inputs), list(ins)
+    inputs[1] = f"{node.name}/shuffled_weights"
+    constants[inputs[1]] = np.ascontiguousarray(w[p])
+    new_ins[1] = Info(ins[1].dtype, constants[inputs[1]].shape, constants[inputs[1]])
+    if len(inputs) > 2 and inputs[2]:
+        inputs[2] = f"{node.name}/shuffled_bias"
+        constants[inputs[2]] = np.ascontiguousarray(ins[2].value[p])
+        new_ins[2] = Info(ins[2].dtype, ins[2].shape, constants[inputs[2]])
+    return replace(node, inputs=inputs, attrs={**node.attrs, "group": group}), new_ins
+
+
 def fuse_channel_shuffle(chosen: list, external: set[str], constants: dict[str, np.ndarray]) -> list:
-    """A Reshape/Transpose chain that only permutes the channels of a Conv's output (ShuffleNet's channel
-    shuffle, Reshape(N, g, C/g, H, W) -> Transpose -> Reshape(N, C, H, W)) becomes a permutation of that
-    Conv's constant weights and bias: the chain disappears, and with it the layout conversions a
-    channels-last region would need around it. A grouped Conv whose groups the permutation mixes becomes
-    a dense one with zero blocks (only up to SHUFFLE_MAX_GROUP groups). The Conv's output and every
-    intermediate must have no other reader and not leave the subgraph; new weights go into
-    ``constants``."""
-    reads, reader, _ = _readers(chosen)
+    """A Reshape/Transpose chain that only permutes the channels of a 4-D tensor (ShuffleNet's channel
+    shuffle, Reshape(N, g, C/g, H, W) -> Transpose -> Reshape(N, C, H, W)) becomes either a permutation of
+    the constant weights and bias of the Conv producing that tensor (when the tensor has no other reader
+    and the Conv stays cheap, _fold_permutation) or one Gather of the channels (axis 1, constant indices),
+    which the layout pass runs in place of the channel axis either way: the chain's reshapes no longer
+    pin its tensors to NCHW. Intermediates must have no other reader and not leave the subgraph; new
+    constants go into ``constants``."""
+    reads, reader, producer = _readers(chosen)
     dropped: set[int] = set()
     replaced: dict[int, tuple] = {}
     for pos, (node, kernel, ins, outs) in enumerate(chosen):
-        if node.op_type != "Conv" or node.domain or len(ins) < 2 or ins[1] is None or ins[1].value is None \
-                or len(node.outputs) != 1 or not outs[0].static or len(outs[0].shape) != 4 \
-                or (len(ins) > 2 and ins[2] is not None and ins[2].value is None):
+        x = node.inputs[0] if node.inputs else ""
+        if node.op_type != "Reshape" or node.domain or pos in dropped or not x or ins[0] is None \
+                or not ins[0].static or len(ins[0].shape) != 4 or ins[0].dtype is None or not outs[0].static:
             continue
-        chain, name = [], node.outputs[0]
-        while len(chain) < 4 and name not in external and reads[name] == 1:
+        shape = tuple(ins[0].shape)
+        chain, j = [pos], pos
+        while len(chain) < 4 and tuple(chosen[j][3][0].shape or ()) != shape:
+            name = chosen[j][0].outputs[0]
+            if name in external or reads[name] != 1:
+                break
             j = reader[name]
             nxt = chosen[j]
             if j in dropped or nxt[0].op_type not in _SHUFFLE_OPS or nxt[0].domain or nxt[0].inputs[0] != name \
                     or not nxt[3][0].static:
                 break
             chain.append(j)
-            name = nxt[0].outputs[0]
-            if tuple(nxt[3][0].shape) == tuple(outs[0].shape):
-                break
-        if not chain or tuple(chosen[chain[-1]][3][0].shape) != tuple(outs[0].shape):
+        last = chosen[chain[-1]]
+        if len(chain) < 2 or tuple(last[3][0].shape) != shape:
             continue
-        p = _channel_permutation([(chosen[j][0], chosen[j][2], chosen[j][3]) for j in chain], tuple(outs[0].shape))
+        p = _channel_permutation([(chosen[k][0], chosen[k][2], chosen[k][3]) for k in chain], shape)
         if p is None:
             continue
-        w = ins[1].value
-        group = node.attrs["group"]
-        m, cg = w.shape[:2]
-        mg = m // group
-        if group > 1 and not np.all(p.reshape(group, mg) // mg == (p.reshape(group, mg) // mg)[:, :1]):
-            if group > SHUFFLE_MAX_GROUP:
+        out = last[0].outputs[0]
+        q = producer.get(x)
+        folded = None
+        if q is not None and q not in dropped and q not in replaced and x not in external and reads[x] == 1:
+            folded = _fold_permutation(chosen[q][0], chosen[q][2], p, constants)
+        if folded is not None:
+            conv, conv_ins = folded
+            conv = replace(conv, outputs=[out])
+            try:
+                replaced[q] = (conv, select(conv, conv_ins, list(last[3])), conv_ins, list(last[3]))
+            except NnhalError:
                 continue
-            dense = np.zeros((m, cg * group) + w.shape[2:], w.dtype)
-            for g in range(group):
-                dense[g * mg:(g + 1) * mg, g * cg:(g + 1) * cg] = w[g * mg:(g + 1) * mg]
-            w, group = dense, 1
-        inputs = list(node.inputs)
-        new_ins = list(ins)
-        inputs[1] = f"{node.name}/shuffled_weights"
-        constants[inputs[1]] = np.ascontiguousarray(w[p])
-        new_ins[1] = Info(ins[1].dtype, constants[inputs[1]].shape, constants[inputs[1]])
-        if len(inputs) > 2 and inputs[2]:
-            inputs[2] = f"{node.name}/shuffled_bias"
-            constants[inputs[2]] = np.ascontiguousarray(ins[2].value[p])
-            new_ins[2] = Info(ins[2].dtype, ins[2].shape, constants[inputs[2]])
-        fused = replace(node, inputs=inputs, outputs=[name], attrs={**node.attrs, "group": group})
-        new_outs = list(chosen[chain[-1]][3])
+            dropped.update(chain)
+            continue
+        indices = f"{node.name}/channel_permutation"
+        constants[indices] = p.astype(np.int64)
+        gather = Node(f"{node.name}/channel_shuffle", "Gather", [x, indices], [out], {"axis": 1},
+                      opset=13, version=13)
+        g_ins = [ins[0], Info(np.dtype(np.int64), (len(p),), constants[indices])]
         try:
-            k = select(fused, new_ins, new_outs)
+            replaced[pos] = (gather, select(gather, g_ins, list(last[3])), g_ins, list(last[3]))
         except NnhalError:
             continue
-        replaced[pos] = (fused, k, new_ins, new_outs)
-        dropped.update(chain)
+        dropped.update(chain[1:])
     return [replaced.get(pos, entry) for pos, entry in enumerate(chosen) if pos not in dropped]

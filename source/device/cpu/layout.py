@@ -14,9 +14,10 @@ layout per tensor:
   LRN) run NHWC when a kernel with ``layout = "NHWC"`` accepts the node; their
   input 0 and output 0 are NHWC;
 * **layout-free ops** (element-wise ops whose non-constant operands all have
-  the output's 4-D shape, and Concat) run on whatever layout their tensors
-  have: in NHWC they get permuted shapes, constants transposed to the NHWC
-  broadcast form, and Concat its axis moved;
+  the output's 4-D shape, Concat, and a Gather of channels) run on whatever
+  layout their tensors have: in NHWC they get permuted shapes, constants
+  transposed to the NHWC broadcast form, and Concat and Gather their axis
+  moved;
 * every other use of a tensor needs ONNX's NCHW.
 
 Tensors joined by layout-free ops form groups that share one layout. A group
@@ -114,6 +115,10 @@ def _layout_free(node: Node, ins: list, outs: list) -> bool:
     out = live[0]
     if node.op_type == "Concat":
         return all(i is not None and (_image(i) or i.value is not None and i.value.ndim == 4) for i in ins)
+    if node.op_type == "Gather":
+        # a permutation or selection of channels (the CPU fusions turn channel shuffles into one)
+        return len(ins) == 2 and _image(ins[0]) and node.attrs.get("axis", 0) % 4 == 1 and ins[1] is not None \
+            and ins[1].value is not None and ins[1].value.ndim == 1
     if node.op_type not in ELEMENTWISE or node.op_type == "Dropout" and len(node.outputs) > 1 and node.outputs[1]:
         return False
     for i in ins[:1] if node.op_type in ("Clip", "Dropout") else ins:
@@ -251,7 +256,9 @@ def assign_layouts(chosen: list, external: set[str]) -> tuple[list, Layouts]:
         if role == "free" and is_nhwc(node.outputs[0]):
             inputs, new_ins = list(node.inputs), []
             for k, (name, info) in enumerate(zip(node.inputs, ins)):
-                if info is not None and info.value is not None and name:
+                if node.op_type == "Gather" and k == 1:
+                    pass                                   # the indices: not an image operand
+                elif info is not None and info.value is not None and name:
                     v = info.value
                     if v.ndim == 4 or node.op_type not in ("Clip", "Dropout") or k == 0:
                         v4 = v.reshape((1,) * (4 - v.ndim) + v.shape)
@@ -268,7 +275,7 @@ def assign_layouts(chosen: list, external: set[str]) -> tuple[list, Layouts]:
                     info = physical[name]
                 new_outs.append(info)
             attrs = node.attrs
-            if node.op_type == "Concat":
+            if node.op_type in ("Concat", "Gather"):
                 attrs = {**attrs, "axis": TO_NHWC.index(attrs["axis"] % 4)}
             # the kernel was chosen for the NCHW shapes; choose again for the NHWC ones
             node = replace(node, inputs=inputs, attrs=attrs)
