@@ -15,6 +15,7 @@ import enum
 import importlib
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,7 +35,7 @@ from nnhal.optimizer.quantize import quantize_activations
 from nnhal.optimizer.report import PlacementReport, build_report
 from nnhal.optimizer.split import default_split, enforce_min_group_size
 from nnhal.options import Options, validate_device_options
-from nnhal.profiling import Profile
+from nnhal.profiling import NodeTime, Profile, SubgraphTime
 from nnhal.scheduler.default import DEFAULT_SCHEDULER, fall_back
 from nnhal.scheduler.scheduler import Execution, Scheduler
 from nnhal.serializer.onnx_import import load_onnx
@@ -332,14 +333,10 @@ def run_graph(g: GraphHandle, block: bool = True) -> None:
         _finish(g)
 
 
-def profile(g: GraphHandle, runs: int = 10, warmup: int = 1) -> "Profile":
+def profile(g: GraphHandle, runs: int = 10, warmup: int = 1) -> Profile:
     """Run the prepared graph (inputs set) ``warmup`` + ``runs`` times and return where the time of the
     timed runs went, per subgraph and per node (see nnhal/profiling.py). Outputs of the last run are
     available afterwards as after run_graph."""
-    import time
-
-    from nnhal.profiling import NodeTime, Profile, SubgraphTime
-
     _alive(g)
     if not isinstance(runs, int) or runs < 1 or not isinstance(warmup, int) or warmup < 0:
         raise InputError(f"profile() needs runs >= 1 and warmup >= 0; got runs={runs!r}, warmup={warmup!r}")

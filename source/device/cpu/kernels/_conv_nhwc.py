@@ -7,7 +7,7 @@ rows is one contiguous block of the output, so bias and activation run on contig
 its GEMM. Bands hold several whole images when one image fits the scratch bound (one GEMM over them
 all: small maps at batch > 1), else output rows of one image.
 
-nhwc-gemm (2-D, constant weights, static shapes; the acceptance of op_conv.ConvGemm):
+nhwc-gemm (2-D, constant weights, static shapes; the acceptance of _conv2d.geometry):
 depthwise convolutions (one input channel per group, any channel multiplier) accumulate one multiply and
 add per kernel tap over all pixels and channels at once; 1x1 ones are one GEMM (N*H*W, C) @ (C, M)
 straight from the input into the output (a strided copy first when strided; grouped ones one GEMM
@@ -29,7 +29,7 @@ from collections.abc import Callable
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from nnhal.device.cpu.kernels import _scratch
+from nnhal.device.cpu.kernels import _conv2d, _scratch
 from nnhal.device.cpu.kernels.base import Kernel, RunFn
 from nnhal.graph.node import Node
 from nnhal.operator.base import Info
@@ -55,13 +55,6 @@ WINOGRAD_BAND_BYTES = 4 << 20
 # against 289, at 42x42 220 against 219 (24 at 56x56: 282 against 253); at 28x28 with 32 channels on
 # one side (DenseNet's 128->32: 278 against 220; 64->32 157 against 139; 32->32 105 against 99).
 WINOGRAD_MIN_OUT = {128: 17, 64: 24, 32: 28, 24: 56}
-
-
-def _geometry(node: Node, ins: list[Info | None], outs: list[Info]) -> dict | None:
-    """Kernel, strides, dilations and pads when a fast 2-D kernel can run the node (op_conv's acceptance), else None."""
-    from nnhal.device.cpu.kernels.op_conv import ConvGemm   # lazily: op_conv imports this module
-
-    return ConvGemm()._geometry(node, ins, outs)
 
 
 def _epilogue(node: Node, ins: list[Info | None], dtype: np.dtype, row: int) -> Callable[[np.ndarray], None]:
@@ -119,10 +112,10 @@ class ConvGemmNHWC(Kernel):
     fuse_activation = True
 
     def score(self, node, ins, outs) -> int:
-        return 10 if _geometry(node, ins, outs) is not None else 0
+        return 10 if _conv2d.geometry(node, ins, outs) is not None else 0
 
     def prepare(self, node, ins, outs) -> RunFn:
-        g = _geometry(node, ins, outs)
+        g = _conv2d.geometry(node, ins, outs)
         wv = ins[1].value
         dtype = outs[0].dtype
         n, c, h, w_in = ins[0].shape
@@ -277,7 +270,7 @@ class ConvWinogradNHWC(Kernel):
     fuse_activation = True
 
     def score(self, node, ins, outs) -> int:
-        g = _geometry(node, ins, outs)
+        g = _conv2d.geometry(node, ins, outs)
         if g is None or node.attrs["group"] != 1 or list(g["kernel"]) != [3, 3]:
             return 0
         if list(g["strides"]) != [1, 1] or list(g["dilations"]) != [1, 1]:
@@ -289,9 +282,7 @@ class ConvWinogradNHWC(Kernel):
         return 20
 
     def prepare(self, node, ins, outs) -> RunFn:
-        from nnhal.device.cpu.kernels.op_conv import _AT, _BT, winograd_weights
-
-        g = _geometry(node, ins, outs)
+        g = _conv2d.geometry(node, ins, outs)
         wv = ins[1].value
         dtype = outs[0].dtype
         n, c, h, w_in = ins[0].shape
@@ -302,9 +293,8 @@ class ConvWinogradNHWC(Kernel):
         hp, wpad = 4 * th + 2, 4 * tw + 2
         # pads beyond the given ones up to whole tiles: zeros whose outputs are cropped
         pads = [pt, pl, hp - pt - h, wpad - pl - w_in]
-        u = winograd_weights(wv, dtype).transpose(0, 2, 1).copy()                        # (36, C, M)
-        kb = np.kron(_BT, _BT).astype(dtype)                                             # (36, 36)
-        ka = np.kron(_AT, _AT).astype(dtype)                                             # (16, 36)
+        u = _conv2d.winograd_weights(wv, dtype).transpose(0, 2, 1).copy()                # (36, C, M)
+        kb, ka = _conv2d.winograd_transforms(dtype)                                      # (36, 36), (16, 36)
         out_shape = (n, oh, ow, m)
         finish = _epilogue(node, ins, dtype, ow * m)
         item = np.dtype(dtype).itemsize

@@ -25,7 +25,8 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided, sliding_window_view
 
 from nnhal.device.cpu import threads
-from nnhal.device.cpu.kernels import _scratch
+from nnhal.device.cpu.kernels import _conv2d, _scratch
+from nnhal.device.cpu.kernels._conv_nhwc import ConvGemmNHWC, ConvWinogradNHWC
 from nnhal.device.cpu.kernels.base import Kernel, RunFn, store
 from nnhal.operator.table import get_prototype
 
@@ -110,29 +111,11 @@ class ConvGemm(Kernel):
     name = "gemm"
     fuse_activation = True
 
-    def _geometry(self, node, ins, outs):
-        x, w = ins[0], ins[1]
-        if x is None or w is None or w.value is None or x.shape is None or len(x.shape) != 4 or not x.static:
-            return None
-        if x.dtype not in (np.float32, np.float64) or w.value.dtype != x.dtype or w.value.ndim != 4:
-            return None
-        if len(ins) > 2 and ins[2] is not None and (ins[2].value is None or ins[2].value.shape != (w.value.shape[0],)):
-            return None
-        if outs[0].shape is None or not outs[0].static or len(outs[0].shape) != 4:
-            return None
-        group = node.attrs["group"]
-        if x.shape[1] != w.value.shape[1] * group or w.value.shape[0] % group:
-            return None
-        g = get_prototype("", "Conv").geometry(node, x.shape, w.value.shape)
-        if any(p < 0 for p in g["pads"]) or list(g["kernel"]) != list(w.value.shape[2:]):
-            return None
-        return g
-
     def score(self, node, ins, outs) -> int:
-        return 10 if self._geometry(node, ins, outs) is not None else 0
+        return 10 if _conv2d.geometry(node, ins, outs) is not None else 0
 
     def prepare(self, node, ins, outs) -> RunFn:
-        g = self._geometry(node, ins, outs)
+        g = _conv2d.geometry(node, ins, outs)
         wv = ins[1].value
         dtype = outs[0].dtype
         n, c, h, w_in = ins[0].shape
@@ -365,26 +348,7 @@ class ConvGemm(Kernel):
         return run_im2col
 
 
-# ------------------------------------------------------------------ Winograd F(4x4, 3x3)
-# Points 0, 1, -1, 2, -2 and infinity (Lavin & Gray). Every transform is one GEMM over all tiles
-# and channels at once (the 2-D transforms as Kronecker products, 36x36 and 16x36), so numpy does no
-# per-tile work: 36 multiplies per 16 outputs instead of 144.
-_BT = np.array([[4, 0, -5, 0, 1, 0],
-                [0, -4, -4, 1, 1, 0],
-                [0, 4, -4, -1, 1, 0],
-                [0, -2, -1, 2, 1, 0],
-                [0, 2, -1, -2, 1, 0],
-                [0, 4, 0, -5, 0, 1]], dtype=np.float64)
-_G = np.array([[1 / 4, 0, 0],
-               [-1 / 6, -1 / 6, -1 / 6],
-               [-1 / 6, 1 / 6, -1 / 6],
-               [1 / 24, 1 / 12, 1 / 6],
-               [1 / 24, -1 / 12, 1 / 6],
-               [0, 0, 1]], dtype=np.float64)
-_AT = np.array([[1, 1, 1, 1, 1, 0],
-                [0, 1, -1, 2, -2, 0],
-                [0, 1, 1, 4, 4, 0],
-                [0, 1, -1, 8, -8, 1]], dtype=np.float64)
+# ------------------------------------------------------------------ Winograd F(4x4, 3x3) (_conv2d)
 # scratch bound of one band of tile rows (bytes, per transformed tensor)
 WINOGRAD_BAND_BYTES = 4 << 20
 # smallest channel counts (in and out) and output size where Winograd beats im2col + GEMM (at 2 threads:
@@ -394,18 +358,6 @@ WINOGRAD_MIN_CHANNELS = 64
 WINOGRAD_MIN_OUT = 28
 
 
-def winograd_weights(w: np.ndarray, dtype) -> np.ndarray:
-    """3x3 weights (M, C, 3, 3) -> U (36, M, C) = G g G^T per (out, in) channel pair, folded in float64."""
-    m, c = w.shape[:2]
-    u = np.empty((6, 6, m, c), dtype)
-    step = max(1, (1 << 18) // (36 * c))     # output channels per chunk: float64 temporaries of ~2 MB
-    for lo in range(0, m, step):
-        t = np.tensordot(w[lo:lo + step].astype(np.float64), _G, axes=([3], [1]))   # (m, C, 3, 6): g G^T
-        t = np.tensordot(_G, t, axes=([1], [2]))                                    # (6, m, C, 6): G g G^T
-        u[:, :, lo:lo + step] = t.transpose(0, 3, 1, 2)
-    return u.reshape(36, m, c)
-
-
 class ConvWinograd(ConvGemm):
     """3x3 stride-1 2-D convolution (group 1, constant weights, enough channels) by Winograd F(4x4, 3x3)."""
 
@@ -413,7 +365,7 @@ class ConvWinograd(ConvGemm):
     fuse_activation = True
 
     def score(self, node, ins, outs) -> int:
-        g = self._geometry(node, ins, outs)
+        g = _conv2d.geometry(node, ins, outs)
         if g is None or node.attrs["group"] != 1 or list(g["kernel"]) != [3, 3]:
             return 0
         if list(g["strides"]) != [1, 1] or list(g["dilations"]) != [1, 1]:
@@ -425,7 +377,7 @@ class ConvWinograd(ConvGemm):
         return 20
 
     def prepare(self, node, ins, outs) -> RunFn:
-        g = self._geometry(node, ins, outs)
+        g = _conv2d.geometry(node, ins, outs)
         wv = ins[1].value
         dtype = outs[0].dtype
         n, c, h, w_in = ins[0].shape
@@ -434,9 +386,8 @@ class ConvWinograd(ConvGemm):
         oh, ow = outs[0].shape[2:]
         th, tw = -(-oh // 4), -(-ow // 4)
         hp, wpad = 4 * th + 2, 4 * tw + 2
-        u = winograd_weights(wv, dtype)
-        kb = np.kron(_BT, _BT).astype(dtype)
-        ka = np.kron(_AT, _AT).astype(dtype)
+        u = _conv2d.winograd_weights(wv, dtype)
+        kb, ka = _conv2d.winograd_transforms(dtype)
         bias = ins[2].value.astype(dtype).reshape(m, 1, 1) if len(ins) > 2 and ins[2] is not None else None
         act = _scratch.activation_of(node)
         out_shape = tuple(outs[0].shape)
@@ -513,7 +464,5 @@ class ConvWinograd(ConvGemm):
 
         return run_winograd
 
-
-from nnhal.device.cpu.kernels._conv_nhwc import ConvGemmNHWC, ConvWinogradNHWC  # noqa: E402 (channels-last Conv)
 
 IMPLEMENTATIONS = (ConvIm2col, ConvGemm, ConvWinograd, ConvGemmNHWC, ConvWinogradNHWC)

@@ -73,12 +73,13 @@ class LayerNormalizationFast(Kernel):
         # the row means as one BLAS product with a vector of 1/width (3 us against np.mean's 14 on 128x384),
         # constant scale and bias as repeated blocks over the flat output (kernels/_blocks.py)
         averager = np.full(width, 1 / width, np.float32)
-        blocks = [None if p is None or p.value is None else _blocks.tiled(np.ascontiguousarray(p.value.reshape(-1)))
-                  for p in (ins[1], ins[2] if len(ins) > 2 else None)]
+        # (ufunc, input index, repeated block when the operand is a constant of the axis' width, else None)
+        steps = [(ufunc, k, _blocks.tiled(np.ascontiguousarray(ins[k].value.reshape(-1)))
+                  if ins[k].value is not None and ins[k].value.size == width else None)
+                 for ufunc, k in ((np.multiply, 1), (np.add, 2)) if k < len(ins) and ins[k] is not None]
 
         def run(inputs, outputs):
-            x, scale = inputs[0], inputs[1]
-            bias = inputs[2] if len(inputs) > 2 else None
+            x = inputs[0]
             if not x.flags.c_contiguous:
                 x = np.ascontiguousarray(x)
             rows = x.reshape(-1, width)
@@ -92,11 +93,11 @@ class LayerNormalizationFast(Kernel):
             np.reciprocal(inv, out=inv)
             d *= inv
             flat = y.reshape(-1)
-            for block, operand, ufunc in ((blocks[0], scale, np.multiply), (blocks[1], bias, np.add)):
-                if block is not None and scale.size == width and (operand is None or operand.size == width):
+            for ufunc, k, block in steps:
+                if block is not None:
                     _blocks.blockwise(ufunc, flat, block, flat)
-                elif operand is not None:
-                    ufunc(d, operand, out=d)
+                else:
+                    ufunc(d, inputs[k], out=d)
             return (y,) + (None,) * (n_out - 1)
 
         return run
