@@ -43,9 +43,9 @@ from nnhal.operator.base import Info
 NHWC = "NHWC"
 TO_NHWC = (0, 2, 3, 1)
 TO_NCHW = (0, 3, 1, 2)
-# ops whose input 0 and output 0 are NHWC when a channels-last kernel takes them
 # conversions of at most this many channels copy channel by channel
 FEW_CHANNELS = 16
+# ops whose input 0 and output 0 are NHWC when a channels-last kernel takes them
 CHANNELS_LAST = frozenset({"Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
                            "BatchNormalization", "LRN"})
 # element-wise ops that run unchanged on NHWC data when every non-constant operand has the output's shape
@@ -65,7 +65,8 @@ class Layouts:
 
 
 class Relayout(Kernel):
-    """The inserted conversion between NCHW and NHWC: one transposing copy."""
+    """The inserted conversion between NCHW and NHWC: one transposing copy, or one strided copy per channel
+    for at most FEW_CHANNELS channels."""
 
     op_type = "Transpose"
 
