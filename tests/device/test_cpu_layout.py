@@ -9,7 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import nnhal
 
-ort = pytest.importorskip("onnxruntime")
+ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the oracle (test extra)")
 
 
 def _const(name, value):
