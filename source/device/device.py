@@ -32,13 +32,21 @@ class Performance:
 
 @dataclass(frozen=True)
 class Description:
-    """What a device supports, statically: op types, precisions, options, performance."""
+    """What a device supports, statically: op types, precisions, options, performance.
+
+    ``reentrant`` says whether ``run`` / ``async_run`` may be entered by several runs of prepared
+    graphs at once (a Session shared by threads). Each run gets its own view of the subgraph whose
+    ``values`` are private to it; a reentrant device keeps every other per-run state out of shared
+    objects (``device_graph``, ``privacy``). A device that does not declare it (the default, False)
+    is entered by one run at a time: the core serialises calls to that device alone.
+    """
 
     ops: frozenset[str]
     precisions: tuple[str, ...] = ("fp32",)
     performance: dict[str, Performance] = field(default_factory=dict)
     options: type | None = None      # a dataclass of the device's typed options
     summary: str = ""
+    reentrant: bool = False
 
 
 @dataclass(frozen=True)
@@ -73,7 +81,9 @@ class Interface:
 
     init(device)                                   at registration
     pre_run(device, subgraph, options)             compile, pack weights; store the result in subgraph.device_graph
-    run(device, subgraph)                          synchronous execution: read inputs from subgraph.values, write outputs there
+    run(device, subgraph)                          synchronous execution: read inputs from subgraph.values, write
+                                                   every output there (a missing output is a DeviceError); the
+                                                   subgraph is a per-run view: only its ``values`` are the run's own
     post_run(device, subgraph)                     clear run state; pre_run may follow (new shapes)
     async_run(device, subgraph)                    start a run and return at once
     async_wait(device, subgraph, try_wait) -> bool  True when the started run is done; try_wait=True must not block
