@@ -19,6 +19,12 @@ if TYPE_CHECKING:
     from nnhal.scheduler.scheduler import Scheduler
 
 NAME_PATTERN = re.compile(r"^[a-z0-9]+$")
+
+# The version of this device contract (the records below and the rules in their docstrings). An
+# out-of-tree device declares the version it was written against as a module-level
+# ``NNHAL_DEVICE_API = (major, minor)``; the core accepts the same major and a minor <= its own
+# (a minor adds optional fields or hooks, a major changes what existing ones mean).
+API_VERSION: tuple[int, int] = (1, 0)
 PRECISIONS = ("fp32", "fp16", "int8", "uint8")
 
 
