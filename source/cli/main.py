@@ -24,8 +24,7 @@ def cmd_devices(args: argparse.Namespace) -> int:
         option = entry.option + ("=ON" if entry.enabled else "=OFF")
         rows.append((entry.name, BUILT_IN, option, status, entry.description))
     rows += [(s.name, s.origin, "-", s, "") for s in statuses.values()]
-    print(f"{'device':8s} {'origin':28s} {'api':4s} {'option':22s} {'state':11s} {'precisions':22s} {'ops':>4s}  "
-          "description")
+    table = [("device", "origin", "api", "option", "state", "precisions", "ops", "description")]
     for name, origin, option, status, description in rows:
         dev = registered.get(name) if status is not None and status.available else None
         precisions, ops = "-", "-"
@@ -38,8 +37,10 @@ def cmd_devices(args: argparse.Namespace) -> int:
         else:
             state = "off"
         version = f"{status.api[0]}.{status.api[1]}" if status is not None and status.api else "-"
-        print(f"{name:8s} {origin:28s} {version:4s} {option:22s} {state:11s} {precisions:22s} {ops:>4s}  "
-              f"{description}")
+        table.append((name, origin, version, option, state, precisions, ops, description))
+    widths = [max(len(row[c]) for row in table) for c in range(len(table[0]) - 1)]
+    for row in table:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1])
     return 0
 
 
