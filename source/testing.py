@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import functools
 from typing import Any, Callable
 
 import numpy as np
@@ -158,18 +157,13 @@ def check_hook_order(device: str) -> None:
 
 
 # ------------------------------------------------------------- conformance
-@functools.lru_cache(maxsize=1)
-def _all_cases() -> tuple:
-    from nnhal.conformance.runner import collect_cases
-
-    return tuple(collect_cases())
-
-
 def conformance_cases(device: str, ops: list[str] | None = None) -> list:
     """ONNX backend node cases whose every op the device describes (optionally only those naming ``ops``)."""
+    from nnhal.conformance.runner import all_cases
+
     described = find_device(device).describe().ops
     wanted = (set(ops) if ops else set(described)) & described
-    return [case for case in _all_cases()
+    return [case for case in all_cases()
             if wanted & {n.op_type for n in case.model.graph.node} and {n.op_type for n in case.model.graph.node} <= described]
 
 

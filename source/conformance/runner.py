@@ -9,6 +9,7 @@ Each case is classified as
 from __future__ import annotations
 
 import fnmatch
+import functools
 import sys
 import time
 import warnings
@@ -33,13 +34,19 @@ class CaseResult:
     placement: dict[str, str] = field(default_factory=dict)
 
 
-def collect_cases(ops: list[str] | None = None, pattern: str | None = None) -> list:
-    """Node test cases of the installed onnx wheel, filtered by op types or a name glob."""
+@functools.lru_cache(maxsize=1)
+def all_cases() -> tuple:
+    """Every node test case of the installed onnx wheel, built once per process (it takes seconds)."""
     from onnx.backend.test.case.node import collect_testcases
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        cases = collect_testcases(None)
+        return tuple(collect_testcases(None))
+
+
+def collect_cases(ops: list[str] | None = None, pattern: str | None = None) -> list:
+    """Node test cases of the installed onnx wheel, filtered by op types or a name glob."""
+    cases = all_cases()
     selected = []
     for case in cases:
         if pattern and not fnmatch.fnmatch(case.name, pattern):
