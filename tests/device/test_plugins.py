@@ -139,3 +139,32 @@ def test_cli_with_broken_plugins_still_works(plugin_dir, tmp_path, monkeypatch):
         out = cli(*args)
         assert out.returncode == 0, out.stderr
     assert "good: 1 nodes" in cli("run", str(model), "--device", "good", "--repeat", "1").stdout
+
+
+def test_a_builtin_entry_that_fails_leaves_the_others_registered(tmp_path, monkeypatch):
+    """What init() does with each enabled registry entry: a failure marks that device only."""
+    from types import SimpleNamespace
+
+    from nnhal.api import _register_builtin
+    from nnhal.device.manager import clear_unavailable, registered_devices
+
+    (tmp_path / "nnhal_test_raising_device.py").write_text(
+        "def register_raising_device():\n    raise OSError('driver not loaded')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def entry(name, module, packages=()):
+        return SimpleNamespace(name=name, module=module, register=f"register_{name}_device",
+                               unregister=f"unregister_{name}_device", packages=packages)
+
+    before = [d.name for d in registered_devices()]
+    try:
+        _register_builtin(entry("gone", "nnhal.device.gone.gone_device"))
+        _register_builtin(entry("raising", "nnhal_test_raising_device"))
+        _register_builtin(entry("needy", "nnhal_test_raising_device", ("nnhal_no_such_package",)))
+        status = {s.name: s for s in device_status()}
+        assert "No module named 'nnhal.device.gone'" in status["gone"].reason
+        assert "register_raising_device() failed: OSError: driver not loaded" in status["raising"].reason
+        assert "nnhal_no_such_package" in status["needy"].reason
+        assert [d.name for d in registered_devices()] == before and status["cpu"].available
+    finally:
+        clear_unavailable()

@@ -168,3 +168,10 @@ def test_a_session_refuses_a_device_whose_split_drops_a_node():
                 s.run({"x": np.ones(4, np.float32)})
     finally:
         unregister_device("badsplit")
+
+
+def test_a_scheduler_missing_a_hook_is_refused():
+    device = dataclasses.replace(full_device("halfsched"),
+                                 scheduler=dataclasses.replace(full_device("x").scheduler, wait=None))
+    with pytest.raises(RegistryError, match="'halfsched': its scheduler lacks a callable wait"):
+        register_device(device)
