@@ -82,10 +82,9 @@ def test_same_major_and_an_older_or_equal_minor_are_accepted(declared, accepted)
 def test_path_plugins_register_and_broken_ones_say_why(with_path):
     status = with_path
     assert status["cpu"].available and status["cpu"].origin == "built-in"
-    for name in ("good", "pkg"):
+    for name, entry in (("good", "good_device.py"), ("pkg", "pkg_device")):
         assert status[name].available, status[name].reason
-        assert status[name].origin.startswith("path ") and status[name].origin.endswith(f"{name}_device" +
-                                                                                           (".py" if name == "good" else ""))
+        assert status[name].origin.startswith("path ") and status[name].origin.endswith(entry)
     assert status["pkg"].api == (API_VERSION[0], 0)
     expected = {
         "newer": "a different major version is incompatible",
@@ -135,10 +134,11 @@ def test_cli_with_broken_plugins_still_works(plugin_dir, tmp_path, monkeypatch):
     assert "registered" in lines["good"] and "path " in lines["good"]
     assert "unavailable" in lines["newer"] and f"{API_VERSION[0] + 1}.0" in lines["newer"]
     assert "import failed" in lines["broken"]
-    for args in (["run", str(model), "--device", "good", "--repeat", "1"], ["placement", str(model), "--device", "good"]):
-        out = cli(*args)
-        assert out.returncode == 0, out.stderr
-    assert "good: 1 nodes" in cli("run", str(model), "--device", "good", "--repeat", "1").stdout
+    run = cli("run", str(model), "--device", "good", "--repeat", "1")
+    assert run.returncode == 0, run.stderr
+    assert "good: 1 nodes" in run.stdout
+    placement = cli("placement", str(model), "--device", "good")
+    assert placement.returncode == 0, placement.stderr
 
 
 def test_a_builtin_entry_that_fails_leaves_the_others_registered(tmp_path, monkeypatch):

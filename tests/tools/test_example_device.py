@@ -27,8 +27,10 @@ USE_MINI = '''
 import numpy as np
 from onnx import TensorProto, helper
 import nnhal
-nodes = [helper.make_node("MatMul", ["x", "x"], ["m"], name="mm"), helper.make_node("Sigmoid", ["m"], ["s"], name="sig"),
-         helper.make_node("Add", ["s", "m"], ["a"], name="add"), helper.make_node("Relu", ["a"], ["y"], name="relu")]
+nodes = [helper.make_node("MatMul", ["x", "x"], ["m"], name="mm"),
+         helper.make_node("Sigmoid", ["m"], ["s"], name="sig"),
+         helper.make_node("Add", ["s", "m"], ["a"], name="add"),
+         helper.make_node("Relu", ["a"], ["y"], name="relu")]
 info = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, [3, 3])
 model = helper.make_model(helper.make_graph(nodes, "g", [info("x")], [info("y")]),
                           opset_imports=[helper.make_opsetid("", 17)])
