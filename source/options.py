@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,12 +37,28 @@ class Options:
     keep_fp32: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
-        if not isinstance(self.num_thread, int) or self.num_thread < 0:
+        if not _is_int(self.num_thread) or self.num_thread < 0:
             raise OptionsError(f"num_thread must be a non-negative int, got {self.num_thread!r}")
-        if not isinstance(self.min_group_size, int) or self.min_group_size < 1:
+        if not _is_int(self.min_group_size) or self.min_group_size < 1:
             raise OptionsError(f"min_group_size must be an int >= 1, got {self.min_group_size!r}")
-        if self.precision not in PRECISIONS:
-            raise OptionsError(f"precision must be one of {', '.join(PRECISIONS)}; got '{self.precision}'")
+        if not isinstance(self.precision, str) or self.precision not in PRECISIONS:
+            raise OptionsError(f"precision must be one of {', '.join(PRECISIONS)}; got {self.precision!r}")
+        for name in ("strict", "fold_constants"):
+            if not isinstance(getattr(self, name), bool):
+                raise OptionsError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        tol = self.mixed_tolerance
+        if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not math.isfinite(tol) or not 0 < tol < 1e6:
+            raise OptionsError(f"mixed_tolerance must be a finite number > 0 (a relative L2 error, e.g. 0.01 for "
+                               f"1%), got {tol!r}")
+        keep = self.keep_fp32
+        if isinstance(keep, str) or not isinstance(keep, (set, frozenset, list, tuple)) \
+                or not all(isinstance(k, str) for k in keep):
+            raise OptionsError(f"keep_fp32 must be a set of node names, got {keep!r}")
+        self.keep_fp32 = frozenset(keep)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def validate_device_options(device: str, schema: type | None, given: dict[str, Any] | None) -> Any:

@@ -37,14 +37,11 @@ class Session:
         return self.graph.output_names
 
     def run(self, feeds: dict[str, Any] | list[Any]) -> list[np.ndarray]:
-        """Outputs for ``feeds`` (name -> array, or arrays in input order), in graph output order."""
-        items = feeds.items() if isinstance(feeds, dict) else enumerate(feeds)
-        for key, value in items:
-            api.set_graph_input(self.graph, key, value)
-        if self.graph.state is api.GraphState.CREATED:
-            api.prerun_graph(self.graph, self.options)
-        api.run_graph(self.graph, block=True)
-        return [api.get_graph_output(self.graph, i) for i in range(len(self.graph.output_names))]
+        """Outputs for ``feeds`` (name -> array, or arrays in input order), in graph output order.
+
+        Thread-safe: one Session may be run from many threads at once; each run has its own tensors
+        (as ONNX Runtime's ``InferenceSession.run`` and NNAPI's executions of one prepared model)."""
+        return api.execute(self.graph, feeds, self.options)
 
     def profile(self, feeds: dict[str, Any] | list[Any], runs: int = 10, warmup: int = 1):
         """Run ``feeds`` ``warmup`` + ``runs`` times and return where the timed runs spent their time, per

@@ -43,13 +43,21 @@ class Performance:
 
 @dataclass(frozen=True)
 class Description:
-    """What a device supports, statically: op types, precisions, options, performance."""
+    """What a device supports, statically: op types, precisions, options, performance.
+
+    ``reentrant`` says whether ``run`` / ``async_run`` may be entered by several runs of prepared
+    graphs at once (a Session shared by threads). Each run gets its own view of the subgraph whose
+    ``values`` are private to it; a reentrant device keeps every other per-run state out of shared
+    objects (``device_graph``, ``privacy``). A device that does not declare it (the default, False)
+    is entered by one run at a time: the core serialises calls to that device alone.
+    """
 
     ops: frozenset[str]
     precisions: tuple[str, ...] = ("fp32",)
     performance: dict[str, Performance] = field(default_factory=dict)
     options: type | None = None      # a dataclass of the device's typed options
     summary: str = ""
+    reentrant: bool = False
 
 
 @dataclass(frozen=True)
@@ -93,12 +101,15 @@ class Interface:
         nnhal.Options; ``subgraph.device_options`` the device's typed options.
         Raising re-places the subgraph on the CPU (an error under strict).
     run(device, subgraph)
-        Synchronous execution. Read the boundary inputs from ``subgraph.values``
-        and constants from ``subgraph.graph.tensors[name].value``; write every name
-        of ``subgraph.outputs`` into ``subgraph.values`` and nothing else (keep
-        intermediates local). Do not mutate ``subgraph.graph``, ``nodes`` or
-        ``device_graph``: concurrent runs of one prepared graph share them.
-        Raising re-places the subgraph on the CPU (an error under strict).
+        Synchronous execution. ``subgraph`` is a per-run view: its ``values`` are
+        this run's own, everything else is shared by concurrent runs of the
+        prepared graph and must not be mutated (per-run state in ``device_graph``
+        or ``privacy`` needs ``Description.reentrant=False``, the default). Read
+        the boundary inputs from ``subgraph.values`` and constants from
+        ``subgraph.graph.tensors[name].value``; write every name of
+        ``subgraph.outputs`` into ``subgraph.values`` and nothing else (keep
+        intermediates local); a missing output is a DeviceError. Raising, or a
+        missing output, re-places the subgraph on the CPU (an error under strict).
     async_run(device, subgraph)
         Start what ``run`` does and return at once; used only when another
         subgraph can overlap. Same rules on ``values`` as ``run``.

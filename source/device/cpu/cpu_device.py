@@ -40,6 +40,7 @@ def cpu_describe(device: Device) -> Description:
         precisions=("fp32", "fp16", "int8", "uint8"),
         performance={"fp32": Performance(1.0, 1.0)},
         summary="numpy reference and fast kernels; takes what no other device can",
+        reentrant=True,         # a plan's run takes its own arena from a pool (plan.py)
     )
 
 
