@@ -36,6 +36,7 @@ from typing import Any, Callable
 import numpy as np
 
 import nnhal
+from nnhal.api import FALLBACK_DEVICE
 from nnhal.device.device import Device
 from nnhal.device.manager import register_device, unregister_device
 
@@ -144,7 +145,7 @@ def check_hook_order(device: str) -> None:
     try:
         register_device(recording(original, calls, second))
         try:
-            with nnhal.Session(model, devices=[first, second, "cpu"], pins=pins,
+            with nnhal.Session(model, devices=[first, second, FALLBACK_DEVICE], pins=pins,
                                precision=_precision(original)) as s:
                 s.run(feeds)
                 if s.fallbacks:
@@ -222,12 +223,12 @@ def _boundary_model(device: str, record: Device,
     graph = helper.make_graph(nodes, "boundaries", info[:1], info[1:], [k])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     x = np.random.default_rng(0).standard_normal((4, 4)).astype(np.float32)
-    return model, {"x": x}, {"on_cpu": "cpu", "first": device, "join": device, "with_constant": device}
+    return model, {"x": x}, {"on_cpu": FALLBACK_DEVICE, "first": device, "join": device, "with_constant": device}
 
 
 def _session(model: Any, device: str, pins: dict[str, str], precision: str) -> nnhal.Session:
     """A Session on ``device`` with the CPU behind it (once, when the device is the CPU itself)."""
-    return nnhal.Session(model, devices=list(dict.fromkeys([device, "cpu"])), pins=pins, precision=precision)
+    return nnhal.Session(model, devices=list(dict.fromkeys([device, FALLBACK_DEVICE])), pins=pins, precision=precision)
 
 
 def _renamed(pins: dict[str, str], old: str, new: str) -> dict[str, str]:
@@ -253,7 +254,7 @@ def _compare(device: str, got: list[np.ndarray], want: list[np.ndarray], precisi
 
 
 def _reference(model: Any, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    with nnhal.Session(model, devices=["cpu"]) as s:
+    with nnhal.Session(model, devices=[FALLBACK_DEVICE]) as s:
         return s.run(feeds)
 
 
