@@ -18,13 +18,17 @@
     def test_fallback():
         testing.check_fallback(DEVICE)
 
-Four capabilities, each a test of its own (IREE's CTS): the ONNX backend node
+    def test_concurrent_runs():
+        testing.check_concurrent_runs(DEVICE)
+
+Five capabilities, each a test of its own (IREE's CTS): the ONNX backend node
 suite restricted to the ops and precisions the device describes, run strictly
 on the device (no CPU to hide behind); the order in which the core calls every
 hook the device fills; subgraph boundaries (graph inputs, constants, tensors
 exchanged with the CPU, graph outputs produced mid-subgraph) against the CPU's
-results; and fallback to the CPU when the device's ``pre_run`` or ``run``
-fails. A check that does not apply is skipped with its reason, never silently.
+results; fallback to the CPU when the device's ``pre_run`` or ``run``
+fails; and one Session run from several threads at once. A check that does
+not apply is skipped with its reason, never silently.
 Failures are AssertionErrors whose message says what went wrong.
 """
 from __future__ import annotations
@@ -307,5 +311,26 @@ def check_fallback(device: str) -> None:
         _compare(device, got, want, _precision(record))
 
 
-__all__ = ["LIFECYCLE", "check_boundaries", "check_call_order", "check_case", "check_fallback",
-           "check_hook_order", "conformance_cases", "filled_hooks", "first_calls", "recording"]
+def check_concurrent_runs(device: str, threads: int = 4, runs: int = 5) -> None:
+    """One Session on the device run from ``threads`` threads at once, each with its own inputs: every
+    output equals the one-thread output for the same input (a device that declares itself reentrant
+    must keep per-run state out of shared objects; one that does not is serialised by the core)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    record = find_device(device)
+    model, feeds, pins = _boundary_model(device, record)
+    rng = np.random.default_rng(1)
+    inputs = [{"x": rng.standard_normal((4, 4)).astype(np.float32)} for _ in range(threads * runs)]
+    with _session(model, device, pins, _precision(record)) as s:
+        alone = [s.run(f) for f in inputs]
+        with ThreadPoolExecutor(max_workers=threads) as pool:
+            together = list(pool.map(s.run, inputs))
+    for i, (a, b) in enumerate(zip(alone, together)):
+        for k, (x, y) in enumerate(zip(a, b)):
+            if not np.array_equal(x, y):
+                raise AssertionError(f"run {i} of {len(inputs)} on '{device}' from {threads} threads: output {k} "
+                                     "differs from the same input run alone (per-run state shared between runs?)")
+
+
+__all__ = ["LIFECYCLE", "check_boundaries", "check_call_order", "check_case", "check_concurrent_runs",
+           "check_fallback", "check_hook_order", "conformance_cases", "filled_hooks", "first_calls", "recording"]

@@ -41,6 +41,7 @@ def test_a_good_device_passes_every_check(good):
     testing.check_hook_order(good)
     testing.check_boundaries(good)
     testing.check_fallback(good)
+    testing.check_concurrent_runs(good)
 
 
 def test_a_wrong_device_fails_conformance_and_boundaries(wrong):

@@ -41,6 +41,10 @@ def test_fallback():
     testing.check_fallback(DEVICE)
 
 
+def test_concurrent_runs():
+    testing.check_concurrent_runs(DEVICE)
+
+
 def test_session_runs_matmul_relu_on_mini():
     nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"), helper.make_node("Relu", ["h"], ["y"], name="r")]
     w = np.arange(12, dtype=np.float32).reshape(4, 3) - 5

@@ -36,7 +36,8 @@ def mini_run(device: Device, sg) -> None:
 
 
 def mini_describe(device: Device) -> Description:
-    return Description(frozenset(KERNELS), ("fp32",), summary="example float device (numpy)")
+    # reentrant: run keeps its intermediates local, so concurrent runs of one Session may enter it together
+    return Description(frozenset(KERNELS), ("fp32",), summary="example float device (numpy)", reentrant=True)
 
 
 def mini_evaluation(device: Device, candidate) -> Verdict:
