@@ -134,14 +134,14 @@ def load_plugin(plugin: Plugin) -> Loaded:
     """Import a plugin, check the API version it declares and build its record; never raises."""
     api = None
     try:
-        if not NAME_PATTERN.match(plugin.name):
-            raise RegistryError(f"'{plugin.name}' is not a device name ([a-z0-9]+)")
         try:
             module = plugin.load()
         except RegistryError:
             raise
         except Exception as exc:
             raise RegistryError(f"import failed: {type(exc).__name__}: {exc}") from exc
+        if not NAME_PATTERN.match(plugin.name):
+            raise RegistryError(f"'{plugin.name}' is not a device name ([a-z0-9]+); rename the entry point")
         declared = getattr(module, API_ATTRIBUTE, None)
         api = declared if isinstance(declared, tuple) and len(declared) == 2 else None
         check_api(declared)

@@ -168,3 +168,26 @@ def test_a_builtin_entry_that_fails_leaves_the_others_registered(tmp_path, monke
         assert [d.name for d in registered_devices()] == before and status["cpu"].available
     finally:
         clear_unavailable()
+
+
+def test_load_plugin_reasons_for_entry_point_shaped_mistakes():
+    from types import SimpleNamespace
+
+    from nnhal.device.discovery import Plugin, load_plugin
+
+    def module(**attrs):
+        return lambda: SimpleNamespace(NNHAL_DEVICE_API=API_VERSION, **attrs)
+
+    def boom():
+        raise OSError("no /dev/npu0")
+
+    cases = {
+        "Bad-Name": (module(create_device=lambda: None), "is not a device name"),
+        "nofactory": (module(), "defines no create_device()"),
+        "notdevice": (module(create_device=lambda: "npu"), "returned str, not a nnhal Device"),
+        "raising": (module(create_device=boom), "create_device() failed: OSError: no /dev/npu0"),
+    }
+    for name, (load, reason) in cases.items():
+        loaded = load_plugin(Plugin(name, "entry point test", load))
+        assert loaded.device is None and reason in loaded.reason, (name, loaded)
+        assert loaded.api == API_VERSION
