@@ -140,10 +140,10 @@ def load_plugin(plugin: Plugin) -> Loaded:
             raise
         except Exception as exc:
             raise RegistryError(f"import failed: {type(exc).__name__}: {exc}") from exc
-        if not NAME_PATTERN.match(plugin.name):
-            raise RegistryError(f"'{plugin.name}' is not a device name ([a-z0-9]+); rename the entry point")
         declared = getattr(module, API_ATTRIBUTE, None)
         api = declared if isinstance(declared, tuple) and len(declared) == 2 else None
+        if not NAME_PATTERN.match(plugin.name):
+            raise RegistryError(f"'{plugin.name}' is not a device name ([a-z0-9]+); rename the entry point")
         check_api(declared)
         factory = getattr(module, FACTORY, None)
         if not callable(factory):
