@@ -156,7 +156,8 @@ def regenerate(enable: list[str], disable: list[str], source: str | None = None,
     choices = read_choices(choices_file)
     choices.update({n: "ON" for n in enable})
     choices.update({n: "OFF" for n in disable})
-    write_choices(choices_file, choices)
+    if enable or disable:
+        write_choices(choices_file, choices)
     on = [e.name for e in namespace["DEVICES"]]
     off = [n for n in rendered if n not in on]
     absent = [e.name for e in namespace["DEVICES"] if not _importable(e.module)]
