@@ -173,6 +173,7 @@ def regenerate(enable: list[str], disable: list[str], source: str | None = None,
     tmp.write_text(text)
     os.replace(tmp, target)
     importlib.invalidate_caches()
-    print(f"nnhal: registry refreshed at {target}; choices saved in {choices_file}")
+    saved = f"; choices saved in {choices_file}" if enable or disable else ""
+    print(f"nnhal: registry refreshed at {target}{saved}")
     print(f"  enabled: {', '.join(on)}" + (f"; off: {', '.join(off)}" if off else ""))
     return 0
