@@ -13,16 +13,29 @@ from __future__ import annotations
 
 import enum
 import importlib
+import importlib.util
 import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
-from nnhal.device.device import Device
-from nnhal.device.manager import find_device, registered_devices
+from nnhal.device.device import API_VERSION, Device
+from nnhal.device.discovery import discover as discover_plugins
+from nnhal.device.discovery import load_plugin
+from nnhal.device.manager import (
+    BUILT_IN,
+    DeviceStatus,
+    clear_unavailable,
+    find_device,
+    mark_unavailable,
+    register_device,
+    registered_devices,
+    unregister_device,
+)
+from nnhal.device.manager import device_status as manager_status
 from nnhal.errors import DeviceError, InputError, ModelError, NnhalError, OptionsError, RegistryError, StateError
 from nnhal.graph.graph import Graph
 from nnhal.graph.tensor import TensorKind
@@ -33,7 +46,7 @@ from nnhal.optimizer.qdq import fold_qdq, fuse_qdq
 from nnhal.optimizer.placement import Decision, place
 from nnhal.optimizer.quantize import quantize_activations
 from nnhal.optimizer.report import PlacementReport, build_report
-from nnhal.optimizer.split import default_split, enforce_min_group_size
+from nnhal.optimizer.split import default_split, device_split, enforce_min_group_size
 from nnhal.options import Options, validate_device_options
 from nnhal.profiling import NodeTime, Profile, SubgraphTime
 from nnhal.scheduler.cleanup import Cleanup
@@ -44,14 +57,21 @@ from nnhal.serializer.onnx_import import load_onnx
 
 log = logging.getLogger("nnhal")
 _lock = threading.RLock()
-_registered: list[Any] = []   # registry entries registered by init(), in order
+_registered: list[tuple[str, Callable[[], None]]] = []   # (device, how to unregister it), in init() order
+_initialised = False
 
 
 # ------------------------------------------------------------------ init/release
 def init() -> None:
-    """Register every device of the generated registry (idempotent)."""
+    """Register the devices of the generated registry, then the out-of-tree ones (idempotent).
+
+    A device that cannot be registered (a missing package, an import error, a
+    plugin's API version, an init hook that raises) is recorded as unavailable
+    with the reason (see ``nnhal devices``); the others are registered.
+    """
+    global _initialised
     with _lock:
-        if _registered:
+        if _initialised:
             return
         try:
             from nnhal import registry
@@ -59,28 +79,70 @@ def init() -> None:
             raise RegistryError("nnhal.registry is missing: the package was not built. Install it with "
                                 "'pip install .' (or 'pip install -e .') so CMake renders the registry") from exc
         for entry in registry.DEVICES:
-            try:
-                module = importlib.import_module(entry.module)
-                register = getattr(module, entry.register)
-            except (ImportError, AttributeError) as exc:
-                release()
-                raise RegistryError(f"device '{entry.name}' ({entry.option}=ON): cannot load "
-                                    f"{entry.module}.{entry.register}: {exc}") from exc
-            register()
-            _registered.append(entry)
+            _register_builtin(entry)
+        for plugin in discover_plugins():
+            _register_plugin(plugin)
+        _initialised = True
+
+
+def _register_builtin(entry: Any) -> None:
+    """Check an enabled registry entry's packages, import its module and call its register function."""
+    missing = [p for p in entry.packages if importlib.util.find_spec(p) is None]
+    if missing:
+        mark_unavailable(entry.name, BUILT_IN, API_VERSION,
+                         f"needs the Python package(s) {', '.join(missing)}, which this Python cannot import: "
+                         f"install them, or switch the device off with 'nnhal registry --disable {entry.name}'")
+        return
+    try:
+        module = importlib.import_module(entry.module)
+        getattr(module, entry.register)()
+    except Exception as exc:
+        mark_unavailable(entry.name, BUILT_IN, API_VERSION, f"{entry.module}.{entry.register}() failed: "
+                         f"{type(exc).__name__}: {exc}")
+        log.warning("nnhal: device '%s' is unavailable: %s", entry.name, exc)
+        return
+    if entry.name not in {d.name for d in registered_devices()}:
+        mark_unavailable(entry.name, BUILT_IN, API_VERSION,
+                         f"{entry.module}.{entry.register}() did not register a device named '{entry.name}'")
+        return
+    _registered.append((entry.name, getattr(module, entry.unregister)))
+
+
+def _register_plugin(plugin: Any) -> None:
+    """Load an out-of-tree device and register it; on any failure record why it is unavailable."""
+    loaded = load_plugin(plugin)
+    reason = loaded.reason
+    if loaded.device is not None:
+        try:
+            register_device(loaded.device, origin=plugin.origin, api=loaded.api)
+        except RegistryError as exc:
+            reason = str(exc)
+    if reason:
+        mark_unavailable(plugin.name, plugin.origin, loaded.api, reason)
+        log.warning("nnhal: device '%s' (%s) is unavailable: %s", plugin.name, plugin.origin, reason)
+        return
+    _registered.append((plugin.name, lambda name=plugin.name: unregister_device(name)))
 
 
 def release() -> None:
-    """Unregister the devices init() registered, in reverse order."""
+    """Unregister the devices init() registered, in reverse order, and forget the unavailable ones."""
+    global _initialised
     with _lock:
         while _registered:
-            entry = _registered.pop()
-            module = importlib.import_module(entry.module)
-            getattr(module, entry.unregister)()
+            _, unregister = _registered.pop()
+            unregister()
+        clear_unavailable()
+        _initialised = False
+
+
+def device_status() -> list[DeviceStatus]:
+    """Every device init() saw, registered or unavailable (with the reason), and those registered since."""
+    _require_init()
+    return manager_status()
 
 
 def _require_init() -> None:
-    if not _registered:
+    if not _initialised:
         init()
 
 
@@ -291,8 +353,8 @@ def _plan(g: GraphHandle, options: Options) -> tuple[Graph, list, list[Device], 
     g.placement = place(graph, devices, options.precision, ctx.pins, deny, fallback=FALLBACK_DEVICE)
     moved = enforce_min_group_size(graph, g.placement, options.min_group_size, fallback=FALLBACK_DEVICE)
     assignment = {n: d.device for n, d in g.placement.items()}
-    splitter = next((d.optimizer.split_graph for d in devices if d.optimizer and d.optimizer.split_graph), None)
-    subgraphs = splitter(graph, assignment) if splitter else default_split(graph, assignment)
+    splitter = next((d for d in devices if d.optimizer and d.optimizer.split_graph), None)
+    subgraphs = device_split(splitter, graph, assignment) if splitter else default_split(graph, assignment)
     for sg in subgraphs:
         sg.original_nodes = list(sg.nodes)
         sg.precision = options.precision if options.precision in find_device(sg.device).describe().precisions \

@@ -11,21 +11,36 @@ from nnhal.errors import NnhalError
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
-    import nnhal
-    from nnhal import registry
+    """Every device nnhal knows of: built-in folders (on or off) and out-of-tree plugins, with where each
+    comes from, the device API it targets, and why it is unavailable when it is."""
+    from nnhal import api, registry
+    from nnhal.device.manager import BUILT_IN
 
-    nnhal.init()
-    registered = {d.name: d for d in nnhal.devices()}
-    print(f"{'device':8s} {'option':22s} {'state':10s} {'precisions':22s} {'ops':>4s}  description")
+    registered = {d.name: d for d in api.devices()}
+    statuses = {(s.name, s.origin): s for s in api.device_status()}
+    rows = []
     for entry in registry.ALL_DEVICES:
-        dev = registered.get(entry.name)
+        status = statuses.pop((entry.name, BUILT_IN), None)
+        option = entry.option + ("=ON" if entry.enabled else "=OFF")
+        rows.append((entry.name, BUILT_IN, option, status, entry.description))
+    rows += [(s.name, s.origin, "-", s, "") for s in statuses.values()]
+    table = [("device", "origin", "api", "option", "state", "precisions", "ops", "description")]
+    for name, origin, option, status, description in rows:
+        dev = registered.get(name) if status is not None and status.available else None
+        precisions, ops = "-", "-"
         if dev is not None:
             desc = dev.describe()
             precisions, ops, state = ",".join(desc.precisions), str(len(desc.ops)), "registered"
+            description = description or desc.summary
+        elif status is not None:
+            state, description = "unavailable", f"{description + ': ' if description else ''}{status.reason}"
         else:
-            precisions, ops, state = "-", "-", "on" if entry.enabled else "off"
-        print(f"{entry.name:8s} {entry.option + ('=ON' if entry.enabled else '=OFF'):22s} {state:10s} "
-              f"{precisions:22s} {ops:>4s}  {entry.description}")
+            state = "off"
+        version = f"{status.api[0]}.{status.api[1]}" if status is not None and status.api else "-"
+        table.append((name, origin, version, option, state, precisions, ops, description))
+    widths = [max(len(row[c]) for row in table) for c in range(len(table[0]) - 1)]
+    for row in table:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1])
     return 0
 
 

@@ -9,6 +9,7 @@ Each case is classified as
 from __future__ import annotations
 
 import fnmatch
+import functools
 import sys
 import time
 import warnings
@@ -33,13 +34,19 @@ class CaseResult:
     placement: dict[str, str] = field(default_factory=dict)
 
 
-def collect_cases(ops: list[str] | None = None, pattern: str | None = None) -> list:
-    """Node test cases of the installed onnx wheel, filtered by op types or a name glob."""
+@functools.lru_cache(maxsize=1)
+def all_cases() -> tuple:
+    """Every node test case of the installed onnx wheel, built once per process (it takes seconds)."""
     from onnx.backend.test.case.node import collect_testcases
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        cases = collect_testcases(None)
+        return tuple(collect_testcases(None))
+
+
+def collect_cases(ops: list[str] | None = None, pattern: str | None = None) -> list:
+    """Node test cases of the installed onnx wheel, filtered by op types or a name glob."""
+    cases = all_cases()
     selected = []
     for case in cases:
         if pattern and not fnmatch.fnmatch(case.name, pattern):
@@ -50,11 +57,15 @@ def collect_cases(ops: list[str] | None = None, pattern: str | None = None) -> l
     return selected
 
 
-def _execute(model, feeds: list[np.ndarray], device: str, precision: str) -> tuple[list[np.ndarray], dict]:
-    """Run one model once through the public API; returns the outputs and node -> device."""
+def _execute(model, feeds: list[np.ndarray], device: str, precision: str,
+             strict: bool = False) -> tuple[list[np.ndarray], dict]:
+    """Run one model once through the public API; returns the outputs and node -> device.
+
+    ``strict`` keeps every node on ``device`` (no CPU fallback): a node the device declines is then
+    an UnsupportedError, so a case passes only when the device itself computed it."""
     from nnhal.session import Session
 
-    with Session(model, devices=[device], precision=precision, num_thread=1) as session:
+    with Session(model, devices=[device], precision=precision, num_thread=1, strict=strict) as session:
         outputs = session.run(list(feeds))
         placement = {name: d.device for name, d in session.placement.items()}
     return outputs, placement
@@ -94,7 +105,7 @@ def _tolerance(precision: str, case, expected: np.ndarray):
     return tol
 
 
-def run_case(case, device: str = "cpu", precision: str = "fp32") -> CaseResult:
+def run_case(case, device: str = "cpu", precision: str = "fp32", strict: bool = False) -> CaseResult:
     ops = sorted({n.op_type for n in case.model.graph.node})
     start = time.perf_counter()
     result = CaseResult(case.name, ops, PASS)
@@ -105,7 +116,7 @@ def run_case(case, device: str = "cpu", precision: str = "fp32") -> CaseResult:
                 result.status, result.reason = UNSUPPORTED, "sequence or optional values are not supported"
                 break
             with np.errstate(all="ignore"):
-                outputs, placement = _execute(case.model, list(inputs), device, precision)
+                outputs, placement = _execute(case.model, list(inputs), device, precision, strict)
             result.placement = placement
             for i, (got, want) in enumerate(zip(outputs, expected)):
                 why = compare(got, want, _tolerance(precision, case, want))
