@@ -32,13 +32,20 @@ class Performance:
 
 @dataclass(frozen=True)
 class Description:
-    """What a device supports, statically: op types, precisions, options, performance."""
+    """What a device supports, statically: op types, precisions, options, performance.
+
+    ``compute`` says, per precision, how the device really stores and computes
+    it when that is not what the name implies (e.g. the CPU's fp16:
+    "float16 storage, float32 compute"); a precision absent from it is
+    computed as named.
+    """
 
     ops: frozenset[str]
     precisions: tuple[str, ...] = ("fp32",)
     performance: dict[str, Performance] = field(default_factory=dict)
     options: type | None = None      # a dataclass of the device's typed options
     summary: str = ""
+    compute: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
