@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from nnhal.errors import DeviceError, OptionsError
+from nnhal.optimizer.calibrate import CalibrationTable, as_ranges
 
 PRECISIONS = ("fp32", "fp16", "int8", "uint8", "mixed")
 
@@ -19,8 +21,10 @@ class Options:
     strict         a failing device is an error instead of a fallback to the CPU
     fold_constants evaluate constant subexpressions at prerun
     min_group_size groups of fewer nodes on a non-fallback device go to the CPU
-    calibration    tensor -> (min, max) ranges for quantized precisions; None =
-                   calibrate on the inputs set before prerun
+    calibration    ranges for quantized precisions: what nnhal.calibrate returns
+                   (a CalibrationTable), a dict tensor -> (min, max), or the path
+                   of a table saved with CalibrationTable.save; held as the dict.
+                   None = calibrate on the inputs set before prerun
     mixed_tolerance for precision="mixed": the largest relative (L2) output error
                    against fp32 on the calibration inputs
     keep_fp32      node names that stay in fp32 under a quantized precision
@@ -31,7 +35,7 @@ class Options:
     strict: bool = False
     fold_constants: bool = True
     min_group_size: int = 1
-    calibration: dict[str, tuple[float, float]] | None = None
+    calibration: CalibrationTable | dict[str, tuple[float, float]] | str | os.PathLike | None = None
     mixed_tolerance: float = 0.01
     keep_fp32: frozenset[str] = frozenset()
 
@@ -42,6 +46,9 @@ class Options:
             raise OptionsError(f"min_group_size must be an int >= 1, got {self.min_group_size!r}")
         if self.precision not in PRECISIONS:
             raise OptionsError(f"precision must be one of {', '.join(PRECISIONS)}; got '{self.precision}'")
+        # -- calibration (issue 14): a table, a dict of ranges or a saved table's path -> the dict of ranges
+        if self.calibration is not None:
+            self.calibration = as_ranges(self.calibration)
 
 
 def validate_device_options(device: str, schema: type | None, given: dict[str, Any] | None) -> Any:
