@@ -2,8 +2,8 @@
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/fp16.py [--models a,b] [--repeat 15]
 
-The same models and inputs as ``nnhal bench`` (zoo models with seeded random
-weights at batch 1, and the 6-layer BERT encoder at sequence 128). Both
+The same models and inputs as ``nnhal bench`` (every zoo model with seeded
+random weights at batch 1, and the 6-layer BERT encoder at sequence 128). Both
 sessions are prepared first; then fp32 and fp16 runs alternate, one each per
 round, so a change in the machine's load hits both alike; the table gives the
 medians and their ratio. The accuracy column is the largest |fp16 - fp32|
@@ -51,10 +51,14 @@ def measure(name: str, repeat: int, threads: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from nnhal.benchmark.run import MODELS
+    from nnhal.benchmark.run import MODELS, ZOO
+    from nnhal.zoo import ALIASES, zoo_names
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default=",".join(MODELS), help="comma-separated (default: all)")
+    # every zoo model the onnx wheel ships (nnhal bench's, then the rest), and the BERT encoder
+    known = {ALIASES.get(n, n) for n in ZOO}
+    every = [m for m in MODELS if m != "bert"] + [n for n in zoo_names() if n not in known] + ["bert"]
+    parser.add_argument("--models", default=",".join(every), help="comma-separated (default: all)")
     parser.add_argument("--repeat", type=int, default=15, help="timed runs per precision (after one warm-up)")
     parser.add_argument("--threads", type=int, default=1, help="num_thread of both sessions (0 = one per core)")
     args = parser.parse_args(argv)

@@ -71,15 +71,11 @@ def _round_constants(g: Graph) -> Graph:
 
 
 def _round_attrs(node: Node) -> None:
-    """Round the float32 values a node carries in attributes (ConstantOfShape, Constant)."""
-    if node.domain:
-        return
-    for key in ("value", "value_float", "value_floats"):
-        value = node.attrs.get(key)
-        if isinstance(value, np.ndarray) and value.dtype == F32:
-            node.attrs[key] = round_to_half(value)
-        elif isinstance(value, float):
-            node.attrs[key] = float(round_to_half(np.float32(value)))
+    """Round a ConstantOfShape's float32 fill value (Constant nodes are constant tensors after import)."""
+    value = node.attrs.get("value")
+    if node.op_type == "ConstantOfShape" and not node.domain and isinstance(value, np.ndarray) \
+            and value.dtype == F32:
+        node.attrs["value"] = round_to_half(value)
 
 
 def rename_reads(g: Graph, mapping: dict[str, str]) -> None:

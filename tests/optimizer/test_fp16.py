@@ -122,8 +122,8 @@ def if_model(reads_x: bool):
         [helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0, name="sum"),
          helper.make_node("Greater", ["s", "zero"], ["cond"], name="positive"),
          helper.make_node("If", ["cond"], ["t"], name="if",
-                          then_branch=_branch("then", [0.5, 1.5, 2.25], reads_x),
-                          else_branch=_branch("else", [-0.5, -1.5, -2.25], reads_x)),
+                          then_branch=_branch("then", [0.1, 1.5, 2.25], reads_x),
+                          else_branch=_branch("else", [-0.1, -1.5, -2.25], reads_x)),
          helper.make_node("Add", ["t", "x"], ["y"], name="add")],
         [vinfo("x", [3])], [vinfo("y", [3])], [numpy_helper.from_array(np.array(0, np.float32), "zero")])
 
@@ -164,6 +164,16 @@ def test_if_with_float_constants_in_branches_runs_in_fp16(reads_x, devices, requ
         fp32 = run(model, {"x": x}, "fp32")[0]
         relaxed_close(fp16, fp32)
         assert np.array_equal(fp16, fp16.astype(F16).astype(np.float32))     # rounded to fp16 at the output
+
+
+def test_cpu_fp16_rounds_the_constants_of_if_branches():
+    with nnhal.Session(if_model(reads_x=False), precision="fp16", strict=True) as s:
+        s.run({"x": np.ones(3, np.float32)})
+        (sg,) = s.subgraphs
+    (node,) = [n for n in sg.nodes if n.op_type == "If"]
+    for branch, first in (("then_branch", 0.1), ("else_branch", -0.1)):
+        (const,) = [t.value for t in node.attrs[branch].tensors.values() if t.is_constant]
+        assert const.dtype == np.float32 and const[0] == np.float32(np.float16(first)) != np.float32(first)
 
 
 @pytest.mark.parametrize("devices", ["cpu", "halfcpu"])
