@@ -21,8 +21,6 @@ relaxed tolerance (atol = rtol = 5 * 2^-10) of fp32 wherever true fp16 does.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 from onnx import TensorProto
 
@@ -30,33 +28,16 @@ from nnhal.graph.graph import Graph
 from nnhal.graph.node import Node
 from nnhal.graph.subgraph import Format, Subgraph
 from nnhal.graph.tensor import Tensor, TensorKind
-
-F32, F16 = np.dtype(np.float32), np.dtype(np.float16)
-FP16_MAX = float(np.finfo(np.float16).max)
+from nnhal.optimizer.infer import infer_graph
+from nnhal.optimizer.precision import F16, F32, half, make_node, map_bodies, subgraph_graph
 
 # How a device using this pass computes fp16, for its Description.compute.
 COMPUTE = "float16 storage (weights, subgraph boundaries), float32 compute"
 
 
-def half(value: np.ndarray) -> np.ndarray:
-    """``value`` as float16, saturating finite values to +-65504 (as ONNX Runtime's fp16 converter)."""
-    value = np.asarray(value)
-    finite = np.isfinite(value)
-    if finite.all():
-        return np.clip(value, -FP16_MAX, FP16_MAX).astype(F16)
-    return np.where(finite, np.clip(value, -FP16_MAX, FP16_MAX), value).astype(F16)
-
-
 def round_to_half(value: np.ndarray) -> np.ndarray:
     """A float32 array holding the float16 values nearest ``value`` (saturating)."""
     return half(value).astype(F32)
-
-
-def map_bodies(node: Node, rewrite: Callable[[Graph], Graph]) -> None:
-    """Replace each graph attribute (If branches, Loop and Scan bodies) of ``node`` by ``rewrite(copy)``."""
-    for key, value in node.attrs.items():
-        if isinstance(value, Graph):
-            node.attrs[key] = rewrite(value.copy())
 
 
 def _round_constants(g: Graph) -> Graph:
@@ -102,9 +83,6 @@ def rename_reads(g: Graph, mapping: dict[str, str]) -> None:
 
 def to_fp16_storage(sg: Subgraph) -> Subgraph:
     """Rewrite ``sg`` to fp16 semantics with float32 compute (module docstring)."""
-    from nnhal.optimizer.infer import infer_graph
-    from nnhal.optimizer.precision import make_node, subgraph_graph
-
     g = _round_constants(subgraph_graph(sg))
     opset = sg.graph.opsets.get("", 17)
     floats = [n for n in dict.fromkeys(sg.inputs + sg.outputs) if g.tensors[n].dtype == F32]

@@ -11,6 +11,7 @@ graph is untouched) and declares float16 boundaries, which the core converts.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
@@ -20,10 +21,10 @@ from nnhal.graph.graph import Graph
 from nnhal.graph.node import Node
 from nnhal.graph.subgraph import Format, Subgraph
 from nnhal.graph.tensor import Tensor, TensorKind
-from nnhal.optimizer.fp16 import half, map_bodies
 from nnhal.optimizer.infer import infer_graph
 
 F32, F16 = np.dtype(np.float32), np.dtype(np.float16)
+FP16_MAX = float(np.finfo(np.float16).max)
 
 FP32_OPS = frozenset({
     "Conv", "ConvTranspose", "Gemm", "MatMul", "Einsum", "Softmax", "LogSoftmax", "Hardmax",
@@ -43,6 +44,22 @@ def subgraph_graph(sg: Subgraph) -> Graph:
                      implicit_inputs=list(n.implicit_inputs)) for n in sg.nodes]
     return Graph(f"{src.name}#{sg.index}", tensors, nodes, list(sg.inputs), list(sg.outputs), dict(src.opsets),
                  src.outer)
+
+
+def half(value: np.ndarray) -> np.ndarray:
+    """``value`` as float16, saturating finite values to +-65504 (as ONNX Runtime's fp16 converter)."""
+    value = np.asarray(value)
+    finite = np.isfinite(value)
+    if finite.all():
+        return np.clip(value, -FP16_MAX, FP16_MAX).astype(F16)
+    return np.where(finite, np.clip(value, -FP16_MAX, FP16_MAX), value).astype(F16)
+
+
+def map_bodies(node: Node, rewrite: Callable[[Graph], Graph]) -> None:
+    """Replace each graph attribute (If branches, Loop and Scan bodies) of ``node`` by ``rewrite(copy)``."""
+    for key, value in node.attrs.items():
+        if isinstance(value, Graph):
+            node.attrs[key] = rewrite(value.copy())
 
 
 def to_fp16(sg: Subgraph) -> Subgraph:

@@ -16,8 +16,8 @@ from onnx import TensorProto, helper, numpy_helper
 import nnhal
 from nnhal.device.device import Allocator, Description, Device, Optimizer
 from nnhal.device.manager import find_device, register_device, unregister_device
-from nnhal.optimizer.fp16 import half, round_to_half
-from nnhal.optimizer.precision import to_fp16
+from nnhal.optimizer.fp16 import round_to_half
+from nnhal.optimizer.precision import half, to_fp16
 from tests.conftest import make_model, vinfo
 
 RELAXED = 5 * 2.0 ** -10
@@ -141,6 +141,18 @@ def loop_model():
         [vinfo("x", [3])], [vinfo("y", [3])], [numpy_helper.from_array(np.array(3, np.int64), "trips")])
 
 
+def scan_model():
+    """y = sum over rows of xs * 0.1 through a Scan whose body multiplies by a float constant."""
+    body = helper.make_graph(
+        [helper.make_node("Constant", [], ["k"], value=numpy_helper.from_array(np.array(0.1, np.float32), "k")),
+         helper.make_node("Mul", ["row", "k"], ["scaled"]),
+         helper.make_node("Add", ["acc_in", "scaled"], ["acc_out"])],
+        "body", [vinfo("acc_in", [3]), vinfo("row", [3])], [vinfo("acc_out", [3])])
+    return make_model(
+        [helper.make_node("Scan", ["init", "xs"], ["y"], body=body, num_scan_inputs=1, name="scan")],
+        [vinfo("xs", [4, 3])], [vinfo("y", [3])], [numpy_helper.from_array(np.zeros(3, np.float32), "init")])
+
+
 @pytest.fixture
 def half_device():
     """The CPU's kernels with the float16-storage-and-compute pass (precision.to_fp16)."""
@@ -177,8 +189,9 @@ def test_cpu_fp16_rounds_the_constants_of_if_branches():
 
 
 @pytest.mark.parametrize("devices", ["cpu", "halfcpu"])
-def test_loop_with_float_constant_in_body_runs_in_fp16(devices, request):
+def test_loop_and_scan_with_float_constants_in_bodies_run_in_fp16(devices, request):
     devs = request.getfixturevalue("half_device") if devices == "halfcpu" else ["cpu"]
     x = np.array([1.0, -2.0, 1000.0], np.float32)
-    fp16 = run(loop_model(), {"x": x}, "fp16", devs)[0]
-    relaxed_close(fp16, x + np.float32(0.3))
+    relaxed_close(run(loop_model(), {"x": x}, "fp16", devs)[0], x + np.float32(0.3))
+    xs = np.random.default_rng(2).standard_normal((4, 3)).astype(np.float32)
+    relaxed_close(run(scan_model(), {"xs": xs}, "fp16", devs)[0], xs.sum(0) * np.float32(0.1))
