@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from nnhal.errors import DeviceError, OptionsError
+from nnhal.optimizer.calibrate import CalibrationTable, as_ranges
 
 PRECISIONS = ("fp32", "fp16", "int8", "uint8", "mixed")
 
@@ -20,8 +22,10 @@ class Options:
     strict         a failing device is an error instead of a fallback to the CPU
     fold_constants evaluate constant subexpressions at prerun
     min_group_size groups of fewer nodes on a non-fallback device go to the CPU
-    calibration    tensor -> (min, max) ranges for quantized precisions; None =
-                   calibrate on the inputs set before prerun
+    calibration    ranges for quantized precisions: what nnhal.calibrate returns
+                   (a CalibrationTable), a dict tensor -> (min, max), or the path
+                   of a table saved with CalibrationTable.save; held as the dict.
+                   None = calibrate on the inputs set before prerun
     mixed_tolerance for precision="mixed": the largest relative (L2) output error
                    against fp32 on the calibration inputs
     keep_fp32      node names that stay in fp32 under a quantized precision
@@ -32,7 +36,7 @@ class Options:
     strict: bool = False
     fold_constants: bool = True
     min_group_size: int = 1
-    calibration: dict[str, tuple[float, float]] | None = None
+    calibration: CalibrationTable | dict[str, tuple[float, float]] | str | os.PathLike | None = None
     mixed_tolerance: float = 0.01
     keep_fp32: frozenset[str] = frozenset()
 
@@ -55,6 +59,9 @@ class Options:
                 or not all(isinstance(k, str) for k in keep):
             raise OptionsError(f"keep_fp32 must be a set of node names, got {keep!r}")
         self.keep_fp32 = frozenset(keep)
+        # -- calibration (issue 14): a table, a dict of ranges or a saved table's path -> the dict of ranges
+        if self.calibration is not None:
+            self.calibration = as_ranges(self.calibration)
 
 
 def _is_int(value: Any) -> bool:

@@ -19,7 +19,7 @@ class Session:
     def __init__(self, model: Any, devices: list[str] | None = None, precision: str = "fp32",
                  num_thread: int = 0, device_options: dict[str, dict] | None = None, strict: bool = False,
                  pins: dict[str, str] | None = None, deny: dict[str, list[str]] | None = None,
-                 min_group_size: int = 1, calibration: dict | None = None, mixed_tolerance: float = 0.01,
+                 min_group_size: int = 1, calibration: Any = None, mixed_tolerance: float = 0.01,
                  name: str = "session") -> None:
         api.init()
         self.options = Options(num_thread=num_thread, precision=precision, strict=strict,

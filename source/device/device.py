@@ -50,6 +50,11 @@ class Description:
     ``values`` are private to it; a reentrant device keeps every other per-run state out of shared
     objects (``device_graph``, ``privacy``). A device that does not declare it (the default, False)
     is entered by one run at a time: the core serialises calls to that device alone.
+
+    ``compute`` says, per precision, how the device really stores and computes
+    it when that is not what the name implies (e.g. the CPU's fp16:
+    "float16 storage, float32 compute"); a precision absent from it is
+    computed as named.
     """
 
     ops: frozenset[str]
@@ -57,6 +62,7 @@ class Description:
     performance: dict[str, Performance] = field(default_factory=dict)
     options: type | None = None      # a dataclass of the device's typed options
     summary: str = ""
+    compute: dict[str, str] = field(default_factory=dict)
     reentrant: bool = False
 
 

@@ -148,7 +148,7 @@ def test_ranges_feed_the_core_calibration(digits, digits_tables):
     _, x_test, y_test = digits
     ranges = digits_tables["percentile"].ranges
     opts = nnhal.Options(precision="uint8", calibration=ranges)
-    assert opts.calibration is ranges
+    assert opts.calibration == ranges          # held as a dict of float pairs
     with nnhal.Session(str(DIGITS), precision="uint8", calibration=ranges) as s:
         logits = s.run({"input": x_test})[0]
     assert logits.shape == (450, 10) and np.mean(logits.argmax(1) == y_test) > 0.95
