@@ -44,7 +44,8 @@ from nnhal.optimizer.mixed import choose_mixed
 from nnhal.optimizer.passes import run_passes
 from nnhal.optimizer.qdq import fold_qdq, fuse_qdq
 from nnhal.optimizer.placement import Decision, place
-from nnhal.optimizer.quantize import quantize_activations
+from nnhal.optimizer.outliers import Int8Plan, channel_extremes, plan_int8, token_activations
+from nnhal.optimizer.quantize import QUANTIZED, quantize_activations
 from nnhal.optimizer.report import PlacementReport, build_report
 from nnhal.optimizer.split import default_split, device_split, enforce_min_group_size
 from nnhal.options import Options, validate_device_options
@@ -265,6 +266,7 @@ class GraphHandle:
     pass_report: dict[str, int] = field(default_factory=dict)
     moved_by_min_group: list[str] = field(default_factory=list)
     mixed_report: Any = None
+    int8_plan: Int8Plan | None = None       # under int8/uint8: what each node does and why (optimizer/outliers.py)
     run: Execution | None = None            # the run started by run_graph (its values hold the outputs)
     # runs (Session.run from any thread) share the prepared graph; preparing it again excludes them
     lock: ReadWriteLock = field(default_factory=ReadWriteLock, repr=False)
@@ -344,13 +346,22 @@ def _plan(g: GraphHandle, options: Options) -> tuple[Graph, list, list[Device], 
     fused = fold_qdq(graph) if options.precision in ("int8", "uint8") else fuse_qdq(graph)
     infer_graph(graph, fold=options.fold_constants)
     g.pass_report = {"fuse_qdq": fused, **run_passes(graph)}
+    g.int8_plan = None
+    if options.precision in QUANTIZED:
+        # smoothing reads per-channel extremes: the table's, else those of the inputs that calibrate
+        channels = getattr(options.calibration, "channels", {}) if options.calibration is not None else \
+            (channel_extremes(graph, g.inputs, token_activations(graph))
+             if all(n in g.inputs for n in graph.inputs) else {})
+        g.int8_plan = plan_int8(graph, channels)
     ctx = g.context
     _check_node_names(g.graph, ctx)
     devices = [find_device(n) for n in ctx.devices]
     deny = dict(ctx.deny)
     for name in options.keep_fp32:      # only the fallback device runs a node in fp32 under a quantized precision
         deny[name] = list(deny.get(name, [])) + [d.name for d in devices if d.name != FALLBACK_DEVICE]
-    g.placement = place(graph, devices, options.precision, ctx.pins, deny, fallback=FALLBACK_DEVICE)
+    g.placement = place(graph, devices, options.precision, ctx.pins, deny, fallback=FALLBACK_DEVICE,
+                        higher=g.int8_plan.higher if g.int8_plan else None,
+                        dynamic=g.int8_plan.required if g.int8_plan else None)
     moved = enforce_min_group_size(graph, g.placement, options.min_group_size, fallback=FALLBACK_DEVICE)
     assignment = {n: d.device for n, d in g.placement.items()}
     splitter = next((d for d in devices if d.optimizer and d.optimizer.split_graph), None)
@@ -383,11 +394,17 @@ def _prerun_locked(g: GraphHandle, options: Options) -> None:
         missing = [n for n in g.graph.inputs if n not in g.inputs]
         if missing:
             raise InputError(f"precision 'mixed' measures errors on real inputs: set {missing} before prerun_graph")
-        options, g.mixed_report = choose_mixed(g.graph, options, lambda opts: _measure(g, opts))
+        options, g.mixed_report = choose_mixed(g.graph, options, lambda opts: _probe(g, opts), dict(g.inputs))
     graph, subgraphs, devices, moved = _plan(g, options)
+    ranges = options.calibration
     for sg in subgraphs:
         sg.keep_fp32 = options.keep_fp32
-    quantize_activations(graph, subgraphs, options.precision, g.inputs, options.calibration)
+        if g.int8_plan is not None:
+            sg.higher, sg.dynamic = frozenset(g.int8_plan.higher), g.int8_plan.dynamic
+    if ranges is not None and g.int8_plan is not None:
+        ranges = {**ranges, **g.int8_plan.ranges}
+        ranges.update({new: ranges[old] for new, old in g.int8_plan.aliases.items() if old in ranges})
+    quantize_activations(graph, subgraphs, options.precision, g.inputs, ranges)
     ex = Execution(subgraphs, {d.name: d for d in devices}, options, graph=graph, fallback=g.context.fallback)
     g.execution = ex
     try:
@@ -422,13 +439,15 @@ def _release_execution(ex: Execution) -> None:
         log.warning("nnhal: releasing after a failed prerun: device '%s' hook %s raised %s", device, hook, error)
 
 
-def _measure(g: GraphHandle, options: Options) -> list[np.ndarray]:
-    """Outputs of the graph's current inputs under ``options``, in a throwaway handle."""
+def _probe(g: GraphHandle, options: Options) -> tuple[list[np.ndarray], Graph | None, Int8Plan | None]:
+    """Outputs of the graph's current inputs under ``options`` (in a throwaway handle), with its prepared
+    graph and int8 plan."""
     probe = GraphHandle(g.context, g.graph, inputs=dict(g.inputs))
     try:
         prerun_graph(probe, options)
         run_graph(probe)
-        return [get_graph_output(probe, i) for i in range(len(probe.graph.outputs))]
+        return ([get_graph_output(probe, i) for i in range(len(probe.graph.outputs))], probe.prepared_graph,
+                probe.int8_plan)
     finally:
         destroy_graph(probe)
 

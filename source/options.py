@@ -29,6 +29,7 @@ class Options:
     mixed_tolerance for precision="mixed": the largest relative (L2) output error
                    against fp32 on the calibration inputs
     keep_fp32      node names that stay in fp32 under a quantized precision
+    progress       show a progress bar on stderr (when it is a TTY) for long prepares (mixed)
     """
 
     num_thread: int = 0
@@ -39,6 +40,7 @@ class Options:
     calibration: CalibrationTable | dict[str, tuple[float, float]] | str | os.PathLike | None = None
     mixed_tolerance: float = 0.01
     keep_fp32: frozenset[str] = frozenset()
+    progress: bool = True
 
     def __post_init__(self) -> None:
         if not _is_int(self.num_thread) or self.num_thread < 0:
@@ -47,7 +49,7 @@ class Options:
             raise OptionsError(f"min_group_size must be an int >= 1, got {self.min_group_size!r}")
         if not isinstance(self.precision, str) or self.precision not in PRECISIONS:
             raise OptionsError(f"precision must be one of {', '.join(PRECISIONS)}; got {self.precision!r}")
-        for name in ("strict", "fold_constants"):
+        for name in ("strict", "fold_constants", "progress"):
             if not isinstance(getattr(self, name), bool):
                 raise OptionsError(f"{name} must be True or False, got {getattr(self, name)!r}")
         tol = self.mixed_tolerance

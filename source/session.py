@@ -63,6 +63,12 @@ class Session:
         return api.report(self.graph)
 
     @property
+    def quantization(self):
+        """Under int8/uint8: per node what stays float32, what is quantized statically or per token, and
+        why (an Int8Plan: ``.choices``, ``.table()``); None for other precisions."""
+        return self.graph.int8_plan
+
+    @property
     def mixed(self):
         """What precision="mixed" chose (None for other precisions)."""
         return self.graph.mixed_report

@@ -51,6 +51,13 @@ class Description:
     objects (``device_graph``, ``privacy``). A device that does not declare it (the default, False)
     is entered by one run at a time: the core serialises calls to that device alone.
 
+    ``activation_quantization`` says how the device can quantize activations
+    under int8/uint8: "static" (the per-tensor scales the core calibrated) and,
+    when listed, "dynamic" (each row / token quantized with its own scale at
+    run time, from the float activation). The core marks the token matrix
+    products of transformers dynamic; a device without "dynamic" runs them
+    with static scales, or declines the nodes that require dynamic scales.
+
     ``compute`` says, per precision, how the device really stores and computes
     it when that is not what the name implies (e.g. the CPU's fp16:
     "float16 storage, float32 compute"); a precision absent from it is
@@ -64,6 +71,7 @@ class Description:
     summary: str = ""
     compute: dict[str, str] = field(default_factory=dict)
     reentrant: bool = False
+    activation_quantization: tuple[str, ...] = ("static",)
 
 
 @dataclass(frozen=True)

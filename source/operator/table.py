@@ -204,7 +204,12 @@ MS_OPS: dict[str, str] = {
     "QGemm": "ms_qgemm",
 }
 
-TABLE: dict[str, dict[str, str]] = {"": ONNX_OPS, "ai.onnx": ONNX_OPS, "com.microsoft": MS_OPS}
+# nnhal's own operators (what its passes write; no onnx file carries them)
+NNHAL_OPS: dict[str, str] = {
+    "DynamicQuantizeGemm": "nn_dynamic_quantize_gemm",
+}
+
+TABLE: dict[str, dict[str, str]] = {"": ONNX_OPS, "ai.onnx": ONNX_OPS, "com.microsoft": MS_OPS, "ai.nnhal": NNHAL_OPS}
 
 
 @lru_cache(maxsize=None)

@@ -71,6 +71,7 @@ SCHEMES = ("uint8", "int8")
 ENTROPY_BINS = 2048
 ENTROPY_LEVELS = 128
 PERCENTILE_BINS = 8192
+MAX_CHANNELS = 8192          # widest last axis whose per-channel extremes a table keeps
 
 
 # ---------------------------------------------------------------------- the table
@@ -90,6 +91,8 @@ class CalibrationTable:
     ranges: Ranges = field(default_factory=dict)
     percentile: float | None = None
     batches: int = 0
+    # per-channel (last axis) extremes of activations of rank >= 2: what SmoothQuant-style smoothing reads
+    channels: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = field(default_factory=dict)
 
     def params(self, name: str) -> Quantization:
         """The per-tensor Quantization of ``name`` under the table's scheme."""
@@ -108,7 +111,8 @@ class CalibrationTable:
         """Write the table as JSON (``TABLE_FORMAT``, version ``TABLE_VERSION``); floats round-trip exactly."""
         doc = {"format": TABLE_FORMAT, "version": TABLE_VERSION, "method": self.method, "scheme": self.scheme,
                "percentile": self.percentile, "batches": self.batches,
-               "ranges": {name: [lo, hi] for name, (lo, hi) in self.ranges.items()}}
+               "ranges": {name: [lo, hi] for name, (lo, hi) in self.ranges.items()},
+               "channels": {name: [list(lo), list(hi)] for name, (lo, hi) in self.channels.items()}}
         Path(path).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
 
     @classmethod
@@ -129,21 +133,35 @@ class CalibrationTable:
             raise OptionsError(f"calibration: '{path}' has method {method!r} / scheme {scheme!r}; "
                                f"expected one of {METHODS} / {SCHEMES}")
         percentile = doc.get("percentile")
+        try:
+            channels = {str(n): (tuple(float(v) for v in lo), tuple(float(v) for v in hi))
+                        for n, (lo, hi) in (doc.get("channels") or {}).items()}
+        except (TypeError, ValueError) as exc:
+            raise OptionsError(f"calibration: '{path}' has malformed per-channel extremes: {exc}") from None
         return cls(method, scheme, as_ranges(doc.get("ranges"), f"'{path}' ranges"),
-                   None if percentile is None else float(percentile), int(doc.get("batches") or 0))
+                   None if percentile is None else float(percentile), int(doc.get("batches") or 0), channels)
 
 
 TABLE_FORMAT = "nnhal-calibration"
 TABLE_VERSION = 1
 
 
+class TableRanges(dict):
+    """A dict tensor -> (lo, hi) that also carries a table's per-channel extremes as ``channels``."""
+
+    def __init__(self, ranges: Ranges, channels: dict[str, tuple[tuple[float, ...], tuple[float, ...]]]) -> None:
+        super().__init__(ranges)
+        self.channels = dict(channels)
+
+
 def as_ranges(value: Any, what: str = "calibration") -> Ranges:
     """``value`` as tensor name -> (lo, hi) floats: a CalibrationTable, a dict of ranges, or the path
-    of a table ``CalibrationTable.save`` wrote. Anything else is an OptionsError naming ``what``."""
+    of a table ``CalibrationTable.save`` wrote. Anything else is an OptionsError naming ``what``.
+    A table's per-channel extremes ride along (a TableRanges) for smoothing."""
+    if isinstance(value, (str, os.PathLike)):
+        value = CalibrationTable.load(value)
     if isinstance(value, CalibrationTable):
-        value = value.ranges
-    elif isinstance(value, (str, os.PathLike)):
-        return CalibrationTable.load(value).ranges
+        return TableRanges(as_ranges(value.ranges, what), value.channels)
     if not isinstance(value, dict):
         raise OptionsError(f"{what} must be what nnhal.calibrate returns (a CalibrationTable), a dict "
                            f"tensor name -> (min, max), or the path of a saved table; got {type(value).__name__}")
@@ -158,7 +176,7 @@ def as_ranges(value: Any, what: str = "calibration") -> Ranges:
             raise OptionsError(f"{what}: '{name}' -> ({lo}, {hi}) is not a range: expected a tensor name "
                                "and finite min <= max")
         ranges[name] = (lo, hi)
-    return ranges
+    return TableRanges(ranges, value.channels) if isinstance(value, TableRanges) else ranges
 
 
 # ---------------------------------------------------------------------- progress
@@ -433,12 +451,19 @@ def _calibrate(graph: Graph, runner: _Runner, feeds: _Feeds, method: str, scheme
     # pass 1: extremes
     lo: dict[str, float] = {}
     hi: dict[str, float] = {}
+    channels: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     bar = _Progress(progress, feeds.total, f"calibrate ({method}) pass 1/{passes}")
     for feed in feeds.first():
         for name, v in _floats(runner.run(feed)):
             vmin, vmax = float(np.min(v)), float(np.max(v))
             lo[name] = min(lo.get(name, math.inf), vmin)
             hi[name] = max(hi.get(name, -math.inf), vmax)
+            if v.ndim >= 2 and 2 <= v.shape[-1] <= MAX_CHANNELS:
+                rows = v.reshape(-1, v.shape[-1])
+                clo, chi = rows.min(axis=0).astype(np.float64), rows.max(axis=0).astype(np.float64)
+                if name in channels and channels[name][0].shape == clo.shape:
+                    clo, chi = np.minimum(channels[name][0], clo), np.maximum(channels[name][1], chi)
+                channels[name] = (clo, chi)
         bar.step()
     bar.close()
     bad = [n for n in lo if not (math.isfinite(lo[n]) and math.isfinite(hi[n]))]
@@ -488,7 +513,8 @@ def _calibrate(graph: Graph, runner: _Runner, feeds: _Feeds, method: str, scheme
                 ranges[t.name] = (float(t.value.min()), float(t.value.max()))
     ranges = dict(sorted(ranges.items()))
     return CalibrationTable(method, scheme, ranges, float(percentile) if method == "percentile" else None,
-                            feeds.count)
+                            feeds.count, {n: (tuple(channels[n][0].tolist()), tuple(channels[n][1].tolist()))
+                                          for n in sorted(channels) if n in ranges})
 
 
 def _activations(graph: Graph, runner: _Runner) -> set[str]:

@@ -27,13 +27,20 @@ class Decision:
 
 
 def place(graph: Graph, devices: list[Device], precision: str, pins: dict[str, str] | None = None,
-          deny: dict[str, list[str]] | None = None, fallback: str = "cpu") -> dict[str, Decision]:
+          deny: dict[str, list[str]] | None = None, fallback: str = "cpu",
+          higher: dict[str, str] | None = None, dynamic: dict[str, str] | None = None) -> dict[str, Decision]:
     """Decide a device for every node of ``graph``; UnsupportedOperatorError lists nodes no device takes.
 
     When no device offers ``precision`` for a node, the fallback device (the
-    CPU) takes it at fp32, and the decision says so.
+    CPU) takes it at fp32, and the decision says so. ``higher`` (node -> why)
+    names nodes a quantized precision computes in float: only the fallback
+    device takes them, the others are declined with that reason. ``dynamic``
+    (node -> why) names nodes that need dynamic activation quantization: a
+    device whose Description does not list it declines them.
     """
     pins = pins or {}
+    higher = higher or {}
+    dynamic = dynamic or {}
     deny = deny or {}
     descriptions = {d.name: d.describe() for d in devices}
     decisions: dict[str, Decision] = {}
@@ -51,6 +58,14 @@ def place(graph: Graph, devices: list[Device], precision: str, pins: dict[str, s
                 continue
             if device.name in denied:
                 declined[device.name] = "denied by the user"
+                continue
+            if node.name in higher and device.name != fallback and not pinned:
+                declined[device.name] = f"kept in float32 under {precision}: {higher[node.name]}"
+                continue
+            if node.name in dynamic and "dynamic" not in descriptions[device.name].activation_quantization:
+                declined[device.name] = (f"quantizes activations statically only (Description."
+                                         f"activation_quantization={descriptions[device.name].activation_quantization}"
+                                         f"); this node needs dynamic quantization: {dynamic[node.name]}")
                 continue
             why = _why_not(device, descriptions[device.name], cand)
             if why:

@@ -132,7 +132,7 @@ QUANT_DTYPE = {"uint8": np.dtype(np.uint8), "int8": np.dtype(np.int8)}
 MOVES = frozenset({"Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "MaxPool", "GlobalMaxPool"})
 
 
-def to_quantized(sg: Subgraph, precision: str) -> Subgraph:
+def to_quantized(sg: Subgraph, precision: str, dynamic: bool = False) -> Subgraph:
     """Rewrite ``sg`` for integer execution with standard ONNX quantized operators.
 
     Conv, and Gemm / 2-D MatMul with constant weights (as 1x1 QLinearConv), run
@@ -144,6 +144,12 @@ def to_quantized(sg: Subgraph, precision: str) -> Subgraph:
     data movement and max pooling run on the integers; every other op runs in
     float between a DequantizeLinear and a QuantizeLinear, inserted only where
     a tensor is needed in the other form.
+
+    Nodes in ``sg.higher`` compute in float (their outputs are still
+    quantized where a quantized consumer reads them). With ``dynamic`` (a
+    device whose Description lists "dynamic" activation quantization), the
+    Gemms in ``sg.dynamic`` run as ai.nnhal DynamicQuantizeGemm: float in
+    and out, each row quantized with its own scale at run time.
     """
     from nnhal.optimizer.quantize import per_channel_int8
 
@@ -188,10 +194,23 @@ def to_quantized(sg: Subgraph, precision: str) -> Subgraph:
         t = g.tensors[name]
         return t.dtype == F32 and t.quant is not None and not t.is_constant
 
+    keep = sg.keep_fp32 | sg.higher
     for node in g.nodes:
         if node.name in skipped:
             continue
-        lowered = None if node.name in sg.keep_fp32 else _lower_weighted(node, g, quantizable, per_channel_int8)
+        if dynamic and node.name in sg.dynamic and node.name not in keep:
+            lowered_dynamic = _lower_dynamic(node, g, per_channel_int8)
+            if lowered_dynamic is not None:
+                x, wq, ws, bias = lowered_dynamic
+                base = f"{node.name}::"
+                ins = [floated(x), const(base + "w", wq), const(base + "w_scale", ws.astype(np.float32))]
+                if bias is not None:
+                    ins.append(const(base + "bias", bias.astype(np.float32)))
+                nodes.append(make_node(node.name + "::dynamic", "DynamicQuantizeGemm", ins, [node.outputs[0]],
+                                       {"activation": precision}, opset, "ai.nnhal"))
+                floats.add(node.outputs[0])
+                continue
+        lowered = None if node.name in keep else _lower_weighted(node, g, quantizable, per_channel_int8)
         if lowered is not None:
             x, weight, bias, attrs, reshape = lowered
             out = node.outputs[0]
@@ -230,7 +249,7 @@ def to_quantized(sg: Subgraph, precision: str) -> Subgraph:
                                        {}, opset))
             twins[out] = qy
             continue
-        integer = _lower_integer(node, g, quantizable, floats, sg.keep_fp32)
+        integer = _lower_integer(node, g, quantizable, floats, keep)
         if integer is not None:
             op, ins, attrs = integer
             out = node.outputs[0]
@@ -245,7 +264,7 @@ def to_quantized(sg: Subgraph, precision: str) -> Subgraph:
             nodes.append(make_node(node.name + "::" + op, op, operands, [qy], attrs, opset, "com.microsoft"))
             twins[out] = qy
             continue
-        if node.op_type in MOVES and not node.domain and node.name not in sg.keep_fp32 \
+        if node.op_type in MOVES and not node.domain and node.name not in keep \
                 and len([o for o in node.outputs if o]) == 1 and quantizable(node.inputs[0]) \
                 and node.inputs[0] not in floats:
             out = node.outputs[0]
@@ -294,6 +313,26 @@ def _lower_integer(node: Node, g: Graph, quantizable, floats: set[str], keep: fr
             operands += [("q", n), ("p", n)]
         return "QLinearConcat", operands, {"axis": node.attrs["axis"]}
     return None
+
+
+def _lower_dynamic(node: Node, g: Graph, per_channel_int8):
+    """(x, int8 W [N, K], scales [N], bias or None) of a Gemm(x, constant W, constant bias) with alpha = beta = 1."""
+    if node.domain or node.op_type != "Gemm":
+        return None
+    a = node.attrs
+    w = g.tensors[node.inputs[1]]
+    if a.get("transA", 0) or a.get("alpha", 1.0) != 1.0 or a.get("beta", 1.0) != 1.0 or not w.is_constant \
+            or w.value is None or w.value.ndim != 2 or g.tensors[node.inputs[0]].dtype != F32:
+        return None
+    matrix = w.value if a.get("transB", 0) else w.value.T
+    bias = None
+    if node.has_input(2):
+        c = g.tensors[node.inputs[2]]
+        if not c.is_constant or c.value.size not in (1, matrix.shape[0]):
+            return None
+        bias = np.broadcast_to(c.value.reshape(-1), (matrix.shape[0],))
+    wq, ws = per_channel_int8(matrix)
+    return node.inputs[0], wq, ws, bias
 
 
 def _absorbs(node: Node, g: Graph, qdtype: np.dtype) -> bool:

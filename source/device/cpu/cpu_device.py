@@ -44,6 +44,7 @@ def cpu_describe(device: Device) -> Description:
         # NOTE: numpy has no float16 matrix product; fp16 computed in float16 ran 4x-16x slower than fp32.
         compute={"fp16": COMPUTE},
         reentrant=True,         # a plan's run takes its own arena from a pool (plan.py)
+        activation_quantization=("static", "dynamic"),
     )
 
 
@@ -62,11 +63,12 @@ def cpu_evaluation(device: Device, candidate: Candidate) -> Verdict:
 def cpu_optimize_graph(subgraph: Subgraph, precision: str) -> Subgraph:
     """fp16: float16 weights and boundaries, float32 compute (optimizer/fp16.py); int8/uint8: QLinearConv for
     convolutions and matrix products, QLinear ops for add, mul, concat and average pools, integers
-    through data movement and max pooling, float elsewhere (optimizer/precision.py)."""
+    through data movement and max pooling, float elsewhere (optimizer/precision.py); the token products the
+    core marked dynamic take per-token activation scales (DynamicQuantizeGemm)."""
     if precision == "fp16":
         return to_fp16_storage(subgraph)
     if precision in ("int8", "uint8"):
-        return to_quantized(subgraph, precision)
+        return to_quantized(subgraph, precision, dynamic=True)
     return subgraph
 
 

@@ -7,10 +7,11 @@ the implementation named "reference".
 """
 from __future__ import annotations
 
-from nnhal.operator.table import MS_OPS, ONNX_OPS
+from nnhal.operator.table import MS_OPS, NNHAL_OPS, ONNX_OPS
 
 # NOTE: the CPU is the reference device: it implements every operator that has a
 # prototype, in a module of the same name under kernels/. A device with fewer
 # kernels writes its own explicit table.
 KERNELS: dict[str, str] = dict(ONNX_OPS)
-DOMAINS: dict[str, dict[str, str]] = {"": KERNELS, "ai.onnx": KERNELS, "com.microsoft": dict(MS_OPS)}
+DOMAINS: dict[str, dict[str, str]] = {"": KERNELS, "ai.onnx": KERNELS, "com.microsoft": dict(MS_OPS),
+                                     "ai.nnhal": dict(NNHAL_OPS)}

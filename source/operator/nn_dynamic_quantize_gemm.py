@@ -1,0 +1,36 @@
+"""DynamicQuantizeGemm (ai.nnhal): X W^T + bias with X quantized per row at run time, W int8 per channel.
+
+Inputs: X float32 [M, K]; W int8 [N, K] (symmetric, zero point 0); w_scale
+float32 [N]; bias float32 [N] (optional). Attribute ``activation``:
+"int8" (each row symmetric, scale max|x|/127) or "uint8" (each row
+asymmetric over [min(x, 0), max(x, 0)], scale range/255). Output Y float32
+[M, N] = (Xq - zx) Wq^T * (sx sw) + bias with exact integer sums: per-token
+dynamic quantization (LLM.int8's vector-wise activations, onnxruntime's
+DynamicQuantizeMatMul per row instead of per tensor).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from nnhal.graph.node import Node
+from nnhal.operator.base import Info, Prototype
+
+
+class DynamicQuantizeGemm(Prototype):
+    op_type = "DynamicQuantizeGemm"
+    domain = "ai.nnhal"
+    versions = (1,)
+    inputs = (3, 4)
+    attributes = {"activation": "int8"}
+
+    def infer(self, node: Node, ins: list[Info | None]) -> list[Info]:
+        x, w = ins[0], ins[1]
+        if node.attrs["activation"] not in ("int8", "uint8"):
+            raise self.fail(node, f"activation must be 'int8' or 'uint8', got {node.attrs['activation']!r}")
+        if w.dtype is not None and w.dtype != np.dtype(np.int8):
+            raise self.fail(node, f"W must be int8, got {w.dtype}")
+        if x.shape is None or w.shape is None:
+            return [Info(np.dtype(np.float32), None)]
+        if len(x.shape) != 2 or len(w.shape) != 2 or x.shape[1] != w.shape[1]:
+            raise self.fail(node, f"X {x.shape} and W {w.shape} must be [M, K] and [N, K]")
+        return [Info(np.dtype(np.float32), (x.shape[0], w.shape[0]))]

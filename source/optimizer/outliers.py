@@ -1,0 +1,359 @@
+"""Quantizing transformers: what the core does before placement under int8/uint8.
+
+Trained transformers have activation outliers: a few channels of the
+LayerNorm outputs and of the GELU output are 10-100x larger than the rest, so
+one per-tensor scale wastes most of the 8-bit levels on them (BERT's int8
+cosine fell to 0.4). ``plan_int8`` answers with four explicit steps, each
+reported per node:
+
+1. token products as Gemm: ``MatMul(x[..., K], W[K, N]) (+ bias[N])`` over
+   token sequences (rank >= 3) becomes Reshape -> Gemm(W, bias) -> Reshape,
+   so the bias is folded into the integer product (int32) and every device
+   that runs 2-D Gemm (the CPU's QLinearConv lowering, the vnpu) takes it.
+2. smoothing (SmoothQuant, Xiao et al. 2023): for the Gemms reading one
+   activation X, ``X W = (X / s)(diag(s) W)`` with ``s_j = max|X_j|^a /
+   max|W_j|^(1-a)``: the outlier channels' range moves into the weights,
+   which are quantized per output channel. ``a`` is chosen per activation on
+   the calibration statistics (per-channel extremes): the one that minimizes
+   the predicted output quantization noise of a per-tensor activation scale
+   and per-channel weight scales. ``X / s`` is a float Mul (kept on the CPU).
+3. dynamic per-token activations: those Gemms are marked ``dynamic``; a device
+   whose Description lists "dynamic" in ``activation_quantization`` (the CPU)
+   quantizes each row with its own scale at run time; others (the vnpu) use
+   the calibrated per-tensor scale of the smoothed activation.
+4. what stays higher: normalizations, softmax, GELU/Erf, reductions, and
+   every elementwise Add/Sub/Mul/Div connected to them (residual adds into
+   LayerNorm, the attention mask add, GELU's arithmetic, the smoothing Muls);
+   matrix products of two activations (attention scores and context). These
+   run in float32 on the CPU; other devices are declined with the reason.
+
+Convolutional models are unchanged: their Conv/Gemm have no token axis, and
+a residual Add feeding a Relu is not connected to a normalization.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from nnhal.graph.graph import Graph
+from nnhal.graph.node import Node
+from nnhal.graph.tensor import Tensor, constant
+from nnhal.optimizer.infer import infer_graph
+
+# ops computed in float32 under a quantized precision (range, exponent or accumulation sensitive)
+HIGHER_OPS = {
+    "LayerNormalization": "a normalization: mean and variance need float range",
+    "BatchNormalization": "a normalization: mean and variance need float range",
+    "InstanceNormalization": "a normalization: mean and variance need float range",
+    "GroupNormalization": "a normalization: mean and variance need float range",
+    "RMSNormalization": "a normalization: mean and variance need float range",
+    "SkipLayerNormalization": "a normalization: mean and variance need float range",
+    "Softmax": "softmax: exponentials of logits need float range",
+    "LogSoftmax": "softmax: exponentials of logits need float range",
+    "Gelu": "GELU: a smooth nonlinearity near zero, where 8-bit steps are coarse",
+    "Erf": "GELU: a smooth nonlinearity near zero, where 8-bit steps are coarse",
+    "Tanh": "tanh: a smooth nonlinearity", "Exp": "an exponential", "Log": "a logarithm",
+    "Pow": "a power (a decomposed normalization)", "Sqrt": "a square root (a decomposed normalization)",
+    "ReduceMean": "a reduction (a decomposed normalization or a pooling)", "ReduceSum": "a reduction",
+    "ReduceL2": "a reduction (an L2 normalization)",
+}
+ARITHMETIC = frozenset({"Add", "Sub", "Mul", "Div", "Sum", "Clip"})     # Clip: the guards of a division
+ALPHAS = np.linspace(0.3, 0.85, 12)
+# NOTE: an output whose whole range exceeds its median channel's range this many times (BERT's FFN output:
+# 30-250x, a few outlier dimensions) loses its ordinary channels to one per-tensor 8-bit scale; such a
+# product needs float output (dynamic quantization) and declines devices that only quantize statically.
+OUTPUT_SPREAD = 16.0
+
+
+@dataclass
+class NodeChoice:
+    """What a quantized precision does with one node, and why."""
+
+    node: str
+    op_type: str
+    mode: str           # "int8 static", "int8 dynamic per-token (static where unsupported)", "fp32", "as the device"
+    reason: str
+
+
+@dataclass
+class Int8Plan:
+    """The result of ``plan_int8``: per-node choices and what placement and lowering need."""
+
+    higher: dict[str, str] = field(default_factory=dict)       # node -> why it stays fp32
+    required: dict[str, str] = field(default_factory=dict)     # node -> why only dynamic quantization holds
+    dynamic: frozenset[str] = frozenset()                       # Gemms that take per-token activation scales
+    smoothing: dict[str, float] = field(default_factory=dict)  # activation -> alpha
+    aliases: dict[str, str] = field(default_factory=dict)      # new tensor -> the calibrated tensor it equals
+    ranges: dict[str, tuple[float, float]] = field(default_factory=dict)   # ranges of new tensors (x / s)
+    choices: list[NodeChoice] = field(default_factory=list)
+
+    def table(self) -> str:
+        """One line per node: name, op, mode, reason."""
+        return "\n".join(f"{c.node:<40} {c.op_type:<20} {c.mode:<14} {c.reason}" for c in self.choices)
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for c in self.choices:
+            out[c.mode] = out.get(c.mode, 0) + 1
+        return out
+
+
+def plan_int8(graph: Graph, channels: dict[str, tuple] | None) -> Int8Plan:
+    """Rewrite ``graph`` (already inferred; a copy the core owns) for a quantized precision.
+
+    ``channels``: per-channel (last axis) extremes of activations from calibration; None or missing
+    entries leave the activations unsmoothed (reported)."""
+    plan = Int8Plan()
+    channels = {n: (np.asarray(lo, np.float64), np.asarray(hi, np.float64)) for n, (lo, hi) in (channels or {}).items()}
+    linear = _linearize(graph, plan)
+    _smooth(graph, linear, channels or {}, plan)
+    _require_dynamic(graph, linear, channels or {}, plan)
+    infer_graph(graph, fold=False)
+    _choose(graph, linear, plan)
+    return plan
+
+
+def token_activations(graph: Graph) -> list[str]:
+    """The activations token products read and write (their bias Add's output): what smoothing and the
+    output-spread test need per-channel extremes of."""
+    readers = graph.consumers()
+    names = set()
+    for n in graph.nodes:
+        if _token_matmul(graph, n) is not None:
+            after = readers.get(n.outputs[0], [])
+            names.add(n.inputs[0])
+            names.add(after[0].outputs[0] if len(after) == 1 and _bias_of(graph, after[0], n.outputs[0],
+                      graph.tensors[n.inputs[1]].value.shape[1]) is not None else n.outputs[0])
+    return sorted(names)
+
+
+def channel_extremes(graph: Graph, feeds: dict[str, np.ndarray], names: list[str]
+                     ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per-channel (last axis) min and max of ``names`` over one fp32 CPU run of ``graph`` on ``feeds``."""
+    from nnhal.device.cpu.plan import compile_nodes
+
+    if not names:
+        return {}
+    values = dict(feeds)
+    compile_nodes(graph, graph.nodes, list(graph.inputs), names).run(values)
+    out = {}
+    for name in names:
+        rows = np.asarray(values[name]).reshape(-1, values[name].shape[-1]).astype(np.float64)
+        out[name] = (rows.min(axis=0), rows.max(axis=0))
+    return out
+
+
+# ---------------------------------------------------------------------- 1. token products as Gemm
+def _linearize(graph: Graph, plan: Int8Plan) -> dict[str, str]:
+    """MatMul over token sequences (+ constant bias Add) -> Reshape, Gemm, Reshape. Returns Gemm -> its x."""
+    from nnhal.optimizer.precision import make_node
+
+    readers = graph.consumers()
+    opset = graph.opsets.get("", 17)
+    nodes: list[Node] = []
+    gone: set[str] = set()
+    linear: dict[str, str] = {}
+    for node in graph.nodes:
+        if node.name in gone:
+            continue
+        shape = _token_matmul(graph, node)
+        if shape is None:
+            nodes.append(node)
+            continue
+        x, w = node.inputs[0], graph.tensors[node.inputs[1]].value
+        out, bias = node.outputs[0], None
+        after = readers.get(out, [])
+        if len(after) == 1 and out not in graph.outputs and _bias_of(graph, after[0], out, w.shape[1]) is not None:
+            bias = _bias_of(graph, after[0], out, w.shape[1])
+            gone.add(after[0].name)
+            out = after[0].outputs[0]
+        base = node.name
+        flat_x, flat_y = f"{x}::{base}::2d", f"{out}::2d"
+        graph.tensors[flat_x] = Tensor(flat_x)
+        graph.tensors[flat_y] = Tensor(flat_y)
+        k, n = w.shape
+        into = _const(graph, f"{base}::shape2d", np.array([-1, k], np.int64))
+        back = _const(graph, f"{base}::shape", np.array([*shape[:-1], n], np.int64))
+        params = [_const(graph, f"{base}::weight", np.ascontiguousarray(w.T))]
+        if bias is not None:
+            params.append(_const(graph, f"{base}::bias", bias))
+        nodes.append(make_node(f"{base}::to2d", "Reshape", [x, into], [flat_x], {}, opset))
+        nodes.append(make_node(base, "Gemm", [flat_x, *params], [flat_y], {"transB": 1}, opset))
+        nodes.append(make_node(f"{base}::back", "Reshape", [flat_y, back], [out], {}, opset))
+        plan.aliases[flat_x], plan.aliases[flat_y] = x, out
+        linear[base] = x
+    graph.nodes = nodes
+    return linear
+
+
+def _token_matmul(graph: Graph, node: Node) -> tuple[int, ...] | None:
+    """The static shape of x when ``node`` is MatMul(x[..., K] of rank >= 3, constant float W[K, N])."""
+    if node.domain or node.op_type != "MatMul":
+        return None
+    x, w = graph.tensors[node.inputs[0]], graph.tensors[node.inputs[1]]
+    if not w.is_constant or w.value is None or w.value.ndim != 2 or w.value.dtype != np.float32:
+        return None
+    if x.is_constant or x.shape is None or len(x.shape) < 3 or any(not isinstance(d, int) for d in x.shape):
+        return None
+    return tuple(x.shape)
+
+
+def _bias_of(graph: Graph, add: Node, operand: str, n: int) -> np.ndarray | None:
+    if add.domain or add.op_type != "Add" or len(add.inputs) != 2:
+        return None
+    other = add.inputs[1] if add.inputs[0] == operand else add.inputs[0]
+    t = graph.tensors[other]
+    if not t.is_constant or t.value is None or t.value.dtype != np.float32 or t.value.size != n:
+        return None
+    if t.value.ndim > 1 and any(d != 1 for d in t.value.shape[:-1]):
+        return None
+    return t.value.reshape(n)
+
+
+def _const(graph: Graph, name: str, value: np.ndarray) -> str:
+    graph.tensors[name] = constant(name, value)
+    return name
+
+
+# ---------------------------------------------------------------------- 2. smoothing
+def _smooth(graph: Graph, linear: dict[str, str], channels: dict[str, tuple[np.ndarray, np.ndarray]],
+            plan: Int8Plan) -> None:
+    """Per activation read by token Gemms: the alpha and scales that minimize predicted noise; X / s inserted."""
+    from nnhal.optimizer.precision import make_node
+
+    by_x: dict[str, list[Node]] = {}
+    gemms = {n.name: n for n in graph.nodes if n.name in linear}
+    for name, x in linear.items():
+        by_x.setdefault(x, []).append(gemms[name])
+    opset = graph.opsets.get("", 17)
+    for x, users in by_x.items():
+        stats = channels.get(x)
+        weights = [graph.tensors[g.inputs[1]].value for g in users]      # [N, K] each
+        if stats is None or stats[0].shape != (weights[0].shape[1],):
+            continue
+        amax = np.maximum(np.abs(stats[0]), np.abs(stats[1]))
+        wmax = np.max(np.abs(np.concatenate(weights, axis=0)), axis=0)
+        alpha, s = _best_alpha(amax, wmax, weights)
+        if s is None:
+            continue
+        plan.smoothing[x] = alpha
+        scaled = f"{x}::smoothed"
+        graph.tensors[scaled] = Tensor(scaled)
+        inv = _const(graph, f"{x}::smooth_scale", (1.0 / s).astype(np.float32))
+        mul = make_node(f"{x}::smooth", "Mul", [x, inv], [scaled], {}, opset)
+        first = min(graph.nodes.index(_reshape_of(graph, g)) for g in users)
+        graph.nodes.insert(first, mul)
+        for g in users:
+            _reshape_of(graph, g).inputs[0] = scaled
+            w = graph.tensors[g.inputs[1]]
+            graph.tensors[g.inputs[1]] = constant(w.name, (w.value * s[None, :]).astype(np.float32))
+            plan.aliases[_reshape_of(graph, g).outputs[0]] = scaled
+        plan.ranges[scaled] = (float(np.min(stats[0] / s)), float(np.max(stats[1] / s)))
+        plan.higher[mul.name] = f"SmoothQuant's activation scaling of '{x}' (alpha {alpha:.2f}): float, on the CPU"
+
+
+def _reshape_of(graph: Graph, gemm: Node) -> Node:
+    return next(n for n in graph.nodes if n.outputs and n.outputs[0] == gemm.inputs[0])
+
+
+def _best_alpha(amax: np.ndarray, wmax: np.ndarray, weights: list[np.ndarray]) -> tuple[float, np.ndarray | None]:
+    """The alpha (and scales) minimizing the predicted output noise of X/s (per tensor) times sW (per channel).
+
+    NOTE: the noise model: activation step d = max_j |x_j|/s_j / 127 adds d^2/12 * sum_j (s_j W_jn)^2 to
+    output n; weight step e_n = max_j |s_j W_jn| / 127 adds e_n^2/12 * sum_j (x_j/s_j)^2, with x_j at
+    half its channel's peak. alpha 0 (no smoothing) competes too.
+    """
+    keep = (amax > 0) & (wmax > 0)
+    if keep.sum() < 2:
+        return 0.0, None
+    best, best_noise, best_s = 0.0, np.inf, None
+    for alpha in np.concatenate([[0.0], ALPHAS]):
+        s = np.ones_like(amax)
+        s[keep] = amax[keep] ** alpha / wmax[keep] ** (1.0 - alpha)
+        s = np.clip(s / np.exp(np.mean(np.log(s[keep]))), 1e-4, 1e4)     # geometric mean 1: ranges stay sane
+        xs = amax / s
+        step_x = xs.max() / 127.0
+        noise = 0.0
+        for w in weights:
+            sw = w * s[None, :]
+            step_w = np.abs(sw).max(axis=1) / 127.0
+            noise += float(np.sum(step_x ** 2 / 12.0 * np.sum(sw ** 2, axis=1))
+                           + np.sum(step_w ** 2 / 12.0) * float(np.sum((xs / 2.0) ** 2)))
+        if noise < best_noise * 0.98:
+            best, best_noise, best_s = float(alpha), noise, s
+    return best, (None if best == 0.0 else best_s)
+
+
+def _require_dynamic(graph: Graph, linear: dict[str, str], channels: dict[str, tuple[np.ndarray, np.ndarray]],
+                     plan: Int8Plan) -> None:
+    """Token products whose output range spread exceeds OUTPUT_SPREAD need dynamic (float-output) quantization;
+    the Reshapes around them stay in float with them."""
+    for node in graph.nodes:
+        if node.name not in linear:
+            continue
+        out = plan.aliases.get(node.outputs[0])
+        if out not in channels:
+            continue
+        lo, hi = channels[out]
+        spread = float(np.max(hi) - np.min(lo)) / max(float(np.median(hi - lo)), 1e-12)
+        if spread > OUTPUT_SPREAD:
+            plan.required[node.name] = (f"its output's range is {spread:.0f}x its median channel's (outlier "
+                                        f"dimensions): one static 8-bit scale would erase the other channels")
+            for name in (f"{node.name}::to2d", f"{node.name}::back"):
+                plan.higher[name] = f"reshape around '{node.name}', which keeps float output"
+
+
+# ---------------------------------------------------------------------- 3./4. per-node choices
+def _choose(graph: Graph, linear: dict[str, str], plan: Int8Plan) -> None:
+    producers = graph.producers()
+    readers = graph.consumers()
+    higher_core = {n.name: HIGHER_OPS[n.op_type] for n in graph.nodes if not n.domain and n.op_type in HIGHER_OPS}
+    # elementwise arithmetic connected (through arithmetic only) to a higher op stays with it
+    arith = {n.name: n for n in graph.nodes if not n.domain and n.op_type in ARITHMETIC}
+    seen: set[str] = set()
+    for start in arith:
+        if start in seen or start in plan.higher:
+            continue
+        group, stack, touches = [], [start], ""
+        seen.add(start)
+        while stack:
+            node = arith[stack.pop()]
+            group.append(node.name)
+            near = [producers.get(i) for i in node.inputs if i] + [r for o in node.outputs for r in readers.get(o, [])]
+            for other in near:
+                if other is None:
+                    continue
+                if other.name in higher_core and not touches:
+                    touches = f"{other.op_type} '{other.name}'"
+                if other.name in arith and other.name not in seen:
+                    seen.add(other.name)
+                    stack.append(other.name)
+        if touches:
+            for name in group:
+                plan.higher[name] = f"arithmetic feeding or fed by {touches} (residual, mask or GELU path)"
+    plan.higher.update(higher_core)
+    dynamic = set()
+    for node in graph.nodes:
+        if node.name in plan.higher:
+            plan.choices.append(NodeChoice(node.name, node.op_type, "fp32", plan.higher[node.name]))
+        elif node.name in linear:
+            x = linear[node.name]
+            how = f"smoothed (alpha {plan.smoothing[x]:.2f})" if x in plan.smoothing else "not smoothed"
+            dynamic.add(node.name)
+            if node.name in plan.required:
+                plan.choices.append(NodeChoice(node.name, node.op_type, "int8 dynamic",
+                                               f"token product, {how}; needs dynamic: {plan.required[node.name]}"))
+            else:
+                plan.choices.append(NodeChoice(node.name, node.op_type, "int8 dynamic",
+                                               f"token product, {how}; per-token activation scales where the "
+                                               "device supports dynamic quantization, else calibrated per tensor"))
+        elif node.op_type in ("MatMul", "Gemm", "Conv") and not node.domain:
+            two = node.op_type == "MatMul" and not graph.tensors[node.inputs[1]].is_constant
+            if two:
+                plan.higher[node.name] = "product of two activations (attention scores or context)"
+                plan.choices.append(NodeChoice(node.name, node.op_type, "fp32", plan.higher[node.name]))
+            else:
+                plan.choices.append(NodeChoice(node.name, node.op_type, "int8 static",
+                                               "weights per output channel, activations per tensor"))
+    plan.dynamic = frozenset(dynamic)
