@@ -11,12 +11,13 @@
    with constant weights) is evaluated alone on the fp32 values of its inputs
    (one fp32 run of the prepared graph keeps every tensor), with its weights
    quantized per output channel and its input quantized as the device will
-   (per token when dynamic, else with the tensor's calibrated scale); its
-   error is the relative L2 error of its output. Errors upstream do not leak
-   into a node's number, so the numbers differ from node to node.
-3. Cheapest assignment: noise adds up, so the output error is modelled as
-   E^2 = c * sum of the quantized nodes' e_i^2, c fitted on step 1's uint8
-   error. Nodes go back to fp32 by the most error removed per multiply-add
+   (per token when dynamic, else with the tensor's calibrated scale); that
+   output alone is then carried through the rest of the graph in fp32, and
+   its error is the graph outputs' relative L2 error. Errors of other nodes do
+   not leak into a node's number.
+3. Cheapest assignment: independent noise adds up, so the output error is
+   modelled as E^2 = c * sum of the quantized nodes' e_i^2, c fitted on step
+   1's uint8 error. Nodes go back to fp32 by the most error removed per multiply-add
    (e_i^2 / MACs) until the model predicts the bound; the result is measured;
    if it misses, c is refitted on that measurement and more nodes follow (at
    most ``ROUNDS`` measurements). If even that fails: fp16, then fp32.
@@ -49,7 +50,7 @@ class NodeSensitivity:
 
     node: str
     op_type: str
-    error: float            # relative L2 error of its output, quantized alone on fp32 inputs
+    error: float            # the outputs' relative L2 error when it alone is quantized (on fp32 inputs)
     macs: int
     choice: str = "uint8"
     why: str = ""
@@ -173,6 +174,8 @@ def sensitivities(graph: Graph, plan: Any, feeds: dict[str, np.ndarray], bar=Non
     names = [o for n in graph.nodes for o in n.outputs if o]
     values = dict(feeds)
     compile_nodes(graph, graph.nodes, list(graph.inputs), names).run(values)
+    outputs = [values[o] for o in graph.outputs]
+    index = {n.name: i for i, n in enumerate(graph.nodes)}
     higher = set(plan.higher) if plan is not None else set()
     dynamic = set(plan.dynamic) if plan is not None else set()
     out: list[NodeSensitivity] = []
@@ -199,13 +202,29 @@ def sensitivities(graph: Graph, plan: Any, feeds: dict[str, np.ndarray], bar=Non
         compile_nodes(local, [node], [n for n in node.inputs if n and not local.tensors[n].is_constant],
                       [node.outputs[0]]).run(run)
         y, ref = run[node.outputs[0]], values[node.outputs[0]]
-        error = float(np.linalg.norm((y - ref).astype(np.float64)) / max(np.linalg.norm(ref.astype(np.float64)),
-                                                                         1e-30))
+        error = _downstream_error(graph, index[node.name], node.outputs[0], y, values, outputs)
         macs = int(ref.size * int(np.prod(matrix.shape[1:])))
         out.append(NodeSensitivity(node.name, node.op_type, error, macs))
         if bar is not None:
             bar.step()
     return out
+
+
+def _downstream_error(graph: Graph, at: int, name: str, value: np.ndarray, values: dict[str, np.ndarray],
+                      reference: list[np.ndarray]) -> float:
+    """The graph outputs' relative error when only tensor ``name`` (written by node ``at``) is ``value``: the
+    rest of the graph runs in fp32 from the fp32 values, so only this node's error reaches the outputs."""
+    from nnhal.device.cpu.plan import compile_nodes
+
+    after = graph.nodes[at + 1:]
+    made = {o for n in after for o in n.outputs if o}
+    needed = sorted({i for n in after for i in n.all_inputs if i and i not in made and i in values
+                     and not graph.tensors[i].is_constant} | {name})
+    run = {i: values[i] for i in needed}
+    run[name] = value
+    compile_nodes(graph, after, needed, list(graph.outputs)).run(run)
+    got = [run[o] if o in run else values[o] for o in graph.outputs]
+    return relative_error(got, reference)
 
 
 def _fake_quantize(x: np.ndarray, quant, per_token: bool) -> np.ndarray | None:

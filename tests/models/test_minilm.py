@@ -88,3 +88,27 @@ def test_without_smoothing_and_dynamic_scales_int8_breaks(minilm):
         smoothed = s.run(held_out)[1]
         assert len(s.quantization.smoothing) >= 12
     assert cosine(smoothed, reference).mean() > cosine(got, reference).mean()
+
+
+def test_mixed_measures_each_node_and_keeps_a_one_percent_bound(minilm):
+    model, _, _, _, _ = minilm
+    _, tokenizer = load_minilm(SEQ)
+    sentences = [s for s in files("nnhal.models").joinpath("sentences.txt").read_text().splitlines() if s]
+    calib = tokenizer.encode(sentences[:CALIBRATION], SEQ)
+    with nnhal.Session(model) as s:
+        reference = s.run(calib)
+    with nnhal.Session(model, precision="mixed", mixed_tolerance=0.01) as s:
+        s.options.progress = False
+        got = s.run(calib)           # mixed measures on the inputs it is prepared with
+        report = s.mixed
+    error = np.sqrt(sum(np.sum((g - r) ** 2) for g, r in zip(got, reference)) /
+                    sum(np.sum(r ** 2) for r in reference))
+    assert report.precision == "uint8" and error <= 0.01 and report.tried[-1][1] <= 0.01
+    # each node's own contribution, measured: they differ by orders of magnitude (layer 0's FFN output dominates)
+    own = sorted(n.error for n in report.nodes)
+    assert len(own) == 36 and own[-1] > 10 * own[0]
+    assert 0 < report.int8_fraction < 1 and "of the multiply-adds quantized" in str(report)
+    assert {n.choice for n in report.nodes} == {"uint8", "fp32"} and all(n.why for n in report.nodes)
+    # the error falls as more nodes stay in fp32
+    steps = [err for what, err in report.tried if what.startswith("uint8")]
+    assert len(steps) >= 2 and all(a > b for a, b in zip(steps, steps[1:]))
