@@ -20,6 +20,12 @@ mean_rel_error  mean|y - r| / mean|r|
 top1_agreement  share of samples whose argmax (over all non-batch dims) agrees
 cosine          cosine similarity of y and r, flattened
 accuracy        share of samples whose argmax equals the label (labels given)
+
+For int8, uint8 and mixed the report also lists the worst nodes: the
+weighted nodes whose quantization alone (on fp32 inputs, carried through the
+rest of the graph in fp32) causes the largest relative output error
+(``optimizer/mixed.py``'s sensitivities; for mixed, what its search measured,
+with the precision it chose for each).
 """
 from __future__ import annotations
 
@@ -48,6 +54,7 @@ class PrecisionResult:
     top1_agreement: float = float("nan")
     cosine: float = float("nan")
     accuracy: float | None = None
+    worst_nodes: list[tuple[str, str, float, str]] = field(default_factory=list)   # node, op, own error, choice
 
 
 @dataclass
@@ -112,14 +119,32 @@ def _ran_at(session) -> str:
     return ", ".join(seen)
 
 
-def _run(model: Any, devices: list[str], precision: str, calibration: dict | None,
-         feeds: list[dict[str, np.ndarray]], output: int) -> tuple[np.ndarray, str]:
+WORST = 5
+
+
+def _run(model: Any, devices: list[str], precision: str, calibration: Any,
+         feeds: list[dict[str, np.ndarray]], output: int) -> tuple[np.ndarray, str, list]:
     import nnhal
 
     with nnhal.Session(model, devices=devices, precision=precision, calibration=calibration) as s:
+        s.options.progress = False
         outs = [np.asarray(s.run(f)[output]) for f in feeds]
         ran_at = _ran_at(s)
-    return np.concatenate([o if o.ndim else o.reshape(1) for o in outs], axis=0), ran_at
+        worst = _worst_nodes(s, feeds[-1]) if precision in QUANTIZED else []
+    return np.concatenate([o if o.ndim else o.reshape(1) for o in outs], axis=0), ran_at, worst
+
+
+def _worst_nodes(session, feed: dict[str, np.ndarray]) -> list[tuple[str, str, float, str]]:
+    """The WORST weighted nodes by their own contribution to the output error (see the module doc)."""
+    from nnhal.optimizer.mixed import sensitivities
+
+    if session.mixed is not None:
+        nodes = session.mixed.nodes
+    elif session.graph.prepared_graph is not None:
+        nodes = sensitivities(session.graph.prepared_graph, session.quantization, feed)
+    else:
+        return []
+    return [(n.node, n.op_type, n.error, n.choice) for n in sorted(nodes, key=lambda n: -n.error)[:WORST]]
 
 
 def _model_name(model: Any) -> str:
@@ -186,13 +211,13 @@ def compare_precisions(model: Any, feeds_list: Sequence[dict[str, np.ndarray]],
         if not 0 <= index < len(names):
             raise InputError(f"output index {output} is out of range; the model has {len(names)} outputs")
 
-    ref, ran = _run(model, devices, "fp32", None, evaluate, index)
+    ref, ran, _ = _run(model, devices, "fp32", None, evaluate, index)
     baseline = PrecisionResult("fp32", ran_at=ran, max_rel_error=0.0, mean_rel_error=0.0,
                                top1_agreement=1.0, cosine=1.0)
     if eval_labels is not None:
         baseline.accuracy = metrics(ref, ref, eval_labels)["accuracy"]
 
-    tables: dict[str, dict] = {}
+    tables: dict[str, Any] = {}
     results = []
     for p in precisions:
         row = PrecisionResult(p)
@@ -203,9 +228,9 @@ def compare_precisions(model: Any, feeds_list: Sequence[dict[str, np.ndarray]],
                 key = "any" if calibration_method == "minmax" else scheme   # minmax ranges ignore the scheme
                 if key not in tables:
                     tables[key] = calibrate(model, calib, method=calibration_method, scheme=scheme,
-                                            progress=progress).ranges
+                                            progress=progress)       # the table: its per-channel extremes smooth
                 ranges = tables[key]
-            y, row.ran_at = _run(model, devices, p, ranges, evaluate, index)
+            y, row.ran_at, row.worst_nodes = _run(model, devices, p, ranges, evaluate, index)
         except NnhalError as exc:
             row.available, row.reason = False, f"{type(exc).__name__}: {exc}"
             results.append(row)
@@ -239,4 +264,9 @@ def format_report(report: AccuracyReport) -> str:
         if with_acc:
             row += f" {r.accuracy:9.2%}" if r.accuracy is not None else f" {'-':>9s}"
         lines.append(row)
+    for r in report.results:
+        if r.worst_nodes:
+            lines.append(f"worst nodes at {r.precision} (output error when each alone is quantized):")
+            lines += [f"  {name:36s} {op:8s} {err:9.3%}" + (f"  ({choice})" if r.precision == "mixed" else "")
+                      for name, op, err, choice in r.worst_nodes]
     return "\n".join(lines)

@@ -122,7 +122,7 @@ def choose_mixed(graph: Graph, options: Options, probe: Probe, feeds: dict[str, 
         budget = options.mixed_tolerance ** 2 * 0.8         # aim under the bound: the model is approximate
         left = noise - sum(n.error ** 2 for n in kept)
         for n in order:
-            if gain * left <= budget:
+            if gain * left <= budget or len(kept) >= len(order) - 1:     # all in fp32 would be fp32 itself
                 break
             if n not in kept:
                 kept.append(n)
@@ -137,7 +137,7 @@ def choose_mixed(graph: Graph, options: Options, probe: Probe, feeds: dict[str, 
             _explain(nodes, kept, "uint8")
             bar.close()
             return trial, MixedReport("uint8", sorted(names), tried, nodes)
-        if left > 0 and len(kept) < len(order):
+        if left > 0 and len(kept) < len(order) - 1:
             gain = err ** 2 / left           # refit on what was measured
         else:
             break

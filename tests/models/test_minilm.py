@@ -112,3 +112,20 @@ def test_mixed_measures_each_node_and_keeps_a_one_percent_bound(minilm):
     # the error falls as more nodes stay in fp32
     steps = [err for what, err in report.tried if what.startswith("uint8")]
     assert len(steps) >= 2 and all(a > b for a, b in zip(steps, steps[1:]))
+
+
+def test_accuracy_report_shows_cosine_top1_error_and_worst_nodes(minilm):
+    from nnhal.accuracy import compare_precisions, format_report
+
+    model, tokenizer, _, _, _ = minilm
+    sentences = [s for s in files("nnhal.models").joinpath("sentences.txt").read_text().splitlines() if s]
+    calib = [tokenizer.encode(sentences[:CALIBRATION], SEQ)]
+    feeds = [tokenizer.encode(sentences[CALIBRATION:CALIBRATION + 24], SEQ)]
+    report = compare_precisions(model, feeds, ("int8",), output="sentence_embedding", calibration_feeds=calib)
+    row = report["int8"]
+    assert row.cosine >= 0.98 and row.top1_agreement >= 0.5 and row.mean_rel_error < 0.1
+    assert len(row.worst_nodes) == 5 and all(op == "Gemm" for _, op, _, _ in row.worst_nodes)
+    errors = [err for _, _, err, _ in row.worst_nodes]
+    assert errors == sorted(errors, reverse=True) and errors[0] > 0
+    text = format_report(report)
+    assert "worst nodes at int8" in text and row.worst_nodes[0][0] in text and "cosine" in text

