@@ -400,7 +400,7 @@ def _prerun_locked(g: GraphHandle, options: Options) -> None:
     for sg in subgraphs:
         sg.keep_fp32 = options.keep_fp32
         if g.int8_plan is not None:
-            sg.higher, sg.dynamic = frozenset(g.int8_plan.higher), g.int8_plan.dynamic
+            sg.higher, sg.dynamic = frozenset(g.int8_plan.higher), dict(g.int8_plan.dynamic)
     if ranges is not None and g.int8_plan is not None:
         ranges = {**ranges, **g.int8_plan.ranges}
         ranges.update({new: ranges[old] for new, old in g.int8_plan.aliases.items() if old in ranges})

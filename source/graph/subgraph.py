@@ -56,7 +56,8 @@ class Subgraph:
     device_options: Any = None       # the device's typed options from the context (None = defaults)
     keep_fp32: frozenset[str] = frozenset()   # nodes a quantizing pass must leave in float
     higher: frozenset[str] = frozenset()      # nodes computed in float whose outputs may still be quantized
-    dynamic: frozenset[str] = frozenset()     # Gemms whose activations may take per-token scales at run time
+    # Gemms whose activations may take per-token scales at run time -> output columns they compute in float
+    dynamic: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
     def for_run(self, values: dict[str, np.ndarray]) -> "Subgraph":
         """A view of this subgraph for one run: every field shared but ``values``, the run's own store.

@@ -1,10 +1,13 @@
 """DynamicQuantizeGemm (ai.nnhal): X W^T + bias with X quantized per row at run time, W int8 per channel.
 
 Inputs: X float32 [M, K]; W int8 [N, K] (symmetric, zero point 0); w_scale
-float32 [N]; bias float32 [N] (optional). Attribute ``activation``:
+float32 [N]; bias float32 [N] (optional); W_float float32 [len(float_columns),
+K] (with ``float_columns``). Attribute ``activation``:
 "int8" (each row symmetric, scale max|x|/127) or "uint8" (each row
 asymmetric over [min(x, 0), max(x, 0)], scale range/255). Output Y float32
-[M, N] = (Xq - zx) Wq^T * (sx sw) + bias with exact integer sums: per-token
+[M, N] = (Xq - zx) Wq^T * (sx sw) + bias with exact integer sums, except
+the output columns listed in ``float_columns`` (outlier dimensions), which are
+X W_float^T + bias in float32 (LLM.int8()'s mixed decomposition, output side): per-token
 dynamic quantization (LLM.int8's vector-wise activations, onnxruntime's
 DynamicQuantizeMatMul per row instead of per tensor).
 """
@@ -20,8 +23,8 @@ class DynamicQuantizeGemm(Prototype):
     op_type = "DynamicQuantizeGemm"
     domain = "ai.nnhal"
     versions = (1,)
-    inputs = (3, 4)
-    attributes = {"activation": "int8"}
+    inputs = (3, 5)
+    attributes = {"activation": "int8", "float_columns": []}
 
     def infer(self, node: Node, ins: list[Info | None]) -> list[Info]:
         x, w = ins[0], ins[1]
@@ -33,4 +36,10 @@ class DynamicQuantizeGemm(Prototype):
             return [Info(np.dtype(np.float32), None)]
         if len(x.shape) != 2 or len(w.shape) != 2 or x.shape[1] != w.shape[1]:
             raise self.fail(node, f"X {x.shape} and W {w.shape} must be [M, K] and [N, K]")
+        columns = list(node.attrs["float_columns"] or [])
+        wf = ins[4] if len(ins) > 4 else None
+        if columns and (wf is None or wf.shape is None or tuple(wf.shape) != (len(columns), w.shape[1])
+                        or not all(0 <= c < w.shape[0] for c in columns)):
+            raise self.fail(node, f"float_columns {columns} need W_float of shape [{len(columns)}, {w.shape[1]}] "
+                                  f"and columns below {w.shape[0]}")
         return [Info(np.dtype(np.float32), (x.shape[0], w.shape[0]))]

@@ -17,7 +17,8 @@ reported per node:
    the calibration statistics (per-channel extremes): the one that minimizes
    the predicted output quantization noise of a per-tensor activation scale
    and per-channel weight scales. ``X / s`` is a float Mul (kept on the CPU).
-3. dynamic per-token activations: those Gemms are marked ``dynamic``; a device
+3. dynamic per-token activations: those Gemms are marked ``dynamic`` (with the
+   few outlier output columns, if any, to compute in float); a device
    whose Description lists "dynamic" in ``activation_quantization`` (the CPU)
    quantizes each row with its own scale at run time; others (the vnpu) use
    the calibrated per-tensor scale of the smoothed activation.
@@ -64,6 +65,11 @@ ALPHAS = np.linspace(0.3, 0.85, 12)
 # 30-250x, a few outlier dimensions) loses its ordinary channels to one per-tensor 8-bit scale; such a
 # product needs float output (dynamic quantization) and declines devices that only quantize statically.
 OUTPUT_SPREAD = 16.0
+# NOTE: LLM.int8()'s remedy on the output side: the few output columns whose range exceeds FLOAT_COLUMN
+# times the median column's (the outlier dimensions of the residual stream) are computed in float by the
+# dynamic Gemm, from float weights; at most MAX_FLOAT_COLUMNS of them.
+FLOAT_COLUMN = 8.0
+MAX_FLOAT_COLUMNS = 16
 
 
 @dataclass
@@ -82,10 +88,12 @@ class Int8Plan:
 
     higher: dict[str, str] = field(default_factory=dict)       # node -> why it stays fp32
     required: dict[str, str] = field(default_factory=dict)     # node -> why only dynamic quantization holds
-    dynamic: frozenset[str] = frozenset()                       # Gemms that take per-token activation scales
+    # Gemms that take per-token activation scales -> the output columns (outlier dimensions) they keep in float
+    dynamic: dict[str, tuple[int, ...]] = field(default_factory=dict)
     smoothing: dict[str, float] = field(default_factory=dict)  # activation -> alpha
     aliases: dict[str, str] = field(default_factory=dict)      # new tensor -> the calibrated tensor it equals
     ranges: dict[str, tuple[float, float]] = field(default_factory=dict)   # ranges of new tensors (x / s)
+    float_columns: dict[str, tuple[int, ...]] = field(default_factory=dict)
     choices: list[NodeChoice] = field(default_factory=list)
 
     def table(self) -> str:
@@ -296,6 +304,10 @@ def _require_dynamic(graph: Graph, linear: dict[str, str], channels: dict[str, t
         if out not in channels:
             continue
         lo, hi = channels[out]
+        width = hi - lo
+        wide = np.flatnonzero(width > FLOAT_COLUMN * max(float(np.median(width)), 1e-12))
+        if 0 < wide.size <= MAX_FLOAT_COLUMNS:
+            plan.float_columns[node.name] = tuple(int(c) for c in wide)
         spread = float(np.max(hi) - np.min(lo)) / max(float(np.median(hi - lo)), 1e-12)
         if spread > OUTPUT_SPREAD:
             plan.required[node.name] = (f"its output's range is {spread:.0f}x its median channel's (outlier "
@@ -333,14 +345,16 @@ def _choose(graph: Graph, linear: dict[str, str], plan: Int8Plan) -> None:
             for name in group:
                 plan.higher[name] = f"arithmetic feeding or fed by {touches} (residual, mask or GELU path)"
     plan.higher.update(higher_core)
-    dynamic = set()
+    dynamic: dict[str, tuple[int, ...]] = {}
     for node in graph.nodes:
         if node.name in plan.higher:
             plan.choices.append(NodeChoice(node.name, node.op_type, "fp32", plan.higher[node.name]))
         elif node.name in linear:
             x = linear[node.name]
             how = f"smoothed (alpha {plan.smoothing[x]:.2f})" if x in plan.smoothing else "not smoothed"
-            dynamic.add(node.name)
+            dynamic[node.name] = plan.float_columns.get(node.name, ())
+            if dynamic[node.name]:
+                how += f", output columns {list(dynamic[node.name])} in float (outlier dimensions)"
             if node.name in plan.required:
                 plan.choices.append(NodeChoice(node.name, node.op_type, "int8 dynamic",
                                                f"token product, {how}; needs dynamic: {plan.required[node.name]}"))
@@ -356,4 +370,4 @@ def _choose(graph: Graph, linear: dict[str, str], plan: Int8Plan) -> None:
             else:
                 plan.choices.append(NodeChoice(node.name, node.op_type, "int8 static",
                                                "weights per output channel, activations per tensor"))
-    plan.dynamic = frozenset(dynamic)
+    plan.dynamic = dynamic

@@ -201,13 +201,15 @@ def to_quantized(sg: Subgraph, precision: str, dynamic: bool = False) -> Subgrap
         if dynamic and node.name in sg.dynamic and node.name not in keep:
             lowered_dynamic = _lower_dynamic(node, g, per_channel_int8)
             if lowered_dynamic is not None:
-                x, wq, ws, bias = lowered_dynamic
+                x, wq, ws, bias, matrix = lowered_dynamic
                 base = f"{node.name}::"
-                ins = [floated(x), const(base + "w", wq), const(base + "w_scale", ws.astype(np.float32))]
-                if bias is not None:
-                    ins.append(const(base + "bias", bias.astype(np.float32)))
+                ins = [floated(x), const(base + "w", wq), const(base + "w_scale", ws.astype(np.float32)),
+                       "" if bias is None else const(base + "bias", bias.astype(np.float32))]
+                columns = list(sg.dynamic[node.name])
+                if columns:
+                    ins.append(const(base + "w_float", np.ascontiguousarray(matrix[columns], np.float32)))
                 nodes.append(make_node(node.name + "::dynamic", "DynamicQuantizeGemm", ins, [node.outputs[0]],
-                                       {"activation": precision}, opset, "ai.nnhal"))
+                                       {"activation": precision, "float_columns": columns}, opset, "ai.nnhal"))
                 floats.add(node.outputs[0])
                 continue
         lowered = None if node.name in keep else _lower_weighted(node, g, quantizable, per_channel_int8)
@@ -316,7 +318,8 @@ def _lower_integer(node: Node, g: Graph, quantizable, floats: set[str], keep: fr
 
 
 def _lower_dynamic(node: Node, g: Graph, per_channel_int8):
-    """(x, int8 W [N, K], scales [N], bias or None) of a Gemm(x, constant W, constant bias) with alpha = beta = 1."""
+    """(x, int8 W [N, K], scales [N], bias or None, float W [N, K]) of a Gemm(x, constant W, constant bias)
+    with alpha = beta = 1."""
     if node.domain or node.op_type != "Gemm":
         return None
     a = node.attrs
@@ -332,7 +335,7 @@ def _lower_dynamic(node: Node, g: Graph, per_channel_int8):
             return None
         bias = np.broadcast_to(c.value.reshape(-1), (matrix.shape[0],))
     wq, ws = per_channel_int8(matrix)
-    return node.inputs[0], wq, ws, bias
+    return node.inputs[0], wq, ws, bias, matrix
 
 
 def _absorbs(node: Node, g: Graph, qdtype: np.dtype) -> bool:

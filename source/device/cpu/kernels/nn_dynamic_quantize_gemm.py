@@ -21,6 +21,9 @@ class DynamicQuantizeGemmKernel(Kernel):
         wt = np.ascontiguousarray(w.astype(acc).T)                  # [K, N]
         w_col = np.asarray(w_scale, np.float32).reshape(1, -1)
         bias32 = None if bias is None else np.asarray(bias, np.float32).reshape(1, -1)
+        columns = np.asarray(node.attrs["float_columns"] or [], np.int64)
+        w_float = np.ascontiguousarray(ins[4].value.T, np.float32) if columns.size else None     # [K, C]
+        bias_cols = None if bias32 is None or not columns.size else bias32[:, columns]
         col_sum = wt.sum(axis=0, dtype=np.float64).astype(acc)[None, :]
 
         def run(inputs: list, outputs: list):
@@ -41,6 +44,8 @@ class DynamicQuantizeGemmKernel(Kernel):
             y *= w_col
             if bias32 is not None:
                 y += bias32
+            if w_float is not None:
+                y[:, columns] = x @ w_float if bias_cols is None else x @ w_float + bias_cols
             return (store(y, outputs[0]),)
 
         return run

@@ -1,0 +1,144 @@
+"""The transformer int8 pieces on their own: the per-token kernel, the plan's per-node choices, the
+safetensors reader and the WordPiece tokenizer."""
+from __future__ import annotations
+
+import json
+import struct
+
+import numpy as np
+import pytest
+
+import nnhal
+from nnhal.errors import ModelError
+from nnhal.graph.node import Node
+from nnhal.operator.base import Info
+from nnhal.optimizer.infer import infer_graph
+from nnhal.optimizer.outliers import plan_int8
+from nnhal.serializer.onnx_import import load_onnx
+
+
+def _kernel(attrs, ins):
+    from nnhal.device.cpu.kernels.nn_dynamic_quantize_gemm import DynamicQuantizeGemmKernel
+    from nnhal.operator.table import get_prototype
+
+    node = Node("g", "DynamicQuantizeGemm", ["x", "w", "s", "b", "wf"][:len(ins)], ["y"], dict(attrs), "ai.nnhal", 1, 1)
+    get_prototype("ai.nnhal", "DynamicQuantizeGemm").normalize(node)
+    infos = [Info(np.asarray(v).dtype, np.shape(v), None if i == 0 else np.asarray(v)) for i, v in enumerate(ins)]
+    return node, DynamicQuantizeGemmKernel().prepare(node, infos, [Info(np.dtype(np.float32), None)])
+
+
+@pytest.mark.parametrize("activation", ["int8", "uint8"])
+def test_dynamic_gemm_quantizes_each_row_with_its_own_scale(activation):
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal((6, 40)) * np.array([1, 10, 100, 0.1, 1, 5])[:, None]).astype(np.float32)
+    wq = rng.integers(-127, 128, (7, 40)).astype(np.int8)
+    ws = rng.uniform(0.001, 0.01, 7).astype(np.float32)
+    bias = rng.standard_normal(7).astype(np.float32)
+    _, run = _kernel({"activation": activation}, [x, wq, ws, bias])
+    y = run([x, wq, ws, bias], [None])[0]
+    want = []
+    for row in x.astype(np.float64):            # the definition, row by row
+        if activation == "int8":
+            s = np.abs(row).max() / 127
+            q, z = np.rint(row / s), 0.0
+        else:
+            lo, hi = min(row.min(), 0), max(row.max(), 0)
+            s = (hi - lo) / 255
+            z = np.rint(-lo / s)
+            q = np.clip(np.rint(row / s) + z, 0, 255)
+        want.append(((q - z) @ wq.T.astype(np.float64)) * s * ws + bias)
+    np.testing.assert_allclose(y, np.array(want), rtol=2e-6, atol=1e-5)
+    # each row is close to the float product at its own scale, the 0.1-magnitude row included
+    exact = x.astype(np.float64) @ (wq.astype(np.float64) * ws[:, None]).T + bias
+    rel = np.linalg.norm(y - exact, axis=1) / np.linalg.norm(exact - bias, axis=1)
+    assert rel.max() < 0.02
+
+
+def test_dynamic_gemm_computes_float_columns_in_float():
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((5, 16)).astype(np.float32)
+    w = rng.standard_normal((4, 16)).astype(np.float32)
+    wq = np.clip(np.rint(w / 0.02), -127, 127).astype(np.int8)
+    ws = np.full(4, 0.02, np.float32)
+    bias = np.arange(4, dtype=np.float32)
+    _, run = _kernel({"activation": "int8", "float_columns": [2]}, [x, wq, ws, bias, w[[2]]])
+    y = run([x, wq, ws, bias, w[[2]]], [None])[0]
+    np.testing.assert_allclose(y[:, 2], x @ w[2] + 2.0, rtol=1e-6)
+    assert not np.allclose(y[:, 0], x @ w[0] + 0.0, rtol=1e-6)       # the others are quantized
+
+
+def _bert_graph():
+    from nnhal.models.bert import bert_inputs, build_bert
+
+    model = build_bert(layers=1, hidden=32, heads=2, seq=8, vocab=50, seed=1)
+    g = load_onnx(model)
+    feeds = bert_inputs(2, 8, vocab=50)
+    for name in g.inputs:
+        g.tensors[name].shape = feeds[name].shape
+    infer_graph(g)
+    return model, g, feeds
+
+
+def test_plan_keeps_norms_softmax_gelu_residuals_and_attention_in_float():
+    _, g, _ = _bert_graph()
+    plan = plan_int8(g, None)
+    modes = {}
+    for c in plan.choices:
+        modes.setdefault(c.op_type, set()).add(c.mode)
+    assert modes["LayerNormalization"] == modes["Softmax"] == modes["Erf"] == {"fp32"}
+    assert modes["MatMul"] == {"fp32"}                     # Q.K^T and probs.V: two activations
+    # the six token products per layer are dynamic; the pooler's Gemm (one row per sentence) stays static
+    assert modes["Gemm"] == {"int8 dynamic", "int8 static"} and len(plan.dynamic) == 6
+    residual = [c for c in plan.choices if c.op_type == "Add" and "LayerNormalization" in c.reason]
+    assert len(residual) >= 2 and not plan.smoothing         # no per-channel statistics given: not smoothed
+
+
+def test_outlier_output_needs_dynamic_and_a_static_device_declines_it():
+    model, g, feeds = _bert_graph()
+    ffn_out = [n for n in g.nodes if n.op_type == "Add" and any(
+        p.op_type == "MatMul" and g.tensors[p.inputs[1]].shape == (128, 32) for p in g.nodes if p.outputs[0] in n.inputs)]
+    assert ffn_out
+    name = ffn_out[0].outputs[0]
+    lo, hi = -np.ones(32), np.ones(32)
+    lo[5], hi[5] = -100.0, 100.0                            # one outlier dimension
+    plan = plan_int8(g, {name: (lo, hi)})
+    (node,) = plan.required
+    assert "outlier" in plan.required[node] and plan.dynamic[node] == (5,)
+    table = nnhal.calibrate(model, [feeds], progress=False)
+    table.channels[name] = (tuple(lo), tuple(hi))
+    with nnhal.Session(model, devices=["vnpu", "cpu"], precision="uint8", calibration=table) as s:
+        s.run(feeds)
+        decision = s.placement[node]
+    assert decision.device == "cpu" and "statically only" in decision.declined["vnpu"]
+
+
+def test_safetensors_reader(tmp_path):
+    from nnhal.models.safetensors import read_safetensors
+
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    b = np.array([1, -2], np.int64)
+    header = {"a": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]},
+              "b": {"dtype": "I64", "shape": [2], "data_offsets": [24, 40]}, "__metadata__": {"format": "pt"}}
+    raw = json.dumps(header).encode()
+    path = tmp_path / "m.safetensors"
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + a.tobytes() + b.tobytes())
+    got = read_safetensors(path)
+    np.testing.assert_array_equal(got["a"], a)
+    np.testing.assert_array_equal(got["b"], b)
+    header["a"]["data_offsets"] = [0, 20]
+    raw = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + a.tobytes() + b.tobytes())
+    with pytest.raises(ModelError, match="do not hold"):
+        read_safetensors(path)
+
+
+def test_wordpiece(tmp_path):
+    from nnhal.models.wordpiece import WordPiece
+
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "un", "##aff", "##able", "hello", ",", "!", "cafe"]
+    (tmp_path / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    tok = WordPiece(tmp_path / "vocab.txt")
+    assert tok.words("Hello, UNAFFABLE Café!") == ["hello", ",", "unaffable", "cafe", "!"]
+    enc = tok.encode(["Hello, unaffable xyz!"], 10)
+    assert enc["input_ids"][0].tolist() == [2, 7, 8, 4, 5, 6, 1, 9, 3, 0]
+    assert enc["attention_mask"][0].tolist() == [1] * 9 + [0]
