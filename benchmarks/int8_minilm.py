@@ -41,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seq", type=int, default=64)
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--threads", type=int, default=0, help="0 = one per core")
+    parser.add_argument("--mixed-tolerance", type=float, default=0.01)
     args = parser.parse_args(argv)
     try:
         import onnxruntime as ort
@@ -102,7 +103,27 @@ def main(argv: list[str] | None = None) -> int:
     for engine in engines.values():
         if isinstance(engine, nnhal.Session):
             engine.close()
+    prepare(model, calib, args.mixed_tolerance)
     return 0
+
+
+def prepare(model, calib: dict[str, np.ndarray], tolerance: float) -> None:
+    """Prepare time of uint8 and of precision="mixed" (on the calibration sentences), and what mixed chose."""
+    import nnhal
+
+    seconds = {}
+    for precision in ("uint8", "mixed"):
+        g = nnhal.create_graph(nnhal.create_context(), "onnx", model)
+        for name, value in calib.items():
+            nnhal.set_graph_input(g, name, value)
+        start = time.perf_counter()
+        nnhal.prerun_graph(g, nnhal.Options(precision=precision, mixed_tolerance=tolerance, progress=False))
+        seconds[precision] = time.perf_counter() - start
+        report = g.mixed_report
+        nnhal.destroy_graph(g)
+    print(f"prepare on {CALIBRATION} sentences: uint8 {seconds['uint8']:.1f} s, mixed (bound {tolerance:.0%}) "
+          f"{seconds['mixed']:.1f} s = {seconds['mixed'] / seconds['uint8']:.1f}x")
+    print(report)
 
 
 if __name__ == "__main__":

@@ -87,6 +87,9 @@ def vnpu_describe(device: Device) -> Description:
         performance={"uint8": Performance(exec_time=0.25, power_usage=0.1)},
         options=VnpuOptions,
         summary="simulated integer NPU (uint8 activations, int8 per-channel weights)",
+        # NOTE: the chip's activations are uint8 with the scales the core calibrated; it cannot quantize
+        # at run time, so the core declines it the products that need dynamic scales (placement says why).
+        activation_quantization=("static",),
     )
 
 
