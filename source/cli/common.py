@@ -21,9 +21,9 @@ from typing import Any, Callable
 import numpy as np
 
 from nnhal.errors import NnhalError
+from nnhal.options import PRECISIONS
 
 OK, FAILED, USAGE, BUG, INTERRUPTED = 0, 1, 2, 3, 130
-PRECISIONS = ("fp32", "fp16", "int8", "uint8")
 
 
 class UsageError(NnhalError):

@@ -20,6 +20,7 @@ import numpy as np
 
 from nnhal.conformance.tolerance import compare, policy
 from nnhal.errors import NnhalError, UnsupportedError
+from nnhal.options import PRECISIONS
 
 PASS, WRONG, UNSUPPORTED, ERROR = "pass", "wrong", "unsupported", "error"
 
@@ -182,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m nnhal.conformance")
     parser.add_argument("--device", default="cpu", help="the device to validate (nnhal devices lists them)")
-    parser.add_argument("--precision", default="fp32", choices=["fp32", "fp16", "int8", "uint8"],
+    parser.add_argument("--precision", default="fp32", choices=PRECISIONS,
                         help="precision the cases run at (tolerances follow NNAPI's CTS)")
     parser.add_argument("--ops", default="", help="comma-separated op types (default: every case)")
     parser.add_argument("--pattern", default=None, help="glob on case names, e.g. 'test_conv*'")
