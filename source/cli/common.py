@@ -174,7 +174,11 @@ def parse_inputs(specs: list[str]) -> dict[str, np.ndarray]:
         if not sep or not name or not path:
             raise UsageError(f"--input takes name=file.npy, got '{spec}'")
         try:
-            feeds[name] = np.load(path)
+            value = np.load(path)      # NOTE: allow_pickle stays False: an input file is untrusted
         except (ValueError, EOFError) as exc:
-            raise UsageError(f"--input {spec}: '{path}' is not a .npy array ({exc})") from exc
+            raise UsageError(f"--input {spec}: '{path}' is not a .npy file holding an array") from exc
+        if not isinstance(value, np.ndarray):
+            value.close()
+            raise UsageError(f"--input {spec}: '{path}' is an .npz archive; give one .npy array per input")
+        feeds[name] = value
     return feeds

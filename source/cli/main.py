@@ -75,8 +75,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     feeds = input_for(proto, seed=args.seed)
     feeds.update(_parse_inputs(args.input))
     t0 = time.perf_counter()
-    session = nnhal.Session(model, devices=devices, precision=args.precision, num_thread=args.num_thread)
-    created = time.perf_counter() - t0
+    with nnhal.Session(model, devices=devices, precision=args.precision, num_thread=args.num_thread) as session:
+        created = time.perf_counter() - t0
+        return _run_and_report(args, session, feeds, created)
+
+
+def _run_and_report(args: argparse.Namespace, session, feeds: dict[str, np.ndarray], created: float) -> int:
+    """Run once (prepares), then ``--repeat`` timed runs with progress; print outputs, placement, latency."""
     times = []
     with Progress("run", args.repeat + 1, quiet=args.quiet) as bar:
         t0 = time.perf_counter()
@@ -109,7 +114,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     if times:
         print(f"latency over {len(times)} runs: median {np.median(times) * 1e3:.2f} ms, "
               f"min {min(times) * 1e3:.2f} ms, max {max(times) * 1e3:.2f} ms")
-    session.close()
     return OK
 
 
@@ -187,8 +191,7 @@ def cmd_accuracy(args: argparse.Namespace) -> int:
     inits = {i.name for i in proto.graph.initializer}
     input_names = [i.name for i in proto.graph.input if i.name not in inits]
     if args.data:
-        with np.load(args.data) as npz:
-            arrays = {k: npz[k] for k in npz.files}
+        arrays = _load_npz(args.data)
         if len(input_names) == 1 and input_names[0] not in arrays and len(arrays) == 1:
             arrays = {input_names[0]: next(iter(arrays.values()))}
         missing = [n for n in input_names if n not in arrays]
@@ -220,6 +223,18 @@ def cmd_accuracy(args: argparse.Namespace) -> int:
     for line in failures:
         print(f"nnhal: accuracy: {line}", file=sys.stderr)
     return FAILED if failures else OK
+
+
+def _load_npz(path: str) -> dict[str, np.ndarray]:
+    """The arrays of an .npz archive (pickles refused); UsageError for anything else."""
+    try:
+        data = np.load(path)
+    except (ValueError, EOFError) as exc:
+        raise UsageError(f"--data '{path}' is not an .npz archive of arrays") from exc
+    if isinstance(data, np.ndarray):
+        raise UsageError(f"--data '{path}' is a single .npy array; give an .npz archive (np.savez) of the inputs")
+    with data:
+        return {k: data[k] for k in data.files}
 
 
 def accuracy_failures(report, min_top1: float | None, min_cosine: float | None) -> list[str]:

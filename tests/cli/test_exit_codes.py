@@ -69,16 +69,20 @@ def test_every_option_of_every_subcommand_has_help():
     (["run", "{model}", "--device", "vnpux"], "no device named 'vnpux' is registered"),
     (["run", "{model}", "--input", "x"], "--input takes name=file.npy, got 'x'"),
     (["run", "{model}", "--input", "x=/no/such.npy"], "no such file: '/no/such.npy'"),
-    (["run", "{model}", "--input", "nosuch={npy}"], "nosuch"),
+    (["run", "{model}", "--input", "nosuch={npy}"], "the graph has no input named 'nosuch'"),
+    (["run", "{model}", "--input", "x={model}"], "is not a .npy file holding an array"),
+    (["run", "{folder}"], "is not a file"),
     (["placement", "{garbage}"], "cannot read ONNX model"),
     (["validate", "--ops", "Reluu"], "no conformance case uses op 'Reluu'; did you mean Relu"),
     (["validate", "--device", "nosuch", "--ops", "Relu"], "no device named 'nosuch'"),
     (["accuracy", "{model}", "--precision", "fp16,fp64"], "unknown precision(s) ['fp64']"),
+    (["accuracy", "{model}", "--data", "{npy}"], "is a single .npy array; give an .npz archive"),
 ])
 def test_a_users_mistake_is_one_line_and_exit_2(capsys, tmp_path, model_file, args, message):
     (tmp_path / "garbage.onnx").write_bytes(b"not a model")
     np.save(tmp_path / "x.npy", np.zeros((1, 3, 8, 8), np.float32))
-    args = [a.format(model=model_file, garbage=tmp_path / "garbage.onnx", npy=tmp_path / "x.npy") for a in args]
+    args = [a.format(model=model_file, garbage=tmp_path / "garbage.onnx", npy=tmp_path / "x.npy", folder=tmp_path)
+            for a in args]
     rc, _, err = run_main(capsys, *args)
     assert rc == USAGE
     assert message in err

@@ -82,6 +82,36 @@ def test_report_is_self_contained_with_chart_legend_and_sortable_tables(report):
     assert not re.search(r'(src|href)\s*=\s*["\']?(https?:)?//', text), "the page must load nothing"
 
 
+def test_bench_profile_and_accuracy_pages_share_the_layout(tmp_path):
+    """bench --html from a real (tiny) measurement, and the profile and accuracy pages."""
+    pytest.importorskip("onnxruntime", reason="bench compares with onnxruntime")
+    import nnhal
+    from nnhal.accuracy import compare_precisions
+    from nnhal.benchmark.run import _time, make_nnhal, make_ort, render_html, render_table
+    from nnhal.cli.reports import accuracy_html, profile_html
+    from nnhal.zoo import input_for
+    from tests.cli.models import conv_softmax
+
+    model = conv_softmax()
+    feeds = input_for(model)
+    run_n, prerun_ms, _, flops, session = make_nnhal(model, feeds, 1)
+    row = {"model": "conv_softmax", "batch": 1, "nnhal": _time(run_n, 1, 3), "prerun_ms": prerun_ms}
+    session.close()
+    run_o, create_ms, _ = make_ort(model, feeds, 1)
+    row.update(ort=_time(run_o, 1, 3), ort_create_ms=create_ms, max_rel_err=0.0)
+    row.update(ratio=row["nnhal"]["median"] / row["ort"]["median"], gflops=flops / row["nnhal"]["median"] / 1e6)
+    rows = [row, {"model": "bert", "batch": 8, "skip": "MemoryError: too big"}]
+    bench = render_html(rows, render_table(rows, ["header"], None))
+    with nnhal.Session(model, devices=["vnpu", "cpu"], precision="uint8") as s:
+        profile = profile_html(s.profile(feeds, runs=2), "tiny")
+    accuracy = accuracy_html(compare_precisions(model, [feeds, input_for(model, seed=1)], ["fp16"]))
+    for text, table in ((bench, "bench"), (profile, "shares"), (accuracy, "precisions")):
+        assert f'<table class="sortable" id="{table}">' in text
+        assert "<svg" in text and 'class="legend"' in text and "<script>" in text
+        assert not re.search(r'(src|href)\s*=', text)
+    assert f'data-v="{row["ratio"]}"' in bench and "skipped: MemoryError: too big" in bench
+
+
 @needs_chromium
 def test_screenshot_is_rendered_and_not_blank(report, tmp_path):
     png = tmp_path / "report.png"
