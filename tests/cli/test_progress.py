@@ -59,3 +59,33 @@ def test_validate_counts_cases_on_stderr(capsys):
     assert err.splitlines()[-1].startswith("validate cpu [###") and "pass" in err
     assert main(["validate", "--ops", "Relu", "-q"]) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_a_real_terminal_gets_the_redrawn_line(tmp_path):
+    """`nnhal run` with stderr on a pseudo-terminal: one line redrawn with carriage returns."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    model = save(conv_softmax(), tmp_path)
+    leader, follower = pty.openpty()
+    try:
+        proc = subprocess.run([sys.executable, "-m", "nnhal.cli.main", "run", model, "--repeat", "3"],
+                              stdout=subprocess.PIPE, stderr=follower, timeout=300)
+        os.close(follower)
+        err = b""
+        while True:
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:              # EIO: the terminal's other end is closed and drained
+                break
+            if not chunk:
+                break
+            err += chunk
+    finally:
+        os.close(leader)
+    assert proc.returncode == 0
+    err = err.replace(b"\r\n", b"\n")          # the terminal's own newline translation
+    assert err.startswith(b"\rrun [") and b"4/4" in err.rsplit(b"\r", 1)[-1]
+    assert err.count(b"\n") == 1 and b"latency over 3 runs" in proc.stdout
