@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import time
 import uuid
 import zipfile
@@ -197,6 +198,9 @@ class PartRunner:
     def run_part(self, part: Part) -> list[tuple[str, str]]:
         """Run one part and write its file atomically; returns the (key, error) of the rows that failed."""
         keys, columns, errors = self.load(part)
+        if errors and self.job.on_error == "fail":
+            first = min(errors)
+            raise InputError(f"{keys[first]}: {errors[first]}")
         good = [i for i in range(len(keys)) if i not in errors]
         feed = {"key": np.asarray([keys[i] for i in good], dtype=object)}
         feed.update({name: [cells[i] for i in good] for name, cells in columns.items()})
@@ -353,7 +357,8 @@ def run_job(job: JobSpec, source: str, output: str, rows_per_part: int = 64, act
                                  override_num_blocks=len(pending))
         resources = device_resources(list(job.devices)) if resources is None else resources
         ds = ds.map_batches(runner, fn_constructor_kwargs={"job": job, "output": str(out)}, batch_size=1,
-                            batch_format="numpy", **actor_options(actors, job.threads, resources=resources))
+                            batch_format="numpy",
+                            **actor_options(min(actors, len(pending)), job.threads, resources=resources))
         for row in ds.iter_rows():
             report.written += 1
             report.rows += int(row["rows"])
@@ -363,13 +368,17 @@ def run_job(job: JobSpec, source: str, output: str, rows_per_part: int = 64, act
 
 
 def _nnhal_error(exc: BaseException) -> NnhalError | None:
-    """The NnhalError a Ray task raised, found through Ray's wrappers (cause chains)."""
-    seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        if isinstance(exc, NnhalError):
-            return exc
-        seen.add(id(exc))
-        exc = exc.__cause__ or getattr(exc, "cause", None) or exc.__context__
+    """The NnhalError a Ray task raised. Ray Data re-raises a UDF's error as UserCodeException, keeping
+    only its traceback text, so the last ``nnhal.errors.<Class>: message`` line of it is rebuilt."""
+    from nnhal import errors
+
+    if isinstance(exc, NnhalError):
+        return exc
+    found = re.findall(r"^(?:nnhal\.errors\.)?(\w+Error): (.*)$", str(exc), flags=re.MULTILINE)
+    for name, message in reversed(found):
+        cls = getattr(errors, name, None)
+        if isinstance(cls, type) and issubclass(cls, NnhalError):
+            return cls(message)
     return None
 
 
