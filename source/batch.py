@@ -321,17 +321,20 @@ def complete_parts(output: Path, parts: list[Part]) -> set[int]:
 
 
 def _check_manifest(output: Path, job: JobSpec, source: str, parts: list[Part]) -> None:
-    """Refuse to resume into OUTPUT when it holds another job (another model, input or cut into parts)."""
+    """Refuse to resume into OUTPUT when it holds another job (another model, input, options or parts)."""
     digest = hashlib.sha256(json.dumps([p.items for p in parts]).encode()).hexdigest()
-    manifest = {"model": job.model, "input": str(Path(source).resolve()), "parts": len(parts),
-                "plan": digest, "job": {k: v for k, v in asdict(job).items() if k != "on_error"}}
+    # NOTE: threads and on_error do not change what a part holds, so a rerun may change them
+    fields = {k: v for k, v in asdict(job).items() if k not in ("threads", "on_error")}
+    manifest = json.loads(json.dumps({"input": str(Path(source).resolve()), "parts": len(parts), "plan": digest,
+                                      **fields}))
     path = output / MANIFEST
     if path.is_file():
         before = json.loads(path.read_text())
-        if before != json.loads(json.dumps(manifest)):
-            changed = sorted(k for k in manifest if before.get(k) != json.loads(json.dumps(manifest))[k])
-            raise OptionsError(f"output '{output}' holds a job with another {', '.join(changed)}; "
-                               "resume with the same arguments or choose a new output folder")
+        changed = sorted(k for k in set(manifest) | set(before) if before.get(k) != manifest.get(k))
+        if changed:
+            raise OptionsError(f"output '{output}' holds the parts of another job (it differs in "
+                               f"{', '.join(changed)}); rerun with the same arguments to resume, or choose a "
+                               "new output folder")
         return
     tmp = output / f".{MANIFEST}.tmp"
     tmp.write_text(json.dumps(manifest, indent=1))

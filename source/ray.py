@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from nnhal.errors import InputError, ModelError, NnhalError, OptionsError
+from nnhal.errors import DeviceError, InputError, ModelError, NnhalError, OptionsError
 from nnhal.session import Session
 
 log = logging.getLogger("nnhal.ray")
@@ -274,8 +274,6 @@ def run_batch_size(model: Any, batch_size: int | None = None) -> int:
 def check_resources(resources: dict[str, float]) -> None:
     """Raise DeviceError when the connected Ray cluster offers none of a custom resource (actors would wait forever)."""
     import ray
-
-    from nnhal.errors import DeviceError
 
     available = ray.cluster_resources()
     missing = sorted(r for r in resources if available.get(r, 0) < resources[r])

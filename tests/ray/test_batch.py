@@ -53,7 +53,7 @@ def test_images_skip_a_bad_file_and_resume(ray_local, digits_model, image_folder
     assert _read(out) == table
 
     assert main(argv[:-2] + ["--batch-size", "2"]) == 2       # another job into the same folder is refused
-    assert "holds a job with another job" in capsys.readouterr().err
+    assert "differs in batch_size" in capsys.readouterr().err
 
 
 def test_on_error_fail_stops_and_names_the_row(ray_local, digits_model, image_folder, tmp_path, capsys):
