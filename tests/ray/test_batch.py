@@ -105,3 +105,20 @@ def test_a_killed_actor_leaves_every_row_once(ray_local, digits_model, digits, t
     table = _read(tmp_path / "out")
     assert table["key"] == [f"rows.npz[{i}]" for i in range(24)]
     np.testing.assert_array_equal(np.array(table["logits"]), loop(digits_model, digits[:24]))
+
+
+def test_the_command_starts_its_own_local_cluster(digits_model, digits, tmp_path):
+    """As on a fresh machine: no cluster running in this process; `nnhal batch` starts one and stops it.
+    A device other than the CPU is a custom resource that the local cluster offers when it is registered."""
+    pytest.importorskip("ray.data", reason="Ray Data is not installed (pip install 'nnhal[ray]')")
+    import subprocess
+    import sys
+
+    np.savez(tmp_path / "rows.npz", digits[:10])                     # one array, not named like the input
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "nnhal.cli.main", "batch", digits_model, str(tmp_path / "rows.npz"),
+                           str(out), "--device", "vnpu,cpu", "--num-cpus", "2", "--rows-per-part", "4"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "3 part(s): 0 complete before (skipped), 3 written; 10 row(s)" in done.stdout
+    np.testing.assert_allclose(np.array(_read(out)["logits"]), loop(digits_model, digits[:10]), rtol=1e-5, atol=1e-5)
