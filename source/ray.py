@@ -126,6 +126,9 @@ class Predictor:
         unknown = sorted(set(inputs) - set(self.session.input_names))
         if unknown:
             raise InputError(f"inputs maps {unknown}, which the model lacks; its inputs are {self.session.input_names}")
+        unknown = sorted(set(outputs or {}) - set(self.session.output_names))
+        if unknown:
+            raise InputError(f"outputs maps {unknown}, which the model lacks; its outputs are {self.session.output_names}")
         self.specs = [self._spec(n, inputs.get(n, n), tensors[n]) for n in self.session.input_names]
         self.output_columns = {n: (outputs or {}).get(n, n) for n in self.session.output_names}
         self.run_batch = self._run_batch(batch_size)

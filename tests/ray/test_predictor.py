@@ -39,6 +39,8 @@ def test_predict_reports_bad_rows_by_key(digits_model, digits):
     np.testing.assert_allclose(pred.outputs["scores"], loop(digits_model, digits[[0, 2, 3]]), rtol=1e-5, atol=1e-5)
     out = p(batch)
     assert out["id"].tolist() == ["a", "c", "e"] and out["scores"].shape == (3, 10)
+    with pytest.raises(InputError, match="outputs maps \\['probs'\\]"):
+        Predictor(digits_model, outputs={"probs": "p"})
     with pytest.raises(InputError, match="^b: input 'input'"):
         Predictor(digits_model, key_column="id", on_error="fail").predict(batch)
 
