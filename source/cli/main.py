@@ -176,7 +176,7 @@ def cmd_accuracy(args: argparse.Namespace) -> int:
 
 
 def cmd_batch(args: argparse.Namespace) -> int:
-    from nnhal.batch import run_cli
+    from nnhal.batch.cli import run_cli
 
     return run_cli(args)
 
