@@ -53,7 +53,14 @@ def list_input(path: str) -> tuple[str, list[tuple[str, int]]]:
     kind = kinds.pop()
     counts = {"image": lambda p: 1, "npz": _npz_rows, "parquet": _parquet_rows}[kind]
     suffix_ok = (lambda p: p.suffix.lower() in IMAGE_SUFFIXES) if kind == "image" else (lambda p: p.suffix == f".{kind}")
-    return kind, [(str(p), counts(p)) for p in files if suffix_ok(p)]
+    listed = []
+    for p in files:
+        if suffix_ok(p):
+            try:
+                listed.append((str(p), counts(p)))
+            except (OSError, ValueError, zipfile.BadZipFile) as exc:   # pyarrow's ArrowInvalid is a ValueError
+                raise InputError(f"cannot read the row count of '{p}': {exc}") from exc
+    return kind, listed
 
 
 def plan_parts(files: list[tuple[str, int]], rows_per_part: int) -> list[Part]:

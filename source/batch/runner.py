@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -70,12 +71,19 @@ class PartRunner:
                     errors[len(keys) - 1] = str(exc)
                     columns[specs[0].column].append(None)
                 continue
-            arrays = self._read_rows(path, start, stop)
             base = len(keys)
+            try:
+                arrays = self._read_rows(path, start, stop)
+            except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
+                # NOTE: the file changed or broke since it was listed: its rows fail, the part goes on
+                arrays = {"__error__": f"cannot read rows {start}:{stop} of {name}: {exc}"}
+            unreadable = arrays.pop("__error__", None)
             key_values = arrays.pop("__key__", None)
             if key_values is None:
                 key_values = [f"{name}[{i}]" for i in range(start, stop)]
             keys.extend(str(k) for k in key_values)
+            for i in range(stop - start) if unreadable else ():
+                errors[base + i] = unreadable
             for spec in specs:
                 values = arrays.get(spec.column)
                 if values is None:
