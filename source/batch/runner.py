@@ -127,6 +127,9 @@ class PartRunner:
         final = self.output / part.name
         tmp = self.output / f".{part.name}.{uuid.uuid4().hex}.tmp"
         pq.write_table(table, tmp)
+        # NOTE: flushed to disk before the rename, so a part file that exists after a crash is whole
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
         os.replace(tmp, final)
 
 
