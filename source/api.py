@@ -227,15 +227,16 @@ def create_context(name: str = "default", devices: list[str] | None = None,
 
 
 def _check_node_names(graph: Graph, ctx: Context) -> None:
-    """Pins and denials must name nodes of the model: a typo would silently change nothing."""
-    known = {node.name for node in graph.nodes}
+    """Pins and denials must name nodes or op types of the model: a typo would silently change nothing."""
+    known = {node.name for node in graph.nodes} | {node.op_type for node in graph.nodes}
     for what, table in (("pins", ctx.pins), ("deny", ctx.deny)):
         for node in table:
             if node not in known:
                 import difflib
                 close = difflib.get_close_matches(node, sorted(known), n=1)
                 hint = f"; did you mean '{close[0]}'?" if close else ""
-                raise OptionsError(f"{what} names node '{node}', which the model does not have{hint}")
+                raise OptionsError(f"{what} names '{node}', which is neither a node nor an op type of the "
+                                   f"model{hint}")
 
 
 # ----------------------------------------------------------------------- graph

@@ -252,6 +252,36 @@ def accuracy_failures(report, min_top1: float | None, min_cosine: float | None) 
     return failures
 
 
+def cmd_batch(args: argparse.Namespace) -> int:
+    from nnhal.batch.cli import run_cli
+
+    return run_cli(args)
+
+
+def add_batch_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("batch", help="run a model over a folder of images, .npz or .parquet on Ray Data; "
+                                     "write parquet parts (needs pip install 'nnhal[ray]')")
+    p.add_argument("model", help="a path or zoo:<name>[?weights=random]")
+    p.add_argument("input", help="a folder of images, an .npz or .parquet file, or a folder of them")
+    p.add_argument("output", help="a folder of part-NNNNN.parquet files; complete parts are skipped on a rerun")
+    p.add_argument("--device", default="cpu", help="comma-separated device list in priority order")
+    p.add_argument("--precision", default="fp32", choices=["fp32", "fp16"])
+    p.add_argument("--actors", type=int, default=2, help="actors, one Session each")
+    p.add_argument("--threads", type=int, default=1, help="threads (and Ray CPUs) per actor")
+    p.add_argument("--batch-size", type=int, default=None, help="rows per run when the model's batch dim is free")
+    p.add_argument("--rows-per-part", type=int, default=64, help="rows per output file (the unit of resume)")
+    p.add_argument("--on-error", default="skip", choices=["skip", "fail"], help="a bad row is skipped or stops the job")
+    p.add_argument("--key", default=None, help="parquet input: the column naming a row (default: file[index])")
+    p.add_argument("--mean", default="0", help="image inputs: per-channel mean after scaling to [0, 1]")
+    p.add_argument("--std", default="1", help="image inputs: per-channel std after scaling to [0, 1]")
+    p.add_argument("--resource", action="append", default=[], metavar="NAME=AMOUNT",
+                   help="a custom Ray resource each actor needs (default nnhal_<device> per non-cpu device)")
+    p.add_argument("--address", default=None, help="an existing Ray cluster (default: start a local one)")
+    p.add_argument("--num-cpus", type=int, default=None, help="CPUs of the local cluster (default: all)")
+    p.add_argument("--show-errors", type=int, default=20, help="failed rows to list")
+    p.set_defaults(func=cmd_batch)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="nnhal", description="nnhal: pluggable-device ONNX inference",
@@ -329,6 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also write an HTML report (sortable table, a chart of the agreement)")
     add_quiet(p)
     p.set_defaults(func=cmd_accuracy)
+    add_batch_parser(sub)
     sub.add_parser("bench", help="benchmark nnhal against onnxruntime (see nnhal bench --help)", add_help=False)
     return parser
 
