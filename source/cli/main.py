@@ -265,7 +265,8 @@ def add_batch_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("input", help="a folder of images, an .npz or .parquet file, or a folder of them")
     p.add_argument("output", help="a folder of part-NNNNN.parquet files; complete parts are skipped on a rerun")
     p.add_argument("--device", default="cpu", help="comma-separated device list in priority order")
-    p.add_argument("--precision", default="fp32", choices=["fp32", "fp16"])
+    p.add_argument("--precision", default="fp32", choices=["fp32", "fp16"],
+                   help="precision to run at (default: fp32)")
     p.add_argument("--actors", type=int, default=2, help="actors, one Session each")
     p.add_argument("--threads", type=int, default=1, help="threads (and Ray CPUs) per actor")
     p.add_argument("--batch-size", type=int, default=None, help="rows per run when the model's batch dim is free")
