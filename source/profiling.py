@@ -120,7 +120,8 @@ class Profile:
         lines.append("")
         lines.append(f"{'subgraph':>9}  {'device':<10} {'nodes':>5}  {'ms/run':>9}  {'share':>6}")
         for s in self.subgraphs:
-            lines.append(f"{s.index:>9}  {s.device:<10} {s.nodes:>5}  {s.ms:>9.3f}  {s.ms / whole if whole else 0:>6.1%}")
+            share = s.ms / whole if whole else 0.0
+            lines.append(f"{s.index:>9}  {s.device:<10} {s.nodes:>5}  {s.ms:>9.3f}  {share:>6.1%}")
         fw = whole - sum(s.ms for s in self.subgraphs)
         lines.append(f"{FRAMEWORK:>9}  {'-':<10} {'':>5}  {fw:>9.3f}  {fw / whole if whole else 0:>6.1%}")
         lines.append("")

@@ -299,9 +299,12 @@ def render_html(rows: list[dict], text: str) -> str:
     def color(ratio: float) -> str:
         return GOOD if ratio <= 1.5 else WARN if ratio <= 2.5 else BAD
 
+    css = {GOOD: "good", WARN: "warn", BAD: "bad"}
+
     done = [r for r in rows if not r.get("skip")]
     chart = Chart("latency nnhal / onnxruntime (lower is better)",
-                  [Bar(f"{r['model']} b{r['batch']}", r["ratio"], color(r["ratio"]), f"{r['ratio']:.2f}") for r in done],
+                  [Bar(f"{r['model']} b{r['batch']}", r["ratio"], color(r["ratio"]), f"{r['ratio']:.2f}")
+                   for r in done],
                   [(1.0, "1"), (1.5, "1.5"), (2.5, "2.5")])
     table_rows = []
     for r in rows:
@@ -310,7 +313,7 @@ def render_html(rows: list[dict], text: str) -> str:
                                Cell("skipped: " + r["skip"], None, "neutral")])
             continue
         table_rows.append([r["model"], r["batch"], round(r["nnhal"]["median"], 3), round(r["ort"]["median"], 3),
-                           Cell(f"{r['ratio']:.2f}", r["ratio"], "good" if r["ratio"] <= 1.5 else "bad" if r["ratio"] > 2.5 else "warn"),
+                           Cell(f"{r['ratio']:.2f}", r["ratio"], css[color(r["ratio"])]),
                            round(r["gflops"], 2),
                            None if r.get("nnhal_mem") is None else round(r["nnhal_mem"] / 2**20, 1),
                            None if r.get("ort_mem") is None else round(r["ort_mem"] / 2**20, 1),

@@ -129,7 +129,8 @@ def test_screenshot_is_rendered_and_not_blank(report, tmp_path):
 def test_url_fragment_sorts_the_table_in_the_browser(report, tmp_path):
     unsorted = op_order(report.read_text())
     assert sorted(unsorted) == unsorted and len(unsorted) >= 3
-    out = chromium(tmp_path, "--run-all-compositor-stages-before-draw", "--dump-dom", report.as_uri() + "#sort=ops:op:desc")
+    out = chromium(tmp_path, "--run-all-compositor-stages-before-draw", "--dump-dom",
+                   report.as_uri() + "#sort=ops:op:desc")
     assert op_order(out.stdout) == sorted(unsorted, reverse=True), out.stderr[-2000:]
     assert 'aria-sort="descending"' in out.stdout
 

@@ -73,8 +73,8 @@ def test_cli_placement_run_shows_conversions_formats_and_bytes(capsys, tmp_path)
     rows = {line.split()[0]: line for line in table[2:]}
     assert re.search(r"graph input\s+subgraph #0 \(vnpu\)\s+float32\[1x3x8x8\]\s+to uint8\(scale=", rows["x"])
     assert rows["x"].rstrip().endswith(" 768")
-    assert re.search(r"subgraph #0 \(vnpu\)\s+subgraph #1 \(cpu\)\s+float32\[1x6x1x1\]\s+from uint8\(.*\) to host\s+24$",
-                     rows["g"])
+    assert re.search(r"subgraph #0 \(vnpu\)\s+subgraph #1 \(cpu\)\s+float32\[1x6x1x1\]\s+"
+                     r"from uint8\(.*\) to host\s+24$", rows["g"])
 
 
 def test_cli_placement_without_run_explains_the_plan(capsys, tmp_path):
@@ -91,7 +91,8 @@ def test_session_takes_a_zoo_name_as_the_cli_does():
     with nnhal.Session("zoo:squeezenet?weights=random&seed=3") as s:
         got = {n: t.value for n, t in s.graph.graph.tensors.items() if t.value is not None and t.value.ndim == 4}
         assert s.input_names == ["data_0"] and s.output_names == ["softmaxout_1"]
-    want = {i.name: onnx.numpy_helper.to_array(i) for i in resolve("zoo:squeezenet?weights=random&seed=3").graph.initializer}
+    inits = resolve("zoo:squeezenet?weights=random&seed=3").graph.initializer
+    want = {i.name: onnx.numpy_helper.to_array(i) for i in inits}
     name = next(iter(sorted(set(got) & set(want))))
     np.testing.assert_array_equal(got[name], want[name])
     with pytest.raises(nnhal.ModelError, match="no zoo model 'nosuchnet'"):
