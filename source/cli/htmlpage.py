@@ -98,7 +98,8 @@ def render_table(table: Table) -> str:
 
 def render_chart(chart: Chart, width: int = 560) -> str:
     """An inline SVG bar chart (labels left, bars scaled to the largest value or mark)."""
-    bar_h, gap, left, top = 18, 5, 190, 26
+    bar_h, gap, left = 18, 5, 190
+    top = 44 if chart.marks else 26          # room for the marks' labels under the title
     scale_max = max([b.value for b in chart.bars if math.isfinite(b.value)] + [m for m, _ in chart.marks] + [1e-12])
     height = top + len(chart.bars) * (bar_h + gap) + 10
     parts = [f'<svg class="chart" xmlns="http://www.w3.org/2000/svg" width="{left + width + 90}" height="{height}" '
@@ -110,11 +111,14 @@ def render_chart(chart: Chart, width: int = 560) -> str:
         parts.append(f'<text x="{left - 6}" y="{y + 13}" text-anchor="end">{html.escape(b.label[:28])}</text>')
         parts.append(f'<rect x="{left}" y="{y}" width="{w:.1f}" height="{bar_h}" fill="{b.color}"/>')
         parts.append(f'<text x="{left + w + 4:.1f}" y="{y + 13}">{html.escape(b.text or _fmt(b.value))}</text>')
-    for value, label in chart.marks:
+    last_label = -1e9
+    for value, label in sorted(chart.marks):
         x = left + width * value / scale_max
         parts.append(f'<line x1="{x:.1f}" y1="{top - 6}" x2="{x:.1f}" y2="{height - 6}" stroke="#555" '
-                     f'stroke-dasharray="4 3"/><text x="{x:.1f}" y="{top - 8}" text-anchor="middle">'
-                     f"{html.escape(label)}</text>")
+                     f'stroke-dasharray="4 3"/>')
+        if x - last_label >= 8 * len(label) + 6:     # NOTE: crowded marks keep the first label only
+            parts.append(f'<text x="{x:.1f}" y="{top - 10}" text-anchor="middle">{html.escape(label)}</text>')
+            last_label = x
     parts.append("</svg>")
     return "".join(parts)
 
