@@ -456,4 +456,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from nnhal.cli.common import guarded
+
+    sys.exit(guarded(main))
