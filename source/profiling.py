@@ -12,7 +12,7 @@ returns a Profile:
 
 ``Profile.shares()`` accounts for every millisecond once: timed nodes by op and kernel, each
 subgraph's time outside its timed nodes (a whole subgraph on a device that does not time nodes) and
-the framework's own time (scheduler, boundary hand-over, API) as a row of its own; the shares sum to
+the framework's own time (scheduler, API, outputs handed back to the host) as a row of its own; the shares sum to
 100% of the wall time (of the summed subgraph time when async subgraphs overlapped).
 ``Profile.table()`` renders it; ``nnhal profile MODEL`` prints it.
 Timing adds about a microsecond per node; it is off unless asked for.
@@ -79,7 +79,8 @@ class Profile:
 
     @property
     def framework_ms(self) -> float:
-        """Per run, the time outside every subgraph: the scheduler, boundary hand-over, the API call.
+        """Per run, the time outside every subgraph: the scheduler, the API call, outputs handed back to
+        the host (a subgraph's time includes the conversion of its inputs).
 
         0 when subgraphs overlapped (async devices): their summed time then exceeds the wall time."""
         return max(0.0, self.wall_ms - sum(s.ms for s in self.subgraphs))
@@ -108,8 +109,8 @@ class Profile:
                 rows.append(Share("subgraph", s.device, f"subgraph #{s.index} (device-timed as a whole)",
                                   s.nodes, s.ms, 0.0))
         rows.sort(key=lambda r: -r.ms)
-        rows.append(Share(FRAMEWORK, "-", "scheduler, boundaries and API outside subgraphs", 0,
-                          whole - sum(s.ms for s in self.subgraphs), 0.0))
+        rows.append(Share(FRAMEWORK, "-", "scheduler, API, output hand-over: outside subgraphs", 0,
+                          self.framework_ms, 0.0))
         return [Share(r.kind, r.device, r.label, r.nodes, r.ms, r.ms / whole if whole else 0.0) for r in rows]
 
     def table(self, top: int = 20) -> str:
@@ -122,7 +123,7 @@ class Profile:
         for s in self.subgraphs:
             share = s.ms / whole if whole else 0.0
             lines.append(f"{s.index:>9}  {s.device:<10} {s.nodes:>5}  {s.ms:>9.3f}  {share:>6.1%}")
-        fw = whole - sum(s.ms for s in self.subgraphs)
+        fw = self.framework_ms
         lines.append(f"{FRAMEWORK:>9}  {'-':<10} {'':>5}  {fw:>9.3f}  {fw / whole if whole else 0:>6.1%}")
         lines.append("")
         timed = sum(n.ms for n in self.nodes)

@@ -13,7 +13,7 @@ def profile_html(prof, title: str) -> str:
     per_device: dict[str, float] = {}
     for r in shares:
         per_device[r.device] = per_device.get(r.device, 0.0) + r.share
-    chart = Chart("share of a run per device (framework: scheduler, boundaries, API)",
+    chart = Chart("share of a run per device (framework: scheduler, API, output hand-over)",
                   [Bar("framework" if d == "-" else d, v * 100, color[d], f"{v:.1%}") for d, v in per_device.items()])
     rows = [[r.device, r.kind, r.label, r.nodes or None, round(r.ms, 4), Cell(f"{r.share:.1%}", r.share)]
             for r in shares]
