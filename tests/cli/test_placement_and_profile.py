@@ -125,3 +125,11 @@ def test_cli_profile_table_shares_sum_to_100_percent(capsys, tmp_path):
     assert sub[-1].split()[0] == "framework"
     page = html.read_text()
     assert 'id="shares"' in page and "<svg" in page
+
+
+def test_cli_placement_run_shows_the_fallback(capsys, tmp_path, failing):
+    assert main(["placement", save(conv_softmax(), tmp_path), "--device", f"{failing},cpu", "--run"]) == 0
+    out = capsys.readouterr().out
+    relu = next(line for line in out.splitlines() if line.startswith("relu "))
+    assert relu.split()[2] == "cpu" and "fell back from failing (failed at run" in relu
+    assert "subgraph #1 (1 nodes) failed on 'failing' at run" in out
