@@ -27,6 +27,7 @@ from nnhal.device.discovery import discover as discover_plugins
 from nnhal.device.discovery import load_plugin
 from nnhal.device.manager import (
     BUILT_IN,
+    FALLBACK_DEVICE,
     DeviceStatus,
     clear_unavailable,
     find_device,
@@ -147,11 +148,6 @@ def _require_init() -> None:
 
 
 # --------------------------------------------------------------------- context
-# the device that is always registered and takes what no other device can: the default device list and,
-# unless strict, the fallback appended to every context
-FALLBACK_DEVICE = "cpu"
-
-
 @dataclass
 class Context:
     """An ordered device list (the fallback device appended unless strict) and their options."""
@@ -188,7 +184,7 @@ def create_context(name: str = "default", devices: list[str] | None = None,
         raise OptionsError(f"strict must be True or False, got {strict!r}")
     names = _names(devices, "devices") if devices is not None else [FALLBACK_DEVICE]
     if not names:
-        raise OptionsError("devices is empty; name at least one device (e.g. ['cpu'])")
+        raise OptionsError("devices is empty; name at least one device (e.g. ['{FALLBACK_DEVICE}'])")
     for n in names:
         find_device(n)
     if len(set(names)) != len(names):

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field, replace
 import numpy as np
 
 from nnhal.conformance.tolerance import compare, policy
+from nnhal.device.manager import FALLBACK_DEVICE
 from nnhal.errors import NnhalError, UnsupportedError
 
 PASS, WRONG, UNSUPPORTED, ERROR = "pass", "wrong", "unsupported", "error"
@@ -105,7 +106,7 @@ def _tolerance(precision: str, case, expected: np.ndarray):
     return tol
 
 
-def run_case(case, device: str = "cpu", precision: str = "fp32", strict: bool = False) -> CaseResult:
+def run_case(case, device: str = FALLBACK_DEVICE, precision: str = "fp32", strict: bool = False) -> CaseResult:
     ops = sorted({n.op_type for n in case.model.graph.node})
     start = time.perf_counter()
     result = CaseResult(case.name, ops, PASS)
@@ -135,7 +136,7 @@ def run_case(case, device: str = "cpu", precision: str = "fp32", strict: bool = 
     return result
 
 
-def run_suite(device: str = "cpu", precision: str = "fp32", ops: list[str] | None = None,
+def run_suite(device: str = FALLBACK_DEVICE, precision: str = "fp32", ops: list[str] | None = None,
               pattern: str | None = None, progress: bool = True) -> list[CaseResult]:
     cases = collect_cases(ops, pattern)
     results = []
@@ -170,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m nnhal.conformance")
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--device", default=FALLBACK_DEVICE)
     parser.add_argument("--precision", default="fp32")
     parser.add_argument("--ops", default="", help="comma-separated op types")
     parser.add_argument("--pattern", default=None, help="glob on case names, e.g. 'test_conv*'")

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from nnhal.device.device import Candidate, Device
+from nnhal.device.manager import FALLBACK_DEVICE
 from nnhal.errors import UnsupportedOperatorError, where
 from nnhal.graph.graph import Graph
 from nnhal.graph.node import Node
@@ -27,7 +28,7 @@ class Decision:
 
 
 def place(graph: Graph, devices: list[Device], precision: str, pins: dict[str, str] | None = None,
-          deny: dict[str, list[str]] | None = None, fallback: str = "cpu") -> dict[str, Decision]:
+          deny: dict[str, list[str]] | None = None, fallback: str = FALLBACK_DEVICE) -> dict[str, Decision]:
     """Decide a device for every node of ``graph``; UnsupportedOperatorError lists nodes no device takes.
 
     When no device offers ``precision`` for a node, the fallback device (the

@@ -7,8 +7,8 @@ import zlib
 import numpy as np
 import pytest
 
-from nnhal.device.cpu.kernels import _conv_nhwc
-from nnhal.device.cpu.kernels.select import force_reference, implementations, select
+from nnhal.hostkernels import _conv_nhwc
+from nnhal.hostkernels.select import force_reference, implementations, select
 from nnhal.graph.node import Node
 from nnhal.operator.base import Info
 from nnhal.operator.table import get_prototype

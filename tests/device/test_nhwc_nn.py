@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nnhal.device.cpu.kernels.base import Kernel
-from nnhal.device.cpu.kernels.select import force_reference, implementations, select
+from nnhal.hostkernels.base import Kernel
+from nnhal.hostkernels.select import force_reference, implementations, select
 from nnhal.graph.node import Node
 from nnhal.operator.base import Info
 from nnhal.operator.table import get_prototype

@@ -16,7 +16,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from nnhal.device.cpu.kernels.select import select
+from nnhal.hostkernels.select import select
 from nnhal.errors import NnhalError
 from nnhal.graph.node import Node
 from nnhal.operator.base import Info
@@ -121,7 +121,7 @@ def fuse_matmul(chosen: list, external: set[str]) -> list:
     fuse_gelu). Every intermediate must have no other reader and not leave the subgraph.
     (Transpose views as MatMul inputs/outputs and a fused attention Softmax were measured slower on the
     BERT encoder at batch 8 than the separate copies: strided BLAS operands and many small GEMMs.)"""
-    from nnhal.device.cpu.kernels.op_matmul import EPILOGUE
+    from nnhal.hostkernels.op_matmul import EPILOGUE
 
     chosen = list(chosen)
     changed = True

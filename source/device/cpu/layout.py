@@ -34,8 +34,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from nnhal.device.cpu.fusions import FUSED_ATTR
-from nnhal.device.cpu.kernels.base import Kernel, RunFn
-from nnhal.device.cpu.kernels.select import select
+from nnhal.hostkernels.base import Kernel, RunFn
+from nnhal.hostkernels.select import select
 from nnhal.errors import NnhalError
 from nnhal.graph.node import Node
 from nnhal.operator.base import Info

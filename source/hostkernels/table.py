@@ -1,0 +1,16 @@
+"""The explicit table of CPU kernels: op_type -> module.
+
+Each module ``nnhal.hostkernels.op_<snake_name>`` defines
+``IMPLEMENTATIONS``: the Kernel classes for that op. At pre_run the kernel
+with the highest ``score`` for a node wins; ``NNHAL_CPU_REFERENCE=1`` forces
+the implementation named "reference".
+"""
+from __future__ import annotations
+
+from nnhal.operator.table import MS_OPS, ONNX_OPS
+
+# NOTE: the CPU is the reference device: it implements every operator that has a
+# prototype, in a module of the same name under kernels/. A device with fewer
+# kernels writes its own explicit table.
+KERNELS: dict[str, str] = dict(ONNX_OPS)
+DOMAINS: dict[str, dict[str, str]] = {"": KERNELS, "ai.onnx": KERNELS, "com.microsoft": dict(MS_OPS)}
