@@ -128,6 +128,12 @@ class Interface:
         Free what pre_run built (also after a failure, before the CPU takes over).
     release_device(device)
         Once, at unregistration (nnhal.release()), after everything else: undo init.
+    profile(device, subgraph, enable) -> list[NodeTiming] | None
+        Optional per-node timing for ``nnhal.profile``, called on the prepared subgraph with no run in
+        flight (the core holds the graph exclusively meanwhile). ``enable=True``: start timing the
+        subgraph's nodes from zero; return None. ``enable=False``: stop, and return one NodeTiming per
+        node (or fused node) timed since, seconds summed over the runs in between. Absent: the profile
+        still gets the subgraph's wall time per run from the scheduler, only no per-node breakdown.
     """
 
     run: Callable[["Device", "Subgraph"], None]
@@ -138,6 +144,17 @@ class Interface:
     async_wait: Callable[["Device", "Subgraph", bool], bool] | None = None
     release_graph: Callable[["Device", Any], None] | None = None
     release_device: Callable[["Device"], None] | None = None
+    profile: Callable[["Device", "Subgraph", bool], "list[NodeTiming] | None"] | None = None
+
+
+@dataclass(frozen=True)
+class NodeTiming:
+    """One node (or fused node) of a device's compiled subgraph, as its ``profile`` hook reports it."""
+
+    node: str           # the node's name (a fused node stands for its whole chain)
+    op: str             # its op type
+    kernel: str         # the implementation that ran it ("" when the device has one per op)
+    seconds: float      # summed over every run since profiling was switched on
 
 
 @dataclass(frozen=True)
