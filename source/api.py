@@ -346,7 +346,8 @@ def _plan(g: GraphHandle, options: Options) -> tuple[Graph, list, list[Device], 
     deny = dict(ctx.deny)
     for name in options.keep_fp32:      # only the fallback device runs a node in fp32 under a quantized precision
         deny[name] = list(deny.get(name, [])) + [d.name for d in devices if d.name != FALLBACK_DEVICE]
-    g.placement = place(graph, devices, options.precision, ctx.pins, deny, fallback=FALLBACK_DEVICE)
+    g.placement = place(graph, devices, options.precision, ctx.pins, deny, fallback=FALLBACK_DEVICE,
+                        prefer=options.prefer)
     moved = enforce_min_group_size(graph, g.placement, options.min_group_size, fallback=FALLBACK_DEVICE)
     assignment = {n: d.device for n, d in g.placement.items()}
     splitter = next((d for d in devices if d.optimizer and d.optimizer.split_graph), None)

@@ -35,7 +35,9 @@ PRECISIONS = ("fp32", "fp16", "int8", "uint8")
 
 @dataclass(frozen=True)
 class Performance:
-    """NNAPI-style capability figures for one precision: relative to the CPU at fp32 = 1.0."""
+    """NNAPI-style capability figures for one precision: relative to the CPU at fp32 = 1.0 (lower is
+    better). Placement reads them under ``Options(prefer="speed")`` (exec_time) or ``"power"``
+    (power_usage); a precision the device gives no figures for counts as 1.0."""
 
     exec_time: float = 1.0
     power_usage: float = 1.0
@@ -43,7 +45,8 @@ class Performance:
 
 @dataclass(frozen=True)
 class Description:
-    """What a device supports, statically: op types, precisions, options, performance.
+    """What a device supports, statically: op types, precisions, options, performance (per precision,
+    used by placement when the user prefers speed or power over the priority order).
 
     ``reentrant`` says whether ``run`` / ``async_run`` may be entered by several runs of prepared
     graphs at once (a Session shared by threads). Each run gets its own view of the subgraph whose
