@@ -1,6 +1,9 @@
 """What the fast 2-D convolution kernels of both layouts share (op_conv.py: NCHW, _conv_nhwc.py: NHWC):
-which nodes they accept, and Winograd F(4x4, 3x3)'s transform matrices and weight transform."""
+which nodes they accept, their static geometry (Conv2d), zero padding into scratch, which nodes Winograd
+F(4x4, 3x3) takes, and its transform matrices and weight transform."""
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -31,7 +34,84 @@ def geometry(node: Node, ins: list[Info | None], outs: list[Info]) -> dict | Non
     return g
 
 
+@dataclass(frozen=True)
+class Conv2d:
+    """The static geometry of a 2-D convolution a fast kernel prepares for (shapes in ONNX's NCHW terms)."""
+
+    n: int
+    c: int
+    h: int
+    w: int
+    m: int
+    group: int
+    kernel: tuple[int, int]
+    strides: tuple[int, int]
+    dilations: tuple[int, int]
+    pads: tuple[int, int, int, int]      # top, left, bottom, right
+    oh: int
+    ow: int
+    dtype: np.dtype
+
+    @property
+    def cg(self) -> int:
+        return self.c // self.group
+
+    @property
+    def mg(self) -> int:
+        return self.m // self.group
+
+    @property
+    def hp(self) -> int:
+        return self.h + self.pads[0] + self.pads[2]
+
+    @property
+    def wp(self) -> int:
+        return self.w + self.pads[1] + self.pads[3]
+
+    @property
+    def padded(self) -> bool:
+        return any(self.pads)
+
+
+def conv2d(node: Node, ins: list[Info | None], outs: list[Info]) -> Conv2d:
+    """The geometry of a node that ``geometry`` accepts (the kernels' score checked it)."""
+    g = geometry(node, ins, outs)
+    n, c, h, w = ins[0].shape
+    oh, ow = outs[0].shape[2:]
+    return Conv2d(n, c, h, w, ins[1].value.shape[0], node.attrs["group"], tuple(g["kernel"]), tuple(g["strides"]),
+                  tuple(g["dilations"]), tuple(g["pads"]), oh, ow, np.dtype(outs[0].dtype))
+
+
+def pad_into(xp: np.ndarray, x: np.ndarray, pads: tuple[int, ...], channels_last: bool = False) -> None:
+    """x (..., H, W) or, channels last, (..., H, W, C) into the scratch xp of the padded shape: zero
+    borders, then the interior."""
+    pt, pl, pb, pr = pads
+    c = (slice(None),) if channels_last else ()
+    h, w = x.shape[-3:-1] if channels_last else x.shape[-2:]
+    rows = slice(pt, pt + h)
+    if pt:
+        xp[(Ellipsis, slice(None, pt), slice(None), *c)] = 0
+    if pb:
+        xp[(Ellipsis, slice(pt + h, None), slice(None), *c)] = 0
+    if pl:
+        xp[(Ellipsis, rows, slice(None, pl), *c)] = 0
+    if pr:
+        xp[(Ellipsis, rows, slice(pl + w, None), *c)] = 0
+    xp[(Ellipsis, rows, slice(pl, pl + w), *c)] = x
+
+
 # ------------------------------------------------------------------ Winograd F(4x4, 3x3)
+def winograd_fits(node: Node, ins: list[Info | None], outs: list[Info]) -> tuple[int, int] | None:
+    """(smallest channel count, smallest output side) of a 3x3 stride-1 undilated group-1 convolution the
+    fast kernels accept, the shapes each layout's Winograd threshold is measured on; else None."""
+    g = geometry(node, ins, outs)
+    if g is None or node.attrs["group"] != 1 or list(g["kernel"]) != [3, 3]:
+        return None
+    if list(g["strides"]) != [1, 1] or list(g["dilations"]) != [1, 1]:
+        return None
+    return min(ins[1].value.shape[:2]), min(outs[0].shape[2:])
+
+
 # Points 0, 1, -1, 2, -2 and infinity (Lavin & Gray). Every transform is one GEMM over all tiles
 # and channels at once (the 2-D transforms as Kronecker products, 36x36 and 16x36), so numpy does no
 # per-tile work: 36 multiplies per 16 outputs instead of 144.

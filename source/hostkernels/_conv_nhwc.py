@@ -31,6 +31,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from nnhal.hostkernels import _conv2d, _scratch
 from nnhal.hostkernels.base import Kernel, RunFn
+from nnhal.hostkernels.fused import activation_of
 from nnhal.graph.node import Node
 from nnhal.operator.base import Info
 
@@ -64,7 +65,7 @@ def _epilogue(node: Node, ins: list[Info | None], dtype: np.dtype, row: int) -> 
     if len(ins) > 2 and ins[2] is not None:
         value = ins[2].value.astype(dtype)
         bias = np.tile(value, row // value.size)
-    act = _scratch.activation_of(node)
+    act = activation_of(node)
 
     def finish(block: np.ndarray) -> None:
         if bias is not None:
@@ -73,21 +74,6 @@ def _epilogue(node: Node, ins: list[Info | None], dtype: np.dtype, row: int) -> 
         _scratch.apply_activation(block, act)
 
     return finish
-
-
-def _pad_into(xp: np.ndarray, x: np.ndarray, pads: list[int]) -> None:
-    """x (..., H, W, C) into the scratch xp (..., Hp, Wp, C): zero borders, then the interior."""
-    pt, pl, pb, pr = pads
-    h, w = x.shape[-3:-1]
-    if pt:
-        xp[..., :pt, :, :] = 0
-    if pb:
-        xp[..., pt + h:, :, :] = 0
-    if pl:
-        xp[..., pt:pt + h, :pl, :] = 0
-    if pr:
-        xp[..., pt:pt + h, pl + w:, :] = 0
-    xp[..., pt:pt + h, pl:pl + w, :] = x
 
 
 def _bands(n: int, rows: int, row_bytes: int, budget: int) -> tuple[int, int, list[tuple[int, int, int, int]]]:
@@ -100,6 +86,150 @@ def _bands(n: int, rows: int, row_bytes: int, budget: int) -> tuple[int, int, li
         imgs = min(n, per // rows)
         return imgs, rows, [(b0, min(n, b0 + imgs), 0, rows) for b0 in range(0, n, imgs)]
     return 1, per, [(b, b + 1, r0, min(rows, r0 + per)) for b in range(n) for r0 in range(0, rows, per)]
+
+
+def nhwc_depthwise(s: _conv2d.Conv2d, wv: np.ndarray, finish: Callable[[np.ndarray], None]) -> RunFn:
+    """One input channel per group, any channel multiplier: one multiply and add per kernel tap over
+    all pixels and channels of a band at once."""
+    dtype, pads, padded = s.dtype, s.pads, s.padded
+    n, c, m, group, cg, mg, oh, ow, hp, wpad = s.n, s.c, s.m, s.group, s.cg, s.mg, s.oh, s.ow, s.hp, s.wp
+    (kh, kw), (sh, sw), (dh, dw) = s.kernel, s.strides, s.dilations
+    out_shape = (n, oh, ow, m)
+    taps = [(i, j) for i in range(kh) for j in range(kw)]
+    # a channel multiplier k > 1 repeats each input channel k times in the padded scratch (k strided
+    # copies), so output channel o always reads scratch channel o
+    mult = mg
+    wd = np.ascontiguousarray(wv.reshape(m, kh * kw).T)                          # (taps, M)
+    if sw == 1:
+        # a tap's window rows are OW * M contiguous elements: weights tiled to a row, one long inner loop
+        wd = np.tile(wd, (1, ow))                                                 # (taps, OW * M)
+    repeated = padded or mult > 1
+    imgs, rows, bands = _bands(n, oh, ow * m * dtype.itemsize, DEPTHWISE_BAND_BYTES)
+    parts = ([((imgs, hp, wpad, m), dtype)] if repeated else []) + [((imgs * rows * ow * m,), dtype)]
+    _scratch.reserve(_scratch.nbytes_of(*parts))
+
+    def run_dw(inputs, outputs):
+        x = inputs[0]
+        y = outputs[0] if outputs[0] is not None else np.empty(out_shape, dtype)
+        bufs = _scratch.scratch(*parts)
+        for b0, b1, r0, r1 in bands:
+            nb, nr = b1 - b0, r1 - r0
+            xb = x[b0:b1]
+            if repeated:
+                if r0 == 0:
+                    for copy in range(mult):
+                        _conv2d.pad_into(bufs[0][:nb].reshape(nb, hp, wpad, c, mult)[..., copy], xb, pads, True)
+                xb = bufs[0][:nb]
+            yb = y[b0:b1, r0:r1]
+            if sw == 1:
+                yb = yb.reshape(nb, nr, ow * m)
+            tmp = bufs[-1][:yb.size].reshape(yb.shape)
+            for k, (i, j) in enumerate(taps):
+                top, left = i * dh + r0 * sh, j * dw
+                src = xb[:, top:top + (nr - 1) * sh + 1:sh, left:left + (ow - 1) * sw + 1:sw]
+                if sw == 1:
+                    src = src.reshape(nb, nr, ow * m)
+                if k == 0:
+                    np.multiply(src, wd[k], out=yb)
+                else:
+                    np.multiply(src, wd[k], out=tmp)
+                    np.add(yb, tmp, out=yb)
+            finish(y[b0:b1, r0:r1])
+        return (y,)
+
+    return run_dw
+
+
+def nhwc_1x1(s: _conv2d.Conv2d, wv: np.ndarray, finish: Callable[[np.ndarray], None]) -> RunFn:
+    """Unpadded 1x1: one GEMM (N*H*W, C) @ (C, M) straight from the input into the output (a strided copy
+    first when strided; grouped ones one GEMM batched over groups on strided views)."""
+    dtype, pads, padded = s.dtype, s.pads, s.padded
+    n, c, m, group, cg, mg, oh, ow, hp, wpad = s.n, s.c, s.m, s.group, s.cg, s.mg, s.oh, s.ow, s.hp, s.wp
+    (kh, kw), (sh, sw), (dh, dw) = s.kernel, s.strides, s.dilations
+    out_shape = (n, oh, ow, m)
+    p = n * oh * ow
+    wt = np.ascontiguousarray(wv.reshape(group, mg, cg).transpose(0, 2, 1))    # (G, C/G, M/G)
+    strided = (sh, sw) != (1, 1)
+    parts = [((n, oh, ow, c), dtype)] if strided else []
+    _scratch.reserve(_scratch.nbytes_of(*parts))
+
+    def run_1x1(inputs, outputs):
+        x = inputs[0]
+        y = outputs[0] if outputs[0] is not None else np.empty(out_shape, dtype)
+        if strided:
+            (xs,) = _scratch.scratch(*parts)
+            np.copyto(xs, x[:, :(oh - 1) * sh + 1:sh, :(ow - 1) * sw + 1:sw])
+            x = xs
+        if group == 1:
+            np.matmul(x.reshape(p, c), wt[0], out=y.reshape(p, m))
+        else:
+            # group g's pixels x channels are a (P, C/G) matrix with row stride C: BLAS reads it in place
+            np.matmul(x.reshape(p, group, cg).transpose(1, 0, 2), wt,
+                      out=y.reshape(p, group, mg).transpose(1, 0, 2))
+        finish(y)
+        return (y,)
+
+    return run_1x1
+
+
+def nhwc_im2col(s: _conv2d.Conv2d, wv: np.ndarray, finish: Callable[[np.ndarray], None]) -> RunFn:
+    """im2col columns (output pixels x kh*kw*C/G, channels fastest) gathered by one strided copy per band,
+    one GEMM (batched over super-groups) per band into the output's rows."""
+    dtype, pads, padded = s.dtype, s.pads, s.padded
+    n, c, m, group, cg, mg, oh, ow, hp, wpad = s.n, s.c, s.m, s.group, s.cg, s.mg, s.oh, s.ow, s.hp, s.wp
+    (kh, kw), (sh, sw), (dh, dw) = s.kernel, s.strides, s.dilations
+    out_shape = (n, oh, ow, m)
+    # Groups of few channels run as super-groups of ``sub`` groups each with block-diagonal weights: the
+    # gather copies runs of sub * C/G channels (a copy of 4-channel runs costs more than the GEMM over 8x
+    # the weights), the GEMM multiplies zeros.
+    sub = next(d for d in range(1, group + 1) if group % d == 0 and (d * cg >= GROUP_MIN_RUN or d == group))
+    sg, cs, ms = group // sub, sub * cg, sub * mg        # super-groups, their input and output channels
+    kk = kh * kw * cs
+    w6 = wv.reshape(sg, sub, mg, cg, kh, kw)
+    # wk[s, (i, j, b, c), (b', o)] = w[group s * sub + b, out o, in c, tap (i, j)] where b == b', else 0
+    wk = np.ascontiguousarray(np.einsum("sbocij,bd->sijbcdo", w6, np.eye(sub, dtype=dtype))).reshape(sg, kk, ms)
+    # a row of columns of a group-1 convolution starts on a multiple of ALIGN_COLUMNS elements: the stem's
+    # 7x7x3 = 147 columns in rows of 152 run (12544 x 147) @ (147 x 64) in 0.63 ms instead of 0.77
+    ld = -(-kk // ALIGN_COLUMNS) * ALIGN_COLUMNS if sg == 1 else sg * kk
+    imgs, rows, bands = _bands(n, oh, ow * ld * dtype.itemsize, BAND_BYTES)
+    parts = ([((imgs, hp, wpad, c), dtype)] if padded else []) + [((imgs * rows * ow * ld,), dtype)]
+    _scratch.reserve(_scratch.nbytes_of(*parts))
+
+    def run_im2col(inputs, outputs):
+        x = inputs[0]
+        y = outputs[0] if outputs[0] is not None else np.empty(out_shape, dtype)
+        bufs = _scratch.scratch(*parts)
+        cols_all = bufs[-1]
+        for b0, b1, r0, r1 in bands:
+            xb = x[b0:b1]
+            if padded:
+                if r0 == 0:
+                    _conv2d.pad_into(bufs[0][:b1 - b0], xb, pads, True)
+                xb = bufs[0][:b1 - b0]
+            si, s0, s1, s2 = xb.strides
+            q = (b1 - b0) * (r1 - r0) * ow
+            # cols[image, row, col, super-group, tap i, tap j, channel] =
+            #     xp[image, row * sh + i * dh, col * sw + j * dw, super-group * cs + channel]
+            window = as_strided(xb[:, r0 * sh:], shape=(b1 - b0, r1 - r0, ow, sg, kh, kw, cs),
+                                strides=(si, sh * s0, sw * s1, cs * s2, dh * s0, dw * s1, s2), writeable=False)
+            cols = cols_all[:q * ld]
+            item = cols.itemsize
+            # the destination: (q, sg * kk) columns in rows of ld elements, seen as the window's shape
+            dst = as_strided(cols, shape=window.shape, strides=(
+                (r1 - r0) * ow * ld * item, ow * ld * item, ld * item, kk * item, kw * cs * item, cs * item, item))
+            np.copyto(dst, window)
+            yr = y[b0:b1, r0:r1].reshape(q, m)
+            if sg == 1:
+                np.matmul(cols.reshape(q, ld)[:, :kk], wk[0], out=yr)
+            else:
+                # super-group s's pixels x columns are a (q, kk) matrix with row stride sg * kk, its
+                # outputs one with row stride M: BLAS reads and writes them in place
+                np.matmul(cols.reshape(q, sg, kk).transpose(1, 0, 2), wk,
+                          out=yr.reshape(q, sg, ms).transpose(1, 0, 2))
+            finish(y[b0:b1, r0:r1])
+        return (y,)
+
+    return run_im2col
 
 
 class ConvGemmNHWC(Kernel):
@@ -115,149 +245,13 @@ class ConvGemmNHWC(Kernel):
         return 10 if _conv2d.geometry(node, ins, outs) is not None else 0
 
     def prepare(self, node, ins, outs) -> RunFn:
-        g = _conv2d.geometry(node, ins, outs)
-        wv = ins[1].value
-        dtype = outs[0].dtype
-        n, c, h, w_in = ins[0].shape
-        m, cg = wv.shape[:2]
-        group = node.attrs["group"]
-        mg = m // group
-        kh, kw = g["kernel"]
-        sh, sw = g["strides"]
-        dh, dw = g["dilations"]
-        pads = g["pads"]
-        pt, pl, pb, pr = pads
-        oh, ow = outs[0].shape[2:]
-        out_shape = (n, oh, ow, m)
-        finish = _epilogue(node, ins, dtype, ow * m)
-
-        hp, wpad = h + pt + pb, w_in + pl + pr
-        padded = any(pads)
-        taps = [(i, j) for i in range(kh) for j in range(kw)]
-
-        # ---------------------------------------------------------- depthwise
-        if cg == 1:
-            # a channel multiplier k > 1 repeats each input channel k times in the padded scratch (k strided
-            # copies), so output channel o always reads scratch channel o
-            mult = mg
-            wd = np.ascontiguousarray(wv.reshape(m, kh * kw).T)                          # (taps, M)
-            if sw == 1:
-                # a tap's window rows are OW * M contiguous elements: weights tiled to a row, one long inner loop
-                wd = np.tile(wd, (1, ow))                                                 # (taps, OW * M)
-            repeated = padded or mult > 1
-            imgs, rows, bands = _bands(n, oh, ow * m * dtype.itemsize, DEPTHWISE_BAND_BYTES)
-            parts = ([((imgs, hp, wpad, m), dtype)] if repeated else []) + [((imgs * rows * ow * m,), dtype)]
-            _scratch.reserve(_scratch.nbytes_of(*parts))
-
-            def run_dw(inputs, outputs):
-                x = inputs[0]
-                y = outputs[0] if outputs[0] is not None else np.empty(out_shape, dtype)
-                bufs = _scratch.scratch(*parts)
-                for b0, b1, r0, r1 in bands:
-                    nb, nr = b1 - b0, r1 - r0
-                    xb = x[b0:b1]
-                    if repeated:
-                        if r0 == 0:
-                            for copy in range(mult):
-                                _pad_into(bufs[0][:nb].reshape(nb, hp, wpad, c, mult)[..., copy], xb, pads)
-                        xb = bufs[0][:nb]
-                    yb = y[b0:b1, r0:r1]
-                    if sw == 1:
-                        yb = yb.reshape(nb, nr, ow * m)
-                    tmp = bufs[-1][:yb.size].reshape(yb.shape)
-                    for k, (i, j) in enumerate(taps):
-                        top, left = i * dh + r0 * sh, j * dw
-                        src = xb[:, top:top + (nr - 1) * sh + 1:sh, left:left + (ow - 1) * sw + 1:sw]
-                        if sw == 1:
-                            src = src.reshape(nb, nr, ow * m)
-                        if k == 0:
-                            np.multiply(src, wd[k], out=yb)
-                        else:
-                            np.multiply(src, wd[k], out=tmp)
-                            np.add(yb, tmp, out=yb)
-                    finish(y[b0:b1, r0:r1])
-                return (y,)
-
-            return run_dw
-
-        # ---------------------------------------------------------- 1x1
-        if kh == kw == 1 and not any(pads):
-            p = n * oh * ow
-            wt = np.ascontiguousarray(wv.reshape(group, mg, cg).transpose(0, 2, 1))    # (G, C/G, M/G)
-            strided = (sh, sw) != (1, 1)
-            parts = [((n, oh, ow, c), dtype)] if strided else []
-            _scratch.reserve(_scratch.nbytes_of(*parts))
-
-            def run_1x1(inputs, outputs):
-                x = inputs[0]
-                y = outputs[0] if outputs[0] is not None else np.empty(out_shape, dtype)
-                if strided:
-                    (xs,) = _scratch.scratch(*parts)
-                    np.copyto(xs, x[:, :(oh - 1) * sh + 1:sh, :(ow - 1) * sw + 1:sw])
-                    x = xs
-                if group == 1:
-                    np.matmul(x.reshape(p, c), wt[0], out=y.reshape(p, m))
-                else:
-                    # group g's pixels x channels are a (P, C/G) matrix with row stride C: BLAS reads it in place
-                    np.matmul(x.reshape(p, group, cg).transpose(1, 0, 2), wt,
-                              out=y.reshape(p, group, mg).transpose(1, 0, 2))
-                finish(y)
-                return (y,)
-
-            return run_1x1
-
-        # ---------------------------------------------------------- im2col bands
-        # Groups of few channels run as super-groups of ``sub`` groups each with block-diagonal weights: the
-        # gather copies runs of sub * C/G channels (a copy of 4-channel runs costs more than the GEMM over 8x
-        # the weights), the GEMM multiplies zeros.
-        sub = next(d for d in range(1, group + 1) if group % d == 0 and (d * cg >= GROUP_MIN_RUN or d == group))
-        sg, cs, ms = group // sub, sub * cg, sub * mg        # super-groups, their input and output channels
-        kk = kh * kw * cs
-        w6 = wv.reshape(sg, sub, mg, cg, kh, kw)
-        # wk[s, (i, j, b, c), (b', o)] = w[group s * sub + b, out o, in c, tap (i, j)] where b == b', else 0
-        wk = np.ascontiguousarray(np.einsum("sbocij,bd->sijbcdo", w6, np.eye(sub, dtype=dtype))).reshape(sg, kk, ms)
-        # a row of columns of a group-1 convolution starts on a multiple of ALIGN_COLUMNS elements: the stem's
-        # 7x7x3 = 147 columns in rows of 152 run (12544 x 147) @ (147 x 64) in 0.63 ms instead of 0.77
-        ld = -(-kk // ALIGN_COLUMNS) * ALIGN_COLUMNS if sg == 1 else sg * kk
-        imgs, rows, bands = _bands(n, oh, ow * ld * dtype.itemsize, BAND_BYTES)
-        parts = ([((imgs, hp, wpad, c), dtype)] if padded else []) + [((imgs * rows * ow * ld,), dtype)]
-        _scratch.reserve(_scratch.nbytes_of(*parts))
-
-        def run_im2col(inputs, outputs):
-            x = inputs[0]
-            y = outputs[0] if outputs[0] is not None else np.empty(out_shape, dtype)
-            bufs = _scratch.scratch(*parts)
-            cols_all = bufs[-1]
-            for b0, b1, r0, r1 in bands:
-                xb = x[b0:b1]
-                if padded:
-                    if r0 == 0:
-                        _pad_into(bufs[0][:b1 - b0], xb, pads)
-                    xb = bufs[0][:b1 - b0]
-                si, s0, s1, s2 = xb.strides
-                q = (b1 - b0) * (r1 - r0) * ow
-                # cols[image, row, col, super-group, tap i, tap j, channel] =
-                #     xp[image, row * sh + i * dh, col * sw + j * dw, super-group * cs + channel]
-                window = as_strided(xb[:, r0 * sh:], shape=(b1 - b0, r1 - r0, ow, sg, kh, kw, cs),
-                                    strides=(si, sh * s0, sw * s1, cs * s2, dh * s0, dw * s1, s2), writeable=False)
-                cols = cols_all[:q * ld]
-                item = cols.itemsize
-                # the destination: (q, sg * kk) columns in rows of ld elements, seen as the window's shape
-                dst = as_strided(cols, shape=window.shape, strides=(
-                    (r1 - r0) * ow * ld * item, ow * ld * item, ld * item, kk * item, kw * cs * item, cs * item, item))
-                np.copyto(dst, window)
-                yr = y[b0:b1, r0:r1].reshape(q, m)
-                if sg == 1:
-                    np.matmul(cols.reshape(q, ld)[:, :kk], wk[0], out=yr)
-                else:
-                    # super-group s's pixels x columns are a (q, kk) matrix with row stride sg * kk, its
-                    # outputs one with row stride M: BLAS reads and writes them in place
-                    np.matmul(cols.reshape(q, sg, kk).transpose(1, 0, 2), wk,
-                              out=yr.reshape(q, sg, ms).transpose(1, 0, 2))
-                finish(y[b0:b1, r0:r1])
-            return (y,)
-
-        return run_im2col
+        s = _conv2d.conv2d(node, ins, outs)
+        wv, finish = ins[1].value, _epilogue(node, ins, s.dtype, s.ow * s.m)
+        if s.cg == 1:
+            return nhwc_depthwise(s, wv, finish)
+        if s.kernel == (1, 1) and not s.padded:
+            return nhwc_1x1(s, wv, finish)
+        return nhwc_im2col(s, wv, finish)
 
 
 class ConvWinogradNHWC(Kernel):
@@ -270,25 +264,15 @@ class ConvWinogradNHWC(Kernel):
     fuse_activation = True
 
     def score(self, node, ins, outs) -> int:
-        g = _conv2d.geometry(node, ins, outs)
-        if g is None or node.attrs["group"] != 1 or list(g["kernel"]) != [3, 3]:
-            return 0
-        if list(g["strides"]) != [1, 1] or list(g["dilations"]) != [1, 1]:
-            return 0
-        channels = min(ins[1].value.shape[:2])
-        side = min(outs[0].shape[2:])
-        if not any(channels >= c and side >= s for c, s in WINOGRAD_MIN_OUT.items()):
+        fits = _conv2d.winograd_fits(node, ins, outs)
+        if fits is None or not any(fits[0] >= c and fits[1] >= s for c, s in WINOGRAD_MIN_OUT.items()):
             return 0
         return 20
 
     def prepare(self, node, ins, outs) -> RunFn:
-        g = _conv2d.geometry(node, ins, outs)
-        wv = ins[1].value
-        dtype = outs[0].dtype
-        n, c, h, w_in = ins[0].shape
-        m = wv.shape[0]
-        pt, pl, pb, pr = g["pads"]
-        oh, ow = outs[0].shape[2:]
+        s = _conv2d.conv2d(node, ins, outs)
+        wv, dtype, n, c, h, w_in, m, oh, ow = ins[1].value, s.dtype, s.n, s.c, s.h, s.w, s.m, s.oh, s.ow
+        pt, pl = s.pads[:2]
         th, tw = -(-oh // 4), -(-ow // 4)
         hp, wpad = 4 * th + 2, 4 * tw + 2
         # pads beyond the given ones up to whole tiles: zeros whose outputs are cropped
@@ -313,7 +297,7 @@ class ConvWinogradNHWC(Kernel):
                 nb, nr = b1 - b0, t1 - t0
                 xp = xp_all[:nb]
                 if t0 == 0:
-                    _pad_into(xp, x[b0:b1], pads)
+                    _conv2d.pad_into(xp, x[b0:b1], pads, True)
                 si, s0, s1, s2 = xp.strides
                 k = nb * nr * tw
                 r0, r1 = 4 * t0, min(oh, 4 * t1)

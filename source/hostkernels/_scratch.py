@@ -12,6 +12,7 @@ import threading
 import numpy as np
 
 from nnhal.hostkernels import _blocks
+from nnhal.hostkernels.fused import Activation, activation_of
 
 _local = threading.local()
 ALIGN = 64
@@ -62,19 +63,14 @@ def nbytes_of(*parts: tuple[tuple[int, ...], np.dtype]) -> int:
     return sum((int(np.prod(s, dtype=np.int64)) * np.dtype(d).itemsize + ALIGN - 1) // ALIGN * ALIGN for s, d in parts)
 
 
-def activation_of(node) -> tuple | None:
-    """The activation fused into ``node`` by the CPU plan ('relu',) or ('clip', lo, hi), or None."""
-    return node.attrs.get("_nnhal_activation")
-
-
-def apply_activation(y: np.ndarray, act: tuple | None) -> None:
+def apply_activation(y: np.ndarray, act: Activation | None) -> None:
     """The fused activation, in place."""
     if act is None:
         return
-    if act[0] == "relu":
+    if act.kind == "relu":
         _blocks.relu(y, y)
     else:
-        _blocks.clamp(y, act[1], act[2], y)
+        _blocks.clamp(y, act.lo, act.hi, y)
 
 
 def fused(run, node):

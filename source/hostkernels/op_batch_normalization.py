@@ -4,7 +4,8 @@ from __future__ import annotations
 import numpy as np
 
 from nnhal.hostkernels import _blocks, _nhwc
-from nnhal.hostkernels._scratch import activation_of, apply_activation
+from nnhal.hostkernels._scratch import apply_activation
+from nnhal.hostkernels.fused import activation_of
 from nnhal.hostkernels.base import Kernel, RunFn, store
 
 

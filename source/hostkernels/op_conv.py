@@ -21,13 +21,15 @@ instead of 144).
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 from numpy.lib.stride_tricks import as_strided, sliding_window_view
 
-from nnhal.hostkernels import threads
 from nnhal.hostkernels import _conv2d, _scratch
 from nnhal.hostkernels._conv_nhwc import ConvGemmNHWC, ConvWinogradNHWC
 from nnhal.hostkernels.base import Kernel, RunFn, store
+from nnhal.hostkernels.fused import activation_of
 from nnhal.operator.table import get_prototype
 
 
@@ -87,25 +89,178 @@ def _pack(w: np.ndarray, group: int) -> np.ndarray:
 
 # scratch bound of one im2col band (bytes); bigger convolutions run in bands of output rows
 BAND_BYTES = 6 << 20
-# Splitting a convolution over the session's threads (threads.parallel; GEMM parts on single-threaded
-# BLAS, element-wise parts beside OpenBLAS's threads) is measured and OFF: on an idle 2-core machine one
-# GEMM on OpenBLAS's own threads was faster (ResNet-50 55 ms against 74 ms: the idle OpenBLAS workers
-# spin against the pool thread), and even element-wise splits (depthwise taps, bias/activation, BN,
-# pooling) lost 1-5 %. On a loaded machine the GEMM split was the steadier one (no 10-30x stalls);
-# lower these to try it. Smallest multiply-adds of a split GEMM, elements of a split epilogue,
-# multiply-adds of a split depthwise convolution:
-PARALLEL_MIN_MACS = 1 << 62
-PARALLEL_MIN_EPILOGUE = 1 << 62
-PARALLEL_MIN_DEPTHWISE = 1 << 62
+# NOTE: splitting a convolution over Python threads (hostkernels/threads.parallel, GEMM parts on
+# single-threaded BLAS) was measured and lost on an idle 2-core machine (ResNet-50 55 ms against 74 ms:
+# OpenBLAS's idle workers spin against the pool thread; element-wise splits lost 1-5 %), so these kernels
+# run one GEMM on BLAS's own threads; the zoo's shipped-output tests also pin that GEMM's rounding.
 # output-side shifts instead of im2col when output channels <= this times input channels
 SHIFT_MAX_RATIO = 1.0
 # ... and when the padded map is at most this much larger than the output (the shift GEMM runs over it all;
 # on 7x7 or 14x14 maps the border costs more than im2col's copies)
 SHIFT_MAX_PAD_GROWTH = 1.2
 
+Finish = Callable[[np.ndarray], tuple]
+
+
+def _epilogue(node, ins, s: _conv2d.Conv2d) -> Finish:
+    """finish(y): the bias and the fused activation in place in y (N or no batch axis, M, OH, OW)."""
+    bias = ins[2].value.astype(s.dtype).reshape(s.m, 1, 1) if len(ins) > 2 and ins[2] is not None else None
+    act = activation_of(node)
+
+    def finish(y: np.ndarray) -> tuple:
+        if bias is not None:
+            np.add(y, bias, out=y)
+        _scratch.apply_activation(y, act)
+        return (y,)
+
+    return finish
+
+
+def _taps(s: _conv2d.Conv2d, r0: int = 0, r1: int | None = None) -> list[tuple[int, int, tuple]]:
+    """(i, j, index of kernel tap (i, j) over output rows r0..r1 in the padded input's last two axes)."""
+    r1 = s.oh if r1 is None else r1
+    (kh, kw), (sh, sw), (dh, dw) = s.kernel, s.strides, s.dilations
+    return [(i, j, (Ellipsis, slice(i * dh + r0 * sh, i * dh + r0 * sh + (r1 - r0 - 1) * sh + 1, sh),
+                    slice(j * dw, j * dw + (s.ow - 1) * sw + 1, sw)))
+            for i in range(kh) for j in range(kw)]
+
+
+def _output(outputs: list, s: _conv2d.Conv2d) -> np.ndarray:
+    return outputs[0] if outputs[0] is not None else np.empty((s.n, s.m, s.oh, s.ow), s.dtype)
+
+
+def gemm_1x1(s: _conv2d.Conv2d, wv: np.ndarray, finish: Finish) -> RunFn:
+    """1x1 unpadded: one GEMM straight on the input (a strided copy first when strided), batched over groups."""
+    n, c, m, group, p = s.n, s.c, s.m, s.group, s.oh * s.ow
+    sh, sw = s.strides
+    wp = np.ascontiguousarray(wv.reshape(group, s.mg, s.cg))
+    parts = [((n, c, s.oh, s.ow), s.dtype)] if (sh, sw) != (1, 1) else []
+    if parts:
+        _scratch.reserve(_scratch.nbytes_of(*parts))
+
+    def run_1x1(inputs, outputs):
+        x = inputs[0]
+        y = _output(outputs, s)
+        if parts:
+            (xs,) = _scratch.scratch(*parts)
+            np.copyto(xs, x[:, :, :(s.oh - 1) * sh + 1:sh, :(s.ow - 1) * sw + 1:sw])
+            x = xs
+        if group > 1:
+            np.matmul(wp, x.reshape(n, group, s.cg, p), out=y.reshape(n, group, s.mg, p))
+        elif n == 1:
+            np.matmul(wp[0], x.reshape(c, p), out=y.reshape(m, p))
+        else:
+            np.matmul(wp[0], x.reshape(n, c, p), out=y.reshape(n, m, p))
+        return finish(y)
+
+    return run_1x1
+
+
+def gemm_depthwise(s: _conv2d.Conv2d, wv: np.ndarray, finish: Finish) -> RunFn:
+    """One input and output channel per group: one multiply-add per kernel tap over all channels at once."""
+    c, (kh, kw) = s.c, s.kernel
+    wd = np.ascontiguousarray(wv.reshape(c, kh * kw).T).reshape(kh * kw, 1, c, 1, 1)
+    parts = ([((s.n, c, s.hp, s.wp), s.dtype)] if s.padded else []) + [((s.n, c, s.oh, s.ow), s.dtype)]
+    _scratch.reserve(_scratch.nbytes_of(*parts))
+    taps = _taps(s)
+
+    def run_dw(inputs, outputs):
+        x = inputs[0]
+        y = _output(outputs, s)
+        bufs = _scratch.scratch(*parts)
+        tmp = bufs[-1]
+        if s.padded:
+            _conv2d.pad_into(bufs[0], x, s.pads)
+            x = bufs[0]
+        for k, (_, _, index) in enumerate(taps):
+            if k == 0:
+                np.multiply(x[index], wd[k], out=y)
+            else:
+                np.multiply(x[index], wd[k], out=tmp)
+                np.add(y, tmp, out=y)
+        return finish(y)
+
+    return run_dw
+
+
+def shift_fits(s: _conv2d.Conv2d) -> bool:
+    """Output-side shifts pay when there are fewer output than input channels and little padding."""
+    return s.group == 1 and s.strides == (1, 1) and s.kernel[0] * s.kernel[1] > 1 \
+        and s.m <= SHIFT_MAX_RATIO * s.c and s.hp * s.wp <= SHIFT_MAX_PAD_GROWTH * s.oh * s.ow
+
+
+def gemm_shift(s: _conv2d.Conv2d, wv: np.ndarray, finish: Finish) -> RunFn:
+    """Z = W_taps (kh*kw*M, C) @ xp (C, Hp*Wp) in one GEMM, y = the sum over taps of shifted Z slices:
+    cheaper than im2col when M < C (Z has kh*kw*M rows where im2col has kh*kw*C)."""
+    c, m, hp, wpad, (kh, kw), (dh, dw) = s.c, s.m, s.hp, s.wp, s.kernel, s.dilations
+    wt = np.ascontiguousarray(wv.transpose(2, 3, 0, 1).reshape(kh * kw * m, c))
+    parts = ([((c, hp, wpad), s.dtype)] if s.padded else []) + [((kh * kw, m, hp, wpad), s.dtype)]
+    _scratch.reserve(_scratch.nbytes_of(*parts))
+    shifts = [(i * kw + j, slice(i * dh, i * dh + s.oh), slice(j * dw, j * dw + s.ow))
+              for i in range(kh) for j in range(kw)]
+
+    def run_shift(inputs, outputs):
+        x = inputs[0]
+        y = _output(outputs, s)
+        bufs = _scratch.scratch(*parts)
+        z = bufs[-1].reshape(kh * kw, m, hp, wpad)
+        for b in range(s.n):
+            xb = x[b]
+            if s.padded:
+                _conv2d.pad_into(bufs[0], xb, s.pads)
+                xb = bufs[0]
+            np.matmul(wt, xb.reshape(c, hp * wpad), out=z.reshape(kh * kw * m, hp * wpad))
+            yb = y[b]
+            (t0, r0, c0), (t1, r1, c1) = shifts[:2]
+            np.add(z[t0, :, r0, c0], z[t1, :, r1, c1], out=yb)
+            for t, r, cc in shifts[2:]:
+                np.add(yb, z[t, :, r, cc], out=yb)
+            finish(yb)
+        return (y,)
+
+    return run_shift
+
+
+def gemm_im2col(s: _conv2d.Conv2d, wv: np.ndarray, finish: Finish) -> RunFn:
+    """im2col columns gathered tap by tap into per-thread scratch, in bands of output rows (to bound it),
+    and one GEMM per group and band into the output."""
+    c, group, mg, ow, (kh, kw) = s.c, s.group, s.mg, s.ow, s.kernel
+    kk, p = s.cg * kh * kw, s.oh * ow
+    wp = np.ascontiguousarray(wv.reshape(group, mg, kk))
+    rows = max(1, min(s.oh, BAND_BYTES // max(1, c * kh * kw * ow * s.dtype.itemsize)))
+    bands = [(r0, min(s.oh, r0 + rows)) for r0 in range(0, s.oh, rows)]
+    parts = ([((c, s.hp, s.wp), s.dtype)] if s.padded else []) + [((c * kh * kw * rows * ow,), s.dtype)]
+    _scratch.reserve(_scratch.nbytes_of(*parts))
+    band_taps = [_taps(s, r0, r1) for r0, r1 in bands]
+
+    def run_im2col(inputs, outputs):
+        x = inputs[0]
+        y = _output(outputs, s)
+        bufs = _scratch.scratch(*parts)
+        for b in range(s.n):
+            xb = x[b]
+            if s.padded:
+                _conv2d.pad_into(bufs[0], xb, s.pads)
+                xb = bufs[0]
+            yb = y[b].reshape(group, mg, p)
+            for (r0, r1), taps in zip(bands, band_taps):
+                q = (r1 - r0) * ow
+                cols = bufs[-1][:c * kh * kw * q]
+                cols5 = cols.reshape(c, kh, kw, r1 - r0, ow)
+                for i, j, index in taps:
+                    np.copyto(cols5[:, i, j], xb[index])
+                if group == 1:
+                    np.matmul(wp[0], cols.reshape(kk, q), out=yb[0, :, r0 * ow:r1 * ow])
+                else:
+                    np.matmul(wp, cols.reshape(group, kk, q), out=yb[:, :, r0 * ow:r1 * ow])
+        return finish(y)
+
+    return run_im2col
+
 
 class ConvGemm(Kernel):
-    """2-D convolution, constant weights, static shapes: GEMM without im2col for 1x1, im2col bands else."""
+    """2-D convolution, constant weights, static shapes: GEMM without im2col for 1x1, tap-wise
+    multiply-adds for depthwise, output-side shifts for few output channels, im2col bands else."""
 
     op_type = "Conv"
     name = "gemm"
@@ -115,237 +270,15 @@ class ConvGemm(Kernel):
         return 10 if _conv2d.geometry(node, ins, outs) is not None else 0
 
     def prepare(self, node, ins, outs) -> RunFn:
-        g = _conv2d.geometry(node, ins, outs)
-        wv = ins[1].value
-        dtype = outs[0].dtype
-        n, c, h, w_in = ins[0].shape
-        m = wv.shape[0]
-        group = node.attrs["group"]
-        cg, mg = c // group, m // group
-        kh, kw = g["kernel"]
-        sh, sw = g["strides"]
-        dh, dw = g["dilations"]
-        pt, pl, pb, pr = g["pads"]
-        oh, ow = outs[0].shape[2:]
-        p = oh * ow
-        bias = ins[2].value.astype(dtype).reshape(m, 1, 1) if len(ins) > 2 and ins[2] is not None else None
-        act = _scratch.activation_of(node)
-        out_shape = tuple(outs[0].shape)
-
-        def finish(y, lo=None, hi=None, trail=2):
-            """Bias and activation in y, or in its output channels lo:hi (the channel axis then has ``trail``
-            axes after it)."""
-            if bias is not None:
-                bb = bias if lo is None else bias[lo:hi].reshape((hi - lo,) + (1,) * trail)
-                np.add(y, bb, out=y)
-            _scratch.apply_activation(y, act)
-            return (y,)
-
-        # ---------------------------------------------------------- 1x1
-        if kh == kw == 1 and not any(g["pads"]):
-            wp = np.ascontiguousarray(wv.reshape(group, mg, cg))
-            w2 = wp[0]
-            strided = (sh, sw) != (1, 1)
-            parts = [((n, c, oh, ow), dtype)] if strided else []
-            if parts:
-                _scratch.reserve(_scratch.nbytes_of(*parts))
-
-            def run_1x1(inputs, outputs):
-                x = inputs[0]
-                y = outputs[0] if outputs[0] is not None else np.empty(out_shape, dtype)
-                if strided:
-                    (xs,) = _scratch.scratch(*parts)
-                    np.copyto(xs, x[:, :, :(oh - 1) * sh + 1:sh, :(ow - 1) * sw + 1:sw])
-                    x = xs
-                if group == 1:
-                    # one GEMM on BLAS's own threads: the zoo's shipped-output tests pin its rounding
-                    # (a split over rows or columns on single-threaded BLAS changes the last bits)
-                    if n == 1:
-                        np.matmul(w2, x.reshape(c, p), out=y.reshape(m, p))
-                    else:
-                        np.matmul(w2, x.reshape(n, c, p), out=y.reshape(n, m, p))
-                    if n * m * p >= PARALLEL_MIN_EPILOGUE and threads.workers() > 1 and (bias is not None or act):
-                        yr = y.reshape(n, m, p)
-                        threads.parallel(lambda r: finish(yr[:, r[0]:r[1]], r[0], r[1], 1),
-                                         threads.split(m, threads.workers(), 8), blas=False)
-                        return (y,)
-                else:
-                    xg, yg = x.reshape(n, group, cg, p), y.reshape(n, group, mg, p)
-                    if m * cg * p * n >= PARALLEL_MIN_MACS and threads.workers() > 1 and group > 1:
-                        yr = y.reshape(n, m, p)
-
-                        def part_g(r):
-                            g0, g1 = r
-                            np.matmul(wp[g0:g1], xg[:, g0:g1], out=yg[:, g0:g1])
-                            finish(yr[:, g0 * mg:g1 * mg], g0 * mg, g1 * mg, 1)
-
-                        threads.parallel(part_g, threads.split(group, threads.workers()))
-                        return (y,)
-                    np.matmul(wp, xg, out=yg)
-                return finish(y)
-
-            return run_1x1
-
-        hp, wpad = h + pt + pb, w_in + pl + pr
-        padded = any(g["pads"])
-
-        def pad_into(xp, x):
-            """x (.., H, W) into the scratch xp (.., Hp, Wp) with zero borders."""
-            if pt:
-                xp[..., :pt, :] = 0
-            if pb:
-                xp[..., pt + h:, :] = 0
-            if pl:
-                xp[..., pt:pt + h, :pl] = 0
-            if pr:
-                xp[..., pt:pt + h, pl + w_in:] = 0
-            xp[..., pt:pt + h, pl:pl + w_in] = x
-
-        def tap(i, j, r0=0, r1=oh):
-            """Index of kernel tap (i, j) over output rows r0..r1 in the padded input's last two axes."""
-            top = i * dh + r0 * sh
-            return (Ellipsis, slice(top, top + (r1 - r0 - 1) * sh + 1, sh),
-                    slice(j * dw, j * dw + (ow - 1) * sw + 1, sw))
-
-        # ---------------------------------------------------------- depthwise
-        if cg == 1 and mg == 1:
-            wd = np.ascontiguousarray(wv.reshape(c, kh * kw).T).reshape(kh * kw, 1, c, 1, 1)
-            parts = ([((n, c, hp, wpad), dtype)] if padded else []) + [((n, c, oh, ow), dtype)]
-            _scratch.reserve(_scratch.nbytes_of(*parts))
-            taps = [(i, j, tap(i, j)) for i in range(kh) for j in range(kw)]
-
-            big = n * c * p * kh * kw >= PARALLEL_MIN_DEPTHWISE
-
-            def run_dw(inputs, outputs):
-                x = inputs[0]
-                y = outputs[0] if outputs[0] is not None else np.empty(out_shape, dtype)
-                bufs = _scratch.scratch(*parts)
-                tmp = bufs[-1]
-                if padded:
-                    pad_into(bufs[0], x)
-                    x = bufs[0]
-
-                def part(rng):
-                    lo, hi = rng
-                    xs, ys, ts = x[:, lo:hi], y[:, lo:hi], tmp[:, lo:hi]
-                    for k, (i, j, index) in enumerate(taps):
-                        wk = wd[k][:, lo:hi]
-                        if k == 0:
-                            np.multiply(xs[index], wk, out=ys)
-                        else:
-                            np.multiply(xs[index], wk, out=ts)
-                            np.add(ys, ts, out=ys)
-                    finish(ys, lo, hi)
-
-                threads.parallel(part, threads.split(c, threads.workers() if big else 1, 8), blas=False)
-                return (y,)
-
-            return run_dw
-
-        # ---------------------------------------------------------- output-side shifts (few output channels)
-        if group == 1 and (sh, sw) == (1, 1) and kh * kw > 1 and m <= SHIFT_MAX_RATIO * c \
-                and hp * wpad <= SHIFT_MAX_PAD_GROWTH * p:
-            # Z = W_taps (kh*kw*M, C) @ xp (C, Hp*Wp) in one GEMM; y = sum over taps of shifted Z slices.
-            # Cheaper than im2col when M < C: Z has kh*kw*M rows where im2col has kh*kw*C.
-            wt = np.ascontiguousarray(wv.transpose(2, 3, 0, 1).reshape(kh * kw * m, c))
-            parts = ([((c, hp, wpad), dtype)] if padded else []) + [((kh * kw, m, hp, wpad), dtype)]
-            _scratch.reserve(_scratch.nbytes_of(*parts))
-            shifts = [(i * kw + j, slice(i * dh, i * dh + oh), slice(j * dw, j * dw + ow))
-                      for i in range(kh) for j in range(kw)]
-
-            big = n * m * c * hp * wpad * kh * kw >= PARALLEL_MIN_MACS
-            packed_by_width: dict[int, list] = {}
-
-            def packed(width):
-                """[(lo, hi, weights of output channels lo:hi as (taps * (hi - lo), C))] for a split width."""
-                if width not in packed_by_width:
-                    w4 = wt.reshape(kh * kw, m, c)
-                    packed_by_width[width] = [(lo, hi, np.ascontiguousarray(w4[:, lo:hi]).reshape(-1, c))
-                                              for lo, hi in threads.split(m, width, 8)]
-                return packed_by_width[width]
-
-            def run_shift(inputs, outputs):
-                x = inputs[0]
-                y = outputs[0] if outputs[0] is not None else np.empty(out_shape, dtype)
-                bufs = _scratch.scratch(*parts)
-                zall = bufs[-1].reshape(-1)
-                chunks = packed(threads.workers() if big else 1)
-                for b in range(n):
-                    xb = x[b]
-                    if padded:
-                        pad_into(bufs[0], xb)
-                        xb = bufs[0]
-                    yb = y[b]
-
-                    def part(chunk):
-                        lo, hi, wh = chunk
-                        mh = hi - lo
-                        z = zall[kh * kw * lo * hp * wpad:kh * kw * hi * hp * wpad].reshape(kh * kw, mh, hp, wpad)
-                        np.matmul(wh, xb.reshape(c, hp * wpad), out=z.reshape(kh * kw * mh, hp * wpad))
-                        yo = yb[lo:hi]
-                        t0, r0, c0 = shifts[0]
-                        np.add(z[t0, :, r0, c0], z[shifts[1][0], :, shifts[1][1], shifts[1][2]], out=yo)
-                        for t, r, cc in shifts[2:]:
-                            np.add(yo, z[t, :, r, cc], out=yo)
-                        finish(yo, lo, hi)
-
-                    threads.parallel(part, chunks)
-                return (y,)
-
-            return run_shift
-
-        # ---------------------------------------------------------- im2col bands
-        kk = cg * kh * kw
-        wp = np.ascontiguousarray(wv.reshape(group, mg, kk))
-        rows = max(1, min(oh, BAND_BYTES // max(1, c * kh * kw * ow * dtype.itemsize)))
-        bands = [(r0, min(oh, r0 + rows)) for r0 in range(0, oh, rows)]
-        parts = ([((c, hp, wpad), dtype)] if padded else []) + [((c * kh * kw * rows * ow,), dtype)]
-        _scratch.reserve(_scratch.nbytes_of(*parts))
-        band_taps = [[(i, j, tap(i, j, r0, r1)) for i in range(kh) for j in range(kw)] for r0, r1 in bands]
-        big = n * m * kk * p >= PARALLEL_MIN_MACS
-
-        def run_im2col(inputs, outputs):
-            x = inputs[0]
-            y = outputs[0] if outputs[0] is not None else np.empty(out_shape, dtype)
-            bufs = _scratch.scratch(*parts)
-            cols_all = bufs[-1]
-            width = threads.workers() if big else 1
-            c_parts, m_parts = threads.split(c, width, 8), threads.split(m, width, 8)
-            for b in range(n):
-                xb = x[b]
-                if padded:
-                    pad_into(bufs[0], xb)
-                    xb = bufs[0]
-                yb = y[b].reshape(group, mg, p)
-                for (r0, r1), taps in zip(bands, band_taps):
-                    q = (r1 - r0) * ow
-                    cols = cols_all[:c * kh * kw * q]
-                    cols5 = cols.reshape(c, kh, kw, r1 - r0, ow)
-                    if group == 1 and width > 1:
-                        def gather(rng):
-                            lo, hi = rng
-                            xs = xb[lo:hi]
-                            for i, j, index in taps:
-                                np.copyto(cols5[lo:hi, i, j], xs[index])
-
-                        def multiply(rng):
-                            lo, hi = rng
-                            yo = yb[0, lo:hi, r0 * ow:r1 * ow]
-                            np.matmul(wp[0, lo:hi], cols.reshape(kk, q), out=yo)
-                            finish(yo, lo, hi, 1)
-
-                        threads.parallel(gather, c_parts)
-                        threads.parallel(multiply, m_parts)
-                        continue
-                    for i, j, index in taps:
-                        np.copyto(cols5[:, i, j], xb[index])
-                    if group == 1:
-                        np.matmul(wp[0], cols.reshape(kk, q), out=yb[0, :, r0 * ow:r1 * ow])
-                    else:
-                        np.matmul(wp, cols.reshape(group, kk, q), out=yb[:, :, r0 * ow:r1 * ow])
-            return (y,) if group == 1 and width > 1 else finish(y)
-
-        return run_im2col
+        s = _conv2d.conv2d(node, ins, outs)
+        wv, finish = ins[1].value, _epilogue(node, ins, s)
+        if s.kernel == (1, 1) and not s.padded:
+            return gemm_1x1(s, wv, finish)
+        if s.cg == 1 and s.mg == 1:
+            return gemm_depthwise(s, wv, finish)
+        if shift_fits(s):
+            return gemm_shift(s, wv, finish)
+        return gemm_im2col(s, wv, finish)
 
 
 # ------------------------------------------------------------------ Winograd F(4x4, 3x3) (_conv2d)
@@ -365,104 +298,72 @@ class ConvWinograd(ConvGemm):
     fuse_activation = True
 
     def score(self, node, ins, outs) -> int:
-        g = _conv2d.geometry(node, ins, outs)
-        if g is None or node.attrs["group"] != 1 or list(g["kernel"]) != [3, 3]:
-            return 0
-        if list(g["strides"]) != [1, 1] or list(g["dilations"]) != [1, 1]:
-            return 0
-        m, c = ins[1].value.shape[:2]
-        oh, ow = outs[0].shape[2:]
-        if min(m, c) < WINOGRAD_MIN_CHANNELS or min(oh, ow) < WINOGRAD_MIN_OUT:
-            return 0
-        return 20
+        fits = _conv2d.winograd_fits(node, ins, outs)
+        return 20 if fits is not None and fits[0] >= WINOGRAD_MIN_CHANNELS and fits[1] >= WINOGRAD_MIN_OUT else 0
 
     def prepare(self, node, ins, outs) -> RunFn:
-        g = _conv2d.geometry(node, ins, outs)
-        wv = ins[1].value
-        dtype = outs[0].dtype
-        n, c, h, w_in = ins[0].shape
-        m = wv.shape[0]
-        pt, pl, pb, pr = g["pads"]
-        oh, ow = outs[0].shape[2:]
+        s = _conv2d.conv2d(node, ins, outs)
+        c, m, oh, ow, dtype = s.c, s.m, s.oh, s.ow, s.dtype
         th, tw = -(-oh // 4), -(-ow // 4)
         hp, wpad = 4 * th + 2, 4 * tw + 2
-        u = _conv2d.winograd_weights(wv, dtype)
+        # pads beyond the given ones up to whole tiles: zeros whose outputs are cropped
+        pads = (s.pads[0], s.pads[1], hp - s.pads[0] - s.h, wpad - s.pads[1] - s.w)
+        u = _conv2d.winograd_weights(ins[1].value, dtype)
         kb, ka = _conv2d.winograd_transforms(dtype)
-        bias = ins[2].value.astype(dtype).reshape(m, 1, 1) if len(ins) > 2 and ins[2] is not None else None
-        act = _scratch.activation_of(node)
-        out_shape = tuple(outs[0].shape)
-        item = np.dtype(dtype).itemsize
-        rows = max(1, min(th, WINOGRAD_BAND_BYTES // max(1, 36 * max(c, m) * tw * item)))
+        finish = _epilogue(node, ins, s)
+        rows = max(1, min(th, WINOGRAD_BAND_BYTES // max(1, 36 * max(c, m) * tw * dtype.itemsize)))
         bands = [(t0, min(th, t0 + rows)) for t0 in range(0, th, rows)]
         nt = rows * tw
-        exact_w = ow == 4 * tw
         parts = [((c, hp, wpad), dtype), ((36 * c * nt,), dtype), ((36 * c * nt,), dtype),
                  ((36 * m * nt,), dtype), ((16 * m * nt,), dtype)]
-        if not (exact_w and oh == 4 * th):
+        cropped = not (ow == 4 * tw and oh == 4 * th)
+        if cropped:
             parts.append(((m * nt * 16,), dtype))
         _scratch.reserve(_scratch.nbytes_of(*parts))
-        zero_rows = (slice(0, pt), slice(pt + h, hp))
-        zero_cols = (slice(0, pl), slice(pl + w_in, wpad))
-        big = 36 * m * c * th * tw >= PARALLEL_MIN_MACS
 
         def run_winograd(inputs, outputs):
             x = inputs[0]
-            y = outputs[0] if outputs[0] is not None else np.empty(out_shape, dtype)
+            y = _output(outputs, s)
             bufs = _scratch.scratch(*parts)
             xp, dbuf, vbuf, zbuf, obuf = bufs[:5]
-            crop = bufs[5] if len(bufs) > 5 else None
-            sc, sh_, sw_ = xp.strides
-            width = threads.workers() if big else 1
-            c_parts = threads.split(c, width, 8)
-            m_parts = threads.split(m, width, 8)
-            for b in range(n):
-                for r in zero_rows:
-                    xp[:, r, :] = 0
-                for cc in zero_cols:
-                    xp[:, pt:pt + h, cc] = 0
-                xp[:, pt:pt + h, pl:pl + w_in] = x[b]
+            sc, s0, s1 = xp.strides
+            for b in range(s.n):
+                _conv2d.pad_into(xp, x[b], pads)
                 yb = y[b]
-                ys = yb.strides
                 for t0, t1 in bands:
-                    nr = t1 - t0
+                    nr, r0, r1 = t1 - t0, 4 * t0, min(oh, 4 * t1)
                     k = nr * tw
                     d = dbuf[:36 * c * k].reshape(6, 6, c, nr, tw)
-                    v = vbuf[:36 * c * k].reshape(36, c * k)
                     src = as_strided(xp[:, 4 * t0:, :], shape=(6, 6, c, nr, tw),
-                                     strides=(sh_, sw_, sc, 4 * sh_, 4 * sw_), writeable=False)
-                    r0, r1 = 4 * t0, min(oh, 4 * t1)
-
-                    def transform_in(rng):
-                        lo, hi = rng
-                        np.copyto(d[:, :, lo:hi], src[:, :, lo:hi])
-                        np.matmul(kb, d.reshape(36, c * k)[:, lo * k:hi * k], out=v[:, lo * k:hi * k])
-
-                    def multiply_out(rng):
-                        lo, hi = rng
-                        mh = hi - lo
-                        z = zbuf[36 * lo * k:36 * hi * k].reshape(36, mh, k)
-                        np.matmul(u[:, lo:hi], v.reshape(36, c, k), out=z)
-                        o = obuf[16 * lo * k:16 * hi * k].reshape(16, mh * k)
-                        np.matmul(ka, z.reshape(36, mh * k), out=o)
-                        tiles = o.reshape(4, 4, mh, nr, tw).transpose(2, 3, 0, 4, 1)  # (m, ti, r, tj, s)
-                        if crop is None or exact_w and r1 == 4 * t1:
-                            dst = as_strided(yb[lo:, r0:, :], shape=(mh, nr, 4, tw, 4),
-                                             strides=(ys[0], 4 * ys[1], ys[1], 4 * ys[2], ys[2]))
-                            np.copyto(dst, tiles)
-                        else:
-                            full = crop[16 * lo * k:16 * hi * k].reshape(mh, nr, 4, tw, 4)
-                            np.copyto(full, tiles)
-                            np.copyto(yb[lo:hi, r0:r1, :], full.reshape(mh, 4 * nr, 4 * tw)[:, :r1 - r0, :ow])
-                        yo = yb[lo:hi, r0:r1, :]
-                        if bias is not None:
-                            np.add(yo, bias[lo:hi], out=yo)
-                        _scratch.apply_activation(yo, act)
-
-                    threads.parallel(transform_in, c_parts)
-                    threads.parallel(multiply_out, m_parts)
+                                     strides=(s0, s1, sc, 4 * s0, 4 * s1), writeable=False)
+                    np.copyto(d, src)
+                    v = vbuf[:36 * c * k].reshape(36, c * k)
+                    np.matmul(kb, d.reshape(36, c * k), out=v)
+                    z = zbuf[:36 * m * k].reshape(36, m, k)
+                    np.matmul(u, v.reshape(36, c, k), out=z)
+                    o = obuf[:16 * m * k].reshape(16, m * k)
+                    np.matmul(ka, z.reshape(36, m * k), out=o)
+                    _store_tiles(yb, o.reshape(4, 4, m, nr, tw).transpose(2, 3, 0, 4, 1), r0, r1, t1,
+                                 bufs[5][:16 * m * k] if cropped else None)
+                    finish(yb[:, r0:r1, :])
             return (y,)
 
         return run_winograd
+
+
+def _store_tiles(yb: np.ndarray, tiles: np.ndarray, r0: int, r1: int, t1: int, crop: np.ndarray | None) -> None:
+    """Output tiles (M, tile rows, 4, tile cols, 4) into rows r0:r1 of yb (M, OH, OW): one strided copy,
+    through ``crop`` scratch when edge tiles stick out of the output."""
+    m, nr, _, tw, _ = tiles.shape
+    ow = yb.shape[2]
+    if crop is None or ow == 4 * tw and r1 == 4 * t1:
+        ys = yb.strides
+        dst = as_strided(yb[:, r0:, :], shape=tiles.shape, strides=(ys[0], 4 * ys[1], ys[1], 4 * ys[2], ys[2]))
+        np.copyto(dst, tiles)
+    else:
+        full = crop.reshape(tiles.shape)
+        np.copyto(full, tiles)
+        np.copyto(yb[:, r0:r1, :], full.reshape(m, 4 * nr, 4 * tw)[:, :r1 - r0, :ow])
 
 
 IMPLEMENTATIONS = (ConvIm2col, ConvGemm, ConvWinograd, ConvGemmNHWC, ConvWinogradNHWC)

@@ -1,9 +1,9 @@
 """MatMul on the CPU: np.matmul into the output; (…, K) @ (K, N) as one flat GEMM.
 
-The CPU plan may fuse what follows a MatMul into its node (never under NNHAL_CPU_REFERENCE=1):
-``_nnhal_epilogue`` ((op, input index), ...) applies element-wise Add/Mul/Div/Sub by further node inputs
-(bias, scale, mask, residual) in place on the product, possibly ended by ("Gelu", -1), an exact float32
-Gelu; with a Gelu a stacked A times a matrix B is made in row blocks, each GEMM followed by its
+The CPU plan may fuse what follows a MatMul into its node (never under NNHAL_CPU_REFERENCE=1): the
+FusedNode's ``epilogue`` (EpilogueOp records, hostkernels/fused.py) applies element-wise Add/Mul/Div/Sub
+by further node inputs (bias, scale, mask, residual) in place on the product, possibly ended by a Gelu
+step, an exact float32 Gelu; with a Gelu a stacked A times a matrix B is made in row blocks, each GEMM followed by its
 epilogue and Gelu while the block is in cache.
 """
 from __future__ import annotations
@@ -13,9 +13,9 @@ import numpy as np
 from nnhal.hostkernels import _blocks
 from nnhal.hostkernels._scratch import fused
 from nnhal.hostkernels.base import Kernel, RunFn
+from nnhal.hostkernels.fused import epilogue_of
 from nnhal.hostkernels.op_gelu import gelu_inplace
 
-EPILOGUE = "_nnhal_epilogue"
 _UFUNCS = {"Add": np.add, "Mul": np.multiply, "Div": np.divide, "Sub": np.subtract}
 ROWS = 256        # rows of the product per block when a Gelu is fused
 
@@ -38,9 +38,9 @@ class MatMulKernel(Kernel):
     fuse_activation = True   # a Relu/Clip fused by the CPU plan runs in place on the result
 
     def prepare(self, node, ins, outs) -> RunFn:
-        epilogue = node.attrs.get(EPILOGUE, ())
-        gelu = bool(epilogue) and epilogue[-1][0] == "Gelu"
-        ops = tuple((_UFUNCS[op], k) for op, k in (epilogue[:-1] if gelu else epilogue))
+        epilogue = epilogue_of(node)
+        gelu = bool(epilogue) and epilogue[-1].op == "Gelu"
+        ops = tuple((_UFUNCS[step.op], step.input) for step in (epilogue[:-1] if gelu else epilogue))
         if gelu:
             return fused(_gelu_run(ops, outs[0]), node)
         blocks = tuple(_block_of(ins[k], outs[0]) for _, k in ops)

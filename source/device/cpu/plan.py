@@ -15,7 +15,7 @@ import numpy as np
 
 from nnhal.hostkernels.graphrun import tensor_info
 from nnhal.hostkernels.select import reference_forced, select
-from nnhal.device.cpu.fusions import fuse_activations, fuse_channel_shuffle, fuse_gelu, fuse_matmul
+from nnhal.device.cpu.fusions import Chosen, fuse_activations, fuse_channel_shuffle, fuse_gelu, fuse_matmul
 from nnhal.device.cpu.layout import Layouts, assign_layouts
 from nnhal.device.cpu.planner import MemoryPlan, arena_views, plan_memory
 from nnhal.errors import DeviceError, NnhalError, where
@@ -145,7 +145,7 @@ def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: l
         ins = [tensor_info(graph, n) for n in node.inputs]
         outs = [tensor_info(graph, n) or Info(None, None) for n in node.outputs]
         kernel = select(node, ins, outs)
-        chosen.append((node, kernel, ins, outs))
+        chosen.append(Chosen(node, kernel, ins, outs))
     if not reference_forced():
         chosen = fuse_gelu(chosen, external)
         chosen = fuse_matmul(chosen, external)
