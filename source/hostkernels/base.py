@@ -1,4 +1,4 @@
-"""The CPU kernel contract.
+"""The host kernel contract.
 
 A kernel implements one op. ``prepare`` runs once at pre_run with what
 inference knows (dtype, shape and, for constants, the value of every input)
@@ -27,7 +27,7 @@ RunFn = Callable[[list, list], Sequence[np.ndarray]]
 
 
 class Kernel:
-    """Base of every CPU kernel."""
+    """Base of every host kernel."""
 
     op_type: ClassVar[str]
     name: ClassVar[str] = "reference"

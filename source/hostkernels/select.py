@@ -1,4 +1,4 @@
-"""Choosing a CPU kernel for a node: the highest score wins.
+"""Choosing a host kernel for a node: the highest score wins.
 
 ``NNHAL_CPU_REFERENCE=1`` forces the implementation named "reference" (for
 debugging a fast kernel against the plain one).
@@ -20,7 +20,7 @@ from nnhal.operator.base import Info
 
 @lru_cache(maxsize=None)
 def implementations(op_type: str, domain: str = "") -> tuple[Kernel, ...]:
-    """All CPU implementations of an op (empty when the CPU has none)."""
+    """All host implementations of an op (empty when there is none)."""
     module_name = DOMAINS.get(domain, {}).get(op_type)
     if module_name is None:
         return ()

@@ -1,4 +1,4 @@
-"""The explicit table of CPU kernels: op_type -> module.
+"""The explicit table of host kernels: op_type -> module.
 
 Each module ``nnhal.hostkernels.op_<snake_name>`` defines
 ``IMPLEMENTATIONS``: the Kernel classes for that op. At pre_run the kernel
@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from nnhal.operator.table import MS_OPS, ONNX_OPS
 
-# NOTE: the CPU is the reference device: it implements every operator that has a
-# prototype, in a module of the same name under kernels/. A device with fewer
-# kernels writes its own explicit table.
+# NOTE: the host kernels implement every operator that has a prototype, in a module of the same
+# name here (constant folding may meet any of them). A device with fewer kernels writes its own table.
 KERNELS: dict[str, str] = dict(ONNX_OPS)
 DOMAINS: dict[str, dict[str, str]] = {"": KERNELS, "ai.onnx": KERNELS, "com.microsoft": dict(MS_OPS)}
