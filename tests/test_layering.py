@@ -235,3 +235,16 @@ def test_named_cycles_are_gone(pair):
     there = [i for i in IMPORTS if not i.typing_only and package_of(i.module) == a and package_of(i.target) == b]
     back = [i for i in IMPORTS if not i.typing_only and package_of(i.module) == b and package_of(i.target) == a]
     assert not (there and back), _report(f"arrows of the cycle {a} <-> {b}", there + back)
+
+
+def test_out_of_tree_examples_import_no_device_folder():
+    """The example plugin devices (examples/) depend on the contract and the layers below, as authors
+    who copy them will."""
+    examples = Path(__file__).resolve().parents[1] / "examples"
+    bad = []
+    for path in sorted(examples.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [f"{node.module}.{a.name}" for a in node.names] if isinstance(node, ast.ImportFrom) else []
+            bad += [f"{path.relative_to(examples)}:{node.lineno} -> {n}" for n in names if device_folder(n)]
+    assert not bad, _report("imports of a device folder from examples/", bad)
