@@ -29,7 +29,9 @@ NAME_PATTERN = re.compile(r"^[a-z0-9]+$")
 # out-of-tree device declares the version it was written against as a module-level
 # ``NNHAL_DEVICE_API = (major, minor)``; the core accepts the same major and a minor <= its own
 # (a minor adds optional fields or hooks, a major changes what existing ones mean).
-API_VERSION: tuple[int, int] = (1, 0)
+# 1.1: the optional Interface.profile hook (NodeTiming records); placement reads Description.performance
+# under Options(prefer="speed" | "power").
+API_VERSION: tuple[int, int] = (1, 1)
 PRECISIONS = ("fp32", "fp16", "int8", "uint8")
 
 
