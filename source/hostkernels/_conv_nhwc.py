@@ -92,7 +92,7 @@ def nhwc_depthwise(s: _conv2d.Conv2d, wv: np.ndarray, finish: Callable[[np.ndarr
     """One input channel per group, any channel multiplier: one multiply and add per kernel tap over
     all pixels and channels of a band at once."""
     dtype, pads, padded = s.dtype, s.pads, s.padded
-    n, c, m, group, cg, mg, oh, ow, hp, wpad = s.n, s.c, s.m, s.group, s.cg, s.mg, s.oh, s.ow, s.hp, s.wp
+    n, c, m, mg, oh, ow, hp, wpad = s.n, s.c, s.m, s.mg, s.oh, s.ow, s.hp, s.wp
     (kh, kw), (sh, sw), (dh, dw) = s.kernel, s.strides, s.dilations
     out_shape = (n, oh, ow, m)
     taps = [(i, j) for i in range(kh) for j in range(kw)]
@@ -143,9 +143,8 @@ def nhwc_depthwise(s: _conv2d.Conv2d, wv: np.ndarray, finish: Callable[[np.ndarr
 def nhwc_1x1(s: _conv2d.Conv2d, wv: np.ndarray, finish: Callable[[np.ndarray], None]) -> RunFn:
     """Unpadded 1x1: one GEMM (N*H*W, C) @ (C, M) straight from the input into the output (a strided copy
     first when strided; grouped ones one GEMM batched over groups on strided views)."""
-    dtype, pads, padded = s.dtype, s.pads, s.padded
-    n, c, m, group, cg, mg, oh, ow, hp, wpad = s.n, s.c, s.m, s.group, s.cg, s.mg, s.oh, s.ow, s.hp, s.wp
-    (kh, kw), (sh, sw), (dh, dw) = s.kernel, s.strides, s.dilations
+    dtype, n, c, m, group, cg, mg, oh, ow = s.dtype, s.n, s.c, s.m, s.group, s.cg, s.mg, s.oh, s.ow
+    sh, sw = s.strides
     out_shape = (n, oh, ow, m)
     p = n * oh * ow
     wt = np.ascontiguousarray(wv.reshape(group, mg, cg).transpose(0, 2, 1))    # (G, C/G, M/G)
