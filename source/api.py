@@ -27,6 +27,7 @@ from nnhal.device.discovery import discover as discover_plugins
 from nnhal.device.discovery import load_plugin
 from nnhal.device.manager import (
     BUILT_IN,
+    FALLBACK_DEVICE,
     DeviceStatus,
     clear_unavailable,
     find_device,
@@ -147,11 +148,6 @@ def _require_init() -> None:
 
 
 # --------------------------------------------------------------------- context
-# the device that is always registered and takes what no other device can: the default device list and,
-# unless strict, the fallback appended to every context
-FALLBACK_DEVICE = "cpu"
-
-
 @dataclass
 class Context:
     """An ordered device list (the fallback device appended unless strict) and their options."""
@@ -188,7 +184,7 @@ def create_context(name: str = "default", devices: list[str] | None = None,
         raise OptionsError(f"strict must be True or False, got {strict!r}")
     names = _names(devices, "devices") if devices is not None else [FALLBACK_DEVICE]
     if not names:
-        raise OptionsError("devices is empty; name at least one device (e.g. ['cpu'])")
+        raise OptionsError("devices is empty; name at least one device (e.g. ['{FALLBACK_DEVICE}'])")
     for n in names:
         find_device(n)
     if len(set(names)) != len(names):
@@ -351,7 +347,8 @@ def _plan(g: GraphHandle, options: Options) -> tuple[Graph, list, list[Device], 
     deny = dict(ctx.deny)
     for name in options.keep_fp32:      # only the fallback device runs a node in fp32 under a quantized precision
         deny[name] = list(deny.get(name, [])) + [d.name for d in devices if d.name != FALLBACK_DEVICE]
-    g.placement = place(graph, devices, options.precision, ctx.pins, deny, fallback=FALLBACK_DEVICE)
+    g.placement = place(graph, devices, options.precision, ctx.pins, deny, fallback=FALLBACK_DEVICE,
+                        prefer=options.prefer)
     moved = enforce_min_group_size(graph, g.placement, options.min_group_size, fallback=FALLBACK_DEVICE)
     assignment = {n: d.device for n, d in g.placement.items()}
     splitter = next((d for d in devices if d.optimizer and d.optimizer.split_graph), None)
@@ -555,30 +552,40 @@ def _profile(g: GraphHandle, runs: int, warmup: int) -> Profile:
     for _ in range(warmup):
         run_graph(g)
     ex = g.execution
-    # device graphs that time their nodes: a ``timings`` attribute (None when off) and ``steps`` with
-    # ``.node`` and ``.kernel_name`` (the CPU's Plan)
-    timed = [sg for sg in ex.subgraphs
-             if hasattr(sg.device_graph, "timings") and hasattr(sg.device_graph, "steps")]
-    ex.timings = {}
-    for sg in timed:
-        sg.device_graph.timings = [0.0] * len(sg.device_graph.steps)
+    ex.timings = {}             # the scheduler adds every subgraph's wall time
+    for sg in ex.subgraphs:
+        _device_profile(ex, sg, True)
+    timed: dict[int, list] = {}
     try:
         t0 = time.perf_counter()
         for _ in range(runs):
             run_graph(g)
         wall = time.perf_counter() - t0
-        ex = g.execution     # a changed input shape prepares again: read what actually ran
-        subgraphs = [SubgraphTime(sg.index, sg.device, len(sg.nodes), ex.timings.get(sg.index, 0.0) / runs * 1e3)
-                     for sg in ex.subgraphs]
-        nodes = [NodeTime(sg.index, sg.device, st.node.name, st.node.op_type, st.kernel_name, t / runs * 1e3)
-                 for sg in ex.subgraphs if getattr(sg.device_graph, "timings", None)
-                 for st, t in zip(sg.device_graph.steps, sg.device_graph.timings)]
     finally:
-        ex.timings = None
+        ex = g.execution     # a changed input shape prepares again: read what actually ran
+        seconds, ex.timings = ex.timings or {}, None
         for sg in ex.subgraphs:
-            if getattr(sg.device_graph, "timings", None) is not None:
-                sg.device_graph.timings = None
+            timed[sg.index] = _device_profile(ex, sg, False) or []
+    subgraphs = [SubgraphTime(sg.index, sg.device, len(sg.nodes), seconds.get(sg.index, 0.0) / runs * 1e3)
+                 for sg in ex.subgraphs]
+    nodes = [NodeTime(sg.index, sg.device, t.node, t.op, t.kernel, t.seconds / runs * 1e3)
+             for sg in ex.subgraphs for t in timed[sg.index]]
     return Profile(runs, wall / runs * 1e3, subgraphs, nodes)
+
+
+def _device_profile(ex, sg, enable: bool) -> list | None:
+    """The device's optional ``profile`` hook on a prepared subgraph (None when it has none)."""
+    device = ex.devices.get(sg.device)
+    hook = device.interface.profile if device is not None else None
+    if hook is None or sg.device_graph is None:
+        return None
+    try:
+        return hook(device, sg, enable)
+    except NnhalError:
+        raise
+    except Exception as exc:
+        raise DeviceError(f"device '{sg.device}': profile hook failed on subgraph #{sg.index}: "
+                          f"{type(exc).__name__}: {exc}") from exc
 
 
 def wait_graph(g: GraphHandle, timeout: float | None = None) -> bool:

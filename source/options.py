@@ -11,6 +11,7 @@ from nnhal.errors import DeviceError, OptionsError
 from nnhal.optimizer.calibrate import CalibrationTable, as_ranges
 
 PRECISIONS = ("fp32", "fp16", "int8", "uint8", "mixed")
+PREFERENCES = ("order", "speed", "power")
 
 
 @dataclass
@@ -29,6 +30,10 @@ class Options:
     mixed_tolerance for precision="mixed": the largest relative (L2) output error
                    against fp32 on the calibration inputs
     keep_fp32      node names that stay in fp32 under a quantized precision
+    prefer         how placement picks among the devices that accept a node: "order" (the first in the
+                   context's priority list), "speed" or "power" (the lowest Description.performance
+                   exec_time or power_usage at the node's precision, as NNAPI's execution preference;
+                   ties go to the earlier device). Pins and denials win either way.
     """
 
     num_thread: int = 0
@@ -39,6 +44,7 @@ class Options:
     calibration: CalibrationTable | dict[str, tuple[float, float]] | str | os.PathLike | None = None
     mixed_tolerance: float = 0.01
     keep_fp32: frozenset[str] = frozenset()
+    prefer: str = "order"
 
     def __post_init__(self) -> None:
         if not _is_int(self.num_thread) or self.num_thread < 0:
@@ -59,6 +65,8 @@ class Options:
                 or not all(isinstance(k, str) for k in keep):
             raise OptionsError(f"keep_fp32 must be a set of node names, got {keep!r}")
         self.keep_fp32 = frozenset(keep)
+        if self.prefer not in PREFERENCES:
+            raise OptionsError(f"prefer must be one of {', '.join(PREFERENCES)}; got {self.prefer!r}")
         # -- calibration (issue 14): a table, a dict of ranges or a saved table's path -> the dict of ranges
         if self.calibration is not None:
             self.calibration = as_ranges(self.calibration)

@@ -5,10 +5,10 @@ returns a Profile:
 
 * every subgraph's wall time per run, from the scheduler (``Execution.timings``): what a device
   took, including its own scheduling, for any device;
-* every node's time per run on devices whose compiled graph keeps node timings: the CPU's plan
-  (``Plan.timings``) times each kernel call, with the kernel implementation that ran it (after the
-  CPU's fusions a fused node stands for its whole chain, a ``to-nhwc``/``to-nchw`` step is an inserted
-  layout conversion).
+* every node's time per run on devices that fill the optional ``Interface.profile`` hook, which
+  switches their node timing on and off and returns ``NodeTiming`` records: the CPU times each kernel
+  call of its plan, with the kernel implementation that ran it (after the CPU's fusions a fused node
+  stands for its whole chain, a ``to-nhwc``/``to-nchw`` step is an inserted layout conversion).
 
 ``Profile.shares()`` accounts for every millisecond once: timed nodes by op and kernel, each
 subgraph's time outside its timed nodes (a whole subgraph on a device that does not time nodes) and

@@ -61,7 +61,7 @@ class Session:
                  num_thread: int = 0, device_options: dict[str, dict] | None = None, strict: bool = False,
                  pins: dict[str, str] | None = None, deny: dict[str, list[str]] | None = None,
                  min_group_size: int = 1, calibration: Any = None, mixed_tolerance: float = 0.01,
-                 name: str = "session") -> None:
+                 name: str = "session", prefer: str = "order") -> None:
         api.init()
         if isinstance(model, str) and model.startswith("zoo:"):
             from nnhal.zoo import resolve
@@ -69,7 +69,7 @@ class Session:
             model = resolve(model)    # the model zoo of the onnx wheel, as on the command line
         self.options = Options(num_thread=num_thread, precision=precision, strict=strict,
                                min_group_size=min_group_size, calibration=calibration,
-                               mixed_tolerance=mixed_tolerance)
+                               mixed_tolerance=mixed_tolerance, prefer=prefer)
         self.context = api.create_context(name, devices, device_options, strict, pins, deny)
         self.graph = api.create_graph(self.context, "onnx", model)
 

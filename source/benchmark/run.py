@@ -128,7 +128,7 @@ def make_nnhal(model, feeds, threads: int):
     from nnhal import api
 
     t0 = time.perf_counter()
-    s = nnhal.Session(model, devices=["cpu"], num_thread=threads)
+    s = nnhal.Session(model, devices=[api.FALLBACK_DEVICE], num_thread=threads)
     t1 = time.perf_counter()
     for k, v in feeds.items():
         api.set_graph_input(s.graph, k, v)
@@ -183,7 +183,7 @@ def memory_child(runtime: str, name: str, batch: int, threads: int) -> None:
 
     if runtime == "nnhal":
         import nnhal  # noqa: F401
-        import nnhal.device.cpu.kernels.select  # noqa: F401
+        import nnhal.hostkernels.select  # noqa: F401
     else:
         import onnxruntime  # noqa: F401
     model, feeds = load_model(name, batch)
@@ -226,8 +226,9 @@ def overhead(threads: int, nodes: int, repeat: int) -> dict:
     model.ir_version = 8
     feeds = {"x": np.zeros((1, 8), np.float32)}
     import nnhal
+    from nnhal.device.manager import FALLBACK_DEVICE
 
-    with nnhal.Session(model, devices=["cpu"], num_thread=threads, name="overhead") as s:
+    with nnhal.Session(model, devices=[FALLBACK_DEVICE], num_thread=threads, name="overhead") as s:
         # constant folding must not remove the chain: x is a real input
         t_n = _time(lambda: s.run(feeds), 3, repeat)
         check = s.run(feeds)[0]

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field, replace
 import numpy as np
 
 from nnhal.conformance.tolerance import compare, policy
+from nnhal.device.manager import FALLBACK_DEVICE
 from nnhal.errors import NnhalError, UnsupportedError
 from nnhal.options import PRECISIONS
 
@@ -106,7 +107,7 @@ def _tolerance(precision: str, case, expected: np.ndarray):
     return tol
 
 
-def run_case(case, device: str = "cpu", precision: str = "fp32", strict: bool = False) -> CaseResult:
+def run_case(case, device: str = FALLBACK_DEVICE, precision: str = "fp32", strict: bool = False) -> CaseResult:
     ops = sorted({n.op_type for n in case.model.graph.node})
     start = time.perf_counter()
     result = CaseResult(case.name, ops, PASS)
@@ -136,7 +137,7 @@ def run_case(case, device: str = "cpu", precision: str = "fp32", strict: bool = 
     return result
 
 
-def run_suite(device: str = "cpu", precision: str = "fp32", ops: list[str] | None = None,
+def run_suite(device: str = FALLBACK_DEVICE, precision: str = "fp32", ops: list[str] | None = None,
               pattern: str | None = None, progress: bool = True) -> list[CaseResult]:
     """Every selected case on ``device``; ``progress`` counts them on stderr (see nnhal.cli.progress)."""
     from nnhal.cli.progress import Progress
@@ -182,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m nnhal.conformance")
-    parser.add_argument("--device", default="cpu", help="the device to validate (nnhal devices lists them)")
+    parser.add_argument("--device", default=FALLBACK_DEVICE, help="the device to validate (nnhal devices lists them)")
     parser.add_argument("--precision", default="fp32", choices=PRECISIONS,
                         help="precision the cases run at (tolerances follow NNAPI's CTS)")
     parser.add_argument("--ops", default="", help="comma-separated op types (default: every case)")

@@ -12,7 +12,7 @@ from nnhal.graph.graph import Graph, free_names
 from nnhal.graph.node import Node
 from nnhal.graph.tensor import Tensor, TensorKind
 from nnhal.operator.op_matmul import matmul_shape as _matmul_shape
-from nnhal.operator.base import Info, Prototype
+from nnhal.operator.base import Info, Prototype, infer_body_graph
 
 # ------------------------------------------------------------- quantization
 QUANT_RANGES: dict[np.dtype, tuple[int, int]] = {
@@ -187,8 +187,6 @@ def infer_body(body: Graph, inputs: list[Info | None], outer: dict[str, Info]) -
     Outer-scope tensors the body reads are typed from ``outer`` (constants when
     their value is known); inference failures give unknown outputs.
     """
-    from nnhal.optimizer.infer import infer_graph
-
     graph = body.copy()
     for name, info in zip(graph.inputs, inputs):
         t = graph.tensors[name]
@@ -207,7 +205,7 @@ def infer_body(body: Graph, inputs: list[Info | None], outer: dict[str, Info]) -
             t.dtype, t.shape = old.dtype, old.shape
         graph.tensors[name] = t
     try:
-        infer_graph(graph)
+        infer_body_graph(graph)
     except NnhalError:
         # NOTE: a body whose outer-scope types are unknown may not infer; its
         # outputs are then known only at run time.

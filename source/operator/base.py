@@ -8,6 +8,7 @@ opset (``node.version``), so versions live side by side in one class.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
@@ -148,3 +149,22 @@ def same_as(info: Info | None) -> Info:
     if info is None:
         return Info(None, None)
     return Info(info.dtype, info.shape)
+
+
+# NOTE: a control-flow body is a graph, and inferring a graph (nnhal.optimizer.infer: the prototypes plus
+# constant folding on the host kernels) sits above the prototypes. It plugs itself in here when it is
+# imported, so neither the prototypes nor the host kernels import the optimizer: no package cycle.
+_graph_inference: Callable[[Any], None] | None = None
+
+
+def use_graph_inference(infer: Callable[[Any], None]) -> None:
+    """Install the whole-graph inference that bodies of If/Loop/Scan are inferred with."""
+    global _graph_inference
+    _graph_inference = infer
+
+
+def infer_body_graph(graph: Any) -> None:
+    """Infer (and fold) a body graph in place with the installed graph inference."""
+    if _graph_inference is None:
+        raise ShapeError("no graph inference is installed to infer a control-flow body (import nnhal.optimizer.infer)")
+    _graph_inference(graph)

@@ -301,7 +301,7 @@ class _Runner:
         self.seen: dict[tuple, Graph] = {}
 
     def run(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        from nnhal.device.cpu.plan import compile_nodes
+        from nnhal.hostkernels.graphrun import compile_nodes
         from nnhal.optimizer.infer import infer_graph
 
         key = tuple((n, feed[n].dtype.str, feed[n].shape) for n in self.graph.inputs)

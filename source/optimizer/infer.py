@@ -2,7 +2,7 @@
 
 Nodes are visited in topological order. A node whose inputs are all known
 values (constants, or shapes of static tensors as Shape reports them) is
-evaluated once on the CPU and its outputs become constants; the node leaves
+evaluated once on the host kernels and its outputs become constants; the node leaves
 the graph. Every other node asks its prototype for the outputs' dtype and
 shape. Input shapes come from the arrays set before prerun, else from the model.
 """
@@ -12,12 +12,12 @@ from dataclasses import replace
 
 import numpy as np
 
-from nnhal.device.cpu.evaluate import evaluate_node
+from nnhal.hostkernels.evaluate import evaluate_node
 from nnhal.errors import NnhalError, ShapeError, where
 from nnhal.graph.graph import Graph
 from nnhal.graph.node import Node
 from nnhal.graph.tensor import Tensor, TensorKind
-from nnhal.operator.base import Info
+from nnhal.operator.base import Info, use_graph_inference
 from nnhal.operator.table import get_prototype
 
 # NOTE: folding a node bigger than this is left to run time (memory, prerun time).
@@ -88,3 +88,6 @@ def _set(graph: Graph, name: str, info: Info, constant: bool) -> None:
         t.value = np.asarray(info.value)
         t.shape = tuple(t.value.shape)
         t.dtype = t.value.dtype
+
+
+use_graph_inference(infer_graph)

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from nnhal.device.cpu.kernels.select import reference_forced, select
-from nnhal.device.cpu.fusions import fuse_activations, fuse_channel_shuffle, fuse_gelu, fuse_matmul
+from nnhal.hostkernels.graphrun import tensor_info
+from nnhal.hostkernels.select import reference_forced, select
+from nnhal.device.cpu.fusions import Chosen, fuse_activations, fuse_channel_shuffle, fuse_gelu, fuse_matmul
 from nnhal.device.cpu.layout import Layouts, assign_layouts
 from nnhal.device.cpu.planner import MemoryPlan, arena_views, plan_memory
 from nnhal.errors import DeviceError, NnhalError, where
@@ -138,21 +139,13 @@ def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: l
                 slots.append(t.value if t is not None and t.kind is TensorKind.CONSTANT else None)
         return index[name]
 
-    def info(name: str) -> Info | None:
-        if not name:
-            return None
-        t = graph.tensors.get(name)
-        if t is None:
-            return Info(None, None)
-        return Info(t.dtype, t.shape, t.value if t.kind is TensorKind.CONSTANT else None)
-
     external = set(inputs) | set(outputs)
     chosen = []
     for node in nodes:
-        ins = [info(n) for n in node.inputs]
-        outs = [info(n) or Info(None, None) for n in node.outputs]
+        ins = [tensor_info(graph, n) for n in node.inputs]
+        outs = [tensor_info(graph, n) or Info(None, None) for n in node.outputs]
         kernel = select(node, ins, outs)
-        chosen.append((node, kernel, ins, outs))
+        chosen.append(Chosen(node, kernel, ins, outs))
     if not reference_forced():
         chosen = fuse_gelu(chosen, external)
         chosen = fuse_matmul(chosen, external)
