@@ -32,7 +32,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("device",),
     ("scheduler", "optimizer", "serializer"),
     ("options", "profiling", "session", "api", ""),          # "" = nnhal/__init__.py
-    ("cli", "benchmark", "accuracy", "conformance", "testing", "models"),
+    ("cli", "benchmark", "accuracy", "conformance", "testing", "models", "batch", "ray", "ui"),
 )
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}
 DEVICE_RANK = 2.5           # above the passes and the scheduler, below the public surface

@@ -295,7 +295,7 @@ def _geomeans(rows: list[dict]) -> list[tuple[str, float]]:
 
 def render_html(rows: list[dict], text: str) -> str:
     """The rows as a sortable table with a chart of the nnhal/onnxruntime latency ratios."""
-    from nnhal.cli.htmlpage import BAD, GOOD, WARN, Bar, Cell, Chart, Column, Table, page
+    from nnhal.ui.htmlpage import BAD, GOOD, WARN, Bar, Cell, Chart, Column, Table, page
 
     def color(ratio: float) -> str:
         return GOOD if ratio <= 1.5 else WARN if ratio <= 2.5 else BAD
@@ -337,7 +337,7 @@ def render_html(rows: list[dict], text: str) -> str:
 # ------------------------------------------------------------------ main
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="nnhal bench", description=__doc__.splitlines()[0])
-    from nnhal.cli.common import add_quiet, natural_int, output_file, positive_int
+    from nnhal.ui.command import add_quiet, natural_int, output_file, positive_int
 
     def batches(text: str) -> list[int]:
         return [positive_int(b) for b in text.split(",") if b.strip()]
@@ -397,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
     for line in header:
         print(line, flush=True)
 
-    from nnhal.cli.progress import Progress
+    from nnhal.ui.progress import Progress
 
     rows = []
     bar = Progress("bench", len(models) * len(batches), quiet=args.quiet)
@@ -457,6 +457,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from nnhal.cli.common import guarded
+    from nnhal.ui.command import guarded
 
     sys.exit(guarded(main))

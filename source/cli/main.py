@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 
-from nnhal.cli.common import (
+from nnhal.ui.command import (
     FAILED,
     OK,
     PRECISIONS,
@@ -28,8 +28,8 @@ from nnhal.cli.common import (
     precision_list,
     version,
 )
-from nnhal.cli.common import parse_inputs as _parse_inputs
-from nnhal.cli.progress import Progress
+from nnhal.ui.command import parse_inputs as _parse_inputs
+from nnhal.ui.progress import Progress
 
 
 def cmd_devices(args: argparse.Namespace) -> int:

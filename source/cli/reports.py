@@ -1,7 +1,7 @@
-"""HTML renderings of the profile and accuracy reports (nnhal.cli.htmlpage pages)."""
+"""HTML renderings of the profile and accuracy reports (nnhal.ui.htmlpage pages)."""
 from __future__ import annotations
 
-from nnhal.cli.htmlpage import BAD, GOOD, NEUTRAL, PALETTE, WARN, Bar, Cell, Chart, Column, Table, page
+from nnhal.ui.htmlpage import BAD, GOOD, NEUTRAL, PALETTE, WARN, Bar, Cell, Chart, Column, Table, page
 
 
 def profile_html(prof, title: str) -> str:

@@ -52,7 +52,7 @@ def write(results: list[CaseResult], path: str, device: str, precision: str) -> 
 
 
 def _html(data: dict) -> str:
-    from nnhal.cli.htmlpage import BAD, GOOD, NEUTRAL, WARN, Bar, Cell, Chart, Column, Table, page
+    from nnhal.ui.htmlpage import BAD, GOOD, NEUTRAL, WARN, Bar, Cell, Chart, Column, Table, page
 
     c = data["counts"]
     colors = {PASS: GOOD, WRONG: BAD, UNSUPPORTED: NEUTRAL, ERROR: WARN}

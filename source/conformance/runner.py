@@ -139,8 +139,8 @@ def run_case(case, device: str = FALLBACK_DEVICE, precision: str = "fp32", stric
 
 def run_suite(device: str = FALLBACK_DEVICE, precision: str = "fp32", ops: list[str] | None = None,
               pattern: str | None = None, progress: bool = True) -> list[CaseResult]:
-    """Every selected case on ``device``; ``progress`` counts them on stderr (see nnhal.cli.progress)."""
-    from nnhal.cli.progress import Progress
+    """Every selected case on ``device``; ``progress`` counts them on stderr (see nnhal.ui.progress)."""
+    from nnhal.ui.progress import Progress
 
     cases = collect_cases(ops, pattern)
     results: list[CaseResult] = []

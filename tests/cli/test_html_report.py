@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from nnhal.cli.htmlpage import Bar, Cell, Chart, Column, Table, page
+from nnhal.ui.htmlpage import Bar, Cell, Chart, Column, Table, page
 from nnhal.cli.main import main
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -121,7 +121,7 @@ def test_screenshot_is_rendered_and_not_blank(report, tmp_path):
     assert (width, height) == (1200, 900)
     colors = {row[i:i + 3] for row in rows[::4] for i in range(0, len(row), 4 * (len(row) // width))}
     assert len(colors) > 10, "the screenshot is blank"
-    green = bytes.fromhex("3a7d44")            # the chart's 'pass' bar (nnhal.cli.htmlpage.GOOD)
+    green = bytes.fromhex("3a7d44")            # the chart's 'pass' bar (nnhal.ui.htmlpage.GOOD)
     assert green in colors, "the summary chart did not render"
 
 

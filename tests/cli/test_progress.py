@@ -4,7 +4,7 @@ from __future__ import annotations
 import io
 
 from nnhal.cli.main import main
-from nnhal.cli.progress import Progress
+from nnhal.ui.progress import Progress
 from tests.cli.models import conv_softmax, save
 
 
