@@ -155,13 +155,17 @@ class GraphHandle:
         return list(self.graph.outputs)
 
 
-def create_graph(context: Context, model_format: str, model: Any) -> GraphHandle:
-    """Import a model ('onnx': path, bytes or onnx.ModelProto) into a context."""
+def create_graph(context: Context, model_format: str, model: Any, base_dir: str | None = None) -> GraphHandle:
+    """Import a model ('onnx': path, bytes or onnx.ModelProto) into a context.
+
+    External-data tensors resolve only inside one folder: the model file's own, or ``base_dir``,
+    which bytes and a ModelProto with external data must give (see README, "Untrusted models").
+    """
     if not isinstance(context, Context):
         raise StateError(f"create_graph needs a context from create_context(), got {type(context).__name__}")
     if model_format != "onnx":
         raise ModelError(f"model format '{model_format}' is not supported; nnhal reads 'onnx'")
-    return GraphHandle(context, load_onnx(model))
+    return GraphHandle(context, load_onnx(model, base_dir))
 
 
 def _alive(g: GraphHandle) -> None:

@@ -14,19 +14,21 @@ class Session:
 
         with nnhal.Session("model.onnx", devices=["cpu"]) as s:
             outputs = s.run({"data": x})
+
+    ``base_dir``: the folder external-data files of a model given as bytes or a ModelProto resolve in.
     """
 
     def __init__(self, model: Any, devices: list[str] | None = None, precision: str = "fp32",
                  num_thread: int = 0, device_options: dict[str, dict] | None = None, strict: bool = False,
                  pins: dict[str, str] | None = None, deny: dict[str, list[str]] | None = None,
                  min_group_size: int = 1, calibration: dict | None = None, mixed_tolerance: float = 0.01,
-                 name: str = "session") -> None:
+                 name: str = "session", base_dir: str | None = None) -> None:
         api.init()
         self.options = Options(num_thread=num_thread, precision=precision, strict=strict,
                                min_group_size=min_group_size, calibration=calibration,
                                mixed_tolerance=mixed_tolerance)
         self.context = api.create_context(name, devices, device_options, strict, pins, deny)
-        self.graph = api.create_graph(self.context, "onnx", model)
+        self.graph = api.create_graph(self.context, "onnx", model, base_dir)
 
     @property
     def input_names(self) -> list[str]:
