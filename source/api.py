@@ -11,6 +11,7 @@
 """
 from __future__ import annotations
 
+import contextlib
 import enum
 import importlib
 import logging
@@ -23,10 +24,11 @@ import numpy as np
 
 from nnhal.device.device import Device
 from nnhal.device.manager import find_device, registered_devices
-from nnhal.errors import DeviceError, InputError, ModelError, NnhalError, RegistryError, StateError
+from nnhal.errors import DeviceError, InputError, LimitError, ModelError, NnhalError, RegistryError, StateError
 from nnhal.graph.graph import Graph
 from nnhal.graph.tensor import TensorKind
-from nnhal.optimizer.infer import infer_graph
+from nnhal.optimizer.budget import check_budget
+from nnhal.optimizer.infer import FoldLimits, infer_graph
 from nnhal.optimizer.mixed import choose_mixed
 from nnhal.optimizer.passes import run_passes
 from nnhal.optimizer.qdq import fold_qdq, fuse_qdq
@@ -214,8 +216,10 @@ def _plan(g: GraphHandle, options: Options) -> tuple[Graph, list, list[Device], 
             t.dtype, t.shape = g.inputs[name].dtype, tuple(g.inputs[name].shape)
     # quantized precisions take the model's own Q/DQ parameters; fp32 runs them as integer ops
     fused = fold_qdq(graph) if options.precision in ("int8", "uint8") else fuse_qdq(graph)
-    infer_graph(graph, fold=options.fold_constants)
+    limits = FoldLimits(options.max_fold_bytes, options.max_loop_trips, options.max_graph_bytes)
+    folded = infer_graph(graph, fold=options.fold_constants, limits=limits)
     g.pass_report = {"fuse_qdq": fused, **run_passes(graph)}
+    check_budget(graph, options.max_graph_bytes, folded)
     ctx = g.context
     devices = [find_device(n) for n in ctx.devices]
     deny = dict(ctx.deny)
@@ -246,11 +250,14 @@ def prerun_graph(g: GraphHandle, options: Options | None = None) -> None:
         missing = [n for n in g.graph.inputs if n not in g.inputs]
         if missing:
             raise InputError(f"precision 'mixed' measures errors on real inputs: set {missing} before prerun_graph")
-        options, g.mixed_report = choose_mixed(g.graph, options, lambda opts: _measure(g, opts))
-    graph, subgraphs, devices, moved = _plan(g, options)
+        with _out_of_memory("choosing mixed precisions"):
+            options, g.mixed_report = choose_mixed(g.graph, options, lambda opts: _measure(g, opts))
+    with _out_of_memory("shape inference and constant folding"):
+        graph, subgraphs, devices, moved = _plan(g, options)
     for sg in subgraphs:
         sg.keep_fp32 = options.keep_fp32
-    quantize_activations(graph, subgraphs, options.precision, g.inputs, options.calibration)
+    with _out_of_memory("calibration"):
+        quantize_activations(graph, subgraphs, options.precision, g.inputs, options.calibration)
     g.execution = Execution(subgraphs, {d.name: d for d in devices}, options, graph=graph)
     for i, sg in enumerate(subgraphs):
         sg.device_options = g.context.device_options.get(sg.device)
@@ -263,10 +270,22 @@ def prerun_graph(g: GraphHandle, options: Options | None = None) -> None:
     g.scheduler = next((d.scheduler for d in devices[:1] if d.scheduler is not None), DEFAULT_SCHEDULER)
     g.moved_by_min_group = moved
     g.prepared_graph = graph
-    g.scheduler.prerun(g.execution)
+    with _out_of_memory("device preparation"):
+        g.scheduler.prerun(g.execution)
     g.prepared_shapes = {n: a.shape for n, a in g.inputs.items()}
     g.options = options
     g.state = GraphState.PREPARED
+
+
+@contextlib.contextmanager
+def _out_of_memory(stage: str):
+    """MemoryError in a prerun stage becomes a LimitError naming the stage."""
+    try:
+        yield
+    except MemoryError as exc:
+        raise LimitError(f"prerun ran out of memory during {stage}: {exc or 'MemoryError'}; lower "
+                         f"Options.max_graph_bytes / max_fold_bytes to be refused earlier, or give the "
+                         f"process more memory") from exc
 
 
 def _measure(g: GraphHandle, options: Options) -> list[np.ndarray]:

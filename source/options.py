@@ -9,6 +9,11 @@ from nnhal.errors import DeviceError, OptionsError
 
 PRECISIONS = ("fp32", "fp16", "int8", "uint8", "mixed")
 
+# Bounds on prepare (see Options): generous enough that no real model meets them.
+MAX_FOLD_BYTES = 256 << 20
+MAX_LOOP_TRIPS = 1 << 16
+MAX_GRAPH_BYTES = 16 << 30
+
 
 @dataclass
 class Options:
@@ -24,6 +29,15 @@ class Options:
     mixed_tolerance for precision="mixed": the largest relative (L2) output error
                    against fp32 on the calibration inputs
     keep_fp32      node names that stay in fp32 under a quantized precision
+
+    Bounds on prepare (a model is untrusted input: these keep prerun's memory and time bounded;
+    each refusal is a nnhal.LimitError naming node, op and size):
+    max_fold_bytes  the largest tensor constant folding materialises (bytes); a node whose output
+                    would be larger is not folded and runs at run time
+    max_loop_trips  the largest trip count of a Loop that constant folding runs; a Loop with more
+                    trips (or no trip count) runs at run time
+    max_graph_bytes the budget of the tensors a prepared graph allocates (activations and folded
+                    constants), checked against the inferred shapes before anything is allocated
     """
 
     num_thread: int = 0
@@ -34,6 +48,10 @@ class Options:
     calibration: dict[str, tuple[float, float]] | None = None
     mixed_tolerance: float = 0.01
     keep_fp32: frozenset[str] = frozenset()
+    # ---- bounds on prepare
+    max_fold_bytes: int = MAX_FOLD_BYTES
+    max_loop_trips: int = MAX_LOOP_TRIPS
+    max_graph_bytes: int = MAX_GRAPH_BYTES
 
     def __post_init__(self) -> None:
         if not isinstance(self.num_thread, int) or self.num_thread < 0:
@@ -42,6 +60,10 @@ class Options:
             raise OptionsError(f"min_group_size must be an int >= 1, got {self.min_group_size!r}")
         if self.precision not in PRECISIONS:
             raise OptionsError(f"precision must be one of {', '.join(PRECISIONS)}; got '{self.precision}'")
+        for name in ("max_fold_bytes", "max_loop_trips", "max_graph_bytes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise OptionsError(f"{name} must be a non-negative int, got {value!r}")
 
 
 def validate_device_options(device: str, schema: type | None, given: dict[str, Any] | None) -> Any:
