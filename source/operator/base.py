@@ -83,6 +83,8 @@ class Prototype:
                 if default is REQUIRED:
                     raise ModelError(f"{where(node)} is missing required attribute '{name}'")
                 node.attrs[name] = default
+            else:
+                _check_kind(node, name, default)
         lo, hi = self.inputs
         given = len(node.inputs)
         while given and not node.inputs[given - 1]:
@@ -105,6 +107,26 @@ class Prototype:
     def fail(self, node: Node, message: str) -> ShapeError:
         """A ShapeError naming the node; ``raise self.fail(node, '...')``."""
         return ShapeError(f"{where(node)}: {message}")
+
+
+# NOTE: the importer checks attribute types against the ONNX schemas; this catches what no ONNX
+# schema covers (contrib-domain ops, attributes of another opset version) from the defaults' types.
+_KINDS: tuple[tuple[type, tuple[type, ...], str], ...] = (
+    (bool, (int,), "an int"), (int, (int,), "an int"), (float, (int, float), "a float"),
+    (str, (str,), "a string"), (list, (list,), "a list"), (tuple, (list, tuple), "a list"),
+)
+
+
+def _check_kind(node: Node, name: str, default: Any) -> None:
+    """ModelError when a given attribute's kind differs from its default's (int, float, string, list)."""
+    value = node.attrs[name]
+    for kind, accepted, label in _KINDS:
+        if isinstance(default, kind):
+            if not isinstance(value, accepted):
+                raise ModelError(f"{where(node)}: attribute '{name}' must be {label}, got {type(value).__name__}")
+            if kind is float:
+                node.attrs[name] = float(value)
+            return
 
 
 def _arity(lo: int, hi: int) -> str:

@@ -5,6 +5,7 @@ from nnhal.errors import ModelError, where
 from nnhal.graph.node import Node
 from nnhal.operator._nn import check_positive
 from nnhal.operator.base import Info, Prototype
+from nnhal.operator.spatial import check_window
 
 
 class ConvTranspose(Prototype):
@@ -26,7 +27,13 @@ class ConvTranspose(Prototype):
         kernel = list(node.attrs["kernel_shape"] or w_shape[2:])
         strides = list(node.attrs["strides"] or [1] * n)
         dilations = list(node.attrs["dilations"] or [1] * n)
+        check_window(node, n, kernel, strides, dilations)
         out_pad = list(node.attrs["output_padding"] or [0] * n)[:n]
+        if len(out_pad) != n:
+            raise self.fail(node, f"output_padding has {len(out_pad)} values for {n} spatial dims")
+        target = node.attrs["output_shape"]
+        if target is not None and len(target) < n:
+            raise self.fail(node, f"output_shape {list(target)} has fewer than {n} values")
         full = [s * (i - 1) + p + (k - 1) * d + 1
                 for s, i, p, k, d in zip(strides, in_sizes, out_pad, kernel, dilations)]
         auto_pad = node.attrs["auto_pad"] or "NOTSET"

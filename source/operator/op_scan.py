@@ -74,6 +74,11 @@ class Scan(Prototype):
                        outer: dict[str, Info]) -> list[Info]:
         """Scan-8: every state and scan input has a leading batch axis; scan inputs then time."""
         batch = length = None
+        for what, infos, rank in (("state", states, 1), ("scan input", scans, 2)):
+            for s in infos:
+                if s.shape is not None and len(s.shape) < rank:
+                    raise self.fail(node, f"a {what} has rank {len(s.shape)}; Scan-8 needs at least {rank} "
+                                          f"(batch{', sequence' if rank == 2 else ''})")
         for s in states + scans:
             if s.shape is not None and len(s.shape) >= 1 and batch is None:
                 batch = s.shape[0]

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import AttributeProto, numpy_helper
+from onnx import AttributeProto, helper, numpy_helper
 
 from nnhal.errors import ModelError, UnsupportedOperatorError, UnsupportedTypeError
 from nnhal.graph.dtypes import to_numpy, type_name
@@ -136,6 +136,7 @@ def _convert_graph(gp: onnx.GraphProto, opsets: dict[str, int], outer: frozenset
         if version is None:
             unsupported.setdefault((f"{domain + '::' if domain else ''}{np_.op_type}", opset or 0), name)
             continue
+        _check_attribute_types(np_, name, domain, opset)
         attrs = {a.name: _attribute(a, opsets, scope | {o for n in gp.node for o in n.output}, unsupported, folder)
                  for a in np_.attribute}
         node = Node(name, np_.op_type, list(np_.input), list(np_.output), attrs, domain, opset, version)
@@ -160,6 +161,26 @@ def _convert_graph(gp: onnx.GraphProto, opsets: dict[str, int], outer: frozenset
     return Graph(gp.name or "main", tensors, nodes, inputs, [o.name for o in gp.output], dict(opsets), outer)
 
 
+def _check_attribute_types(np_: onnx.NodeProto, name: str, domain: str, opset: int) -> None:
+    """ModelError when an attribute's type is not the one the operator's ONNX schema declares."""
+    try:
+        schema = onnx.defs.get_schema(np_.op_type, opset, domain)
+    except onnx.defs.SchemaError:
+        return          # no ONNX schema (e.g. com.microsoft ops): the prototype checks what it reads
+    op = f"{domain}::{np_.op_type}" if domain else np_.op_type
+    seen: set[str] = set()
+    for a in np_.attribute:
+        if a.name in seen:
+            raise ModelError(f"node '{name}' ({op}, opset {opset}) gives attribute '{a.name}' twice")
+        seen.add(a.name)
+        declared = schema.attributes.get(a.name)
+        if declared is not None and int(declared.type) != int(a.type):
+            want = AttributeProto.AttributeType.Name(int(declared.type))
+            got = AttributeProto.AttributeType.Name(a.type) if a.type in AttributeProto.AttributeType.values() \
+                else str(a.type)
+            raise ModelError(f"node '{name}' ({op}, opset {opset}): attribute '{a.name}' must be {want}, got {got}")
+
+
 def _value_type(vi: onnx.ValueInfoProto) -> tuple[np.dtype | None, tuple | None]:
     kind = vi.type.WhichOneof("value")
     if kind is None:
@@ -172,7 +193,8 @@ def _value_type(vi: onnx.ValueInfoProto) -> tuple[np.dtype | None, tuple | None]
         raise UnsupportedTypeError(f"graph value '{vi.name}' has element type {type_name(tt.elem_type)}, which nnhal does not support")
     if not tt.HasField("shape"):
         return dtype, None
-    return dtype, tuple(d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim)
+    # NOTE: a negative dim_value is not valid ONNX; it is read as a dim unknown until run time.
+    return dtype, tuple(d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else None for d in tt.shape.dim)
 
 
 def _tensor_value(tp: onnx.TensorProto, folder: str | None) -> np.ndarray:
@@ -180,10 +202,30 @@ def _tensor_value(tp: onnx.TensorProto, folder: str | None) -> np.ndarray:
         raise UnsupportedTypeError(f"tensor '{tp.name}' has element type {type_name(tp.data_type)}, which nnhal does not support")
     if is_external(tp):
         return read_external(tp, folder)
+    _check_tensor_size(tp)
     try:
         return numpy_helper.to_array(tp)
     except Exception as exc:
         raise ModelError(f"cannot read tensor '{tp.name}': {exc}") from exc
+
+
+def _check_tensor_size(tp: onnx.TensorProto) -> None:
+    """ModelError unless the tensor holds exactly as many elements as its dims declare."""
+    dims = list(tp.dims)
+    if any(d < 0 for d in dims):
+        raise ModelError(f"tensor '{tp.name}' declares negative dims {dims}")
+    count = 1
+    for d in dims:
+        count *= d
+    if tp.HasField("raw_data"):
+        itemsize = to_numpy(tp.data_type).itemsize
+        held, need = len(tp.raw_data), count * itemsize
+        if tp.data_type != onnx.TensorProto.STRING and held != need:
+            raise ModelError(f"tensor '{tp.name}' holds {held} bytes of raw data; its dims {dims} need {need}")
+        return
+    held = len(getattr(tp, helper.tensor_dtype_to_field(tp.data_type)))
+    if held != count:
+        raise ModelError(f"tensor '{tp.name}' holds {held} values; its dims {dims} need {count}")
 
 
 def _attribute(a: AttributeProto, opsets: dict[str, int], scope: frozenset[str] | set[str],
