@@ -12,7 +12,7 @@ from nnhal.graph.graph import Graph, free_names
 from nnhal.graph.node import Node
 from nnhal.graph.tensor import Tensor, TensorKind
 from nnhal.operator.op_matmul import matmul_shape as _matmul_shape
-from nnhal.operator.base import Info, Prototype
+from nnhal.operator.base import Info, Prototype, expect_shape
 
 # ------------------------------------------------------------- quantization
 QUANT_RANGES: dict[np.dtype, tuple[int, int]] = {
@@ -160,6 +160,11 @@ class RecurrentPrototype(Prototype):
             raise self.fail(node, f"W has {w.shape[0]} directions; direction '{node.attrs['direction']}' needs {d}")
         if h is not None and w.shape is not None and w.shape[1] is not None and w.shape[1] != self.gates * h:
             raise self.fail(node, f"W has {w.shape[1]} rows; expected {self.gates} x hidden_size {h}")
+        size = None if x.shape is None else x.shape[2]
+        expect_shape(node, w, (d, None if h is None else self.gates * h, size), "W")
+        expect_shape(node, ins[2], (d, None if h is None else self.gates * h, h), "R")
+        bias = ins[3] if len(ins) > 3 else None
+        expect_shape(node, bias, (d, None if h is None else 2 * self.gates * h), "B")
         if x.shape is None:
             t = b = None
         elif node.attrs.get("layout", 0) == 1:

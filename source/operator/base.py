@@ -89,6 +89,8 @@ class Prototype:
         given = len(node.inputs)
         while given and not node.inputs[given - 1]:
             given -= 1
+        # NOTE: trailing empty names are absent optional inputs; dropped so every stage sees the same arity
+        del node.inputs[given:]
         if given < lo or (hi >= 0 and given > hi):
             raise ModelError(f"{where(node)} has {given} inputs; the operator takes {_arity(lo, hi)}")
         lo, hi = self.outputs
@@ -163,6 +165,16 @@ def normalize_axis(node: Node, axis: int, rank: int | None) -> int:
     if not -rank <= axis < max(rank, 1):
         raise ShapeError(f"{where(node)}: axis {axis} is out of range for rank {rank}")
     return axis + rank if axis < 0 else axis
+
+
+def expect_shape(node: Node, info: Info | None, want: tuple | None, what: str) -> None:
+    """ShapeError unless ``info``'s shape can be ``want`` (rank equal, known dims equal; None = unknown)."""
+    if info is None or info.shape is None or want is None:
+        return
+    if len(info.shape) != len(want) or any(a is not None and b is not None and a != b
+                                           for a, b in zip(info.shape, want)):
+        shown = tuple("?" if d is None else d for d in want)
+        raise ShapeError(f"{where(node)}: {what} has shape {info.shape}; expected {shown}")
 
 
 def same_as(info: Info | None) -> Info:

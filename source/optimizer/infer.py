@@ -25,6 +25,7 @@ from nnhal.graph.graph import Graph
 from nnhal.graph.node import Node
 from nnhal.graph.tensor import Tensor, TensorKind
 from nnhal.operator.base import Info, Prototype
+from nnhal.operator.schema import check_input_types
 from nnhal.operator.table import get_prototype
 from nnhal.options import MAX_FOLD_BYTES, MAX_GRAPH_BYTES, MAX_LOOP_TRIPS
 
@@ -58,6 +59,7 @@ def infer_graph(graph: Graph, fold: bool = True, limits: FoldLimits | None = Non
     for node in graph.nodes:
         ins = [info_of(graph.tensors[n]) if n else None for n in node.inputs]
         proto = get_prototype(node.domain, node.op_type)
+        check_input_types(node, ins)
         outs = _infer(proto, node, ins, graph)
         if fold and _foldable(node, ins, outs, graph, limits):
             size = output_bytes(node, outs)

@@ -20,6 +20,7 @@ from nnhal.graph.dtypes import to_numpy, type_name
 from nnhal.graph.graph import Graph, bodies, free_names
 from nnhal.graph.node import Node
 from nnhal.graph.tensor import Tensor, TensorKind, constant
+from nnhal.operator.schema import check_required_inputs
 from nnhal.operator.table import get_prototype
 from nnhal.serializer.external_data import is_external, read_external
 
@@ -144,6 +145,7 @@ def _convert_graph(gp: onnx.GraphProto, opsets: dict[str, int], outer: frozenset
         if nested:
             node.implicit_inputs = sorted(set().union(*(free_names(b) for b in nested)))
         proto.normalize(node)
+        check_required_inputs(node)
         if node.op_type == "Constant" and not domain:
             tensors[node.outputs[0]] = constant(node.outputs[0], proto.value(node))
             continue
@@ -218,9 +220,11 @@ def _check_tensor_size(tp: onnx.TensorProto) -> None:
     for d in dims:
         count *= d
     if tp.HasField("raw_data"):
+        if tp.data_type == onnx.TensorProto.STRING:
+            raise ModelError(f"tensor '{tp.name}' is a string tensor with raw data; strings are kept in string_data")
         itemsize = to_numpy(tp.data_type).itemsize
         held, need = len(tp.raw_data), count * itemsize
-        if tp.data_type != onnx.TensorProto.STRING and held != need:
+        if held != need:
             raise ModelError(f"tensor '{tp.name}' holds {held} bytes of raw data; its dims {dims} need {need}")
         return
     held = len(getattr(tp, helper.tensor_dtype_to_field(tp.data_type)))

@@ -70,50 +70,9 @@ def _random_tensor(rng: random.Random) -> TensorProto:
     return t
 
 
-def _set_attr_value(a: AttributeProto, rng: random.Random) -> None:
-    """A new value of the attribute's own type."""
-    if a.type == AttributeProto.INT:
-        a.i = rng.choice(INTS)
-    elif a.type == AttributeProto.FLOAT:
-        a.f = rng.choice(FLOATS)
-    elif a.type == AttributeProto.STRING:
-        a.s = rng.choice(STRINGS)
-    elif a.type == AttributeProto.INTS:
-        n = rng.choice([0, 1, len(a.ints), len(a.ints) + 1, 2 * len(a.ints) + 1, 8])
-        del a.ints[:]
-        a.ints.extend(rng.choice(INTS) for _ in range(n))
-    elif a.type == AttributeProto.FLOATS:
-        n = rng.choice([0, 1, len(a.floats) + 1])
-        del a.floats[:]
-        a.floats.extend(rng.choice(FLOATS) for _ in range(n))
-    elif a.type == AttributeProto.STRINGS:
-        del a.strings[:]
-        a.strings.extend(rng.choice(STRINGS) for _ in range(rng.randint(0, 3)))
-    elif a.type == AttributeProto.TENSOR:
-        a.t.CopyFrom(_random_tensor(rng))
-    elif a.type == AttributeProto.GRAPH:
-        body = a.g
-        choice = rng.randint(0, 3)
-        if choice == 0 and body.output:
-            del body.output[-1]
-        elif choice == 1 and body.input:
-            del body.input[-1]
-        elif choice == 2 and body.node:
-            del body.node[rng.randrange(len(body.node))]
-        else:
-            body.output.add().name = "nowhere"
-
-
-def _retype_attr(a: AttributeProto, rng: random.Random) -> None:
-    """The same name with a value of another attribute type."""
-    kind = rng.choice([AttributeProto.INT, AttributeProto.FLOAT, AttributeProto.STRING, AttributeProto.INTS,
-                       AttributeProto.FLOATS, AttributeProto.STRINGS, AttributeProto.TENSOR, AttributeProto.GRAPH,
-                       AttributeProto.TENSORS, AttributeProto.UNDEFINED, AttributeProto.SPARSE_TENSOR,
-                       AttributeProto.TYPE_PROTO])
-    name = a.name
-    a.Clear()
-    a.name = name
-    a.type = kind
+def _fill(a: AttributeProto, rng: random.Random, old_length: int = 0) -> None:
+    """A fresh random value of the attribute's type (list lengths around ``old_length``)."""
+    kind = a.type
     if kind == AttributeProto.INT:
         a.i = rng.choice(INTS)
     elif kind == AttributeProto.FLOAT:
@@ -121,9 +80,9 @@ def _retype_attr(a: AttributeProto, rng: random.Random) -> None:
     elif kind == AttributeProto.STRING:
         a.s = rng.choice(STRINGS)
     elif kind == AttributeProto.INTS:
-        a.ints.extend(rng.choice(INTS) for _ in range(rng.randint(0, 4)))
+        a.ints.extend(rng.choice(INTS) for _ in range(rng.choice([0, 1, old_length, old_length + 1, 8])))
     elif kind == AttributeProto.FLOATS:
-        a.floats.extend(rng.choice(FLOATS) for _ in range(rng.randint(0, 3)))
+        a.floats.extend(rng.choice(FLOATS) for _ in range(rng.choice([0, 1, old_length + 1])))
     elif kind == AttributeProto.STRINGS:
         a.strings.extend(rng.choice(STRINGS) for _ in range(rng.randint(0, 3)))
     elif kind == AttributeProto.TENSOR:
@@ -136,6 +95,38 @@ def _retype_attr(a: AttributeProto, rng: random.Random) -> None:
                                        [helper.make_tensor_value_info("go", TensorProto.FLOAT, [1])]))
     elif kind == AttributeProto.TYPE_PROTO:
         a.tp.tensor_type.elem_type = rng.choice(ELEM_TYPES)
+
+
+def _set_attr_value(a: AttributeProto, rng: random.Random) -> None:
+    """A new value of the attribute's own type; a body graph loses or gains an input, output or node."""
+    if a.type == AttributeProto.GRAPH:
+        body = a.g
+        choice = rng.randint(0, 3)
+        if choice == 0 and body.output:
+            del body.output[-1]
+        elif choice == 1 and body.input:
+            del body.input[-1]
+        elif choice == 2 and body.node:
+            del body.node[rng.randrange(len(body.node))]
+        else:
+            body.output.add().name = "nowhere"
+        return
+    name, kind, length = a.name, a.type, max(len(a.ints), len(a.floats))
+    a.Clear()
+    a.name, a.type = name, kind
+    _fill(a, rng, length)
+
+
+def _retype_attr(a: AttributeProto, rng: random.Random) -> None:
+    """The same name with a value of another attribute type."""
+    name = a.name
+    a.Clear()
+    a.name = name
+    a.type = rng.choice([AttributeProto.INT, AttributeProto.FLOAT, AttributeProto.STRING, AttributeProto.INTS,
+                         AttributeProto.FLOATS, AttributeProto.STRINGS, AttributeProto.TENSOR, AttributeProto.GRAPH,
+                         AttributeProto.TENSORS, AttributeProto.UNDEFINED, AttributeProto.SPARSE_TENSOR,
+                         AttributeProto.TYPE_PROTO])
+    _fill(a, rng)
 
 
 def m_attr_value(model: onnx.ModelProto, rng: random.Random) -> str:

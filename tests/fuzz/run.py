@@ -40,6 +40,7 @@ class Result:
     model: str = ""
     mutation: str = ""
     detail: str = ""
+    seconds: float = 0.0
 
 
 # ---------------------------------------------------------------------------- worker side
@@ -92,6 +93,7 @@ def case(index: int, corpus: list[tuple[str, bytes]]) -> Result:
     import nnhal
     from tests.fuzz.mutate import mutate
 
+    start = time.perf_counter()
     rng = random.Random(SEED * 1_000_003 + index)
     # NOTE: one case in ten mutates one of the first (own and zoo) models, the rest any of the corpus
     own = rng.random() < 0.1
@@ -127,7 +129,8 @@ def case(index: int, corpus: list[tuple[str, bytes]]) -> Result:
                 pass
             except Exception as exc:
                 status, detail = "untyped", "destroy_graph: " + "".join(traceback.format_exception(exc)[-6:])
-    return Result(index, status, name, f"{what} [{precision} on {','.join(devices)}]", detail)
+    return Result(index, status, name, f"{what} [{precision} on {','.join(devices)}]", detail,
+                  time.perf_counter() - start)
 
 
 def worker(start: int, stop: int) -> None:
@@ -210,6 +213,8 @@ def main(argv: list[str]) -> int:
         counts[r.status] = counts.get(r.status, 0) + 1
         if r.status not in ("ok", "typed", "wrapped") or (verbose and r.status == "wrapped"):
             print(f"--- case {r.index} {r.status}: {r.model}: {r.mutation}\n{r.detail}")
+    slowest = sorted(results, key=lambda r: -r.seconds)[:5]
+    print("slowest: " + ", ".join(f"#{r.index} {r.model} {r.seconds:.2f} s" for r in slowest))
     print(f"{len(results)} cases in {wall:.1f} s: {counts}")
     return 0 if all(r.status in ("ok", "typed", "wrapped") for r in results) else 1
 
