@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import functools
 import importlib
 import logging
 import threading
@@ -24,7 +25,8 @@ import numpy as np
 
 from nnhal.device.device import Device
 from nnhal.device.manager import find_device, registered_devices
-from nnhal.errors import DeviceError, InputError, LimitError, ModelError, NnhalError, RegistryError, StateError
+from nnhal.errors import (DeviceError, InputError, InternalError, LimitError, ModelError, NnhalError, RegistryError,
+                          StateError)
 from nnhal.graph.graph import Graph
 from nnhal.graph.tensor import TensorKind
 from nnhal.optimizer.budget import check_budget
@@ -45,6 +47,25 @@ from nnhal.serializer.onnx_import import load_onnx
 log = logging.getLogger("nnhal")
 _lock = threading.RLock()
 _registered: list[Any] = []   # registry entries registered by init(), in order
+
+
+def _typed(fn):
+    """The public API's last safety net: an exception that is no NnhalError (a gap in nnhal's own
+    checks) becomes an InternalError naming the call, a MemoryError a LimitError; both chained."""
+    stage = fn.__name__
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except NnhalError:
+            raise
+        except MemoryError as exc:
+            raise LimitError(f"{stage} ran out of memory: {exc or 'MemoryError'}") from exc
+        except Exception as exc:
+            raise InternalError(f"{stage} failed unexpectedly ({type(exc).__name__}: {exc}); this is a gap in "
+                                f"nnhal's checks, please report it with the model") from exc
+    return call
 
 
 # ------------------------------------------------------------------ init/release
@@ -97,6 +118,7 @@ class Context:
     deny: dict[str, list[str]] = field(default_factory=dict)
 
 
+@_typed
 def create_context(name: str = "default", devices: list[str] | None = None,
                    device_options: dict[str, dict] | None = None, strict: bool = False,
                    pins: dict[str, str] | None = None, deny: dict[str, list[str]] | None = None) -> Context:
@@ -157,6 +179,7 @@ class GraphHandle:
         return list(self.graph.outputs)
 
 
+@_typed
 def create_graph(context: Context, model_format: str, model: Any, base_dir: str | None = None) -> GraphHandle:
     """Import a model ('onnx': path, bytes or onnx.ModelProto) into a context.
 
@@ -190,6 +213,7 @@ def _resolve(names: list[str], key: str | int, what: str) -> str:
     return key
 
 
+@_typed
 def set_graph_input(g: GraphHandle, key: str | int, value: Any) -> None:
     """Bind an input by name or index; its dtype and shape are checked against the model."""
     _alive(g)
@@ -237,6 +261,7 @@ def _plan(g: GraphHandle, options: Options) -> tuple[Graph, list, list[Device], 
     return graph, subgraphs, devices, moved
 
 
+@_typed
 def prerun_graph(g: GraphHandle, options: Options | None = None) -> None:
     """Infer shapes, fold constants, place, split, set precision and prepare every subgraph."""
     _alive(g)
@@ -252,7 +277,7 @@ def prerun_graph(g: GraphHandle, options: Options | None = None) -> None:
             raise InputError(f"precision 'mixed' measures errors on real inputs: set {missing} before prerun_graph")
         with _out_of_memory("choosing mixed precisions"):
             options, g.mixed_report = choose_mixed(g.graph, options, lambda opts: _measure(g, opts))
-    with _out_of_memory("shape inference and constant folding"):
+    with _out_of_memory("planning (inference, folding, placement, split)"):
         graph, subgraphs, devices, moved = _plan(g, options)
     for sg in subgraphs:
         sg.keep_fp32 = options.keep_fp32
@@ -299,6 +324,7 @@ def _measure(g: GraphHandle, options: Options) -> list[np.ndarray]:
         destroy_graph(probe)
 
 
+@_typed
 def report(g: GraphHandle) -> PlacementReport:
     """What ran where after prerun: placement with reasons, subgraphs, boundaries, fallbacks."""
     _alive(g)
@@ -308,6 +334,7 @@ def report(g: GraphHandle) -> PlacementReport:
                         g.options.min_group_size, g.execution.report)
 
 
+@_typed
 def explain(model: Any, devices: list[str] | None = None, precision: str = "fp32",
             inputs: dict[str, Any] | None = None, min_group_size: int = 1, pins: dict[str, str] | None = None,
             deny: dict[str, list[str]] | None = None, strict: bool = False) -> PlacementReport:
@@ -326,6 +353,7 @@ def explain(model: Any, devices: list[str] | None = None, precision: str = "fp32
     return build_report(graph, g.placement, subgraphs, moved, min_group_size)
 
 
+@_typed
 def run_graph(g: GraphHandle, block: bool = True) -> None:
     """Run the prepared graph; with block=False, start it and return (see wait_graph)."""
     _alive(g)
@@ -356,6 +384,7 @@ def run_graph(g: GraphHandle, block: bool = True) -> None:
         _finish(g)
 
 
+@_typed
 def profile(g: GraphHandle, runs: int = 10, warmup: int = 1) -> Profile:
     """Run the prepared graph (inputs set) ``warmup`` + ``runs`` times and return where the time of the
     timed runs went, per subgraph and per node (see nnhal/profiling.py). Outputs of the last run are
@@ -394,6 +423,7 @@ def profile(g: GraphHandle, runs: int = 10, warmup: int = 1) -> Profile:
     return Profile(runs, wall / runs * 1e3, subgraphs, nodes)
 
 
+@_typed
 def wait_graph(g: GraphHandle, timeout: float | None = None) -> bool:
     """Wait for a run started with block=False; True when it has finished."""
     _alive(g)
@@ -414,6 +444,7 @@ def _finish(g: GraphHandle) -> None:
     g.state = GraphState.DONE
 
 
+@_typed
 def get_graph_output(g: GraphHandle, key: str | int) -> np.ndarray:
     """An output of the last run, by name or index."""
     _alive(g)
@@ -424,6 +455,7 @@ def get_graph_output(g: GraphHandle, key: str | int) -> np.ndarray:
     return g.outputs[_resolve(g.graph.outputs, key, "output")]
 
 
+@_typed
 def postrun_graph(g: GraphHandle) -> None:
     """Release run state (post_run, allocator.release); prerun_graph may follow."""
     _alive(g)
@@ -446,6 +478,7 @@ def _release_device_graphs(g: GraphHandle) -> None:
     g.execution = None
 
 
+@_typed
 def destroy_graph(g: GraphHandle) -> None:
     """Free everything the graph holds; the handle cannot be used afterwards."""
     _alive(g)

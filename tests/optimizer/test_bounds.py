@@ -149,10 +149,21 @@ def attempt(model, **options):
     except BaseException as exc:
         result = f"UNTYPED {type(exc).__name__}: {exc}"
     return {"result": result, "seconds": time.perf_counter() - start}
+def calibrate():
+    start = time.perf_counter()
+    try:
+        nnhal.calibrate(constant_of_shape_model([40000, 40000]), [{"x": np.zeros(1, np.float32)}], progress=False)
+        result = "calibrated"
+    except nnhal.NnhalError as exc:
+        result = f"{type(exc).__name__}: {exc}"
+    except BaseException as exc:
+        result = f"UNTYPED {type(exc).__name__}: {exc}"
+    return {"result": result, "seconds": time.perf_counter() - start}
 print(json.dumps([attempt(constant_of_shape_model([100000, 100000])),
                   attempt(loop_model(10 ** 12)),
                   attempt(loop_model(10 ** 12, scan=True)),
-                  attempt(constant_of_shape_model([40000, 40000]), precision="int8")]))
+                  attempt(constant_of_shape_model([40000, 40000]), precision="int8"),
+                  calibrate()]))
 """
 
 
@@ -160,10 +171,11 @@ def test_huge_fold_and_loop_end_under_a_4_gib_address_space_limit():
     done = subprocess.run([sys.executable, "-c", textwrap.dedent(_LIMITED)], capture_output=True, text=True,
                           timeout=SEC)
     assert done.returncode == 0, done.stderr[-3000:]
-    cos, loop, scan, calib = (r["result"] for r in json.loads(done.stdout.splitlines()[-1]))
+    cos, loop, scan, calib, table = (r["result"] for r in json.loads(done.stdout.splitlines()[-1]))
     print("seconds:", [r["seconds"] for r in json.loads(done.stdout.splitlines()[-1])])
     assert cos.startswith("LimitError: node 'cos' (ConstantOfShape, opset 17)") and "40000000000 bytes" in cos
     assert loop == "prepared: Loop,Add"           # left for run time: a lazy result
     assert scan.startswith("LimitError: node 'loop' (Loop, opset 17)")
     # 6.4 GB: within the budget, but calibration cannot allocate it under the limit
     assert calib.startswith("LimitError: prerun ran out of memory during calibration"), calib
+    assert table.startswith("LimitError: calibration ran out of memory"), table
