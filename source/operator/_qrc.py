@@ -175,6 +175,9 @@ class RecurrentPrototype(Prototype):
             y, yh = (b, t, d, h), (b, d, h)
         else:
             y, yh = (t, d, b, h), (d, b, h)
+        for i, what in ((5, "initial_h"), (6, "initial_c")):
+            if i < len(ins) and (i == 5 or self.gates == 4):
+                expect_shape(node, ins[i], yh, what)
         outs = [Info(x.dtype, y), Info(x.dtype, yh), Info(x.dtype, yh)]
         return outs[:len(node.outputs)]
 

@@ -107,6 +107,8 @@ class SoftmaxPrototype(Prototype):
     def infer(self, node: Node, ins: list[Info | None]) -> list[Info]:
         x = ins[0]
         if x.shape is not None:
+            if not x.shape:
+                raise self.fail(node, "input is a scalar; it needs rank >= 1")
             normalize_axis(node, node.attrs["axis"], len(x.shape))
         return [same_as(x)]
 

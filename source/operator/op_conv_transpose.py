@@ -23,6 +23,12 @@ class ConvTranspose(Prototype):
     def geometry(self, node: Node, x_shape: tuple, w_shape: tuple) -> dict:
         """Kernel, strides, dilations, explicit pads and output sizes."""
         n = len(x_shape) - 2
+        if len(w_shape) != len(x_shape):
+            raise self.fail(node, f"input rank {len(x_shape)} and weight rank {len(w_shape)} do not form a "
+                                  f"transposed convolution")
+        if node.attrs["kernel_shape"] is not None and list(node.attrs["kernel_shape"]) != list(w_shape[2:]):
+            raise self.fail(node, f"kernel_shape {list(node.attrs['kernel_shape'])} differs from the weight's "
+                                  f"spatial dims {tuple(w_shape[2:])}")
         in_sizes = list(x_shape[2:])
         kernel = list(node.attrs["kernel_shape"] or w_shape[2:])
         strides = list(node.attrs["strides"] or [1] * n)

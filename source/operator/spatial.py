@@ -24,6 +24,8 @@ def resolve_pads(node: Node, in_sizes: list[int], kernel: list[int], strides: li
         pads = list(node.attrs.get("pads") or [0] * (2 * n))
         if len(pads) != 2 * n:
             raise ShapeError(f"{where(node)}: pads has {len(pads)} values, expected {2 * n}")
+        if any(int(p) < 0 for p in pads):
+            raise ShapeError(f"{where(node)}: pads must be >= 0, got {pads}")
         return pads
     if auto_pad == "VALID":
         return [0] * (2 * n)
