@@ -5,7 +5,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from nnhal.errors import ModelError, UnsupportedTypeError, where
+from nnhal.errors import ModelError, ShapeError, UnsupportedTypeError, where
 from nnhal.graph.dtypes import to_numpy
 from nnhal.graph.node import Node
 from nnhal.operator.base import Info, Prototype, normalize_axis, same_as
@@ -22,6 +22,8 @@ def reduction_axes(node: Node, rank: int, axes: Any) -> tuple[int, ...]:
         if node.attrs.get("noop_with_empty_axes", 0):
             return ()
         return tuple(range(rank))
+    if rank == 0:
+        raise ShapeError(f"{where(node)}: axes {values} name axes of a scalar input")
     out = sorted(normalize_axis(node, a, rank) for a in values)
     if len(set(out)) != len(out):
         raise ModelError(f"{where(node)}: axes {values} has duplicates")

@@ -25,4 +25,7 @@ class Compress(Prototype):
         if x.shape is None:
             return [Info(x.dtype, None)]
         axis = normalize_axis(node, axis, len(x.shape))
+        dim = x.shape[axis]
+        if cond.shape is not None and cond.shape[0] is not None and dim is not None and cond.shape[0] > dim:
+            raise self.fail(node, f"condition has {cond.shape[0]} values for an axis of {dim}")
         return [Info(x.dtype, x.shape[:axis] + (count,) + x.shape[axis + 1:])]

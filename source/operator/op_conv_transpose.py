@@ -72,6 +72,9 @@ class ConvTranspose(Prototype):
             return [Info(x.dtype, None)]
         if len(x.shape) < 3:
             raise self.fail(node, f"input rank {len(x.shape)} is below 3")
+        if w.shape is not None and len(w.shape) != len(x.shape):
+            raise self.fail(node, f"input rank {len(x.shape)} and weight rank {len(w.shape)} do not form a "
+                                  f"transposed convolution")
         m = None if w.shape is None else w.shape[1] * group
         if w.shape is not None and x.shape[1] is not None and w.shape[0] != x.shape[1]:
             raise self.fail(node, f"weight has {w.shape[0]} input channels; X has {x.shape[1]}")

@@ -35,6 +35,8 @@ class TopK(Prototype):
         k = self.k_of(node, ins)
         if x.shape is None:
             return [Info(x.dtype, None), Info(INT64, None)]
+        if not x.shape:
+            raise self.fail(node, "input is a scalar; it needs rank >= 1")
         axis = normalize_axis(node, node.attrs["axis"], len(x.shape))
         dim = x.shape[axis]
         if k is not None and (k < 0 or (dim is not None and k > dim)):

@@ -129,6 +129,10 @@ def _convert_graph(gp: onnx.GraphProto, opsets: dict[str, int], outer: frozenset
     nodes: list[Node] = []
     scope = outer | set(tensors)
     for i, np_ in enumerate(gp.node):
+        for field in (np_.name, np_.op_type, np_.domain):
+            if not isinstance(field, str):      # protobuf hands back bytes that are not valid UTF-8
+                raise ModelError(f"node {i} of graph '{gp.name}' has a name, op type or domain that is not UTF-8 "
+                                 f"text: {field!r}")
         name = np_.name or f"{np_.op_type}_{i}"
         domain = "" if np_.domain == "ai.onnx" else np_.domain
         opset = opsets.get(domain)
