@@ -86,6 +86,16 @@ def matmul_shape(node: Node, a: tuple | None, b: tuple | None) -> tuple | None:
     return _matmul_shape(get_prototype("", "MatMul"), node, a, b)
 
 
+def per_tensor_or_axis(proto: Prototype, node: Node, info: Info, what: str, length: int | None) -> None:
+    """ShapeError unless a quantization parameter holds one element, or is 1-D with ``length`` values."""
+    shape = info.shape
+    if shape is None or any(d is None for d in shape) or int(np.prod(shape, dtype=np.int64)) == 1:
+        return
+    if len(shape) != 1 or (length is not None and shape[0] != length) or length == 1:
+        want = "one element" if length == 1 else f"one element or {length if length is not None else 'one per row/column'}"
+        raise proto.fail(node, f"{what} has shape {shape}; it must hold {want}")
+
+
 CONV_ATTRIBUTES = {"auto_pad": "NOTSET", "dilations": None, "group": 1, "kernel_shape": None,
                    "pads": None, "strides": None}
 

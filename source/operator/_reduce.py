@@ -134,6 +134,8 @@ class CumulativePrototype(Prototype):
         x, axis = ins
         if axis.shape is not None and len(axis.shape) > 1:
             raise self.fail(node, f"axis must be a scalar or a 1-element tensor, got shape {axis.shape}")
+        if x.shape is not None and not x.shape:
+            raise self.fail(node, "input is a scalar; it needs rank >= 1")
         if axis.value is not None and x.shape is not None:
             normalize_axis(node, int(np.asarray(axis.value).ravel()[0]), len(x.shape))
         return [same_as(x)]

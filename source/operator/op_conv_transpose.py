@@ -37,6 +37,9 @@ class ConvTranspose(Prototype):
         out_pad = list(node.attrs["output_padding"] or [0] * n)[:n]
         if len(out_pad) != n:
             raise self.fail(node, f"output_padding has {len(out_pad)} values for {n} spatial dims")
+        if any(not 0 <= p < max(s, d) for p, s, d in zip(out_pad, strides, dilations)):
+            raise self.fail(node, f"output_padding {out_pad} must be >= 0 and below the strides {strides} "
+                                  f"(or dilations {dilations})")
         target = node.attrs["output_shape"]
         if target is not None and len(target) < n:
             raise self.fail(node, f"output_shape {list(target)} has fewer than {n} values")

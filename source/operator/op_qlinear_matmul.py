@@ -1,10 +1,8 @@
 """QLinearMatMul: quantized matrix product requantized to the output scale and zero point."""
 from __future__ import annotations
 
-import numpy as np
-
 from nnhal.graph.node import Node
-from nnhal.operator._qrc import EIGHT_BIT, check_quant_dtype, matmul_shape
+from nnhal.operator._qrc import EIGHT_BIT, check_quant_dtype, matmul_shape, per_tensor_or_axis
 from nnhal.operator.base import Info, Prototype
 
 
@@ -25,15 +23,6 @@ class QLinearMatMul(Prototype):
         cols = None if b.shape is None or len(b.shape) < 2 else b.shape[-1]
         for i, what, length in ((1, "a_scale", rows), (2, "a_zero_point", rows), (4, "b_scale", cols),
                                 (5, "b_zero_point", cols), (6, "y_scale", 1), (7, "y_zero_point", 1)):
-            _per_tensor_or_axis(self, node, ins[i], what, length)
+            per_tensor_or_axis(self, node, ins[i], what, length)
         return [Info(y_zero.dtype, matmul_shape(node, a.shape, b.shape))]
 
-
-def _per_tensor_or_axis(proto: Prototype, node: Node, info: Info, what: str, length: int | None) -> None:
-    """ShapeError unless a quantization parameter holds one element, or is 1-D with ``length`` values."""
-    shape = info.shape
-    if shape is None or any(d is None for d in shape) or int(np.prod(shape, dtype=np.int64)) == 1:
-        return
-    if len(shape) != 1 or (length is not None and shape[0] != length) or length == 1:
-        want = "one element" if length == 1 else f"one element or {length if length is not None else 'one per row/column'}"
-        raise proto.fail(node, f"{what} has shape {shape}; it must hold {want}")

@@ -30,6 +30,8 @@ class Scan(Prototype):
     def check(self, node: Node) -> None:
         body = body_attr(node, "body")
         first, n, m = self.layout(node)
+        if any(not name for name in node.inputs[first:]):
+            raise ModelError(f"{where(node)}: states and scan inputs must all be given; inputs are {node.inputs}")
         if m < 1 or n < 0:
             raise ModelError(f"{where(node)}: num_scan_inputs {m} does not fit {len(node.inputs)} inputs")
         if len(body.inputs) != n + m:

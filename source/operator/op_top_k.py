@@ -27,6 +27,8 @@ class TopK(Prototype):
             return node.attrs["k"]
         if len(ins) < 2 or ins[1] is None:
             raise self.fail(node, "the K input is missing")
+        if ins[1].shape is not None and (len(ins[1].shape) > 1 or ins[1].shape not in ((), (1,), (None,))):
+            raise self.fail(node, f"K must hold one value, it has shape {ins[1].shape}")
         k = const_ints(ins[1])
         return None if k is None else k[0]
 
