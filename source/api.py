@@ -11,7 +11,9 @@
 """
 from __future__ import annotations
 
+import contextlib
 import enum
+import functools
 import importlib
 import importlib.util
 import logging
@@ -37,10 +39,12 @@ from nnhal.device.manager import (
     unregister_device,
 )
 from nnhal.device.manager import device_status as manager_status
-from nnhal.errors import DeviceError, InputError, ModelError, NnhalError, OptionsError, RegistryError, StateError
+from nnhal.errors import (DeviceError, InputError, InternalError, LimitError, ModelError, NnhalError, OptionsError,
+                          RegistryError, StateError)
 from nnhal.graph.graph import Graph
 from nnhal.graph.tensor import TensorKind
-from nnhal.optimizer.infer import infer_graph
+from nnhal.optimizer.budget import check_budget
+from nnhal.optimizer.infer import FoldLimits, infer_graph
 from nnhal.optimizer.mixed import choose_mixed
 from nnhal.optimizer.passes import run_passes
 from nnhal.optimizer.qdq import fold_qdq, fuse_qdq
@@ -60,6 +64,25 @@ log = logging.getLogger("nnhal")
 _lock = threading.RLock()
 _registered: list[tuple[str, Callable[[], None]]] = []   # (device, how to unregister it), in init() order
 _initialised = False
+
+
+def _typed(fn):
+    """The public API's last safety net: an exception that is no NnhalError (a gap in nnhal's own
+    checks) becomes an InternalError naming the call, a MemoryError a LimitError; both chained."""
+    stage = fn.__name__
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except NnhalError:
+            raise
+        except MemoryError as exc:
+            raise LimitError(f"{stage} ran out of memory: {exc or 'MemoryError'}") from exc
+        except Exception as exc:
+            raise InternalError(f"{stage} failed unexpectedly ({type(exc).__name__}: {exc}); this is a gap in "
+                                f"nnhal's checks, please report it with the model") from exc
+    return call
 
 
 # ------------------------------------------------------------------ init/release
@@ -173,6 +196,7 @@ def _names(value: Any, what: str) -> list[str]:
     return list(value)
 
 
+@_typed
 def create_context(name: str = "default", devices: list[str] | None = None,
                    device_options: dict[str, dict] | None = None, strict: bool = False,
                    pins: dict[str, str] | None = None, deny: dict[str, list[str]] | None = None) -> Context:
@@ -275,13 +299,18 @@ class GraphHandle:
         return list(self.graph.outputs)
 
 
-def create_graph(context: Context, model_format: str, model: Any) -> GraphHandle:
-    """Import a model ('onnx': path, bytes or onnx.ModelProto) into a context."""
+@_typed
+def create_graph(context: Context, model_format: str, model: Any, base_dir: str | None = None) -> GraphHandle:
+    """Import a model ('onnx': path, bytes or onnx.ModelProto) into a context.
+
+    External-data tensors resolve only inside one folder: the model file's own, or ``base_dir``,
+    which bytes and a ModelProto with external data must give (see README, "Untrusted models").
+    """
     if not isinstance(context, Context):
         raise StateError(f"create_graph needs a context from create_context(), got {type(context).__name__}")
     if model_format != "onnx":
         raise ModelError(f"model format '{model_format}' is not supported; nnhal reads 'onnx'")
-    return GraphHandle(context, load_onnx(model))
+    return GraphHandle(context, load_onnx(model, base_dir))
 
 
 def _alive(g: GraphHandle) -> None:
@@ -321,6 +350,7 @@ def check_input(g: GraphHandle, key: str | int, value: Any) -> tuple[str, np.nda
     return name, np.require(array, requirements="C")
 
 
+@_typed
 def set_graph_input(g: GraphHandle, key: str | int, value: Any) -> None:
     """Bind an input by name or index; its dtype and shape are checked against the model."""
     _alive(g)
@@ -339,8 +369,10 @@ def _plan(g: GraphHandle, options: Options) -> tuple[Graph, list, list[Device], 
             t.dtype, t.shape = g.inputs[name].dtype, tuple(g.inputs[name].shape)
     # quantized precisions take the model's own Q/DQ parameters; fp32 runs them as integer ops
     fused = fold_qdq(graph) if options.precision in ("int8", "uint8") else fuse_qdq(graph)
-    infer_graph(graph, fold=options.fold_constants)
+    limits = FoldLimits(options.max_fold_bytes, options.max_loop_trips, options.max_graph_bytes)
+    folded = infer_graph(graph, fold=options.fold_constants, limits=limits)
     g.pass_report = {"fuse_qdq": fused, **run_passes(graph)}
+    check_budget(graph, options.max_graph_bytes, folded)
     ctx = g.context
     _check_node_names(g.graph, ctx)
     devices = [find_device(n) for n in ctx.devices]
@@ -360,6 +392,7 @@ def _plan(g: GraphHandle, options: Options) -> tuple[Graph, list, list[Device], 
     return graph, subgraphs, devices, moved
 
 
+@_typed
 def prerun_graph(g: GraphHandle, options: Options | None = None) -> None:
     """Infer shapes, fold constants, place, split, set precision and prepare every subgraph.
 
@@ -381,11 +414,14 @@ def _prerun_locked(g: GraphHandle, options: Options) -> None:
         missing = [n for n in g.graph.inputs if n not in g.inputs]
         if missing:
             raise InputError(f"precision 'mixed' measures errors on real inputs: set {missing} before prerun_graph")
-        options, g.mixed_report = choose_mixed(g.graph, options, lambda opts: _measure(g, opts))
-    graph, subgraphs, devices, moved = _plan(g, options)
+        with _out_of_memory("choosing mixed precisions"):
+            options, g.mixed_report = choose_mixed(g.graph, options, lambda opts: _measure(g, opts))
+    with _out_of_memory("planning (inference, folding, placement, split)"):
+        graph, subgraphs, devices, moved = _plan(g, options)
     for sg in subgraphs:
         sg.keep_fp32 = options.keep_fp32
-    quantize_activations(graph, subgraphs, options.precision, g.inputs, options.calibration)
+    with _out_of_memory("calibration"):
+        quantize_activations(graph, subgraphs, options.precision, g.inputs, options.calibration)
     ex = Execution(subgraphs, {d.name: d for d in devices}, options, graph=graph, fallback=g.context.fallback)
     g.execution = ex
     try:
@@ -400,7 +436,8 @@ def _prerun_locked(g: GraphHandle, options: Options) -> None:
         g.scheduler = next((d.scheduler for d in devices[:1] if d.scheduler is not None), DEFAULT_SCHEDULER)
         g.moved_by_min_group = moved
         g.prepared_graph = graph
-        g.scheduler.prerun(ex)
+        with _out_of_memory("device preparation"):
+            g.scheduler.prerun(ex)
     except BaseException:
         _release_execution(ex)
         g.execution = None
@@ -409,6 +446,17 @@ def _prerun_locked(g: GraphHandle, options: Options) -> None:
     g.prepared_shapes = {n: a.shape for n, a in g.inputs.items()}
     g.options = options
     g.state = GraphState.PREPARED
+
+
+@contextlib.contextmanager
+def _out_of_memory(stage: str):
+    """MemoryError in a prerun stage becomes a LimitError naming the stage."""
+    try:
+        yield
+    except MemoryError as exc:
+        raise LimitError(f"prerun ran out of memory during {stage}: {exc or 'MemoryError'}; lower "
+                         f"Options.max_graph_bytes / max_fold_bytes to be refused earlier, or give the "
+                         f"process more memory") from exc
 
 
 def _release_execution(ex: Execution) -> None:
@@ -431,6 +479,7 @@ def _measure(g: GraphHandle, options: Options) -> list[np.ndarray]:
         destroy_graph(probe)
 
 
+@_typed
 def report(g: GraphHandle) -> PlacementReport:
     """What ran where after prerun: placement with reasons, subgraphs, boundaries, fallbacks."""
     _alive(g)
@@ -440,6 +489,7 @@ def report(g: GraphHandle) -> PlacementReport:
                         g.options.min_group_size, g.execution.report)
 
 
+@_typed
 def explain(model: Any, devices: list[str] | None = None, precision: str = "fp32",
             inputs: dict[str, Any] | None = None, min_group_size: int = 1, pins: dict[str, str] | None = None,
             deny: dict[str, list[str]] | None = None, strict: bool = False) -> PlacementReport:
@@ -473,6 +523,7 @@ def _begin(g: GraphHandle, feeds: dict[str, np.ndarray]) -> Execution:
     return ex
 
 
+@_typed
 def execute(g: GraphHandle, feeds: dict[str, Any] | list[Any], options: Options | None = None) -> list[np.ndarray]:
     """Outputs for ``feeds`` (name or index -> array, or arrays in input order), in graph output order.
 
@@ -509,6 +560,7 @@ def execute(g: GraphHandle, feeds: dict[str, Any] | list[Any], options: Options 
         g.lock.release_read()
 
 
+@_typed
 def run_graph(g: GraphHandle, block: bool = True) -> None:
     """Run the prepared graph; with block=False, start it and return (see wait_graph)."""
     _alive(g)
@@ -535,6 +587,7 @@ def run_graph(g: GraphHandle, block: bool = True) -> None:
         _finish(g)
 
 
+@_typed
 def profile(g: GraphHandle, runs: int = 10, warmup: int = 1) -> Profile:
     """Run the prepared graph (inputs set) ``warmup`` + ``runs`` times and return where the time of the
     timed runs went, per subgraph and per node (see nnhal/profiling.py). Outputs of the last run are
@@ -588,6 +641,7 @@ def _device_profile(ex, sg, enable: bool) -> list | None:
                           f"{type(exc).__name__}: {exc}") from exc
 
 
+@_typed
 def wait_graph(g: GraphHandle, timeout: float | None = None) -> bool:
     """Wait for a run started with block=False; True when it has finished."""
     _alive(g)
@@ -609,6 +663,7 @@ def _finish(g: GraphHandle) -> None:
     g.state = GraphState.DONE
 
 
+@_typed
 def get_graph_output(g: GraphHandle, key: str | int) -> np.ndarray:
     """An output of the last run, by name or index."""
     _alive(g)
@@ -619,6 +674,7 @@ def get_graph_output(g: GraphHandle, key: str | int) -> np.ndarray:
     return g.outputs[_resolve(g.graph.outputs, key, "output")]
 
 
+@_typed
 def postrun_graph(g: GraphHandle) -> None:
     """Release run state (post_run, allocator.release); prerun_graph may follow.
 
@@ -652,6 +708,7 @@ def _release_device_graphs(g: GraphHandle) -> None:
     cleanup.raise_if_failed()
 
 
+@_typed
 def destroy_graph(g: GraphHandle) -> None:
     """Free everything the graph holds; the handle cannot be used afterwards.
 

@@ -13,6 +13,11 @@ from nnhal.optimizer.calibrate import CalibrationTable, as_ranges
 PRECISIONS = ("fp32", "fp16", "int8", "uint8", "mixed")
 PREFERENCES = ("order", "speed", "power")
 
+# Bounds on prepare (see Options): generous enough that no real model meets them.
+MAX_FOLD_BYTES = 256 << 20
+MAX_LOOP_TRIPS = 1 << 16
+MAX_GRAPH_BYTES = 16 << 30
+
 
 @dataclass
 class Options:
@@ -34,6 +39,15 @@ class Options:
                    context's priority list), "speed" or "power" (the lowest Description.performance
                    exec_time or power_usage at the node's precision, as NNAPI's execution preference;
                    ties go to the earlier device). Pins and denials win either way.
+
+    Bounds on prepare (a model is untrusted input: these keep prerun's memory and time bounded;
+    each refusal is a nnhal.LimitError naming node, op and size):
+    max_fold_bytes  the largest tensor constant folding materialises (bytes); a node whose output
+                    would be larger is not folded and runs at run time
+    max_loop_trips  the largest trip count of a Loop that constant folding runs; a Loop with more
+                    trips (or no trip count) runs at run time
+    max_graph_bytes the budget of the tensors a prepared graph allocates (activations and folded
+                    constants), checked against the inferred shapes before anything is allocated
     """
 
     num_thread: int = 0
@@ -45,6 +59,10 @@ class Options:
     mixed_tolerance: float = 0.01
     keep_fp32: frozenset[str] = frozenset()
     prefer: str = "order"
+    # ---- bounds on prepare
+    max_fold_bytes: int = MAX_FOLD_BYTES
+    max_loop_trips: int = MAX_LOOP_TRIPS
+    max_graph_bytes: int = MAX_GRAPH_BYTES
 
     def __post_init__(self) -> None:
         if not _is_int(self.num_thread) or self.num_thread < 0:
@@ -70,6 +88,11 @@ class Options:
         # -- calibration (issue 14): a table, a dict of ranges or a saved table's path -> the dict of ranges
         if self.calibration is not None:
             self.calibration = as_ranges(self.calibration)
+        # -- bounds on prepare (issue 11)
+        for name in ("max_fold_bytes", "max_loop_trips", "max_graph_bytes"):
+            value = getattr(self, name)
+            if not _is_int(value) or value < 0:
+                raise OptionsError(f"{name} must be a non-negative int, got {value!r}")
 
 
 def _is_int(value: Any) -> bool:

@@ -9,7 +9,7 @@ import numpy as np
 from nnhal import api
 from nnhal.optimizer.placement import Decision
 from nnhal.optimizer.report import actual_decisions, decision_table
-from nnhal.options import Options
+from nnhal.options import MAX_FOLD_BYTES, MAX_GRAPH_BYTES, MAX_LOOP_TRIPS, Options
 
 
 class Placement(Mapping):
@@ -55,13 +55,18 @@ class Session:
 
         with nnhal.Session("model.onnx", devices=["cpu"]) as s:
             outputs = s.run({"data": x})
+
+    ``base_dir``: the folder external-data files of a model given as bytes or a ModelProto resolve in.
+    ``max_fold_bytes``, ``max_loop_trips``, ``max_graph_bytes``: the bounds on prepare (see Options).
     """
 
     def __init__(self, model: Any, devices: list[str] | None = None, precision: str = "fp32",
                  num_thread: int = 0, device_options: dict[str, dict] | None = None, strict: bool = False,
                  pins: dict[str, str] | None = None, deny: dict[str, list[str]] | None = None,
                  min_group_size: int = 1, calibration: Any = None, mixed_tolerance: float = 0.01,
-                 name: str = "session", prefer: str = "order") -> None:
+                 name: str = "session", prefer: str = "order", base_dir: str | None = None,
+                 max_fold_bytes: int = MAX_FOLD_BYTES, max_loop_trips: int = MAX_LOOP_TRIPS,
+                 max_graph_bytes: int = MAX_GRAPH_BYTES) -> None:
         api.init()
         if isinstance(model, str) and model.startswith("zoo:"):
             from nnhal.zoo import resolve
@@ -69,9 +74,10 @@ class Session:
             model = resolve(model)    # the model zoo of the onnx wheel, as on the command line
         self.options = Options(num_thread=num_thread, precision=precision, strict=strict,
                                min_group_size=min_group_size, calibration=calibration,
-                               mixed_tolerance=mixed_tolerance, prefer=prefer)
+                               mixed_tolerance=mixed_tolerance, prefer=prefer, max_fold_bytes=max_fold_bytes,
+                               max_loop_trips=max_loop_trips, max_graph_bytes=max_graph_bytes)
         self.context = api.create_context(name, devices, device_options, strict, pins, deny)
-        self.graph = api.create_graph(self.context, "onnx", model)
+        self.graph = api.create_graph(self.context, "onnx", model, base_dir)
 
     @property
     def input_names(self) -> list[str]:

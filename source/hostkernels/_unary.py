@@ -147,7 +147,23 @@ def convert(x: np.ndarray, dtype: np.dtype, out: np.ndarray | None) -> np.ndarra
 
 
 def _parse(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """Numbers from an array of strings."""
+    """Numbers from an array of strings; ValueError naming a string that is no number."""
+    try:
+        return _parse_numbers(x, dtype)
+    except (ValueError, TypeError):
+        bad = next((v for v in x.reshape(-1) if not _is_number(v)), None)
+        raise ValueError(f"cannot cast the string {bad!r} to {dtype}: it is not a number") from None
+
+
+def _is_number(value: object) -> bool:
+    try:
+        float(value)
+    except (ValueError, TypeError):
+        return False
+    return True
+
+
+def _parse_numbers(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
     if dtype.kind in "iu":
         try:
             return x.astype(dtype)

@@ -64,6 +64,8 @@ class ConvIm2col(Kernel):
 
         def run(inputs, outputs):
             x, w = inputs[0], inputs[1]
+            if "w" not in packed:       # weights known only now: check them as inference would have
+                proto.check_operands(node, x.shape, w.shape)
             g = proto.geometry(node, x.shape, w.shape)
             wg = packed["w"] if "w" in packed else _pack(w, group)
             win, out_sizes = im2col(x, g["kernel"], g["strides"], g["dilations"], g["pads"])

@@ -13,7 +13,10 @@ class ExpandKernel(Kernel):
     def prepare(self, node, ins, outs) -> RunFn:
         def run(inputs, outputs):
             x, shape = inputs[0], ints(inputs[1])
-            target = np.broadcast_shapes(x.shape, tuple(shape))
+            try:
+                target = np.broadcast_shapes(x.shape, tuple(shape))
+            except ValueError:
+                raise ValueError(f"shape {shape} does not broadcast with the input's {list(x.shape)}") from None
             return (put(np.broadcast_to(x, target), outputs[0]),)
 
         return run

@@ -84,10 +84,14 @@ class Prototype:
                 if default is REQUIRED:
                     raise ModelError(f"{where(node)} is missing required attribute '{name}'")
                 node.attrs[name] = default
+            else:
+                _check_kind(node, name, default)
         lo, hi = self.inputs
         given = len(node.inputs)
         while given and not node.inputs[given - 1]:
             given -= 1
+        # NOTE: trailing empty names are absent optional inputs; dropped so every stage sees the same arity
+        del node.inputs[given:]
         if given < lo or (hi >= 0 and given > hi):
             raise ModelError(f"{where(node)} has {given} inputs; the operator takes {_arity(lo, hi)}")
         lo, hi = self.outputs
@@ -106,6 +110,26 @@ class Prototype:
     def fail(self, node: Node, message: str) -> ShapeError:
         """A ShapeError naming the node; ``raise self.fail(node, '...')``."""
         return ShapeError(f"{where(node)}: {message}")
+
+
+# NOTE: the importer checks attribute types against the ONNX schemas; this catches what no ONNX
+# schema covers (contrib-domain ops, attributes of another opset version) from the defaults' types.
+_KINDS: tuple[tuple[type, tuple[type, ...], str], ...] = (
+    (bool, (int,), "an int"), (int, (int,), "an int"), (float, (int, float), "a float"),
+    (str, (str,), "a string"), (list, (list,), "a list"), (tuple, (list, tuple), "a list"),
+)
+
+
+def _check_kind(node: Node, name: str, default: Any) -> None:
+    """ModelError when a given attribute's kind differs from its default's (int, float, string, list)."""
+    value = node.attrs[name]
+    for kind, accepted, label in _KINDS:
+        if isinstance(default, kind):
+            if not isinstance(value, accepted):
+                raise ModelError(f"{where(node)}: attribute '{name}' must be {label}, got {type(value).__name__}")
+            if kind is float:
+                node.attrs[name] = float(value)
+            return
 
 
 def _arity(lo: int, hi: int) -> str:
@@ -142,6 +166,16 @@ def normalize_axis(node: Node, axis: int, rank: int | None) -> int:
     if not -rank <= axis < max(rank, 1):
         raise ShapeError(f"{where(node)}: axis {axis} is out of range for rank {rank}")
     return axis + rank if axis < 0 else axis
+
+
+def expect_shape(node: Node, info: Info | None, want: tuple | None, what: str) -> None:
+    """ShapeError unless ``info``'s shape can be ``want`` (rank equal, known dims equal; None = unknown)."""
+    if info is None or info.shape is None or want is None:
+        return
+    if len(info.shape) != len(want) or any(a is not None and b is not None and a != b
+                                           for a, b in zip(info.shape, want)):
+        shown = tuple("?" if d is None else d for d in want)
+        raise ShapeError(f"{where(node)}: {what} has shape {info.shape}; expected {shown}")
 
 
 def same_as(info: Info | None) -> Info:

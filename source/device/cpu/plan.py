@@ -23,6 +23,8 @@ from nnhal.graph.graph import Graph
 from nnhal.graph.node import Node
 from nnhal.graph.tensor import TensorKind
 from nnhal.operator.base import Info
+from nnhal.operator.schema import check_input_types
+from nnhal.operator.table import get_prototype
 
 
 def checking() -> bool:
@@ -40,6 +42,20 @@ class Step:
     buffers: list                     # preallocated outputs (None = kernel allocates)
     fresh: tuple[tuple[int, tuple, np.dtype], ...] = ()  # (position, shape, dtype) allocated per run
     expect: tuple[Info | None, ...] = ()
+    logical: bool = True              # every input is in the ONNX layout (no channels-last region)
+
+
+def _explain(node: Node, inputs: list, failure: Exception) -> None:
+    """Raise the prototype's own typed error when a kernel failed on operands that inference could not
+    see before the run (shapes or values known only now); return when inference accepts them."""
+    infos = [None if a is None else Info.of(a) for a in inputs]
+    try:
+        check_input_types(node, infos)
+        get_prototype(node.domain, node.op_type).infer(node, infos)
+    except NnhalError as reason:
+        raise reason from failure
+    except Exception:  # inference has no better word for it than the kernel's own error
+        return
 
 
 @dataclass
@@ -105,6 +121,8 @@ class Plan:
             except NnhalError:
                 raise
             except Exception as exc:
+                if step.logical:
+                    _explain(step.node, [slots[i] for i in step.ins], exc)
                 raise DeviceError(f"{where(step.node, 'cpu')}: kernel '{step.kernel_name}' failed: "
                                   f"{type(exc).__name__}: {exc}") from exc
             for pos, (idx, r) in enumerate(zip(step.outs, result)):
@@ -190,7 +208,8 @@ def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: l
                 fresh.append((pos, t.shape, t.dtype))
         expect = tuple(physical.get(name, o) if name else o for name, o in zip(node.outputs, outs))
         steps.append(Step(node, kernel.name, run, tuple(slot(n) if n else 0 for n in node.all_inputs),
-                          tuple(slot(n) if n else 1 for n in node.outputs), buffers, tuple(fresh), expect))
+                          tuple(slot(n) if n else 1 for n in node.outputs), buffers, tuple(fresh), expect,
+                          not any(n in physical for n in node.all_inputs)))
         kernels[node.name] = kernel.name
     in_slots = [(n, slot(n)) for n in inputs]
     out_slots = [(n, slot(n)) for n in outputs]
