@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from nnhal.device.manager import FALLBACK_DEVICE
 from nnhal.errors import InputError, NnhalError
 
 QUANTIZED = ("int8", "uint8", "mixed")
@@ -155,7 +156,7 @@ def _model_name(model: Any) -> str:
 
 def compare_precisions(model: Any, feeds_list: Sequence[dict[str, np.ndarray]],
                        precisions: Sequence[str] = ("fp16", "int8", "uint8"),
-                       devices: Sequence[str] | None = ("cpu",), labels: Any = None,
+                       devices: Sequence[str] | None = (FALLBACK_DEVICE,), labels: Any = None,
                        calibration_method: str = "minmax", output: int | str = 0,
                        calibration_feeds: Sequence[dict[str, np.ndarray]] | None = None,
                        progress: bool = False) -> AccuracyReport:
@@ -178,7 +179,7 @@ def compare_precisions(model: Any, feeds_list: Sequence[dict[str, np.ndarray]],
     feeds = [dict(f) for f in feeds_list]
     if not feeds:
         raise InputError("compare_precisions needs at least one feed")
-    devices = list(devices) if devices else ["cpu"]
+    devices = list(devices) if devices else [FALLBACK_DEVICE]
     sizes = [_batch(f) for f in feeds]
     if labels is not None:
         if isinstance(labels, (list, tuple)) and len(labels) == len(feeds) and \

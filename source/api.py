@@ -11,7 +11,9 @@
 """
 from __future__ import annotations
 
+import contextlib
 import enum
+import functools
 import importlib
 import importlib.util
 import logging
@@ -27,6 +29,7 @@ from nnhal.device.discovery import discover as discover_plugins
 from nnhal.device.discovery import load_plugin
 from nnhal.device.manager import (
     BUILT_IN,
+    FALLBACK_DEVICE,
     DeviceStatus,
     clear_unavailable,
     find_device,
@@ -36,10 +39,12 @@ from nnhal.device.manager import (
     unregister_device,
 )
 from nnhal.device.manager import device_status as manager_status
-from nnhal.errors import DeviceError, InputError, ModelError, NnhalError, OptionsError, RegistryError, StateError
+from nnhal.errors import (DeviceError, InputError, InternalError, LimitError, ModelError, NnhalError, OptionsError,
+                          RegistryError, StateError)
 from nnhal.graph.graph import Graph
 from nnhal.graph.tensor import TensorKind
-from nnhal.optimizer.infer import infer_graph
+from nnhal.optimizer.budget import check_budget
+from nnhal.optimizer.infer import FoldLimits, infer_graph
 from nnhal.optimizer.mixed import choose_mixed
 from nnhal.optimizer.passes import run_passes
 from nnhal.optimizer.qdq import fold_qdq, fuse_qdq
@@ -60,6 +65,25 @@ log = logging.getLogger("nnhal")
 _lock = threading.RLock()
 _registered: list[tuple[str, Callable[[], None]]] = []   # (device, how to unregister it), in init() order
 _initialised = False
+
+
+def _typed(fn):
+    """The public API's last safety net: an exception that is no NnhalError (a gap in nnhal's own
+    checks) becomes an InternalError naming the call, a MemoryError a LimitError; both chained."""
+    stage = fn.__name__
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except NnhalError:
+            raise
+        except MemoryError as exc:
+            raise LimitError(f"{stage} ran out of memory: {exc or 'MemoryError'}") from exc
+        except Exception as exc:
+            raise InternalError(f"{stage} failed unexpectedly ({type(exc).__name__}: {exc}); this is a gap in "
+                                f"nnhal's checks, please report it with the model") from exc
+    return call
 
 
 # ------------------------------------------------------------------ init/release
@@ -148,11 +172,6 @@ def _require_init() -> None:
 
 
 # --------------------------------------------------------------------- context
-# the device that is always registered and takes what no other device can: the default device list and,
-# unless strict, the fallback appended to every context
-FALLBACK_DEVICE = "cpu"
-
-
 @dataclass
 class Context:
     """An ordered device list (the fallback device appended unless strict) and their options."""
@@ -178,6 +197,7 @@ def _names(value: Any, what: str) -> list[str]:
     return list(value)
 
 
+@_typed
 def create_context(name: str = "default", devices: list[str] | None = None,
                    device_options: dict[str, dict] | None = None, strict: bool = False,
                    pins: dict[str, str] | None = None, deny: dict[str, list[str]] | None = None) -> Context:
@@ -189,7 +209,7 @@ def create_context(name: str = "default", devices: list[str] | None = None,
         raise OptionsError(f"strict must be True or False, got {strict!r}")
     names = _names(devices, "devices") if devices is not None else [FALLBACK_DEVICE]
     if not names:
-        raise OptionsError("devices is empty; name at least one device (e.g. ['cpu'])")
+        raise OptionsError("devices is empty; name at least one device (e.g. ['{FALLBACK_DEVICE}'])")
     for n in names:
         find_device(n)
     if len(set(names)) != len(names):
@@ -228,15 +248,16 @@ def create_context(name: str = "default", devices: list[str] | None = None,
 
 
 def _check_node_names(graph: Graph, ctx: Context) -> None:
-    """Pins and denials must name nodes of the model: a typo would silently change nothing."""
-    known = {node.name for node in graph.nodes}
+    """Pins and denials must name nodes or op types of the model: a typo would silently change nothing."""
+    known = {node.name for node in graph.nodes} | {node.op_type for node in graph.nodes}
     for what, table in (("pins", ctx.pins), ("deny", ctx.deny)):
         for node in table:
             if node not in known:
                 import difflib
                 close = difflib.get_close_matches(node, sorted(known), n=1)
                 hint = f"; did you mean '{close[0]}'?" if close else ""
-                raise OptionsError(f"{what} names node '{node}', which the model does not have{hint}")
+                raise OptionsError(f"{what} names '{node}', which is neither a node nor an op type of the "
+                                   f"model{hint}")
 
 
 # ----------------------------------------------------------------------- graph
@@ -280,13 +301,18 @@ class GraphHandle:
         return list(self.graph.outputs)
 
 
-def create_graph(context: Context, model_format: str, model: Any) -> GraphHandle:
-    """Import a model ('onnx': path, bytes or onnx.ModelProto) into a context."""
+@_typed
+def create_graph(context: Context, model_format: str, model: Any, base_dir: str | None = None) -> GraphHandle:
+    """Import a model ('onnx': path, bytes or onnx.ModelProto) into a context.
+
+    External-data tensors resolve only inside one folder: the model file's own, or ``base_dir``,
+    which bytes and a ModelProto with external data must give (see README, "Untrusted models").
+    """
     if not isinstance(context, Context):
         raise StateError(f"create_graph needs a context from create_context(), got {type(context).__name__}")
     if model_format != "onnx":
         raise ModelError(f"model format '{model_format}' is not supported; nnhal reads 'onnx'")
-    return GraphHandle(context, load_onnx(model))
+    return GraphHandle(context, load_onnx(model, base_dir))
 
 
 def _alive(g: GraphHandle) -> None:
@@ -326,6 +352,7 @@ def check_input(g: GraphHandle, key: str | int, value: Any) -> tuple[str, np.nda
     return name, np.require(array, requirements="C")
 
 
+@_typed
 def set_graph_input(g: GraphHandle, key: str | int, value: Any) -> None:
     """Bind an input by name or index; its dtype and shape are checked against the model."""
     _alive(g)
@@ -344,7 +371,8 @@ def _plan(g: GraphHandle, options: Options) -> tuple[Graph, list, list[Device], 
             t.dtype, t.shape = g.inputs[name].dtype, tuple(g.inputs[name].shape)
     # quantized precisions take the model's own Q/DQ parameters; fp32 runs them as integer ops
     fused = fold_qdq(graph) if options.precision in ("int8", "uint8") else fuse_qdq(graph)
-    infer_graph(graph, fold=options.fold_constants)
+    limits = FoldLimits(options.max_fold_bytes, options.max_loop_trips, options.max_graph_bytes)
+    folded = infer_graph(graph, fold=options.fold_constants, limits=limits)
     g.pass_report = {"fuse_qdq": fused, **run_passes(graph)}
     g.int8_plan = None
     if options.precision in QUANTIZED:
@@ -353,6 +381,7 @@ def _plan(g: GraphHandle, options: Options) -> tuple[Graph, list, list[Device], 
             (channel_extremes(graph, g.inputs, token_activations(graph))
              if all(n in g.inputs for n in graph.inputs) else {})
         g.int8_plan = plan_int8(graph, channels)
+    check_budget(graph, options.max_graph_bytes, folded)
     ctx = g.context
     _check_node_names(g.graph, ctx)
     devices = [find_device(n) for n in ctx.devices]
@@ -361,7 +390,8 @@ def _plan(g: GraphHandle, options: Options) -> tuple[Graph, list, list[Device], 
         deny[name] = list(deny.get(name, [])) + [d.name for d in devices if d.name != FALLBACK_DEVICE]
     g.placement = place(graph, devices, options.precision, ctx.pins, deny, fallback=FALLBACK_DEVICE,
                         higher=g.int8_plan.higher if g.int8_plan else None,
-                        dynamic=g.int8_plan.required if g.int8_plan else None)
+                        dynamic=g.int8_plan.required if g.int8_plan else None,
+                        prefer=options.prefer)
     moved = enforce_min_group_size(graph, g.placement, options.min_group_size, fallback=FALLBACK_DEVICE)
     assignment = {n: d.device for n, d in g.placement.items()}
     splitter = next((d for d in devices if d.optimizer and d.optimizer.split_graph), None)
@@ -373,6 +403,7 @@ def _plan(g: GraphHandle, options: Options) -> tuple[Graph, list, list[Device], 
     return graph, subgraphs, devices, moved
 
 
+@_typed
 def prerun_graph(g: GraphHandle, options: Options | None = None) -> None:
     """Infer shapes, fold constants, place, split, set precision and prepare every subgraph.
 
@@ -394,8 +425,10 @@ def _prerun_locked(g: GraphHandle, options: Options) -> None:
         missing = [n for n in g.graph.inputs if n not in g.inputs]
         if missing:
             raise InputError(f"precision 'mixed' measures errors on real inputs: set {missing} before prerun_graph")
-        options, g.mixed_report = choose_mixed(g.graph, options, lambda opts: _probe(g, opts), dict(g.inputs))
-    graph, subgraphs, devices, moved = _plan(g, options)
+        with _out_of_memory("choosing mixed precisions"):
+            options, g.mixed_report = choose_mixed(g.graph, options, lambda opts: _probe(g, opts), dict(g.inputs))
+    with _out_of_memory("planning (inference, folding, placement, split)"):
+        graph, subgraphs, devices, moved = _plan(g, options)
     ranges = options.calibration
     for sg in subgraphs:
         sg.keep_fp32 = options.keep_fp32
@@ -404,7 +437,8 @@ def _prerun_locked(g: GraphHandle, options: Options) -> None:
     if ranges is not None and g.int8_plan is not None:
         ranges = {**ranges, **g.int8_plan.ranges}
         ranges.update({new: ranges[old] for new, old in g.int8_plan.aliases.items() if old in ranges})
-    quantize_activations(graph, subgraphs, options.precision, g.inputs, ranges)
+    with _out_of_memory("calibration"):
+        quantize_activations(graph, subgraphs, options.precision, g.inputs, ranges)
     ex = Execution(subgraphs, {d.name: d for d in devices}, options, graph=graph, fallback=g.context.fallback)
     g.execution = ex
     try:
@@ -419,7 +453,8 @@ def _prerun_locked(g: GraphHandle, options: Options) -> None:
         g.scheduler = next((d.scheduler for d in devices[:1] if d.scheduler is not None), DEFAULT_SCHEDULER)
         g.moved_by_min_group = moved
         g.prepared_graph = graph
-        g.scheduler.prerun(ex)
+        with _out_of_memory("device preparation"):
+            g.scheduler.prerun(ex)
     except BaseException:
         _release_execution(ex)
         g.execution = None
@@ -428,6 +463,17 @@ def _prerun_locked(g: GraphHandle, options: Options) -> None:
     g.prepared_shapes = {n: a.shape for n, a in g.inputs.items()}
     g.options = options
     g.state = GraphState.PREPARED
+
+
+@contextlib.contextmanager
+def _out_of_memory(stage: str):
+    """MemoryError in a prerun stage becomes a LimitError naming the stage."""
+    try:
+        yield
+    except MemoryError as exc:
+        raise LimitError(f"prerun ran out of memory during {stage}: {exc or 'MemoryError'}; lower "
+                         f"Options.max_graph_bytes / max_fold_bytes to be refused earlier, or give the "
+                         f"process more memory") from exc
 
 
 def _release_execution(ex: Execution) -> None:
@@ -452,6 +498,7 @@ def _probe(g: GraphHandle, options: Options) -> tuple[list[np.ndarray], Graph | 
         destroy_graph(probe)
 
 
+@_typed
 def report(g: GraphHandle) -> PlacementReport:
     """What ran where after prerun: placement with reasons, subgraphs, boundaries, fallbacks."""
     _alive(g)
@@ -461,6 +508,7 @@ def report(g: GraphHandle) -> PlacementReport:
                         g.options.min_group_size, g.execution.report)
 
 
+@_typed
 def explain(model: Any, devices: list[str] | None = None, precision: str = "fp32",
             inputs: dict[str, Any] | None = None, min_group_size: int = 1, pins: dict[str, str] | None = None,
             deny: dict[str, list[str]] | None = None, strict: bool = False) -> PlacementReport:
@@ -494,6 +542,7 @@ def _begin(g: GraphHandle, feeds: dict[str, np.ndarray]) -> Execution:
     return ex
 
 
+@_typed
 def execute(g: GraphHandle, feeds: dict[str, Any] | list[Any], options: Options | None = None) -> list[np.ndarray]:
     """Outputs for ``feeds`` (name or index -> array, or arrays in input order), in graph output order.
 
@@ -530,6 +579,7 @@ def execute(g: GraphHandle, feeds: dict[str, Any] | list[Any], options: Options 
         g.lock.release_read()
 
 
+@_typed
 def run_graph(g: GraphHandle, block: bool = True) -> None:
     """Run the prepared graph; with block=False, start it and return (see wait_graph)."""
     _alive(g)
@@ -556,6 +606,7 @@ def run_graph(g: GraphHandle, block: bool = True) -> None:
         _finish(g)
 
 
+@_typed
 def profile(g: GraphHandle, runs: int = 10, warmup: int = 1) -> Profile:
     """Run the prepared graph (inputs set) ``warmup`` + ``runs`` times and return where the time of the
     timed runs went, per subgraph and per node (see nnhal/profiling.py). Outputs of the last run are
@@ -573,32 +624,43 @@ def _profile(g: GraphHandle, runs: int, warmup: int) -> Profile:
     for _ in range(warmup):
         run_graph(g)
     ex = g.execution
-    # device graphs that time their nodes: a ``timings`` attribute (None when off) and ``steps`` with
-    # ``.node`` and ``.kernel_name`` (the CPU's Plan)
-    timed = [sg for sg in ex.subgraphs
-             if hasattr(sg.device_graph, "timings") and hasattr(sg.device_graph, "steps")]
-    ex.timings = {}
-    for sg in timed:
-        sg.device_graph.timings = [0.0] * len(sg.device_graph.steps)
+    ex.timings = {}             # the scheduler adds every subgraph's wall time
+    for sg in ex.subgraphs:
+        _device_profile(ex, sg, True)
+    timed: dict[int, list] = {}
     try:
         t0 = time.perf_counter()
         for _ in range(runs):
             run_graph(g)
         wall = time.perf_counter() - t0
-        ex = g.execution     # a changed input shape prepares again: read what actually ran
-        subgraphs = [SubgraphTime(sg.index, sg.device, len(sg.nodes), ex.timings.get(sg.index, 0.0) / runs * 1e3)
-                     for sg in ex.subgraphs]
-        nodes = [NodeTime(sg.index, sg.device, st.node.name, st.node.op_type, st.kernel_name, t / runs * 1e3)
-                 for sg in ex.subgraphs if getattr(sg.device_graph, "timings", None)
-                 for st, t in zip(sg.device_graph.steps, sg.device_graph.timings)]
     finally:
-        ex.timings = None
+        ex = g.execution     # a changed input shape prepares again: read what actually ran
+        seconds, ex.timings = ex.timings or {}, None
         for sg in ex.subgraphs:
-            if getattr(sg.device_graph, "timings", None) is not None:
-                sg.device_graph.timings = None
+            timed[sg.index] = _device_profile(ex, sg, False) or []
+    subgraphs = [SubgraphTime(sg.index, sg.device, len(sg.nodes), seconds.get(sg.index, 0.0) / runs * 1e3)
+                 for sg in ex.subgraphs]
+    nodes = [NodeTime(sg.index, sg.device, t.node, t.op, t.kernel, t.seconds / runs * 1e3)
+             for sg in ex.subgraphs for t in timed[sg.index]]
     return Profile(runs, wall / runs * 1e3, subgraphs, nodes)
 
 
+def _device_profile(ex, sg, enable: bool) -> list | None:
+    """The device's optional ``profile`` hook on a prepared subgraph (None when it has none)."""
+    device = ex.devices.get(sg.device)
+    hook = device.interface.profile if device is not None else None
+    if hook is None or sg.device_graph is None:
+        return None
+    try:
+        return hook(device, sg, enable)
+    except NnhalError:
+        raise
+    except Exception as exc:
+        raise DeviceError(f"device '{sg.device}': profile hook failed on subgraph #{sg.index}: "
+                          f"{type(exc).__name__}: {exc}") from exc
+
+
+@_typed
 def wait_graph(g: GraphHandle, timeout: float | None = None) -> bool:
     """Wait for a run started with block=False; True when it has finished."""
     _alive(g)
@@ -620,6 +682,7 @@ def _finish(g: GraphHandle) -> None:
     g.state = GraphState.DONE
 
 
+@_typed
 def get_graph_output(g: GraphHandle, key: str | int) -> np.ndarray:
     """An output of the last run, by name or index."""
     _alive(g)
@@ -630,6 +693,7 @@ def get_graph_output(g: GraphHandle, key: str | int) -> np.ndarray:
     return g.outputs[_resolve(g.graph.outputs, key, "output")]
 
 
+@_typed
 def postrun_graph(g: GraphHandle) -> None:
     """Release run state (post_run, allocator.release); prerun_graph may follow.
 
@@ -663,6 +727,7 @@ def _release_device_graphs(g: GraphHandle) -> None:
     cleanup.raise_if_failed()
 
 
+@_typed
 def destroy_graph(g: GraphHandle) -> None:
     """Free everything the graph holds; the handle cannot be used afterwards.
 

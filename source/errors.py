@@ -56,6 +56,16 @@ class OptionsError(NnhalError, ValueError):
     """An option value is out of range or of the wrong type."""
 
 
+class LimitError(ModelError):
+    """The model exceeds a bound on prepare (folded tensor, loop trips, allocation budget) or
+    prepare ran out of memory; the message names the node, op, size and the option to raise."""
+
+
+class InternalError(NnhalError):
+    """An unexpected failure inside nnhal (a gap in its own checks, a bug): the public API's last
+    safety net raises it naming the stage, chained to the original exception. Please report it."""
+
+
 class ShapeError(ModelError):
     """Shape or dtype inference found inputs an operator cannot take."""
 

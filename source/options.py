@@ -11,6 +11,12 @@ from nnhal.errors import DeviceError, OptionsError
 from nnhal.optimizer.calibrate import CalibrationTable, as_ranges
 
 PRECISIONS = ("fp32", "fp16", "int8", "uint8", "mixed")
+PREFERENCES = ("order", "speed", "power")
+
+# Bounds on prepare (see Options): generous enough that no real model meets them.
+MAX_FOLD_BYTES = 256 << 20
+MAX_LOOP_TRIPS = 1 << 16
+MAX_GRAPH_BYTES = 16 << 30
 
 
 @dataclass
@@ -30,6 +36,19 @@ class Options:
                    against fp32 on the calibration inputs
     keep_fp32      node names that stay in fp32 under a quantized precision
     progress       show a progress bar on stderr (when it is a TTY) for long prepares (mixed)
+    prefer         how placement picks among the devices that accept a node: "order" (the first in the
+                   context's priority list), "speed" or "power" (the lowest Description.performance
+                   exec_time or power_usage at the node's precision, as NNAPI's execution preference;
+                   ties go to the earlier device). Pins and denials win either way.
+
+    Bounds on prepare (a model is untrusted input: these keep prerun's memory and time bounded;
+    each refusal is a nnhal.LimitError naming node, op and size):
+    max_fold_bytes  the largest tensor constant folding materialises (bytes); a node whose output
+                    would be larger is not folded and runs at run time
+    max_loop_trips  the largest trip count of a Loop that constant folding runs; a Loop with more
+                    trips (or no trip count) runs at run time
+    max_graph_bytes the budget of the tensors a prepared graph allocates (activations and folded
+                    constants), checked against the inferred shapes before anything is allocated
     """
 
     num_thread: int = 0
@@ -41,6 +60,11 @@ class Options:
     mixed_tolerance: float = 0.01
     keep_fp32: frozenset[str] = frozenset()
     progress: bool = True
+    prefer: str = "order"
+    # ---- bounds on prepare
+    max_fold_bytes: int = MAX_FOLD_BYTES
+    max_loop_trips: int = MAX_LOOP_TRIPS
+    max_graph_bytes: int = MAX_GRAPH_BYTES
 
     def __post_init__(self) -> None:
         if not _is_int(self.num_thread) or self.num_thread < 0:
@@ -61,9 +85,16 @@ class Options:
                 or not all(isinstance(k, str) for k in keep):
             raise OptionsError(f"keep_fp32 must be a set of node names, got {keep!r}")
         self.keep_fp32 = frozenset(keep)
+        if self.prefer not in PREFERENCES:
+            raise OptionsError(f"prefer must be one of {', '.join(PREFERENCES)}; got {self.prefer!r}")
         # -- calibration (issue 14): a table, a dict of ranges or a saved table's path -> the dict of ranges
         if self.calibration is not None:
             self.calibration = as_ranges(self.calibration)
+        # -- bounds on prepare (issue 11)
+        for name in ("max_fold_bytes", "max_loop_trips", "max_graph_bytes"):
+            value = getattr(self, name)
+            if not _is_int(value) or value < 0:
+                raise OptionsError(f"{name} must be a non-negative int, got {value!r}")
 
 
 def _is_int(value: Any) -> bool:

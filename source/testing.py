@@ -45,10 +45,11 @@ from nnhal.device.device import Device
 from nnhal.device.manager import register_device, unregister_device
 
 # The moment of first call of each hook, in lifecycle order (run, async_run and async_wait excepted:
-# which of them comes first depends on the scheduler's choice).
+# which of them comes first depends on the scheduler's choice; profile comes with nnhal.profile, after a
+# first run).
 LIFECYCLE = ("init", "describe", "evaluation", "split_graph", "optimize_graph", "scheduler.prerun", "allocate",
-             "pre_run", "scheduler.run", "async_run", "async_wait", "run", "scheduler.postrun", "post_run",
-             "release", "release_graph", "release_device")
+             "pre_run", "scheduler.run", "async_run", "async_wait", "run", "profile", "scheduler.postrun",
+             "post_run", "release", "release_graph", "release_device")
 _RUN_HOOKS = frozenset({"run", "async_run", "async_wait"})
 # Ops the boundary and fallback models are built from, with their numpy meaning known to the CPU device.
 UNARY_OPS = ("Relu", "Abs", "Neg", "Sigmoid", "Tanh", "Identity")
@@ -139,7 +140,8 @@ def check_call_order(calls: list[tuple[str, str]], filled: list[str], device: st
 def check_hook_order(device: str) -> None:
     """Register two recording copies of a registered device, run the boundary model on the first with an
     independent branch on the second (so that async hooks, when filled, are used), unregister them, and
-    check that every hook the device fills was called, first calls in lifecycle order."""
+    check that every hook the device fills was called, first calls in lifecycle order (a profile of one
+    run follows the run, so that the optional ``profile`` hook is called too)."""
     original = find_device(device)
     calls: list[tuple[str, str]] = []
     first, second = f"{device}kit", f"{device}kitb"
@@ -152,6 +154,7 @@ def check_hook_order(device: str) -> None:
             with nnhal.Session(model, devices=[first, second, FALLBACK_DEVICE], pins=pins,
                                precision=_precision(original)) as s:
                 s.run(feeds)
+                s.profile(feeds, runs=1, warmup=0)
                 if s.fallbacks:
                     raise AssertionError(f"'{device}' failed while recorded: {[f.describe() for f in s.fallbacks]}")
         finally:

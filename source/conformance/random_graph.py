@@ -20,6 +20,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from nnhal.conformance.tolerance import compare, policy
+from nnhal.device.manager import FALLBACK_DEVICE
 
 OPSET = 17
 Shape = tuple[int, ...]
@@ -261,7 +262,7 @@ class Mismatch:
 
 
 def _run(model: onnx.ModelProto, feeds: dict, devices: list[str], precision: str, reference: bool) -> list[np.ndarray]:
-    from nnhal.device.cpu.kernels.select import force_reference
+    from nnhal.hostkernels.select import force_reference
     from nnhal.session import Session
 
     with force_reference() if reference else contextlib.nullcontext():
@@ -279,7 +280,7 @@ def _mismatch(model: onnx.ModelProto, feeds: dict, device: str, precision: str) 
     """
     got = _run(model, feeds, [device], precision, reference=False)
     quantized = precision in ("int8", "uint8")
-    want = _run(model, feeds, ["cpu"], precision if quantized else "fp32", reference=not quantized)
+    want = _run(model, feeds, [FALLBACK_DEVICE], precision if quantized else "fp32", reference=not quantized)
     tol = policy(precision)
     if quantized:
         tol = replace(tol, atol=max(tol.atol, _widest_step(model, feeds) * len(model.graph.node)))

@@ -29,13 +29,17 @@ NAME_PATTERN = re.compile(r"^[a-z0-9]+$")
 # out-of-tree device declares the version it was written against as a module-level
 # ``NNHAL_DEVICE_API = (major, minor)``; the core accepts the same major and a minor <= its own
 # (a minor adds optional fields or hooks, a major changes what existing ones mean).
-API_VERSION: tuple[int, int] = (1, 0)
+# 1.1: the optional Interface.profile hook (NodeTiming records); placement reads Description.performance
+# under Options(prefer="speed" | "power").
+API_VERSION: tuple[int, int] = (1, 1)
 PRECISIONS = ("fp32", "fp16", "int8", "uint8")
 
 
 @dataclass(frozen=True)
 class Performance:
-    """NNAPI-style capability figures for one precision: relative to the CPU at fp32 = 1.0."""
+    """NNAPI-style capability figures for one precision: relative to the CPU at fp32 = 1.0 (lower is
+    better). Placement reads them under ``Options(prefer="speed")`` (exec_time) or ``"power"``
+    (power_usage); a precision the device gives no figures for counts as 1.0."""
 
     exec_time: float = 1.0
     power_usage: float = 1.0
@@ -43,7 +47,8 @@ class Performance:
 
 @dataclass(frozen=True)
 class Description:
-    """What a device supports, statically: op types, precisions, options, performance.
+    """What a device supports, statically: op types, precisions, options, performance (per precision,
+    used by placement when the user prefers speed or power over the priority order).
 
     ``reentrant`` says whether ``run`` / ``async_run`` may be entered by several runs of prepared
     graphs at once (a Session shared by threads). Each run gets its own view of the subgraph whose
@@ -136,6 +141,12 @@ class Interface:
         Free what pre_run built (also after a failure, before the CPU takes over).
     release_device(device)
         Once, at unregistration (nnhal.release()), after everything else: undo init.
+    profile(device, subgraph, enable) -> list[NodeTiming] | None
+        Optional per-node timing for ``nnhal.profile``, called on the prepared subgraph with no run in
+        flight (the core holds the graph exclusively meanwhile). ``enable=True``: start timing the
+        subgraph's nodes from zero; return None. ``enable=False``: stop, and return one NodeTiming per
+        node (or fused node) timed since, seconds summed over the runs in between. Absent: the profile
+        still gets the subgraph's wall time per run from the scheduler, only no per-node breakdown.
     """
 
     run: Callable[["Device", "Subgraph"], None]
@@ -146,6 +157,17 @@ class Interface:
     async_wait: Callable[["Device", "Subgraph", bool], bool] | None = None
     release_graph: Callable[["Device", Any], None] | None = None
     release_device: Callable[["Device"], None] | None = None
+    profile: Callable[["Device", "Subgraph", bool], "list[NodeTiming] | None"] | None = None
+
+
+@dataclass(frozen=True)
+class NodeTiming:
+    """One node (or fused node) of a device's compiled subgraph, as its ``profile`` hook reports it."""
+
+    node: str           # the node's name (a fused node stands for its whole chain)
+    op: str             # its op type
+    kernel: str         # the implementation that ran it ("" when the device has one per op)
+    seconds: float      # summed over every run since profiling was switched on
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,11 @@ _STATUS: dict[tuple[str, str], "DeviceStatus"] = {}   # (name, origin) -> status
 
 BUILT_IN = "built-in"
 
+# NOTE: the one place the core names a device: the device that is always registered and takes what no
+# other device can. It is the default device list and, unless strict, the fallback appended to every
+# context; placement, the default split and the scheduler re-place onto it by this name.
+FALLBACK_DEVICE = "cpu"
+
 
 @dataclass(frozen=True)
 class DeviceStatus:

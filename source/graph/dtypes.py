@@ -28,7 +28,11 @@ def to_numpy(elem_type: int) -> np.dtype | None:
 
 
 def type_name(elem_type: int) -> str:
-    return TensorProto.DataType.Name(elem_type)
+    """The ONNX name of an element type; an unknown code (999) is named by its number."""
+    try:
+        return TensorProto.DataType.Name(elem_type)
+    except ValueError:
+        return f"unknown element type {elem_type}"
 
 
 def to_onnx(dtype: np.dtype) -> int:

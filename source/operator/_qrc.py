@@ -12,7 +12,7 @@ from nnhal.graph.graph import Graph, free_names
 from nnhal.graph.node import Node
 from nnhal.graph.tensor import Tensor, TensorKind
 from nnhal.operator.op_matmul import matmul_shape as _matmul_shape
-from nnhal.operator.base import Info, Prototype
+from nnhal.operator.base import Info, Prototype, expect_shape, infer_body_graph
 
 # ------------------------------------------------------------- quantization
 QUANT_RANGES: dict[np.dtype, tuple[int, int]] = {
@@ -84,6 +84,16 @@ def matmul_shape(node: Node, a: tuple | None, b: tuple | None) -> tuple | None:
     from nnhal.operator.table import get_prototype
 
     return _matmul_shape(get_prototype("", "MatMul"), node, a, b)
+
+
+def per_tensor_or_axis(proto: Prototype, node: Node, info: Info, what: str, length: int | None) -> None:
+    """ShapeError unless a quantization parameter holds one element, or is 1-D with ``length`` values."""
+    shape = info.shape
+    if shape is None or any(d is None for d in shape) or int(np.prod(shape, dtype=np.int64)) == 1:
+        return
+    if len(shape) != 1 or (length is not None and shape[0] != length) or length == 1:
+        want = "one element" if length == 1 else f"one element or {length if length is not None else 'one per row/column'}"
+        raise proto.fail(node, f"{what} has shape {shape}; it must hold {want}")
 
 
 CONV_ATTRIBUTES = {"auto_pad": "NOTSET", "dilations": None, "group": 1, "kernel_shape": None,
@@ -160,6 +170,11 @@ class RecurrentPrototype(Prototype):
             raise self.fail(node, f"W has {w.shape[0]} directions; direction '{node.attrs['direction']}' needs {d}")
         if h is not None and w.shape is not None and w.shape[1] is not None and w.shape[1] != self.gates * h:
             raise self.fail(node, f"W has {w.shape[1]} rows; expected {self.gates} x hidden_size {h}")
+        size = None if x.shape is None else x.shape[2]
+        expect_shape(node, w, (d, None if h is None else self.gates * h, size), "W")
+        expect_shape(node, ins[2], (d, None if h is None else self.gates * h, h), "R")
+        bias = ins[3] if len(ins) > 3 else None
+        expect_shape(node, bias, (d, None if h is None else 2 * self.gates * h), "B")
         if x.shape is None:
             t = b = None
         elif node.attrs.get("layout", 0) == 1:
@@ -170,6 +185,9 @@ class RecurrentPrototype(Prototype):
             y, yh = (b, t, d, h), (b, d, h)
         else:
             y, yh = (t, d, b, h), (d, b, h)
+        for i, what in ((5, "initial_h"), (6, "initial_c")):
+            if i < len(ins) and (i == 5 or self.gates == 4):
+                expect_shape(node, ins[i], yh, what)
         outs = [Info(x.dtype, y), Info(x.dtype, yh), Info(x.dtype, yh)]
         return outs[:len(node.outputs)]
 
@@ -187,8 +205,6 @@ def infer_body(body: Graph, inputs: list[Info | None], outer: dict[str, Info]) -
     Outer-scope tensors the body reads are typed from ``outer`` (constants when
     their value is known); inference failures give unknown outputs.
     """
-    from nnhal.optimizer.infer import infer_graph
-
     graph = body.copy()
     for name, info in zip(graph.inputs, inputs):
         t = graph.tensors[name]
@@ -207,7 +223,7 @@ def infer_body(body: Graph, inputs: list[Info | None], outer: dict[str, Info]) -
             t.dtype, t.shape = old.dtype, old.shape
         graph.tensors[name] = t
     try:
-        infer_graph(graph)
+        infer_body_graph(graph)
     except NnhalError:
         # NOTE: a body whose outer-scope types are unknown may not infer; its
         # outputs are then known only at run time.

@@ -5,7 +5,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from nnhal.errors import ModelError, UnsupportedTypeError, where
+from nnhal.errors import ModelError, ShapeError, UnsupportedTypeError, where
 from nnhal.graph.dtypes import to_numpy
 from nnhal.graph.node import Node
 from nnhal.operator.base import Info, Prototype, normalize_axis, same_as
@@ -22,6 +22,8 @@ def reduction_axes(node: Node, rank: int, axes: Any) -> tuple[int, ...]:
         if node.attrs.get("noop_with_empty_axes", 0):
             return ()
         return tuple(range(rank))
+    if rank == 0:
+        raise ShapeError(f"{where(node)}: axes {values} name axes of a scalar input")
     out = sorted(normalize_axis(node, a, rank) for a in values)
     if len(set(out)) != len(out):
         raise ModelError(f"{where(node)}: axes {values} has duplicates")
@@ -107,6 +109,8 @@ class SoftmaxPrototype(Prototype):
     def infer(self, node: Node, ins: list[Info | None]) -> list[Info]:
         x = ins[0]
         if x.shape is not None:
+            if not x.shape:
+                raise self.fail(node, "input is a scalar; it needs rank >= 1")
             normalize_axis(node, node.attrs["axis"], len(x.shape))
         return [same_as(x)]
 
@@ -130,6 +134,8 @@ class CumulativePrototype(Prototype):
         x, axis = ins
         if axis.shape is not None and len(axis.shape) > 1:
             raise self.fail(node, f"axis must be a scalar or a 1-element tensor, got shape {axis.shape}")
+        if x.shape is not None and not x.shape:
+            raise self.fail(node, "input is a scalar; it needs rank >= 1")
         if axis.value is not None and x.shape is not None:
             normalize_axis(node, int(np.asarray(axis.value).ravel()[0]), len(x.shape))
         return [same_as(x)]

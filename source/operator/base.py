@@ -8,6 +8,7 @@ opset (``node.version``), so versions live side by side in one class.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
@@ -83,10 +84,14 @@ class Prototype:
                 if default is REQUIRED:
                     raise ModelError(f"{where(node)} is missing required attribute '{name}'")
                 node.attrs[name] = default
+            else:
+                _check_kind(node, name, default)
         lo, hi = self.inputs
         given = len(node.inputs)
         while given and not node.inputs[given - 1]:
             given -= 1
+        # NOTE: trailing empty names are absent optional inputs; dropped so every stage sees the same arity
+        del node.inputs[given:]
         if given < lo or (hi >= 0 and given > hi):
             raise ModelError(f"{where(node)} has {given} inputs; the operator takes {_arity(lo, hi)}")
         lo, hi = self.outputs
@@ -105,6 +110,26 @@ class Prototype:
     def fail(self, node: Node, message: str) -> ShapeError:
         """A ShapeError naming the node; ``raise self.fail(node, '...')``."""
         return ShapeError(f"{where(node)}: {message}")
+
+
+# NOTE: the importer checks attribute types against the ONNX schemas; this catches what no ONNX
+# schema covers (contrib-domain ops, attributes of another opset version) from the defaults' types.
+_KINDS: tuple[tuple[type, tuple[type, ...], str], ...] = (
+    (bool, (int,), "an int"), (int, (int,), "an int"), (float, (int, float), "a float"),
+    (str, (str,), "a string"), (list, (list,), "a list"), (tuple, (list, tuple), "a list"),
+)
+
+
+def _check_kind(node: Node, name: str, default: Any) -> None:
+    """ModelError when a given attribute's kind differs from its default's (int, float, string, list)."""
+    value = node.attrs[name]
+    for kind, accepted, label in _KINDS:
+        if isinstance(default, kind):
+            if not isinstance(value, accepted):
+                raise ModelError(f"{where(node)}: attribute '{name}' must be {label}, got {type(value).__name__}")
+            if kind is float:
+                node.attrs[name] = float(value)
+            return
 
 
 def _arity(lo: int, hi: int) -> str:
@@ -143,8 +168,37 @@ def normalize_axis(node: Node, axis: int, rank: int | None) -> int:
     return axis + rank if axis < 0 else axis
 
 
+def expect_shape(node: Node, info: Info | None, want: tuple | None, what: str) -> None:
+    """ShapeError unless ``info``'s shape can be ``want`` (rank equal, known dims equal; None = unknown)."""
+    if info is None or info.shape is None or want is None:
+        return
+    if len(info.shape) != len(want) or any(a is not None and b is not None and a != b
+                                           for a, b in zip(info.shape, want)):
+        shown = tuple("?" if d is None else d for d in want)
+        raise ShapeError(f"{where(node)}: {what} has shape {info.shape}; expected {shown}")
+
+
 def same_as(info: Info | None) -> Info:
     """An output with the dtype and shape of ``info`` (no value)."""
     if info is None:
         return Info(None, None)
     return Info(info.dtype, info.shape)
+
+
+# NOTE: a control-flow body is a graph, and inferring a graph (nnhal.optimizer.infer: the prototypes plus
+# constant folding on the host kernels) sits above the prototypes. It plugs itself in here when it is
+# imported, so neither the prototypes nor the host kernels import the optimizer: no package cycle.
+_graph_inference: Callable[[Any], None] | None = None
+
+
+def use_graph_inference(infer: Callable[[Any], None]) -> None:
+    """Install the whole-graph inference that bodies of If/Loop/Scan are inferred with."""
+    global _graph_inference
+    _graph_inference = infer
+
+
+def infer_body_graph(graph: Any) -> None:
+    """Infer (and fold) a body graph in place with the installed graph inference."""
+    if _graph_inference is None:
+        raise ShapeError("no graph inference is installed to infer a control-flow body (import nnhal.optimizer.infer)")
+    _graph_inference(graph)

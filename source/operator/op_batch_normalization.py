@@ -6,7 +6,7 @@ from typing import Any
 from nnhal.errors import UnsupportedError, where
 from nnhal.graph.node import Node
 from nnhal.operator._nn import require_float
-from nnhal.operator.base import REQUIRED, Info, Prototype
+from nnhal.operator.base import REQUIRED, Info, Prototype, expect_shape
 
 
 class BatchNormalization(Prototype):
@@ -44,6 +44,9 @@ class BatchNormalization(Prototype):
         require_float(self, node, x)
         if x.shape is not None and len(x.shape) < 2:
             raise self.fail(node, f"input rank {len(x.shape)} is below 2 (N, C, ...)")
+        if x.shape is not None and (node.version >= 9 or node.attrs.get("spatial", 1)):
+            for i, what in enumerate(("scale", "B", "input_mean", "input_var"), start=1):
+                expect_shape(node, ins[i], (x.shape[1],), what)
         outs = [Info(x.dtype, x.shape)]
         for mean in ins[3:5][:len(node.outputs) - 1]:
             outs.append(Info(mean.dtype, mean.shape))

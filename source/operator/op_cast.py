@@ -36,10 +36,9 @@ class Cast(Prototype):
                 to = TensorProto.DataType.Value(to.upper())
             except ValueError:
                 raise ModelError(f"{where(node)}: 'to' names no ONNX element type: '{to}'") from None
-        try:
-            name = type_name(to)
-        except ValueError:
-            raise ModelError(f"{where(node)}: 'to' is not an ONNX element type: {to}") from None
+        if not isinstance(to, int) or to not in TensorProto.DataType.values():
+            raise ModelError(f"{where(node)}: 'to' is not an ONNX element type: {to!r}")
+        name = type_name(to)
         dtype = to_numpy(to)
         if dtype is None:
             raise UnsupportedTypeError(f"{where(node)} casts to {name}, which nnhal does not support")

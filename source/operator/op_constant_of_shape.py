@@ -35,4 +35,6 @@ class ConstantOfShape(Prototype):
             return [Info(dtype, None if n is None else (None,) * n)]
         if any(s < 0 for s in shape):
             raise self.fail(node, f"shape {shape} has a negative dim")
+        if int(np.prod([s for s in shape if s], dtype=object)) * dtype.itemsize > np.iinfo(np.intp).max:
+            raise self.fail(node, f"shape {shape} is beyond any array size")
         return [Info(dtype, tuple(shape))]

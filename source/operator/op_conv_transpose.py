@@ -5,6 +5,7 @@ from nnhal.errors import ModelError, where
 from nnhal.graph.node import Node
 from nnhal.operator._nn import check_positive
 from nnhal.operator.base import Info, Prototype
+from nnhal.operator.spatial import check_window
 
 
 class ConvTranspose(Prototype):
@@ -22,11 +23,26 @@ class ConvTranspose(Prototype):
     def geometry(self, node: Node, x_shape: tuple, w_shape: tuple) -> dict:
         """Kernel, strides, dilations, explicit pads and output sizes."""
         n = len(x_shape) - 2
+        if len(w_shape) != len(x_shape):
+            raise self.fail(node, f"input rank {len(x_shape)} and weight rank {len(w_shape)} do not form a "
+                                  f"transposed convolution")
+        if node.attrs["kernel_shape"] is not None and list(node.attrs["kernel_shape"]) != list(w_shape[2:]):
+            raise self.fail(node, f"kernel_shape {list(node.attrs['kernel_shape'])} differs from the weight's "
+                                  f"spatial dims {tuple(w_shape[2:])}")
         in_sizes = list(x_shape[2:])
         kernel = list(node.attrs["kernel_shape"] or w_shape[2:])
         strides = list(node.attrs["strides"] or [1] * n)
         dilations = list(node.attrs["dilations"] or [1] * n)
+        check_window(node, n, kernel, strides, dilations)
         out_pad = list(node.attrs["output_padding"] or [0] * n)[:n]
+        if len(out_pad) != n:
+            raise self.fail(node, f"output_padding has {len(out_pad)} values for {n} spatial dims")
+        if any(not 0 <= p < max(s, d) for p, s, d in zip(out_pad, strides, dilations)):
+            raise self.fail(node, f"output_padding {out_pad} must be >= 0 and below the strides {strides} "
+                                  f"(or dilations {dilations})")
+        target = node.attrs["output_shape"]
+        if target is not None and len(target) < n:
+            raise self.fail(node, f"output_shape {list(target)} has fewer than {n} values")
         full = [s * (i - 1) + p + (k - 1) * d + 1
                 for s, i, p, k, d in zip(strides, in_sizes, out_pad, kernel, dilations)]
         auto_pad = node.attrs["auto_pad"] or "NOTSET"
@@ -59,6 +75,9 @@ class ConvTranspose(Prototype):
             return [Info(x.dtype, None)]
         if len(x.shape) < 3:
             raise self.fail(node, f"input rank {len(x.shape)} is below 3")
+        if w.shape is not None and len(w.shape) != len(x.shape):
+            raise self.fail(node, f"input rank {len(x.shape)} and weight rank {len(w.shape)} do not form a "
+                                  f"transposed convolution")
         m = None if w.shape is None else w.shape[1] * group
         if w.shape is not None and x.shape[1] is not None and w.shape[0] != x.shape[1]:
             raise self.fail(node, f"weight has {w.shape[0]} input channels; X has {x.shape[1]}")

@@ -49,6 +49,10 @@ class Einsum(Prototype):
             ellipses.append(tuple(ell))
             letters = term.replace(".", "")
             shape = info.shape[:head] + info.shape[len(info.shape) - tail:] if "." in term else info.shape
+            own: dict[str, int] = {}
+            for ch, d in zip(letters, shape):      # a label repeated in one term (a diagonal) takes one size
+                if d is not None and own.setdefault(ch, d) != d:
+                    raise self.fail(node, f"label '{ch}' repeats in term '{term}' with sizes {own[ch]} and {d}")
             for ch, d in zip(letters, shape):
                 known = dims.get(ch)
                 if known is None or known == 1:

@@ -15,5 +15,7 @@ class Gather(Prototype):
         data, indices = ins
         if data.shape is None or indices.shape is None:
             return [Info(data.dtype, None)]
+        if not data.shape:
+            raise self.fail(node, "data is a scalar; it needs rank >= 1")
         axis = normalize_axis(node, node.attrs["axis"], len(data.shape))
         return [Info(data.dtype, data.shape[:axis] + indices.shape + data.shape[axis + 1:])]

@@ -16,5 +16,8 @@ class GatherElements(Prototype):
         if data.rank is not None and indices.rank is not None:
             if data.rank != indices.rank:
                 raise self.fail(node, f"data rank {data.rank} differs from indices rank {indices.rank}")
-            normalize_axis(node, node.attrs["axis"], data.rank)
+            axis = normalize_axis(node, node.attrs["axis"], data.rank)
+            for i, (d, k) in enumerate(zip(data.shape, indices.shape)):
+                if i != axis and d is not None and k is not None and k > d:
+                    raise self.fail(node, f"indices shape {indices.shape} exceeds data shape {data.shape} on axis {i}")
         return [Info(data.dtype, indices.shape)]

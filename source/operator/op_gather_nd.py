@@ -26,4 +26,6 @@ class GatherND(Prototype):
         if b < 0 or b >= min(len(data.shape), len(indices.shape)) or b + k > len(data.shape):
             raise self.fail(node, f"batch_dims {b} and index depth {k} do not fit data rank {len(data.shape)} "
                                   f"and indices rank {len(indices.shape)}")
+        if any(x is not None and y is not None and x != y for x, y in zip(data.shape[:b], indices.shape[:b])):
+            raise self.fail(node, f"the {b} batch dims of data {data.shape} and indices {indices.shape} differ")
         return [Info(data.dtype, indices.shape[:-1] + data.shape[b + k:])]

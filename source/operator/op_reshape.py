@@ -7,6 +7,8 @@ from nnhal.graph.node import Node
 from nnhal.operator._shape import const_ints, length_of, product, unknown
 from nnhal.operator.base import Info, Prototype
 
+MAX_RANK = 64   # numpy's limit on array dims
+
 
 def target_shape(node: Node, in_shape: tuple, shape: list[int]) -> tuple:
     """Output dims for a requested shape; None dims where the input's are unknown."""
@@ -63,7 +65,10 @@ class Reshape(Prototype):
             raise self.fail(node, "the shape input is missing")
         shape = self.requested(node, ins)
         if shape is None:
-            return [unknown(x.dtype, length_of(ins[1]))]
+            rank = length_of(ins[1])
+            if rank is not None and rank > MAX_RANK:
+                raise self.fail(node, f"the shape input has {rank} values; numpy arrays have at most {MAX_RANK} dims")
+            return [unknown(x.dtype, rank)]
         if x.shape is None:
             allowzero = node.attrs.get("allowzero", 0)
             return [Info(x.dtype, tuple(s if s > 0 or (s == 0 and allowzero) else None for s in shape))]

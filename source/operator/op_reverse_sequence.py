@@ -23,4 +23,8 @@ class ReverseSequence(Prototype):
             raise self.fail(node, f"input must have rank >= 2, it has rank {x.rank}")
         if lens.rank is not None and lens.rank != 1:
             raise self.fail(node, f"sequence_lens must be 1-D, it has rank {lens.rank}")
+        if x.rank is not None and lens.rank == 1:
+            batch = x.shape[node.attrs["batch_axis"]] if node.attrs["batch_axis"] in (0, 1) else None
+            if batch is not None and lens.shape[0] is not None and lens.shape[0] != batch:
+                raise self.fail(node, f"sequence_lens has {lens.shape[0]} values for a batch of {batch}")
         return [same_as(x)]

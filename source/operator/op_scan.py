@@ -30,6 +30,8 @@ class Scan(Prototype):
     def check(self, node: Node) -> None:
         body = body_attr(node, "body")
         first, n, m = self.layout(node)
+        if any(not name for name in node.inputs[first:]):
+            raise ModelError(f"{where(node)}: states and scan inputs must all be given; inputs are {node.inputs}")
         if m < 1 or n < 0:
             raise ModelError(f"{where(node)}: num_scan_inputs {m} does not fit {len(node.inputs)} inputs")
         if len(body.inputs) != n + m:
@@ -74,6 +76,11 @@ class Scan(Prototype):
                        outer: dict[str, Info]) -> list[Info]:
         """Scan-8: every state and scan input has a leading batch axis; scan inputs then time."""
         batch = length = None
+        for what, infos, rank in (("state", states, 1), ("scan input", scans, 2)):
+            for s in infos:
+                if s.shape is not None and len(s.shape) < rank:
+                    raise self.fail(node, f"a {what} has rank {len(s.shape)}; Scan-8 needs at least {rank} "
+                                          f"(batch{', sequence' if rank == 2 else ''})")
         for s in states + scans:
             if s.shape is not None and len(s.shape) >= 1 and batch is None:
                 batch = s.shape[0]

@@ -5,7 +5,7 @@ from typing import Any
 
 from nnhal.errors import ModelError, where
 from nnhal.graph.node import Node
-from nnhal.operator.base import Info, Prototype, normalize_axis, same_as
+from nnhal.operator.base import Info, Prototype, expect_shape, normalize_axis, same_as
 
 REDUCTIONS = {16: ("none", "add", "mul"), 18: ("none", "add", "mul", "max", "min")}
 
@@ -37,4 +37,5 @@ class ScatterElements(Prototype):
             for other in (indices, updates):
                 if other.rank is not None and other.rank != data.rank:
                     raise self.fail(node, "data, indices and updates must have the same rank")
+        expect_shape(node, updates, indices.shape, "updates (the shape of indices)")
         return [same_as(data)]

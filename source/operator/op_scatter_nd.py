@@ -23,6 +23,8 @@ class ScatterND(Prototype):
         data, indices, updates = ins
         if data.dtype is not None and updates.dtype is not None and data.dtype != updates.dtype:
             raise self.fail(node, f"data dtype {data.dtype} differs from updates dtype {updates.dtype}")
+        if indices.shape is not None and not indices.shape:
+            raise self.fail(node, "indices must have rank >= 1")
         if data.shape is not None and indices.shape is not None and updates.shape is not None \
                 and indices.shape and indices.shape[-1] is not None:
             k = indices.shape[-1]

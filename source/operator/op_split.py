@@ -54,6 +54,8 @@ class Split(Prototype):
         count = len(node.outputs)
         if x.shape is None:
             return [Info(x.dtype, None) for _ in range(count)]
+        if not x.shape:
+            raise self.fail(node, "input is a scalar; it needs rank >= 1")
         axis = normalize_axis(node, node.attrs["axis"], len(x.shape))
         given, split = self.requested(node, ins)
         dim = x.shape[axis]

@@ -27,6 +27,8 @@ class TopK(Prototype):
             return node.attrs["k"]
         if len(ins) < 2 or ins[1] is None:
             raise self.fail(node, "the K input is missing")
+        if ins[1].shape is not None and (len(ins[1].shape) > 1 or ins[1].shape not in ((), (1,), (None,))):
+            raise self.fail(node, f"K must hold one value, it has shape {ins[1].shape}")
         k = const_ints(ins[1])
         return None if k is None else k[0]
 
@@ -35,6 +37,8 @@ class TopK(Prototype):
         k = self.k_of(node, ins)
         if x.shape is None:
             return [Info(x.dtype, None), Info(INT64, None)]
+        if not x.shape:
+            raise self.fail(node, "input is a scalar; it needs rank >= 1")
         axis = normalize_axis(node, node.attrs["axis"], len(x.shape))
         dim = x.shape[axis]
         if k is not None and (k < 0 or (dim is not None and k > dim)):

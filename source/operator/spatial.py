@@ -5,15 +5,27 @@ from nnhal.errors import ShapeError, where
 from nnhal.graph.node import Node
 
 
+def check_window(node: Node, rank: int, kernel: list[int], strides: list[int], dilations: list[int]) -> None:
+    """ShapeError unless kernel, strides and dilations each give ``rank`` values, all >= 1."""
+    for name, values in (("kernel_shape", kernel), ("strides", strides), ("dilations", dilations)):
+        if len(values) != rank:
+            raise ShapeError(f"{where(node)}: {name} {list(values)} has {len(values)} values for {rank} spatial dims")
+        if any(int(v) < 1 for v in values):
+            raise ShapeError(f"{where(node)}: {name} must be >= 1, got {list(values)}")
+
+
 def resolve_pads(node: Node, in_sizes: list[int], kernel: list[int], strides: list[int],
                  dilations: list[int], ceil_mode: bool = False) -> list[int]:
     """Explicit pads [b1, b2, ..., e1, e2, ...] for the node's auto_pad setting."""
+    check_window(node, len(in_sizes), kernel, strides, dilations)
     n = len(kernel)
     auto_pad = node.attrs.get("auto_pad", "NOTSET")
     if auto_pad in ("NOTSET", ""):
         pads = list(node.attrs.get("pads") or [0] * (2 * n))
         if len(pads) != 2 * n:
             raise ShapeError(f"{where(node)}: pads has {len(pads)} values, expected {2 * n}")
+        if any(int(p) < 0 for p in pads):
+            raise ShapeError(f"{where(node)}: pads must be >= 0, got {pads}")
         return pads
     if auto_pad == "VALID":
         return [0] * (2 * n)

@@ -61,7 +61,7 @@ from typing import Any
 
 import numpy as np
 
-from nnhal.errors import InputError, ModelError, OptionsError
+from nnhal.errors import InputError, InternalError, LimitError, ModelError, NnhalError, OptionsError
 from nnhal.graph.graph import Graph
 from nnhal.graph.tensor import Quantization, TensorKind
 from nnhal.optimizer.quantize import Ranges, uint8_params
@@ -319,7 +319,7 @@ class _Runner:
         self.seen: dict[tuple, Graph] = {}
 
     def run(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        from nnhal.device.cpu.plan import compile_nodes
+        from nnhal.hostkernels.graphrun import compile_nodes
         from nnhal.optimizer.infer import infer_graph
 
         key = tuple((n, feed[n].dtype.str, feed[n].shape) for n in self.graph.inputs)
@@ -425,7 +425,22 @@ def calibrate(model: Any, feeds_iterable: Iterable[Any], method: str = "minmax",
     percentile      for method="percentile", in (50, 100]
     output          a path: also write a QDQ ONNX model there
     progress        a bar on stderr when it is a TTY, else a few lines
+
+    Running out of memory is a LimitError; any other failure that is no NnhalError an InternalError.
     """
+    try:
+        return _calibrate_model(model, feeds_iterable, method, scheme, percentile, output, progress)
+    except NnhalError:
+        raise
+    except MemoryError as exc:
+        raise LimitError(f"calibration ran out of memory ({exc or 'MemoryError'}); it keeps every activation of "
+                         f"a feed: calibrate on smaller or fewer feeds") from exc
+    except Exception as exc:
+        raise InternalError(f"calibration failed unexpectedly ({type(exc).__name__}: {exc})") from exc
+
+
+def _calibrate_model(model: Any, feeds_iterable: Iterable[Any], method: str, scheme: str, percentile: float,
+                     output: str | Path | None, progress: bool) -> CalibrationTable:
     if method not in METHODS:
         raise OptionsError(f"calibration method must be one of {', '.join(METHODS)}; got '{method}'")
     if scheme not in SCHEMES:

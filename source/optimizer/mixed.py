@@ -167,7 +167,7 @@ def _explain(nodes: list[NodeSensitivity], kept: list[NodeSensitivity], precisio
 
 def sensitivities(graph: Graph, plan: Any, feeds: dict[str, np.ndarray], bar=None) -> list[NodeSensitivity]:
     """Each weighted node's own quantization error on the fp32 values of its inputs (see the module doc)."""
-    from nnhal.device.cpu.plan import compile_nodes
+    from nnhal.hostkernels.graphrun import compile_nodes
     from nnhal.graph.tensor import constant
     from nnhal.optimizer.quantize import per_channel_int8
 
@@ -218,7 +218,7 @@ def _downstream_error(graph: Graph, at: int, name: str, value: np.ndarray, value
                       reference: list[np.ndarray]) -> float:
     """The graph outputs' relative error when only tensor ``name`` (written by node ``at``) is ``value``: the
     rest of the graph runs in fp32 from the fp32 values, so only this node's error reaches the outputs."""
-    from nnhal.device.cpu.plan import compile_nodes
+    from nnhal.hostkernels.graphrun import compile_nodes
 
     after = graph.nodes[at + 1:]
     made = {o for n in after for o in n.outputs if o}

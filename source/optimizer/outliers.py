@@ -139,7 +139,7 @@ def token_activations(graph: Graph) -> list[str]:
 def channel_extremes(graph: Graph, feeds: dict[str, np.ndarray], names: list[str]
                      ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Per-channel (last axis) min and max of ``names`` over one fp32 CPU run of ``graph`` on ``feeds``."""
-    from nnhal.device.cpu.plan import compile_nodes
+    from nnhal.hostkernels.graphrun import compile_nodes
 
     if not names:
         return {}

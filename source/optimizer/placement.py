@@ -1,5 +1,8 @@
 """Placement: each node goes to the first device that describes its op and
 precision and whose evaluation accepts it; the fallback device takes the rest.
+With ``prefer="speed"`` or ``"power"`` it goes instead to the device, among
+those that accept it, with the lowest ``Description.performance`` figure for
+its precision (NNAPI's execution preference); ties keep the priority order.
 
 User pins (node name or op type -> device) and denials (node name or op type
 -> devices it must not use) win. Every decision carries its reasons.
@@ -9,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from nnhal.device.device import Candidate, Device
+from nnhal.device.manager import FALLBACK_DEVICE
 from nnhal.errors import UnsupportedOperatorError, where
 from nnhal.graph.graph import Graph
 from nnhal.graph.node import Node
@@ -27,8 +31,9 @@ class Decision:
 
 
 def place(graph: Graph, devices: list[Device], precision: str, pins: dict[str, str] | None = None,
-          deny: dict[str, list[str]] | None = None, fallback: str = "cpu",
-          higher: dict[str, str] | None = None, dynamic: dict[str, str] | None = None) -> dict[str, Decision]:
+          deny: dict[str, list[str]] | None = None, fallback: str = FALLBACK_DEVICE,
+          prefer: str = "order", higher: dict[str, str] | None = None,
+          dynamic: dict[str, str] | None = None) -> dict[str, Decision]:
     """Decide a device for every node of ``graph``; UnsupportedOperatorError lists nodes no device takes.
 
     When no device offers ``precision`` for a node, the fallback device (the
@@ -52,6 +57,7 @@ def place(graph: Graph, devices: list[Device], precision: str, pins: dict[str, s
         denied = set(deny.get(node.name, ())) | set(deny.get(node.op_type, ()))
         pinned = pins.get(node.name) or pins.get(node.op_type)
         chosen, reason = None, ""
+        accepted: list[str] = []
         for device in devices:
             if pinned and device.name != pinned:
                 declined[device.name] = f"node is pinned to '{pinned}'"
@@ -71,10 +77,16 @@ def place(graph: Graph, devices: list[Device], precision: str, pins: dict[str, s
             if why:
                 declined[device.name] = why
                 continue
+            if prefer != "order" and not pinned:
+                accepted.append(device.name)
+                continue
             chosen = device.name
             reason = "pinned by the user" if pinned else ("first device that accepts it" if not declined else
                                                           "first device that accepts it after " + ", ".join(declined))
             break
+        if accepted:
+            chosen, reason = _preferred(accepted, descriptions, precision, prefer)
+            declined.update({name: f"{reason.split(':')[0]} chose '{chosen}'" for name in accepted if name != chosen})
         if chosen is None and fallback in {d.name for d in devices} and not pinned and fallback not in denied:
             cpu = next(d for d in devices if d.name == fallback)
             why = _why_not(cpu, descriptions[fallback], Candidate(node, cand.inputs, cand.outputs, "fp32"))
@@ -91,6 +103,23 @@ def place(graph: Graph, devices: list[Device], precision: str, pins: dict[str, s
             f"{len(homeless)} node(s) have no device that can run them: {lines}",
             [(n.op_type, n.opset, n.name) for n, _ in homeless])
     return decisions
+
+
+def _figure(description, precision: str, prefer: str) -> float:
+    perf = description.performance.get(precision)
+    if perf is None:
+        return 1.0
+    return perf.exec_time if prefer == "speed" else perf.power_usage
+
+
+def _preferred(accepted: list[str], descriptions: dict, precision: str, prefer: str) -> tuple[str, str]:
+    """The accepting device with the lowest exec_time (speed) or power_usage (power) at ``precision``;
+    the earliest in priority order among equals. Returns (device, reason)."""
+    figures = {name: _figure(descriptions[name], precision, prefer) for name in accepted}
+    best = min(accepted, key=lambda name: figures[name])       # NOTE: min keeps the first of equals
+    what = "exec_time" if prefer == "speed" else "power_usage"
+    listed = ", ".join(f"{name} {figures[name]:g}" for name in accepted)
+    return best, f"prefer={prefer}: lowest {what} at {precision} among the devices that accept it ({listed})"
 
 
 def _why_not(device: Device, description, cand: Candidate) -> str:

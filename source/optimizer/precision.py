@@ -293,7 +293,7 @@ def _lower_integer(node: Node, g: Graph, quantizable, floats: set[str], keep: fr
 
     Operands are ("q", tensor) for a quantized tensor and ("p", tensor) for its scale and zero point.
     """
-    if node.domain or node.name in keep or len([o for o in node.outputs if o]) != 1:
+    if node.domain or node.name in keep or len([o for o in node.outputs if o]) != 1 or not node.outputs[0]:
         return None
     ins = [n for n in node.inputs if n]
     out = node.outputs[0]

@@ -27,7 +27,7 @@ CANDIDATES = np.linspace(1.0, 0.3, 15)
 
 def collect(graph: Graph, feeds: list[dict[str, np.ndarray]]) -> dict[str, tuple[float, float, np.ndarray]]:
     """Per float tensor: min, max and a fixed-size sample of values over fp32 CPU runs on ``feeds``."""
-    from nnhal.device.cpu.plan import compile_nodes
+    from nnhal.hostkernels.graphrun import compile_nodes
 
     names = [o for n in graph.nodes for o in n.outputs if o]
     plan = compile_nodes(graph, graph.nodes, list(graph.inputs), names)

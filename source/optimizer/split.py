@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from nnhal.device.manager import FALLBACK_DEVICE
 from nnhal.errors import DeviceError, NnhalError
 from nnhal.graph.graph import Graph
 from nnhal.graph.subgraph import Subgraph
@@ -98,7 +99,7 @@ def default_split(graph: Graph, placement: dict[str, str]) -> list[Subgraph]:
     return subgraphs
 
 
-def enforce_min_group_size(graph: Graph, decisions: dict, min_size: int, fallback: str = "cpu") -> list[str]:
+def enforce_min_group_size(graph: Graph, decisions: dict, min_size: int, fallback: str = FALLBACK_DEVICE) -> list[str]:
     """Re-place nodes of non-fallback groups smaller than ``min_size`` on the fallback device.
 
     A policy, not a constant: tiny groups cost two boundary crossings for

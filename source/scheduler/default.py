@@ -25,6 +25,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
+from nnhal.device.manager import FALLBACK_DEVICE
 from nnhal.errors import DeviceError, NnhalError
 from nnhal.graph.subgraph import Subgraph
 from nnhal.optimizer.boundary import to_device, to_host
@@ -45,7 +46,7 @@ class Fallback:
     stage: str
     error: str
     nodes: int
-    to: str = "cpu"
+    to: str = FALLBACK_DEVICE
 
     def describe(self) -> str:
         return (f"subgraph #{self.subgraph} ({self.nodes} nodes) failed on '{self.device}' at {self.stage}: "

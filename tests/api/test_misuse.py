@@ -37,13 +37,20 @@ def test_bad_session_options(relu_add_model, kwargs, error, text):
 
 
 @pytest.mark.parametrize("table, text", [
-    ({"pins": {"relu9": "cpu"}}, "pins names node 'relu9', which the model does not have; did you mean 'relu[12]'"),
-    ({"deny": {"add": ["cpu"]}}, "deny names node 'add', which the model does not have; did you mean 'add1'"),
+    ({"pins": {"relu9": "cpu"}}, "pins names 'relu9', which is neither a node nor an op type of the model; "
+                                 "did you mean 'relu[12]'"),
+    ({"deny": {"add": ["cpu"]}}, "deny names 'add', which is neither a node nor an op type of the model; "
+                                 "did you mean 'add1'"),
 ])
 def test_pins_and_denials_of_unknown_nodes(relu_add_model, table, text):
     with nnhal.Session(relu_add_model, **table) as s:
         with pytest.raises(OptionsError, match=text):
             s.run({"x": X})
+
+
+def test_pins_by_op_type_are_accepted(relu_add_model):
+    with nnhal.Session(relu_add_model, pins={"Relu": "cpu"}, deny={"Add": []}) as s:
+        assert s.run({"x": X})[0].shape == (2, 4)
 
 
 def test_keep_fp32_takes_names_only():

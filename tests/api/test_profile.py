@@ -53,3 +53,35 @@ def test_profile_refuses_bad_counts_and_unprepared_graphs():
     g = nnhal.create_graph(ctx, "onnx", model)
     with pytest.raises(nnhal.StateError):
         nnhal.profile(g, runs=1, warmup=0)
+
+
+def test_a_device_profile_hook_supplies_the_node_times():
+    """The core reads node times only through Interface.profile: switched on, then off with the records."""
+    from onnx import helper
+
+    from nnhal.device.device import Allocator, Description, Device, Interface, NodeTiming
+    from nnhal.device.manager import register_device, unregister_device
+    from tests.conftest import make_model, vinfo
+
+    calls: list[bool] = []
+
+    def run(device, sg):
+        sg.values[sg.outputs[0]] = np.abs(sg.values[sg.inputs[0]])
+
+    def profile(device, sg, enable):
+        calls.append(enable)
+        return None if enable else [NodeTiming(sg.nodes[0].name, "Abs", "whole", 0.006)]
+
+    register_device(Device("timed", Interface(run=run, pre_run=lambda d, sg, o: setattr(sg, "device_graph", "plan"),
+                                              profile=profile),
+                           Allocator(describe=lambda d: Description(frozenset({"Abs"}), ("fp32",))), None, None))
+    try:
+        model = make_model([helper.make_node("Abs", ["x"], ["y"], name="abs")], [vinfo("x", [3])], [vinfo("y", [3])])
+        with nnhal.Session(model, devices=["timed"]) as s:
+            prof = s.profile({"x": np.array([-1, 2, -3], np.float32)}, runs=3, warmup=1)
+    finally:
+        unregister_device("timed")
+    assert calls == [True, False]
+    (node,) = prof.nodes
+    assert (node.device, node.node, node.op, node.kernel) == ("timed", "abs", "Abs", "whole")
+    assert node.ms == pytest.approx(0.006 / 3 * 1e3)

@@ -31,7 +31,7 @@ def full_device(name: str) -> Device:
         name=name,
         interface=Interface(run=_run, init=_nothing, pre_run=_pre_run, post_run=_nothing, async_run=_run,
                             async_wait=lambda device, sg, try_wait: True, release_graph=_nothing,
-                            release_device=_nothing),
+                            release_device=_nothing, profile=_nothing),
         allocator=Allocator(describe=lambda device: Description(frozenset(OPS), ("fp32",)),
                             evaluation=lambda device, cand: Verdict.yes(), allocate=_nothing, release=_nothing),
         optimizer=Optimizer(split_graph=default_split, optimize_graph=lambda sg, precision: sg),

@@ -7,8 +7,9 @@ import zlib
 import numpy as np
 import pytest
 
-from nnhal.device.cpu.kernels import _conv_nhwc
-from nnhal.device.cpu.kernels.select import force_reference, implementations, select
+from nnhal.hostkernels import _conv_nhwc
+from nnhal.hostkernels.fused import Activation, FusedNode, activation_of
+from nnhal.hostkernels.select import force_reference, implementations, select
 from nnhal.graph.node import Node
 from nnhal.operator.base import Info
 from nnhal.operator.table import get_prototype
@@ -37,15 +38,15 @@ CASES = {
     "winograd-nopad": (1, 64, 27, 29, 64, (3, 3), (1, 1), (0, 0, 0, 0), (1, 1), 1, "nhwc-winograd"),
     "3x3-64-small-map": (1, 64, 14, 14, 64, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1, "nhwc-gemm"),
 }
-ACTIVATIONS = {"none": None, "relu": ("relu",),
-               "clip": ("clip", np.asarray(-0.5, np.float32), np.asarray(0.5, np.float32))}
+ACTIVATIONS = {"none": None, "relu": Activation("relu"),
+               "clip": Activation("clip", np.asarray(-0.5, np.float32), np.asarray(0.5, np.float32))}
 
 
-def make(name: str, bias: bool, act: tuple | None, dtype=np.float32):
+def make(name: str, bias: bool, act: Activation | None, dtype=np.float32):
     """The Conv node (default attributes filled by the prototype, the activation fused), its input and
     output infos, the input and the constant weights and bias."""
     n, c, h, w, m, kernel, strides, pads, dilations, group, _ = CASES[name]
-    rng = np.random.default_rng(zlib.crc32(f"{name} {bias} {act}".encode()))
+    rng = np.random.default_rng(zlib.crc32(f"{name} {bias} {act and act.kind}".encode()))
     x = rng.standard_normal((n, c, h, w)).astype(dtype)
     wv = (rng.standard_normal((m, c // group, *kernel)) / np.sqrt(c // group * kernel[0] * kernel[1])).astype(dtype)
     bv = rng.standard_normal(m).astype(dtype) if bias else None
@@ -57,24 +58,24 @@ def make(name: str, bias: bool, act: tuple | None, dtype=np.float32):
     ins = [Info(x.dtype, x.shape), Info.of(wv), Info.of(bv) if bias else None]
     outs = proto.infer(node, ins)
     if act is not None:
-        node = dataclasses.replace(node, attrs={**node.attrs, "_nnhal_activation": act})
+        node = FusedNode(**vars(node), activation=act)
     return node, ins, outs, x, wv, bv
 
 
 def reference(node, ins, outs, x, wv, bv) -> np.ndarray:
     """The NCHW reference kernel (without the fused activation) followed by the activation."""
-    plain = dataclasses.replace(node, attrs={k: v for k, v in node.attrs.items() if k != "_nnhal_activation"})
+    plain = Node(**{f.name: getattr(node, f.name) for f in dataclasses.fields(Node)})
     with force_reference():
         kernel = select(plain, ins, outs)
     assert kernel.name == "reference"
     (y,) = kernel.prepare(plain, ins, outs)([x, wv, bv], [None])
-    act = node.attrs.get("_nnhal_activation")
+    act = activation_of(node)
     if act is not None:
-        y = np.maximum(y, 0) if act[0] == "relu" else np.clip(y, act[1], act[2])
+        y = np.maximum(y, 0) if act.kind == "relu" else np.clip(y, act.lo, act.hi)
     return y
 
 
-def check(name: str, bias: bool, act: tuple | None, dtype=np.float32, tol: float = 1e-4) -> None:
+def check(name: str, bias: bool, act: Activation | None, dtype=np.float32, tol: float = 1e-4) -> None:
     """The selected NHWC kernel, into a preallocated output and into none, against the reference."""
     node, ins, outs, x, wv, bv = make(name, bias, act, dtype)
     kernel = select(node, ins, outs, layout="NHWC")
@@ -112,7 +113,7 @@ def test_nhwc_conv_bands_of_rows(monkeypatch, name, budget):
     """Scratch budgets below one image: bands of output rows within each image."""
     for bound in ("BAND_BYTES", "DEPTHWISE_BAND_BYTES", "WINOGRAD_BAND_BYTES"):
         monkeypatch.setattr(_conv_nhwc, bound, budget)
-    check(name, True, ("relu",))
+    check(name, True, ACTIVATIONS["relu"])
 
 
 def test_nhwc_conv_scores():

@@ -8,8 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nnhal.device.cpu.kernels.base import Kernel
-from nnhal.device.cpu.kernels.select import force_reference, implementations, select
+from nnhal.hostkernels.base import Kernel
+from nnhal.hostkernels.fused import Activation, FusedNode
+from nnhal.hostkernels.select import force_reference, implementations, select
 from nnhal.graph.node import Node
 from nnhal.operator.base import Info
 from nnhal.operator.table import get_prototype
@@ -168,16 +169,17 @@ def test_batch_normalization(shape, constant):
     check(node, ins, outs, [x] + params, rtol=1e-6, exact_fast=True, in_place=True)
 
 
-@pytest.mark.parametrize("act", [("relu",), ("clip", np.float32(0), np.float32(6))])
+@pytest.mark.parametrize("act", [Activation("relu"), Activation("clip", np.float32(0), np.float32(6))])
 def test_batch_normalization_fused_activation(act):
     x = image((1, 32, 10, 10))
     params = bn_params(32)
     ins = [Info(x.dtype, x.shape)] + [Info.of(p) for p in params]
-    node, outs = make_node("BatchNormalization", ins, {"_nnhal_activation": act})
+    node, outs = make_node("BatchNormalization", ins, {})
+    node = FusedNode(**vars(node), activation=act)
     assert select(node, ins, outs, layout="NHWC").fuse_activation
     got = run_nhwc(node, ins, outs, [x] + params)
     np.testing.assert_array_equal(got, run_nchw(node, ins, outs, [x] + params))
-    assert got.min() >= 0 and (act[0] == "relu" or got.max() <= 6)
+    assert got.min() >= 0 and (act.kind == "relu" or got.max() <= 6)
 
 
 def test_batch_normalization_not_taken():

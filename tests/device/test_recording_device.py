@@ -33,6 +33,10 @@ def test_every_hook_of_the_record_is_called_in_order():
             z = s.run({"x": x, "y": y})[0]
             np.testing.assert_array_equal(z, np.maximum(x, 0) + np.maximum(y, 0))
             assert [s.placement[n].device for n in ("left", "right", "join", "tail")] == ["reca", "recb", "cpu", "reca"]
+            profile = s.profile({"x": x, "y": y}, runs=2, warmup=0)
+            # the recording device's profile hook returns no node timings: the scheduler's times remain
+            assert {t.device for t in profile.subgraphs} == {"reca", "recb", "cpu"}
+            assert {t.device for t in profile.nodes} == {"cpu"}
     finally:
         unregister_device("recb")
         unregister_device("reca")

@@ -18,7 +18,7 @@ from nnhal.serializer.onnx_import import load_onnx
 
 
 def _kernel(attrs, ins):
-    from nnhal.device.cpu.kernels.nn_dynamic_quantize_gemm import DynamicQuantizeGemmKernel
+    from nnhal.hostkernels.nn_dynamic_quantize_gemm import DynamicQuantizeGemmKernel
     from nnhal.operator.table import get_prototype
 
     node = Node("g", "DynamicQuantizeGemm", ["x", "w", "s", "b", "wf"][:len(ins)], ["y"], dict(attrs), "ai.nnhal", 1, 1)

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from nnhal.device.device import API_VERSION
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "minimal_device"
 DEVICE_MODULE = "nnhal_example_device/__init__.py"
@@ -99,4 +101,6 @@ def test_a_newer_major_api_is_refused_with_the_reason(installed):
     assert out.returncode == 0, out.stderr
     line = next(line for line in out.stdout.splitlines() if line.startswith("mini "))
     assert "unavailable" in line and "2.0" in line
-    assert "targets device API 2.0 but this nnhal implements 1.0; a different major version is incompatible" in line
+    major, minor = API_VERSION
+    assert (f"targets device API 2.0 but this nnhal implements {major}.{minor}; a different major version is "
+            "incompatible") in line

@@ -1,17 +1,19 @@
-"""The CPU device: numpy kernels, one op per file, always registered.
+"""The CPU device: the host kernels (nnhal.hostkernels) planned into a flat plan, always registered.
 
 Hooks first, then the record, then register/unregister, as every device
 module reads.
 """
 from __future__ import annotations
 
-from nnhal.device.cpu.kernels.select import implementations
-from nnhal.device.cpu.kernels.table import DOMAINS
 from nnhal.device.cpu.plan import Plan, compile_nodes
-from nnhal.device.cpu.threads import set_blas_threads
-from nnhal.device.device import Allocator, Candidate, Description, Device, Interface, Optimizer, Performance, Verdict
+from nnhal.device.device import (Allocator, Candidate, Description, Device, Interface, NodeTiming, Optimizer,
+                                 Performance, Verdict)
 from nnhal.device.manager import register_device, unregister_device
 from nnhal.graph.subgraph import Subgraph
+from nnhal.hostkernels.graphrun import install_compiler
+from nnhal.hostkernels.select import implementations
+from nnhal.hostkernels.table import DOMAINS
+from nnhal.hostkernels.threads import set_blas_threads
 from nnhal.optimizer.fp16 import COMPUTE, to_fp16_storage
 from nnhal.optimizer.precision import to_quantized
 
@@ -33,6 +35,18 @@ def cpu_run(device: Device, subgraph: Subgraph) -> None:
 
 def cpu_release_graph(device: Device, device_graph) -> None:
     """Drop the plan (its arena goes with it)."""
+
+
+def cpu_profile(device: Device, subgraph: Subgraph, enable: bool) -> list[NodeTiming] | None:
+    """Time every step of the plan while enabled: kernel calls, with the implementation that ran each (a
+    fused node stands for its chain; a ``to-nhwc``/``to-nchw`` step is an inserted layout conversion)."""
+    plan: Plan = subgraph.device_graph
+    if enable:
+        plan.timings = [0.0] * len(plan.steps)
+        return None
+    timings, plan.timings = plan.timings, None
+    return [NodeTiming(step.node.name, step.node.op_type, step.kernel_name, t)
+            for step, t in zip(plan.steps, timings or ())]
 
 
 def cpu_describe(device: Device) -> Description:
@@ -72,13 +86,17 @@ def cpu_optimize_graph(subgraph: Subgraph, precision: str) -> Subgraph:
     return subgraph
 
 
-CPU_INTERFACE = Interface(run=cpu_run, pre_run=cpu_pre_run, release_graph=cpu_release_graph)
+CPU_INTERFACE = Interface(run=cpu_run, pre_run=cpu_pre_run, release_graph=cpu_release_graph, profile=cpu_profile)
 CPU_ALLOCATOR = Allocator(describe=cpu_describe, evaluation=cpu_evaluation)
 
 
 def register_cpu_device() -> None:
+    # NOTE: control-flow bodies, folding and calibration run host-kernel graphs through the cpu plan
+    # (fusions, layouts, arena) while the cpu device is registered; the plain interpreter otherwise.
+    install_compiler(compile_nodes)
     register_device(Device(name="cpu", interface=CPU_INTERFACE, allocator=CPU_ALLOCATOR, optimizer=Optimizer(optimize_graph=cpu_optimize_graph)))
 
 
 def unregister_cpu_device() -> None:
     unregister_device("cpu")
+    install_compiler(None)

@@ -7,19 +7,34 @@
 * ``fuse_channel_shuffle``: ShuffleNet's Reshape -> Transpose -> Reshape channel shuffle after a
   convolution becomes a permutation of that convolution's output channels.
 
-A fusion never removes a tensor that another node reads or that leaves the subgraph.
+A fusion never removes a tensor that another node reads or that leaves the subgraph. Each works on the
+plan's list of :class:`Chosen` entries; a fused node is a FusedNode (hostkernels/fused.py) recording
+what it absorbed: its Activation, its MatMul epilogue (EpilogueOp steps) and the absorbed node names.
 """
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import replace
+from typing import NamedTuple
 
 import numpy as np
 
-from nnhal.device.cpu.kernels.select import select
+from nnhal.hostkernels.base import Kernel
+from nnhal.hostkernels.fused import Activation, EpilogueOp, activation_of, epilogue_of, fuse
+from nnhal.hostkernels.select import select
 from nnhal.errors import NnhalError
 from nnhal.graph.node import Node
 from nnhal.operator.base import Info
+
+
+class Chosen(NamedTuple):
+    """One node of a CPU plan before memory planning: the node, the kernel chosen for it, and what
+    inference knows of its inputs and outputs."""
+
+    node: Node
+    kernel: Kernel
+    ins: list[Info | None]
+    outs: list[Info]
 
 
 def _scalar(info: Info | None, value: float, dtype) -> bool:
@@ -30,7 +45,7 @@ def _scalar(info: Info | None, value: float, dtype) -> bool:
     return v.dtype == dtype and v.size == 1 and v.reshape(()) == np.asarray(value, dtype)
 
 
-def _readers(chosen: list) -> tuple[Counter, dict[str, int], dict[str, int]]:
+def _readers(chosen: list[Chosen]) -> tuple[Counter, dict[str, int], dict[str, int]]:
     """(read counts, first reader position, producer position) of every tensor name."""
     reads = Counter(n for node, _, _, _ in chosen for n in node.all_inputs if n)
     reader: dict[str, int] = {}
@@ -45,20 +60,20 @@ def _readers(chosen: list) -> tuple[Counter, dict[str, int], dict[str, int]]:
     return reads, reader, producer
 
 
-def fuse_gelu(chosen: list, external: set[str]) -> list:
+def fuse_gelu(chosen: list[Chosen], external: set[str]) -> list[Chosen]:
     """torch.onnx's exact Gelu, Mul(Mul(x, Add(Erf(Div(x, sqrt 2)), 1)), 0.5) in float32 (either operand
     order of the Adds and Muls), becomes one Gelu node when its fast kernel takes it and no intermediate
     is read elsewhere or leaves the subgraph. The fast kernel runs the same float32 steps."""
     f32 = np.dtype(np.float32)
     reads, reader, _ = _readers(chosen)
     dropped: set[int] = set()
-    replaced: dict[int, tuple] = {}
+    replaced: dict[int, Chosen] = {}
 
     def single(name: str, op: str) -> int | None:
         if not name or name in external or reads[name] != 1:
             return None
         j = reader.get(name)
-        if j is None or j in dropped or chosen[j][0].op_type != op or chosen[j][0].domain:
+        if j is None or j in dropped or chosen[j].node.op_type != op or chosen[j].node.domain:
             return None
         return j
 
@@ -77,35 +92,35 @@ def fuse_gelu(chosen: list, external: set[str]) -> list:
         j_erf = single(node.outputs[0], "Erf")
         if j_erf is None:
             continue
-        j_add = single(chosen[j_erf][0].outputs[0], "Add")
+        j_add = single(chosen[j_erf].node.outputs[0], "Add")
         if j_add is None:
             continue
         add = chosen[j_add]
-        if not _scalar(other(add[0], add[2], chosen[j_erf][0].outputs[0]), 1.0, f32):
+        if not _scalar(other(add.node, add.ins, chosen[j_erf].node.outputs[0]), 1.0, f32):
             continue
-        j_mul = single(add[0].outputs[0], "Mul")
+        j_mul = single(add.node.outputs[0], "Mul")
         if j_mul is None:
             continue
         mul = chosen[j_mul]
-        if len(mul[0].inputs) != 2 or set(mul[0].inputs) != {x, add[0].outputs[0]}:
+        if len(mul.node.inputs) != 2 or set(mul.node.inputs) != {x, add.node.outputs[0]}:
             continue
-        j_half = single(mul[0].outputs[0], "Mul")
+        j_half = single(mul.node.outputs[0], "Mul")
         if j_half is None:
             continue
         half = chosen[j_half]
-        if not _scalar(other(half[0], half[2], mul[0].outputs[0]), 0.5, f32) or half[3][0].dtype != f32 \
-                or half[3][0].shape != ins[0].shape or not half[0].outputs[0]:
+        if not _scalar(other(half.node, half.ins, mul.node.outputs[0]), 0.5, f32) or half.outs[0].dtype != f32 \
+                or half.outs[0].shape != ins[0].shape or not half.node.outputs[0]:
             continue
-        gelu = Node(f"{node.name}/gelu", "Gelu", [x], [half[0].outputs[0]], {"approximate": "none"},
+        gelu = Node(f"{node.name}/gelu", "Gelu", [x], [half.node.outputs[0]], {"approximate": "none"},
                     opset=20, version=20)
-        g_ins, g_outs = [ins[0]], [half[3][0]]
+        g_ins, g_outs = [ins[0]], [half.outs[0]]
         try:
             kernel = select(gelu, g_ins, g_outs)
         except NnhalError:
             continue
         if kernel.name == "reference":
             continue
-        replaced[pos] = (gelu, kernel, g_ins, g_outs)
+        replaced[pos] = Chosen(gelu, kernel, g_ins, g_outs)
         dropped.update((j_erf, j_add, j_mul, j_half))
     return [replaced.get(pos, entry) for pos, entry in enumerate(chosen) if pos not in dropped]
 
@@ -113,23 +128,21 @@ def fuse_gelu(chosen: list, external: set[str]) -> list:
 _EPILOGUE_OPS = ("Add", "Mul", "Sub", "Div")
 
 
-def fuse_matmul(chosen: list, external: set[str]) -> list:
-    """Fold into a MatMul (its kernel reads the ``_nnhal_epilogue`` attribute, op_matmul) a chain of
+def fuse_matmul(chosen: list[Chosen], external: set[str]) -> list[Chosen]:
+    """Fold into a MatMul (a FusedNode whose ``epilogue`` its kernel applies, op_matmul) a chain of
     element-wise Add/Mul (either side), Sub/Div (product first) by a tensor available before the MatMul
     and broadcasting to the product's shape and dtype (bias, scale, mask, residual), run in place on the
     product, optionally ended by a float32 Gelu whose fast kernel was chosen (the fused one from
     fuse_gelu). Every intermediate must have no other reader and not leave the subgraph.
     (Transpose views as MatMul inputs/outputs and a fused attention Softmax were measured slower on the
     BERT encoder at batch 8 than the separate copies: strided BLAS operands and many small GEMMs.)"""
-    from nnhal.device.cpu.kernels.op_matmul import EPILOGUE
-
     chosen = list(chosen)
     changed = True
     while changed:
         changed = False
         reads, reader, producer = _readers(chosen)
         for pos, (node, kernel, ins, outs) in enumerate(chosen):
-            if node.op_type != "MatMul" or node.domain or kernel.name != "reference" or FUSED_ATTR in node.attrs \
+            if node.op_type != "MatMul" or node.domain or kernel.name != "reference" or activation_of(node) is not None \
                     or len(node.outputs) != 1 or not node.outputs[0]:
                 continue
             out = node.outputs[0]
@@ -139,13 +152,13 @@ def fuse_matmul(chosen: list, external: set[str]) -> list:
             nxt, n_kernel, n_ins, n_outs = chosen[j]
             if nxt.domain or len(nxt.outputs) != 1 or not nxt.outputs[0]:
                 continue
-            epi = node.attrs.get(EPILOGUE, ())
-            if epi and epi[-1][0] == "Gelu":
+            epi = epilogue_of(node)
+            if epi and epi[-1].op == "Gelu":
                 continue
             if nxt.op_type == "Gelu" and getattr(n_kernel, "name", "") == "fast" and outs[0].dtype == np.float32 and outs[0].shape is not None \
                     and all(isinstance(d, int) for d in outs[0].shape) and n_outs[0].shape == outs[0].shape:
-                node = replace(node, outputs=list(nxt.outputs), attrs={**node.attrs, EPILOGUE: tuple(epi) + (("Gelu", -1),)})
-                chosen[pos] = (node, kernel, ins, list(n_outs))
+                node = fuse(node, nxt, outputs=list(nxt.outputs), epilogue=epi + (EpilogueOp("Gelu"),))
+                chosen[pos] = Chosen(node, kernel, ins, list(n_outs))
                 del chosen[j]
                 changed = True
                 break
@@ -168,25 +181,21 @@ def fuse_matmul(chosen: list, external: set[str]) -> list:
                 continue
             if producer.get(operand, -1) >= pos and operand in producer:
                 continue
-            node = replace(node, inputs=list(node.inputs) + [operand], outputs=list(nxt.outputs),
-                           attrs={**node.attrs, EPILOGUE: tuple(node.attrs.get(EPILOGUE, ())) +
-                                  ((nxt.op_type, len(node.inputs)),)})
-            chosen[pos] = (node, kernel, list(ins) + [o_info], list(n_outs))
+            node = fuse(node, nxt, inputs=list(node.inputs) + [operand], outputs=list(nxt.outputs),
+                        epilogue=epilogue_of(node) + (EpilogueOp(nxt.op_type, len(node.inputs)),))
+            chosen[pos] = Chosen(node, kernel, list(ins) + [o_info], list(n_outs))
             del chosen[j]
             changed = True
             break
     return chosen
 
 
-FUSED_ATTR = "_nnhal_activation"
-
-
-def _activation(node: Node, ins: list[Info | None], dtype) -> tuple | None:
-    """('relu',) or ('clip', lo, hi) when ``node`` is an activation a producer can apply in place."""
+def _activation(node: Node, ins: list[Info | None], dtype) -> Activation | None:
+    """The Relu or Clip ``node`` as an Activation a producer can apply in place, else None."""
     if node.domain or len(node.outputs) != 1 or not node.outputs[0]:
         return None
     if node.op_type == "Relu":
-        return ("relu",)
+        return Activation("relu")
     if node.op_type != "Clip":
         return None
     if node.version < 11:
@@ -204,10 +213,10 @@ def _activation(node: Node, ins: list[Info | None], dtype) -> tuple | None:
     with np.errstate(over="ignore"):
         lo = None if lo is None else np.asarray(lo).astype(dtype).reshape(())
         hi = None if hi is None else np.asarray(hi).astype(dtype).reshape(())
-    return ("clip", lo, hi)
+    return Activation("clip", lo, hi)
 
 
-def fuse_activations(chosen: list, external: set[str]) -> list:
+def fuse_activations(chosen: list[Chosen], external: set[str]) -> list[Chosen]:
     """Fold Relu/Clip into the producing node's epilogue when its kernel can apply it in place
     (``fuse_activation``), the intermediate has no other reader and is not a subgraph output."""
     reads = Counter(n for node, _, _, _ in chosen for n in node.all_inputs if n)
@@ -222,17 +231,17 @@ def fuse_activations(chosen: list, external: set[str]) -> list:
             continue
         live = [o for o in node.outputs if o]
         if getattr(kernel, "fuse_activation", False) and len(node.outputs) == 1 and len(live) == 1 \
-                and live[0] not in external and reads[live[0]] == 1 and FUSED_ATTR not in node.attrs:
+                and live[0] not in external and reads[live[0]] == 1 and activation_of(node) is None:
             j = reader.get(live[0])
             nxt = chosen[j] if j is not None else None
-            if nxt is not None and nxt[0].inputs and nxt[0].inputs[0] == live[0] and outs[0].dtype is not None \
-                    and outs[0].dtype.kind == "f" and nxt[3][0].dtype == outs[0].dtype:
-                act = _activation(nxt[0], nxt[2], outs[0].dtype)
+            if nxt is not None and nxt.node.inputs and nxt.node.inputs[0] == live[0] and outs[0].dtype is not None \
+                    and outs[0].dtype.kind == "f" and nxt.outs[0].dtype == outs[0].dtype:
+                act = _activation(nxt.node, nxt.ins, outs[0].dtype)
                 if act is not None:
-                    node = replace(node, outputs=list(nxt[0].outputs), attrs={**node.attrs, FUSED_ATTR: act})
-                    outs = list(nxt[3])
+                    node = fuse(node, nxt.node, outputs=list(nxt.node.outputs), activation=act)
+                    outs = list(nxt.outs)
                     dropped.add(j)
-        result.append((node, kernel, ins, outs))
+        result.append(Chosen(node, kernel, ins, outs))
     return result
 
 
@@ -246,13 +255,13 @@ SHUFFLE_MAX_GROUP = 8
 _SHUFFLE_OPS = ("Reshape", "Transpose")
 
 
-def _channel_permutation(chain: list, shape: tuple[int, ...]) -> np.ndarray | None:
+def _channel_permutation(chain: list[Chosen], shape: tuple[int, ...]) -> np.ndarray | None:
     """p with out[:, c] == x[:, p[c]] when the Reshape/Transpose ``chain`` maps an (N, C, H, W) tensor x
     to the same shape moving only whole channels; else None."""
     n, c, h, w = shape
     index = np.arange(n * c * h * w).reshape(shape)
     v = index
-    for node, _, outs in chain:
+    for node, _, _, outs in chain:
         if node.op_type == "Reshape":
             v = v.reshape(outs[0].shape)
         else:
@@ -295,7 +304,7 @@ def _fold_permutation(node: Node, ins: list, p: np.ndarray, constants: dict[str,
     return replace(node, inputs=inputs, attrs={**node.attrs, "group": group}), new_ins
 
 
-def fuse_channel_shuffle(chosen: list, external: set[str], constants: dict[str, np.ndarray]) -> list:
+def fuse_channel_shuffle(chosen: list[Chosen], external: set[str], constants: dict[str, np.ndarray]) -> list[Chosen]:
     """A Reshape/Transpose chain that only permutes the channels of a 4-D tensor (ShuffleNet's channel
     shuffle, Reshape(N, g, C/g, H, W) -> Transpose -> Reshape(N, C, H, W)) becomes either a permutation of
     the constant weights and bias of the Conv producing that tensor (when the tensor has no other reader
@@ -305,7 +314,7 @@ def fuse_channel_shuffle(chosen: list, external: set[str], constants: dict[str, 
     constants go into ``constants``."""
     reads, reader, producer = _readers(chosen)
     dropped: set[int] = set()
-    replaced: dict[int, tuple] = {}
+    replaced: dict[int, Chosen] = {}
     for pos, (node, kernel, ins, outs) in enumerate(chosen):
         x = node.inputs[0] if node.inputs else ""
         if node.op_type != "Reshape" or node.domain or pos in dropped or not x or ins[0] is None \
@@ -313,32 +322,32 @@ def fuse_channel_shuffle(chosen: list, external: set[str], constants: dict[str, 
             continue
         shape = tuple(ins[0].shape)
         chain, j = [pos], pos
-        while len(chain) < 4 and tuple(chosen[j][3][0].shape or ()) != shape:
-            name = chosen[j][0].outputs[0]
+        while len(chain) < 4 and tuple(chosen[j].outs[0].shape or ()) != shape:
+            name = chosen[j].node.outputs[0]
             if name in external or reads[name] != 1:
                 break
             j = reader[name]
             nxt = chosen[j]
-            if j in dropped or nxt[0].op_type not in _SHUFFLE_OPS or nxt[0].domain or nxt[0].inputs[0] != name \
-                    or not nxt[3][0].static:
+            if j in dropped or nxt.node.op_type not in _SHUFFLE_OPS or nxt.node.domain or nxt.node.inputs[0] != name \
+                    or not nxt.outs[0].static:
                 break
             chain.append(j)
         last = chosen[chain[-1]]
-        if len(chain) < 2 or tuple(last[3][0].shape) != shape:
+        if len(chain) < 2 or tuple(last.outs[0].shape) != shape:
             continue
-        p = _channel_permutation([(chosen[k][0], chosen[k][2], chosen[k][3]) for k in chain], shape)
+        p = _channel_permutation([chosen[k] for k in chain], shape)
         if p is None:
             continue
-        out = last[0].outputs[0]
+        out = last.node.outputs[0]
         q = producer.get(x)
         folded = None
         if q is not None and q not in dropped and q not in replaced and x not in external and reads[x] == 1:
-            folded = _fold_permutation(chosen[q][0], chosen[q][2], p, constants)
+            folded = _fold_permutation(chosen[q].node, chosen[q].ins, p, constants)
         if folded is not None:
             conv, conv_ins = folded
             conv = replace(conv, outputs=[out])
             try:
-                replaced[q] = (conv, select(conv, conv_ins, list(last[3])), conv_ins, list(last[3]))
+                replaced[q] = Chosen(conv, select(conv, conv_ins, list(last.outs)), conv_ins, list(last.outs))
             except NnhalError:
                 continue
             dropped.update(chain)
@@ -349,7 +358,7 @@ def fuse_channel_shuffle(chosen: list, external: set[str], constants: dict[str, 
                       opset=13, version=13)
         g_ins = [ins[0], Info(np.dtype(np.int64), (len(p),), constants[indices])]
         try:
-            replaced[pos] = (gather, select(gather, g_ins, list(last[3])), g_ins, list(last[3]))
+            replaced[pos] = Chosen(gather, select(gather, g_ins, list(last.outs)), g_ins, list(last.outs))
         except NnhalError:
             continue
         dropped.update(chain[1:])

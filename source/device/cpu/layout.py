@@ -33,9 +33,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from nnhal.device.cpu.fusions import FUSED_ATTR
-from nnhal.device.cpu.kernels.base import Kernel, RunFn
-from nnhal.device.cpu.kernels.select import select
+from nnhal.device.cpu.fusions import Chosen
+from nnhal.hostkernels.base import Kernel, RunFn
+from nnhal.hostkernels.fused import activation_of
+from nnhal.hostkernels.select import select
 from nnhal.errors import NnhalError
 from nnhal.graph.node import Node
 from nnhal.operator.base import Info
@@ -142,22 +143,25 @@ def _channels_last_kernel(node: Node, kernel: Kernel, ins: list, outs: list) -> 
         chosen = select(node, ins, outs, layout=NHWC)
     except NnhalError:
         return None
-    if FUSED_ATTR in node.attrs and not getattr(chosen, "fuse_activation", False):
+    if activation_of(node) is not None and not getattr(chosen, "fuse_activation", False):
         return None
     return chosen
 
 
-def assign_layouts(chosen: list, external: set[str]) -> tuple[list, Layouts]:
-    """Rewrite ``chosen`` [(node, kernel, ins, outs)] so the convolutional regions run NHWC.
+def assign_layouts(chosen: list[Chosen], external: set[str]) -> tuple[list[Chosen], Layouts]:
+    """Rewrite ``chosen`` so the convolutional regions run NHWC.
 
     Returns the new list, with conversion steps inserted, and the physical Info of every tensor whose
     storage differs from what inference says."""
     # a Dropout mask nothing reads (Caffe2's SqueezeNet names one) would pin its tensors to NCHW: drop it
     read = {n for node, _, _, _ in chosen for n in node.all_inputs if n}
-    chosen = [(replace(node, outputs=node.outputs[:1]), kernel, ins, outs[:1])
-              if node.op_type == "Dropout" and not node.domain and len(node.outputs) > 1 and node.outputs[1]
-              and node.outputs[1] not in read and node.outputs[1] not in external
-              else (node, kernel, ins, outs) for node, kernel, ins, outs in chosen]
+
+    def unread_mask(node: Node) -> bool:
+        return node.op_type == "Dropout" and not node.domain and len(node.outputs) > 1 and bool(node.outputs[1]) \
+            and node.outputs[1] not in read and node.outputs[1] not in external
+
+    chosen = [Chosen(replace(c.node, outputs=c.node.outputs[:1]), c.kernel, c.ins, c.outs[:1])
+              if unread_mask(c.node) else c for c in chosen]
     roles: list[str | None] = []
     nhwc_kernels: dict[int, Kernel] = {}
     for pos, (node, kernel, ins, outs) in enumerate(chosen):
@@ -228,7 +232,7 @@ def assign_layouts(chosen: list, external: set[str]) -> tuple[list, Layouts]:
             dst = _permuted(Info(src.dtype, src.shape), perm)
             physical[new] = dst
             node = Node(new, "Transpose", [name], [new], {"perm": list(perm)}, opset=21, version=21)
-            before.append((node, Relayout(perm), [src], [dst]))
+            before.append(Chosen(node, Relayout(perm), [src], [dst]))
             converted[key] = new
         return converted[key]
 
@@ -237,22 +241,22 @@ def assign_layouts(chosen: list, external: set[str]) -> tuple[list, Layouts]:
         if role == "last":
             x_nhwc, y_nhwc = is_nhwc(node.inputs[0]), is_nhwc(node.outputs[0])
             if not (x_nhwc or y_nhwc):
-                result.append((node, kernel, ins, outs))
+                result.append(Chosen(node, kernel, ins, outs))
                 continue
             inputs, outputs = list(node.inputs), list(node.outputs)
             if not x_nhwc:
                 inputs[0] = convert(node.inputs[0], ins[0], TO_NHWC, result)
             if y_nhwc:
                 physical[outputs[0]] = _permuted(outs[0])
-                result.append((replace(node, inputs=inputs), nhwc_kernels[pos], ins, outs))
+                result.append(Chosen(replace(node, inputs=inputs), nhwc_kernels[pos], ins, outs))
             else:
                 tmp = f"{node.outputs[0]}#nhwc"
                 physical[tmp] = _permuted(outs[0])
                 outputs[0] = tmp
-                result.append((replace(node, inputs=inputs, outputs=outputs), nhwc_kernels[pos], ins, outs))
+                result.append(Chosen(replace(node, inputs=inputs, outputs=outputs), nhwc_kernels[pos], ins, outs))
                 back = Node(f"{tmp}#nchw", "Transpose", [tmp], [node.outputs[0]], {"perm": list(TO_NCHW)},
                             opset=21, version=21)
-                result.append((back, Relayout(TO_NCHW), [physical[tmp]], [outs[0]]))
+                result.append(Chosen(back, Relayout(TO_NCHW), [physical[tmp]], [outs[0]]))
             continue
         if role == "free" and is_nhwc(node.outputs[0]):
             inputs, new_ins = list(node.inputs), []
@@ -280,7 +284,7 @@ def assign_layouts(chosen: list, external: set[str]) -> tuple[list, Layouts]:
                 attrs = {**attrs, "axis": TO_NHWC.index(attrs["axis"] % 4)}
             # the kernel was chosen for the NCHW shapes; choose again for the NHWC ones
             node = replace(node, inputs=inputs, attrs=attrs)
-            result.append((node, select(node, new_ins, new_outs), new_ins, new_outs))
+            result.append(Chosen(node, select(node, new_ins, new_outs), new_ins, new_outs))
             continue
         # an op that needs NCHW: convert the NHWC tensors it reads
         if any(is_nhwc(n) for n in node.all_inputs):
@@ -294,5 +298,5 @@ def assign_layouts(chosen: list, external: set[str]) -> tuple[list, Layouts]:
                     else:
                         implicit[k - len(inputs)] = new
             node = replace(node, inputs=inputs, implicit_inputs=implicit)
-        result.append((node, kernel, ins, outs))
+        result.append(Chosen(node, kernel, ins, outs))
     return result, Layouts(physical, constants)

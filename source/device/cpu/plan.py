@@ -13,8 +13,9 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from nnhal.device.cpu.kernels.select import reference_forced, select
-from nnhal.device.cpu.fusions import fuse_activations, fuse_channel_shuffle, fuse_gelu, fuse_matmul
+from nnhal.hostkernels.graphrun import tensor_info
+from nnhal.hostkernels.select import reference_forced, select
+from nnhal.device.cpu.fusions import Chosen, fuse_activations, fuse_channel_shuffle, fuse_gelu, fuse_matmul
 from nnhal.device.cpu.layout import Layouts, assign_layouts
 from nnhal.device.cpu.planner import MemoryPlan, arena_views, plan_memory
 from nnhal.errors import DeviceError, NnhalError, where
@@ -22,6 +23,8 @@ from nnhal.graph.graph import Graph
 from nnhal.graph.node import Node
 from nnhal.graph.tensor import TensorKind
 from nnhal.operator.base import Info
+from nnhal.operator.schema import check_input_types
+from nnhal.operator.table import get_prototype
 
 
 def checking() -> bool:
@@ -39,6 +42,20 @@ class Step:
     buffers: list                     # preallocated outputs (None = kernel allocates)
     fresh: tuple[tuple[int, tuple, np.dtype], ...] = ()  # (position, shape, dtype) allocated per run
     expect: tuple[Info | None, ...] = ()
+    logical: bool = True              # every input is in the ONNX layout (no channels-last region)
+
+
+def _explain(node: Node, inputs: list, failure: Exception) -> None:
+    """Raise the prototype's own typed error when a kernel failed on operands that inference could not
+    see before the run (shapes or values known only now); return when inference accepts them."""
+    infos = [None if a is None else Info.of(a) for a in inputs]
+    try:
+        check_input_types(node, infos)
+        get_prototype(node.domain, node.op_type).infer(node, infos)
+    except NnhalError as reason:
+        raise reason from failure
+    except Exception:  # inference has no better word for it than the kernel's own error
+        return
 
 
 @dataclass
@@ -104,6 +121,8 @@ class Plan:
             except NnhalError:
                 raise
             except Exception as exc:
+                if step.logical:
+                    _explain(step.node, [slots[i] for i in step.ins], exc)
                 raise DeviceError(f"{where(step.node, 'cpu')}: kernel '{step.kernel_name}' failed: "
                                   f"{type(exc).__name__}: {exc}") from exc
             for pos, (idx, r) in enumerate(zip(step.outs, result)):
@@ -138,21 +157,13 @@ def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: l
                 slots.append(t.value if t is not None and t.kind is TensorKind.CONSTANT else None)
         return index[name]
 
-    def info(name: str) -> Info | None:
-        if not name:
-            return None
-        t = graph.tensors.get(name)
-        if t is None:
-            return Info(None, None)
-        return Info(t.dtype, t.shape, t.value if t.kind is TensorKind.CONSTANT else None)
-
     external = set(inputs) | set(outputs)
     chosen = []
     for node in nodes:
-        ins = [info(n) for n in node.inputs]
-        outs = [info(n) or Info(None, None) for n in node.outputs]
+        ins = [tensor_info(graph, n) for n in node.inputs]
+        outs = [tensor_info(graph, n) or Info(None, None) for n in node.outputs]
         kernel = select(node, ins, outs)
-        chosen.append((node, kernel, ins, outs))
+        chosen.append(Chosen(node, kernel, ins, outs))
     if not reference_forced():
         chosen = fuse_gelu(chosen, external)
         chosen = fuse_matmul(chosen, external)
@@ -197,7 +208,8 @@ def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: l
                 fresh.append((pos, t.shape, t.dtype))
         expect = tuple(physical.get(name, o) if name else o for name, o in zip(node.outputs, outs))
         steps.append(Step(node, kernel.name, run, tuple(slot(n) if n else 0 for n in node.all_inputs),
-                          tuple(slot(n) if n else 1 for n in node.outputs), buffers, tuple(fresh), expect))
+                          tuple(slot(n) if n else 1 for n in node.outputs), buffers, tuple(fresh), expect,
+                          not any(n in physical for n in node.all_inputs)))
         kernels[node.name] = kernel.name
     in_slots = [(n, slot(n)) for n in inputs]
     out_slots = [(n, slot(n)) for n in outputs]

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from nnhal.device.vnpu.fixedpoint import quantize_multiplier
+from nnhal.hostkernels.fixedpoint import quantize_multiplier
 from nnhal.errors import DeviceError, where
 from nnhal.graph.graph import Graph
 from nnhal.graph.node import Node

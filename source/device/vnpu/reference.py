@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nnhal.device.cpu.evaluate import evaluate_node
+from nnhal.hostkernels.evaluate import evaluate_node
 from nnhal.graph.subgraph import Subgraph
 
 

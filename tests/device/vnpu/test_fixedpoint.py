@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnhal.device.vnpu.fixedpoint import quantize_multiplier, requantize
+from nnhal.hostkernels.fixedpoint import quantize_multiplier, requantize
 
 
 def reference_requantize(acc: int, m0: int, shift: int) -> int:

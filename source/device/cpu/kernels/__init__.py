@@ -1,1 +1,0 @@
-"""CPU kernels: one op per module, listed in ``table.py``."""

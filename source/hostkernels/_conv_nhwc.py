@@ -1,0 +1,327 @@
+"""Conv on the CPU in channels-last layout (NHWC): the 2-D kernels the CPU layout pass runs on.
+
+Input 0 arrives as (N, H, W, C) and output 0 is written as (N, OH, OW, M); prepare still sees the ONNX
+(NCHW) shapes and packs the constant weights once. With channels contiguous every gather copies runs of
+C (kw * C for a group-1 kernel row) elements where NCHW copies runs of at most OW, and a band of output
+rows is one contiguous block of the output, so bias and activation run on contiguous memory right after
+its GEMM. Bands hold several whole images when one image fits the scratch bound (one GEMM over them
+all: small maps at batch > 1), else output rows of one image.
+
+nhwc-gemm (2-D, constant weights, static shapes; the acceptance of _conv2d.geometry):
+depthwise convolutions (one input channel per group, any channel multiplier) accumulate one multiply and
+add per kernel tap over all pixels and channels at once; 1x1 ones are one GEMM (N*H*W, C) @ (C, M)
+straight from the input into the output (a strided copy first when strided; grouped ones one GEMM
+batched over groups on strided views); the rest gather im2col columns (output pixels x kh*kw*C/G,
+channels fastest) with one copy of a strided window view of the padded input per band and run one GEMM
+(batched over groups) per band into the output's rows. Groups of fewer than GROUP_MIN_RUN channels are
+merged into super-groups with block-diagonal weights, trading GEMM work for longer copy runs.
+
+nhwc-winograd: 3x3 stride-1 group-1 convolutions with enough channels on large enough maps
+(WINOGRAD_MIN_OUT) by Winograd F(4x4, 3x3), as op_conv.ConvWinograd but channels last: the 6x6 input
+tiles are gathered as (36, tiles, C) by one strided copy, each transform is one GEMM over all tiles and
+channels, the 36 points one batched GEMM (36, tiles, C) @ (36, C, M), and the 4x4 output tiles are
+scattered into the output by one strided copy (through scratch when edge tiles are cropped).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from nnhal.hostkernels import _conv2d, _scratch
+from nnhal.hostkernels.base import Kernel, RunFn
+from nnhal.hostkernels.fused import activation_of
+from nnhal.graph.node import Node
+from nnhal.operator.base import Info
+
+# scratch bound of one band of im2col columns (bytes); the GEMM packs the weights once a band, so smaller
+# bands lose (128->128 3x3 stride 2 at 56x56: 907 us in 1 MB bands, 751 in 4 MB)
+BAND_BYTES = 4 << 20
+# smallest run of channels (C/G times groups per super-group) the grouped im2col gathers; ResNeXt's 128 channels in
+# 32 groups at 56x56 (us at 2 threads, runs of 4 / 8 / 16 / 32 / 64 / 128): 4784 / 2964 / 2005 / 1785 / 1989 / 2873
+GROUP_MIN_RUN = 32
+# im2col rows of group-1 convolutions are padded to a multiple of this many elements (aligned BLAS rows)
+ALIGN_COLUMNS = 8
+# scratch bound of a depthwise convolution's temporary (bytes, one band of output rows); smaller bands that
+# stay in L2 were measured no faster (144 channels at 56x56: 873 us in 256 KB bands, 894 unbanded)
+DEPTHWISE_BAND_BYTES = 1 << 20
+# scratch bound of one band of Winograd tile rows (bytes, per transformed tensor); the 36 products pack U
+# once a band (128 channels at 56x56: 2200 us in 1 MB bands, 1704 in 4 MB)
+WINOGRAD_BAND_BYTES = 4 << 20
+# smallest output side (min(OH, OW)) where nhwc-winograd beats nhwc-gemm, by the smallest channel count
+# (min(C, M)) reached; none below. Measured at 2 threads, batch 1 (gemm against winograd, us): 128->128 at
+# 17x17 347 against 329, at 14x14 212 against 221 (256 at 14x14: 759 against 825); 64 at 24x24 184 against
+# 164, at 17x17 110 against 140; 48 at 28x28 172 against 161, at 24x24 131 against 135; 32 at 56x56 360
+# against 289, at 42x42 220 against 219 (24 at 56x56: 282 against 253); at 28x28 with 32 channels on
+# one side (DenseNet's 128->32: 278 against 220; 64->32 157 against 139; 32->32 105 against 99).
+WINOGRAD_MIN_OUT = {128: 17, 64: 24, 32: 28, 24: 56}
+
+
+def _epilogue(node: Node, ins: list[Info | None], dtype: np.dtype, row: int) -> Callable[[np.ndarray], None]:
+    """finish(block): bias and the fused activation in place in a contiguous block of whole output rows
+    (``row`` elements each: OW * M); the bias is tiled to a row so the add runs over long rows."""
+    bias = None
+    if len(ins) > 2 and ins[2] is not None:
+        value = ins[2].value.astype(dtype)
+        bias = np.tile(value, row // value.size)
+    act = activation_of(node)
+
+    def finish(block: np.ndarray) -> None:
+        if bias is not None:
+            rows = block.reshape(-1, row)
+            np.add(rows, bias, out=rows)
+        _scratch.apply_activation(block, act)
+
+    return finish
+
+
+def _bands(n: int, rows: int, row_bytes: int, budget: int) -> tuple[int, int, list[tuple[int, int, int, int]]]:
+    """Bands (b0, b1, r0, r1) of images b0:b1 and rows r0:r1 of an (n, rows) output whose scratch takes
+    ``row_bytes`` a row: several whole images a band when one fits the budget (one GEMM over them all), else
+    bands of rows of one image (at least one row). Also the most images and rows a band holds. Every band
+    is a contiguous block of an (N, rows, ...) array."""
+    per = max(1, budget // row_bytes)
+    if per >= rows:
+        imgs = min(n, per // rows)
+        return imgs, rows, [(b0, min(n, b0 + imgs), 0, rows) for b0 in range(0, n, imgs)]
+    return 1, per, [(b, b + 1, r0, min(rows, r0 + per)) for b in range(n) for r0 in range(0, rows, per)]
+
+
+def nhwc_depthwise(s: _conv2d.Conv2d, wv: np.ndarray, finish: Callable[[np.ndarray], None]) -> RunFn:
+    """One input channel per group, any channel multiplier: one multiply and add per kernel tap over
+    all pixels and channels of a band at once."""
+    dtype, pads, padded = s.dtype, s.pads, s.padded
+    n, c, m, mg, oh, ow, hp, wpad = s.n, s.c, s.m, s.mg, s.oh, s.ow, s.hp, s.wp
+    (kh, kw), (sh, sw), (dh, dw) = s.kernel, s.strides, s.dilations
+    out_shape = (n, oh, ow, m)
+    taps = [(i, j) for i in range(kh) for j in range(kw)]
+    # a channel multiplier k > 1 repeats each input channel k times in the padded scratch (k strided
+    # copies), so output channel o always reads scratch channel o
+    mult = mg
+    wd = np.ascontiguousarray(wv.reshape(m, kh * kw).T)                          # (taps, M)
+    if sw == 1:
+        # a tap's window rows are OW * M contiguous elements: weights tiled to a row, one long inner loop
+        wd = np.tile(wd, (1, ow))                                                 # (taps, OW * M)
+    repeated = padded or mult > 1
+    imgs, rows, bands = _bands(n, oh, ow * m * dtype.itemsize, DEPTHWISE_BAND_BYTES)
+    parts = ([((imgs, hp, wpad, m), dtype)] if repeated else []) + [((imgs * rows * ow * m,), dtype)]
+    _scratch.reserve(_scratch.nbytes_of(*parts))
+
+    def run_dw(inputs, outputs):
+        x = inputs[0]
+        y = outputs[0] if outputs[0] is not None else np.empty(out_shape, dtype)
+        bufs = _scratch.scratch(*parts)
+        for b0, b1, r0, r1 in bands:
+            nb, nr = b1 - b0, r1 - r0
+            xb = x[b0:b1]
+            if repeated:
+                if r0 == 0:
+                    for copy in range(mult):
+                        _conv2d.pad_into(bufs[0][:nb].reshape(nb, hp, wpad, c, mult)[..., copy], xb, pads, True)
+                xb = bufs[0][:nb]
+            yb = y[b0:b1, r0:r1]
+            if sw == 1:
+                yb = yb.reshape(nb, nr, ow * m)
+            tmp = bufs[-1][:yb.size].reshape(yb.shape)
+            for k, (i, j) in enumerate(taps):
+                top, left = i * dh + r0 * sh, j * dw
+                src = xb[:, top:top + (nr - 1) * sh + 1:sh, left:left + (ow - 1) * sw + 1:sw]
+                if sw == 1:
+                    src = src.reshape(nb, nr, ow * m)
+                if k == 0:
+                    np.multiply(src, wd[k], out=yb)
+                else:
+                    np.multiply(src, wd[k], out=tmp)
+                    np.add(yb, tmp, out=yb)
+            finish(y[b0:b1, r0:r1])
+        return (y,)
+
+    return run_dw
+
+
+def nhwc_1x1(s: _conv2d.Conv2d, wv: np.ndarray, finish: Callable[[np.ndarray], None]) -> RunFn:
+    """Unpadded 1x1: one GEMM (N*H*W, C) @ (C, M) straight from the input into the output (a strided copy
+    first when strided; grouped ones one GEMM batched over groups on strided views)."""
+    dtype, n, c, m, group, cg, mg, oh, ow = s.dtype, s.n, s.c, s.m, s.group, s.cg, s.mg, s.oh, s.ow
+    sh, sw = s.strides
+    out_shape = (n, oh, ow, m)
+    p = n * oh * ow
+    wt = np.ascontiguousarray(wv.reshape(group, mg, cg).transpose(0, 2, 1))    # (G, C/G, M/G)
+    strided = (sh, sw) != (1, 1)
+    parts = [((n, oh, ow, c), dtype)] if strided else []
+    _scratch.reserve(_scratch.nbytes_of(*parts))
+
+    def run_1x1(inputs, outputs):
+        x = inputs[0]
+        y = outputs[0] if outputs[0] is not None else np.empty(out_shape, dtype)
+        if strided:
+            (xs,) = _scratch.scratch(*parts)
+            np.copyto(xs, x[:, :(oh - 1) * sh + 1:sh, :(ow - 1) * sw + 1:sw])
+            x = xs
+        if group == 1:
+            np.matmul(x.reshape(p, c), wt[0], out=y.reshape(p, m))
+        else:
+            # group g's pixels x channels are a (P, C/G) matrix with row stride C: BLAS reads it in place
+            np.matmul(x.reshape(p, group, cg).transpose(1, 0, 2), wt,
+                      out=y.reshape(p, group, mg).transpose(1, 0, 2))
+        finish(y)
+        return (y,)
+
+    return run_1x1
+
+
+def nhwc_im2col(s: _conv2d.Conv2d, wv: np.ndarray, finish: Callable[[np.ndarray], None]) -> RunFn:
+    """im2col columns (output pixels x kh*kw*C/G, channels fastest) gathered by one strided copy per band,
+    one GEMM (batched over super-groups) per band into the output's rows."""
+    dtype, pads, padded = s.dtype, s.pads, s.padded
+    n, c, m, group, cg, mg, oh, ow, hp, wpad = s.n, s.c, s.m, s.group, s.cg, s.mg, s.oh, s.ow, s.hp, s.wp
+    (kh, kw), (sh, sw), (dh, dw) = s.kernel, s.strides, s.dilations
+    out_shape = (n, oh, ow, m)
+    # Groups of few channels run as super-groups of ``sub`` groups each with block-diagonal weights: the
+    # gather copies runs of sub * C/G channels (a copy of 4-channel runs costs more than the GEMM over 8x
+    # the weights), the GEMM multiplies zeros.
+    sub = next(d for d in range(1, group + 1) if group % d == 0 and (d * cg >= GROUP_MIN_RUN or d == group))
+    sg, cs, ms = group // sub, sub * cg, sub * mg        # super-groups, their input and output channels
+    kk = kh * kw * cs
+    w6 = wv.reshape(sg, sub, mg, cg, kh, kw)
+    # wk[s, (i, j, b, c), (b', o)] = w[group s * sub + b, out o, in c, tap (i, j)] where b == b', else 0
+    wk = np.ascontiguousarray(np.einsum("sbocij,bd->sijbcdo", w6, np.eye(sub, dtype=dtype))).reshape(sg, kk, ms)
+    # a row of columns of a group-1 convolution starts on a multiple of ALIGN_COLUMNS elements: the stem's
+    # 7x7x3 = 147 columns in rows of 152 run (12544 x 147) @ (147 x 64) in 0.63 ms instead of 0.77
+    ld = -(-kk // ALIGN_COLUMNS) * ALIGN_COLUMNS if sg == 1 else sg * kk
+    imgs, rows, bands = _bands(n, oh, ow * ld * dtype.itemsize, BAND_BYTES)
+    parts = ([((imgs, hp, wpad, c), dtype)] if padded else []) + [((imgs * rows * ow * ld,), dtype)]
+    _scratch.reserve(_scratch.nbytes_of(*parts))
+
+    def run_im2col(inputs, outputs):
+        x = inputs[0]
+        y = outputs[0] if outputs[0] is not None else np.empty(out_shape, dtype)
+        bufs = _scratch.scratch(*parts)
+        cols_all = bufs[-1]
+        for b0, b1, r0, r1 in bands:
+            xb = x[b0:b1]
+            if padded:
+                if r0 == 0:
+                    _conv2d.pad_into(bufs[0][:b1 - b0], xb, pads, True)
+                xb = bufs[0][:b1 - b0]
+            si, s0, s1, s2 = xb.strides
+            q = (b1 - b0) * (r1 - r0) * ow
+            # cols[image, row, col, super-group, tap i, tap j, channel] =
+            #     xp[image, row * sh + i * dh, col * sw + j * dw, super-group * cs + channel]
+            window = as_strided(xb[:, r0 * sh:], shape=(b1 - b0, r1 - r0, ow, sg, kh, kw, cs),
+                                strides=(si, sh * s0, sw * s1, cs * s2, dh * s0, dw * s1, s2), writeable=False)
+            cols = cols_all[:q * ld]
+            item = cols.itemsize
+            # the destination: (q, sg * kk) columns in rows of ld elements, seen as the window's shape
+            dst = as_strided(cols, shape=window.shape, strides=(
+                (r1 - r0) * ow * ld * item, ow * ld * item, ld * item, kk * item, kw * cs * item, cs * item, item))
+            np.copyto(dst, window)
+            yr = y[b0:b1, r0:r1].reshape(q, m)
+            if sg == 1:
+                np.matmul(cols.reshape(q, ld)[:, :kk], wk[0], out=yr)
+            else:
+                # super-group s's pixels x columns are a (q, kk) matrix with row stride sg * kk, its
+                # outputs one with row stride M: BLAS reads and writes them in place
+                np.matmul(cols.reshape(q, sg, kk).transpose(1, 0, 2), wk,
+                          out=yr.reshape(q, sg, ms).transpose(1, 0, 2))
+            finish(y[b0:b1, r0:r1])
+        return (y,)
+
+    return run_im2col
+
+
+class ConvGemmNHWC(Kernel):
+    """2-D convolution, constant weights, static shapes, channels last: GEMM without im2col for 1x1,
+    tap-wise multiply-adds for depthwise, im2col bands else."""
+
+    op_type = "Conv"
+    name = "nhwc-gemm"
+    layout = "NHWC"
+    fuse_activation = True
+
+    def score(self, node, ins, outs) -> int:
+        return 10 if _conv2d.geometry(node, ins, outs) is not None else 0
+
+    def prepare(self, node, ins, outs) -> RunFn:
+        s = _conv2d.conv2d(node, ins, outs)
+        wv, finish = ins[1].value, _epilogue(node, ins, s.dtype, s.ow * s.m)
+        if s.cg == 1:
+            return nhwc_depthwise(s, wv, finish)
+        if s.kernel == (1, 1) and not s.padded:
+            return nhwc_1x1(s, wv, finish)
+        return nhwc_im2col(s, wv, finish)
+
+
+class ConvWinogradNHWC(Kernel):
+    """3x3 stride-1 2-D convolution (group 1, constant weights, enough channels), channels last, by
+    Winograd F(4x4, 3x3)."""
+
+    op_type = "Conv"
+    name = "nhwc-winograd"
+    layout = "NHWC"
+    fuse_activation = True
+
+    def score(self, node, ins, outs) -> int:
+        fits = _conv2d.winograd_fits(node, ins, outs)
+        if fits is None or not any(fits[0] >= c and fits[1] >= s for c, s in WINOGRAD_MIN_OUT.items()):
+            return 0
+        return 20
+
+    def prepare(self, node, ins, outs) -> RunFn:
+        s = _conv2d.conv2d(node, ins, outs)
+        wv, dtype, n, c, h, w_in, m, oh, ow = ins[1].value, s.dtype, s.n, s.c, s.h, s.w, s.m, s.oh, s.ow
+        pt, pl = s.pads[:2]
+        th, tw = -(-oh // 4), -(-ow // 4)
+        hp, wpad = 4 * th + 2, 4 * tw + 2
+        # pads beyond the given ones up to whole tiles: zeros whose outputs are cropped
+        pads = [pt, pl, hp - pt - h, wpad - pl - w_in]
+        u = _conv2d.winograd_weights(wv, dtype).transpose(0, 2, 1).copy()                # (36, C, M)
+        kb, ka = _conv2d.winograd_transforms(dtype)                                      # (36, 36), (16, 36)
+        out_shape = (n, oh, ow, m)
+        finish = _epilogue(node, ins, dtype, ow * m)
+        item = np.dtype(dtype).itemsize
+        imgs, rows, bands = _bands(n, th, 36 * max(c, m) * tw * item, WINOGRAD_BAND_BYTES)
+        nt = imgs * rows * tw
+        # two buffers in turn: input tiles (a) -> transformed (b) -> products (a) -> output tiles (b) -> cropped (a)
+        parts = [((imgs, hp, wpad, c), dtype), ((36 * nt * max(c, m),), dtype), ((nt * max(36 * c, 16 * m),), dtype)]
+        _scratch.reserve(_scratch.nbytes_of(*parts))
+
+        def run_winograd(inputs, outputs):
+            x = inputs[0]
+            y = outputs[0] if outputs[0] is not None else np.empty(out_shape, dtype)
+            xp_all, abuf, bbuf = _scratch.scratch(*parts)
+            yi, ys0, ys1, ys2 = y.strides
+            for b0, b1, t0, t1 in bands:
+                nb, nr = b1 - b0, t1 - t0
+                xp = xp_all[:nb]
+                if t0 == 0:
+                    _conv2d.pad_into(xp, x[b0:b1], pads, True)
+                si, s0, s1, s2 = xp.strides
+                k = nb * nr * tw
+                r0, r1 = 4 * t0, min(oh, 4 * t1)
+                # d[a, a', image, tile row, tile col, channel] = xp[image, 4 * tile row + a, 4 * tile col + a', channel]
+                src = as_strided(xp[:, 4 * t0:], shape=(6, 6, nb, nr, tw, c),
+                                 strides=(s0, s1, si, 4 * s0, 4 * s1, s2), writeable=False)
+                d = abuf[:36 * k * c]
+                np.copyto(d.reshape(src.shape), src)
+                v = bbuf[:36 * k * c]
+                np.matmul(kb, d.reshape(36, k * c), out=v.reshape(36, k * c))
+                z = abuf[:36 * k * m]
+                np.matmul(v.reshape(36, k, c), u, out=z.reshape(36, k, m))
+                o = bbuf[:16 * k * m]
+                np.matmul(ka, z.reshape(36, k * m), out=o.reshape(16, k * m))
+                # (image, tile row, r, tile col, s, M)
+                tiles = o.reshape(4, 4, nb, nr, tw, m).transpose(2, 3, 0, 4, 1, 5)
+                if r1 != 4 * t1 or ow != 4 * tw:                                          # edge tiles cropped
+                    full = abuf[:16 * k * m].reshape(nb, nr, 4, tw, 4, m)
+                    np.copyto(full, tiles)
+                    np.copyto(y[b0:b1, r0:r1], full.reshape(nb, 4 * nr, 4 * tw, m)[:, :r1 - r0, :ow])
+                else:
+                    dst = as_strided(y[b0:, r0:], shape=(nb, nr, 4, tw, 4, m),
+                                     strides=(yi, 4 * ys0, ys0, 4 * ys1, ys1, ys2))
+                    np.copyto(dst, tiles)
+                finish(y[b0:b1, r0:r1])
+            return (y,)
+
+        return run_winograd

@@ -1,0 +1,313 @@
+"""Shared CPU code of the quantization, recurrent and control-flow kernels."""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from nnhal.hostkernels.graphrun import compile_nodes
+from nnhal.hostkernels.op_conv import im2col
+from nnhal.errors import ShapeError, where
+from nnhal.graph.graph import Graph, free_names
+from nnhal.graph.node import Node
+from nnhal.graph.tensor import Tensor, TensorKind
+from nnhal.operator._qrc import QUANT_RANGES
+from nnhal.operator.base import infer_body_graph
+from nnhal.operator.table import get_prototype
+
+
+# ------------------------------------------------------------- quantization
+def expand_param(p: np.ndarray, x_shape: tuple, axis: int, block: int = 0) -> np.ndarray:
+    """Scale or zero point reshaped (and for blocks, repeated) to broadcast against x."""
+    p = np.asarray(p)
+    rank = len(x_shape)
+    if block <= 0:
+        if p.ndim == 0 or p.size == 1:
+            return p.reshape(())
+        dims = [1] * rank
+        dims[axis % rank] = p.size
+        return p.reshape(dims)
+    ax = axis % rank
+    full = np.repeat(p, block, axis=ax)
+    index = [slice(None)] * rank
+    index[ax] = slice(0, x_shape[ax])
+    return full[tuple(index)]
+
+
+def saturate(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Clip rounded values into ``dtype``'s range and convert."""
+    lo, hi = QUANT_RANGES[np.dtype(dtype)]
+    return np.clip(values, lo, hi).astype(dtype)
+
+
+def requantize(acc: np.ndarray, factor: np.ndarray, zero: np.ndarray | None, dtype: np.dtype) -> np.ndarray:
+    """round_half_even(acc * factor) + zero, saturated to ``dtype`` (acc exact in float64)."""
+    y = acc * np.asarray(factor, dtype=np.float64)
+    if zero is not None:
+        y += np.asarray(zero, dtype=np.float64)
+    return saturate(np.rint(y), dtype)
+
+
+def shifted(q: np.ndarray, zero: np.ndarray | None) -> np.ndarray:
+    """q - zero as float64: exact for 8- and 16-bit integers and fast through BLAS."""
+    out = q.astype(np.float64)
+    if zero is not None:
+        out -= np.asarray(zero, dtype=np.float64)
+    return out
+
+
+def row_param(p: np.ndarray | None, a_shape: tuple) -> np.ndarray | None:
+    """A per-row (M) parameter of matmul input A, shaped to broadcast against (..., M, N)."""
+    if p is None:
+        return None
+    p = np.asarray(p)
+    if p.ndim == 1 and p.size > 1 and len(a_shape) >= 2:
+        return p.reshape(-1, 1)
+    if p.size == 1:
+        return p.reshape(())
+    return p
+
+
+def col_param(p: np.ndarray | None) -> np.ndarray | None:
+    """A per-column (N) parameter of matmul input B (broadcasts along the last axis)."""
+    if p is None:
+        return None
+    p = np.asarray(p)
+    return p.reshape(()) if p.size == 1 else p
+
+
+def integer_conv(node: Node, x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Convolution of float64 arrays holding integers (exact): (N, C, *S) * (M, C/G, *k) -> (N, M, *out)."""
+    geometry = get_prototype("", "Conv").geometry(node, x.shape, w.shape)
+    group = node.attrs["group"]
+    win, out_sizes = im2col(x, geometry["kernel"], geometry["strides"], geometry["dilations"], geometry["pads"])
+    nb, n = x.shape[0], len(out_sizes)
+    perm = (0, 1, *range(2 + n, 2 + 2 * n), *range(2, 2 + n))
+    cols = np.ascontiguousarray(win.transpose(perm)).reshape(nb, group, -1, int(np.prod(out_sizes)))
+    wg = w.reshape(group, w.shape[0] // group, -1)
+    y = np.matmul(wg[None], cols)
+    return y.reshape(nb, w.shape[0], *out_sizes)
+
+
+def channel_param(p: np.ndarray | None, rank: int) -> np.ndarray | None:
+    """A per-output-channel (axis 1) parameter shaped to broadcast against (N, M, *spatial)."""
+    if p is None:
+        return None
+    p = np.asarray(p)
+    if p.size == 1:
+        return p.reshape(())
+    return p.reshape((1, -1) + (1,) * (rank - 2))
+
+
+def weight_zero(p: np.ndarray | None, rank: int) -> np.ndarray | None:
+    """A per-output-channel (axis 0) weight zero point shaped against (M, C/G, *k)."""
+    if p is None:
+        return None
+    p = np.asarray(p)
+    if p.size == 1:
+        return p.reshape(())
+    return p.reshape((-1,) + (1,) * (rank - 1))
+
+
+# ---------------------------------------------------------------- recurrent
+Activation = Callable[[np.ndarray], np.ndarray]
+Step = Callable[[int, list], list]
+
+_NEEDS = {  # lower-case name -> (default alpha or None when unused, default beta or None)
+    "relu": (None, None), "tanh": (None, None), "sigmoid": (None, None), "softsign": (None, None),
+    "softplus": (None, None), "affine": (1.0, 0.0), "leakyrelu": (0.01, None), "thresholdedrelu": (1.0, None),
+    "scaledtanh": (1.0, 1.0), "hardsigmoid": (0.2, 0.5), "elu": (1.0, None),
+}
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    # NOTE: the two-branch form never overflows exp.
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
+
+
+def make_activation(name: str, alpha: float | None, beta: float | None) -> Activation:
+    key = name.lower()
+    if key == "relu":
+        return lambda x: np.maximum(x, 0)
+    if key == "tanh":
+        return np.tanh
+    if key == "sigmoid":
+        return _sigmoid
+    if key == "softsign":
+        return lambda x: x / (1 + np.abs(x))
+    if key == "softplus":
+        return lambda x: np.logaddexp(x, 0)
+    if key == "affine":
+        return lambda x: alpha * x + beta
+    if key == "leakyrelu":
+        return lambda x: np.where(x >= 0, x, alpha * x)
+    if key == "thresholdedrelu":
+        return lambda x: np.where(x > alpha, x, 0)
+    if key == "scaledtanh":
+        return lambda x: alpha * np.tanh(beta * x)
+    if key == "hardsigmoid":
+        return lambda x: np.clip(alpha * x + beta, 0, 1)
+    if key == "elu":
+        return lambda x: np.where(x >= 0, x, alpha * np.expm1(np.minimum(x, 0)))
+    raise ShapeError(f"unknown recurrent activation '{name}'")
+
+
+def activations(node: Node, defaults: Sequence[str], directions: int,
+                unclipped: Sequence[int] = ()) -> list[list[Activation]]:
+    """Per direction, the activation functions (f, g, h order) with their alpha and beta.
+
+    alpha and beta values are consumed in order by the functions that take them.
+    ``clip`` bounds the input of every function except those at the positions
+    in ``unclipped``.
+    """
+    names = list(node.attrs.get("activations") or [])
+    per = len(defaults)
+    if not names:
+        names = list(defaults) * directions
+    elif len(names) == per and directions == 2:
+        names = names * 2
+    alphas = list(node.attrs.get("activation_alpha") or [])
+    betas = list(node.attrs.get("activation_beta") or [])
+    funcs: list[Activation] = []
+    for name in names:
+        default_alpha, default_beta = _NEEDS[name.lower()]
+        alpha = beta = None
+        if default_alpha is not None:
+            alpha = alphas.pop(0) if alphas else default_alpha
+        if default_beta is not None:
+            beta = betas.pop(0) if betas else default_beta
+        funcs.append(make_activation(name, alpha, beta))
+    clip = node.attrs.get("clip")
+    if clip is not None:
+        funcs = [f if i % per in unclipped else _clipped(f, float(clip)) for i, f in enumerate(funcs)]
+    return [funcs[d * per:(d + 1) * per] for d in range(directions)]
+
+
+def _clipped(f: Activation, limit: float) -> Activation:
+    return lambda x: f(np.clip(x, -limit, limit))
+
+
+class Recurrence:
+    """Unpacks X, initial states and sequence lengths of a recurrent node and packs Y."""
+
+    def __init__(self, node: Node, inputs: list, state_inputs: Sequence[int], hidden: int):
+        self.layout = node.attrs.get("layout", 0)
+        x = inputs[0]
+        dtype = np.float32 if x.dtype == np.float16 else x.dtype
+        self.dtype = np.dtype(dtype)
+        x = x.astype(self.dtype, copy=False)
+        if self.layout == 1:
+            x = x.transpose(1, 0, 2)
+        self.x = x
+        self.steps, self.batch = x.shape[0], x.shape[1]
+        self.directions = 2 if node.attrs["direction"] == "bidirectional" else 1
+        self.hidden = hidden
+        self.states = []
+        for i in state_inputs:
+            s = inputs[i] if len(inputs) > i else None
+            if s is None:
+                s = np.zeros((self.directions, self.batch, hidden), self.dtype)
+            else:
+                s = s.astype(self.dtype, copy=False)
+                if self.layout == 1:
+                    s = s.transpose(1, 0, 2)
+            self.states.append(s)
+        lens = inputs[4] if len(inputs) > 4 else None
+        self.lens = None if lens is None else np.asarray(lens).astype(np.int64)
+        if self.lens is not None and np.all(self.lens >= self.steps):
+            self.lens = None
+
+    def reverse(self, node: Node, d: int) -> bool:
+        return d == 1 or node.attrs["direction"] == "reverse"
+
+    def project(self, w: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+        """X W^T (+ bias) for every time step at once: (T, B, rows of W)."""
+        xw = np.matmul(self.x, w.astype(self.dtype, copy=False).T)
+        if bias is not None:
+            xw += bias.astype(self.dtype, copy=False)
+        return xw
+
+    def run(self, reverse: bool, states: list[np.ndarray], step: Step) -> tuple[np.ndarray, list[np.ndarray]]:
+        """Iterate ``step`` over time (masked by sequence_lens): Y (T, B, H) and final states.
+
+        Steps past a batch entry's length keep its state and give zero output.
+        """
+        y = np.zeros((self.steps, self.batch, self.hidden), self.dtype)
+        for t in (range(self.steps - 1, -1, -1) if reverse else range(self.steps)):
+            new = step(t, states)
+            if self.lens is not None:
+                m = (t < self.lens)[:, None]
+                new = [np.where(m, n, s) for n, s in zip(new, states)]
+                y[t] = np.where(m, new[0], 0)
+            else:
+                y[t] = new[0]
+            states = new
+        return y, states
+
+    def pack(self, ys: list[np.ndarray], finals: list[list[np.ndarray]], out_dtype: np.dtype) -> list[np.ndarray]:
+        """Per-direction Y (T, B, H) and final states as Y (T, D, B, H), states (D, B, H), in layout."""
+        y = np.stack(ys, axis=1)
+        finals = [np.stack(f) for f in zip(*finals)]
+        if self.layout == 1:
+            y = y.transpose(2, 0, 1, 3)
+            finals = [f.transpose(1, 0, 2) for f in finals]
+        return [y.astype(out_dtype, copy=False)] + [f.astype(out_dtype, copy=False) for f in finals]
+
+
+# ------------------------------------------------------------- control flow
+class BodyRunner:
+    """Runs a nested graph with given input and outer-scope arrays.
+
+    Each distinct set of input shapes and dtypes gets its own inferred copy of
+    the body and compiled plan, cached (bodies of loops repeat shapes).
+    """
+
+    MAX_CACHED = 16
+
+    def __init__(self, body: Graph, implicit: Sequence[str]):
+        self.body = body
+        reads = free_names(body)
+        self.implicit = [n for n in implicit if n in reads]
+        self.cache: dict[tuple, object] = {}
+
+    def run(self, inputs: Sequence[np.ndarray], outer: dict[str, np.ndarray]) -> list[np.ndarray]:
+        arrays = list(inputs) + [outer[n] for n in self.implicit]
+        key = tuple((a.dtype.str, a.shape) for a in arrays)
+        plan = self.cache.get(key)
+        if plan is None:
+            plan = self._compile(arrays)
+            if len(self.cache) >= self.MAX_CACHED:
+                self.cache.pop(next(iter(self.cache)))
+            self.cache[key] = plan
+        values = dict(zip(self.body.inputs + self.implicit, arrays))
+        plan.run(values)
+        return [values[n] for n in self.body.outputs]
+
+    def _compile(self, arrays: list[np.ndarray]):
+        graph = self.body.copy()
+        names = self.body.inputs + self.implicit
+        for name, a in zip(names, arrays):
+            t = graph.tensors.get(name)
+            if t is None or name in self.implicit:
+                t = graph.tensors[name] = Tensor(name, kind=TensorKind.INPUT)
+            t.dtype, t.shape = a.dtype, tuple(a.shape)
+        infer_body_graph(graph)
+        return compile_nodes(graph, graph.nodes, names, graph.outputs)
+
+
+def outer_values(node: Node, inputs: list) -> dict[str, np.ndarray]:
+    """The implicit (outer-scope) input arrays of a control-flow node by name."""
+    return dict(zip(node.implicit_inputs, inputs[len(node.inputs):]))
+
+
+def own(array: np.ndarray) -> np.ndarray:
+    """A fresh copy: body results may alias node inputs or a body's cached constants."""
+    return np.array(array, copy=True)
+
+
+def check_bool(node: Node, value: np.ndarray, what: str) -> bool:
+    value = np.asarray(value)
+    if value.size != 1:
+        raise ShapeError(f"{where(node)}: {what} must hold one element, got shape {value.shape}")
+    return bool(value.reshape(()))

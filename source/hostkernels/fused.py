@@ -1,0 +1,61 @@
+"""Typed records of what a planner fused into a node, read by the kernels that run the fused node.
+
+A planner (the cpu device's fusions) replaces a node and the element-wise nodes that follow it by one
+:class:`FusedNode`: the same op, the chain's final outputs, and what the kernel must apply after its
+own result (an :class:`Activation`, an epilogue of :class:`EpilogueOp`). A plain Node carries nothing
+fused; kernels ask ``activation_of(node)`` / ``epilogue_of(node)``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Literal
+
+import numpy as np
+
+from nnhal.graph.node import Node
+
+
+@dataclass(frozen=True)
+class Activation:
+    """Relu, or Clip to [lo, hi] (a bound None = unbounded), applied in place on the first output."""
+
+    kind: Literal["relu", "clip"]
+    lo: np.ndarray | None = None      # 0-d, in the output's dtype
+    hi: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class EpilogueOp:
+    """One element-wise step on a MatMul's product, in place: ``product = op(product, inputs[input])``
+    for Add/Mul/Sub/Div (the operand is node input ``input``), or the exact float32 Gelu (input -1)."""
+
+    op: Literal["Add", "Mul", "Sub", "Div", "Gelu"]
+    input: int = -1
+
+
+@dataclass
+class FusedNode(Node):
+    """A node that stands for a chain: ``absorbed`` names the nodes folded into it (for reports)."""
+
+    activation: Activation | None = None
+    epilogue: tuple[EpilogueOp, ...] = ()
+    absorbed: tuple[str, ...] = ()
+
+
+def fuse(node: Node, absorbed: Node, **changes) -> FusedNode:
+    """``node`` as a FusedNode that also stands for ``absorbed``, with ``changes`` (outputs, inputs,
+    activation, epilogue) applied."""
+    base = {f.name: getattr(node, f.name) for f in fields(Node)}
+    extra = {"activation": activation_of(node), "epilogue": epilogue_of(node),
+             "absorbed": getattr(node, "absorbed", ()) + (absorbed.name,)}
+    return FusedNode(**{**base, **extra, **changes})
+
+
+def activation_of(node: Node) -> Activation | None:
+    """The activation fused into ``node``, or None."""
+    return node.activation if isinstance(node, FusedNode) else None
+
+
+def epilogue_of(node: Node) -> tuple[EpilogueOp, ...]:
+    """The element-wise epilogue fused into a MatMul ``node`` (empty for none)."""
+    return node.epilogue if isinstance(node, FusedNode) else ()

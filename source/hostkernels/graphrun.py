@@ -1,0 +1,102 @@
+"""Running a whole (inferred) graph on the host kernels: control-flow bodies, constant folding of
+Loop/Scan/If, and calibration runs of the optimizer.
+
+``compile_nodes(graph, nodes, inputs, outputs)`` returns a runnable whose ``run(values)`` reads
+``inputs`` from and writes ``outputs`` (and every intermediate it was asked for) into ``values``.
+
+By default it is a plain interpreter: each node's best host kernel, prepared once, run in order.
+A device that compiles host-kernel graphs better (the cpu device: fusions, channels-last layout, a
+planned arena) installs its compiler with ``install_compiler`` when it registers; the results are the
+same either way, only the speed differs.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from nnhal.errors import DeviceError, NnhalError, where
+from nnhal.graph.graph import Graph
+from nnhal.graph.node import Node
+from nnhal.graph.tensor import TensorKind
+from nnhal.hostkernels.select import select
+from nnhal.operator.base import Info
+
+
+class Runnable(Protocol):
+    def run(self, values: dict[str, np.ndarray]) -> None: ...
+
+
+Compiler = Callable[[Graph, list[Node], list[str], list[str]], Runnable]
+
+
+@dataclass(frozen=True)
+class _Step:
+    node: Node
+    run: Callable
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Interpreter:
+    """The default runnable: steps in order over a dict of named arrays (re-entrant: no state)."""
+
+    constants: dict[str, np.ndarray]
+    steps: tuple[_Step, ...]
+    outputs: tuple[str, ...]
+
+    def run(self, values: dict[str, np.ndarray]) -> None:
+        env = {**self.constants, **values}
+        for step in self.steps:
+            try:
+                result = step.run([env.get(n) if n else None for n in step.inputs], [None] * len(step.outputs))
+            except NnhalError:
+                raise
+            except Exception as exc:
+                raise DeviceError(f"{where(step.node)}: host kernel failed: {type(exc).__name__}: {exc}") from exc
+            for name, r in zip(step.outputs, result):
+                if name:
+                    env[name] = np.asarray(r)
+        for name in self.outputs:
+            values[name] = env[name]
+
+
+def tensor_info(graph: Graph, name: str) -> Info | None:
+    """What inference knows of tensor ``name`` of ``graph``: None for an absent input, the value of a
+    constant, unknown dtype and shape for a name the graph does not hold."""
+    if not name:
+        return None
+    t = graph.tensors.get(name)
+    if t is None:
+        return Info(None, None)
+    return Info(t.dtype, t.shape, t.value if t.kind is TensorKind.CONSTANT else None)
+
+
+def interpret(graph: Graph, nodes: list[Node], inputs: list[str], outputs: list[str]) -> Interpreter:
+    """The default compiler: the best host kernel of every node, prepared once."""
+    steps = []
+    for node in nodes:
+        ins = [tensor_info(graph, n) for n in node.all_inputs]
+        outs = [tensor_info(graph, n) or Info(None, None) for n in node.outputs]
+        kernel = select(node, ins[:len(node.inputs)], outs)
+        steps.append(_Step(node, kernel.prepare(node, ins[:len(node.inputs)], outs), tuple(node.all_inputs),
+                           tuple(node.outputs)))
+    constants = {n: t.value for n, t in graph.tensors.items() if t.kind is TensorKind.CONSTANT}
+    return Interpreter(constants, tuple(steps), tuple(outputs))
+
+
+_compiler: Compiler = interpret
+
+
+def install_compiler(compiler: Compiler | None) -> None:
+    """Use ``compiler`` for host-kernel graphs from now on (None = back to the plain interpreter)."""
+    global _compiler
+    _compiler = compiler or interpret
+
+
+def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: list[str]) -> Runnable:
+    """A runnable for ``nodes`` of ``graph`` reading ``inputs`` and producing ``outputs``."""
+    return _compiler(graph, nodes, inputs, outputs)

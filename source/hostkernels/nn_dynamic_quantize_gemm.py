@@ -1,0 +1,54 @@
+"""DynamicQuantizeGemm (ai.nnhal), host kernel: per-row activation scales, float32 BLAS on integer values."""
+from __future__ import annotations
+
+import numpy as np
+
+from nnhal.hostkernels.base import Kernel, RunFn, store
+
+
+class DynamicQuantizeGemmKernel(Kernel):
+    op_type = "DynamicQuantizeGemm"
+
+    def prepare(self, node, ins, outs) -> RunFn:
+        w, w_scale = ins[1].value, ins[2].value
+        bias = ins[3].value if len(ins) > 3 and ins[3] is not None else None
+        k = w.shape[1]
+        signed = node.attrs["activation"] == "int8"
+        levels = 127.0 if signed else 255.0
+        # NOTE: integer values in float: |xq - zx| <= 255, |wq| <= 127; float32 sums are exact while
+        # K * 255 * 127 < 2^24 (K <= 518), else float64 keeps them exact.
+        acc = np.float32 if k * (127 if signed else 255) * 127 < (1 << 24) else np.float64
+        wt = np.ascontiguousarray(w.astype(acc).T)                  # [K, N]
+        w_col = np.asarray(w_scale, np.float32).reshape(1, -1)
+        bias32 = None if bias is None else np.asarray(bias, np.float32).reshape(1, -1)
+        columns = np.asarray(node.attrs["float_columns"] or [], np.int64)
+        w_float = np.ascontiguousarray(ins[4].value.T, np.float32) if columns.size else None     # [K, C]
+        bias_cols = None if bias32 is None or not columns.size else bias32[:, columns]
+        col_sum = wt.sum(axis=0, dtype=np.float64).astype(acc)[None, :]
+
+        def run(inputs: list, outputs: list):
+            x = inputs[0]
+            if signed:
+                peak = np.abs(x).max(axis=1, keepdims=True)
+                scale = np.where(peak > 0, peak / levels, np.float32(1.0)).astype(np.float32)
+                xq = np.rint(x / scale).astype(acc)
+                y = (xq @ wt).astype(np.float32)
+            else:
+                lo = np.minimum(x.min(axis=1, keepdims=True), 0)
+                hi = np.maximum(x.max(axis=1, keepdims=True), 0)
+                scale = np.where(hi > lo, (hi - lo) / levels, np.float32(1.0)).astype(np.float32)
+                zero = np.rint(-lo / scale)
+                xq = np.clip(np.rint(x / scale) + zero, 0, 255).astype(acc)
+                y = (xq @ wt - zero.astype(acc) * col_sum).astype(np.float32)
+            y *= scale
+            y *= w_col
+            if bias32 is not None:
+                y += bias32
+            if w_float is not None:
+                y[:, columns] = x @ w_float if bias_cols is None else x @ w_float + bias_cols
+            return (store(y, outputs[0]),)
+
+        return run
+
+
+IMPLEMENTATIONS = (DynamicQuantizeGemmKernel,)

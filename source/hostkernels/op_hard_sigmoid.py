@@ -1,0 +1,19 @@
+"""HardSigmoid on the CPU."""
+from __future__ import annotations
+
+import numpy as np
+
+from nnhal.hostkernels._unary import FormulaKernel
+from nnhal.graph.node import Node
+
+
+class HardSigmoidKernel(FormulaKernel):
+    op_type = "HardSigmoid"
+
+    def formula(self, node: Node, x: np.ndarray) -> np.ndarray:
+        y = x * node.attrs["alpha"]
+        y += node.attrs["beta"]
+        return np.clip(y, 0, 1, out=y)
+
+
+IMPLEMENTATIONS = (HardSigmoidKernel,)

@@ -1,0 +1,21 @@
+"""HardSwish on the CPU."""
+from __future__ import annotations
+
+import numpy as np
+
+from nnhal.hostkernels._unary import FormulaKernel
+from nnhal.graph.node import Node
+
+
+class HardSwishKernel(FormulaKernel):
+    op_type = "HardSwish"
+
+    def formula(self, node: Node, x: np.ndarray) -> np.ndarray:
+        y = x * (1.0 / 6.0)
+        y += 0.5
+        np.clip(y, 0, 1, out=y)
+        y *= x
+        return y
+
+
+IMPLEMENTATIONS = (HardSwishKernel,)

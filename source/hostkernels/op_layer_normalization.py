@@ -1,0 +1,106 @@
+"""LayerNormalization on the CPU, computed in the stash dtype.
+
+fast: float32 input and stash, normalizing the last axis, only Y wanted, static
+shape: the row means are one BLAS product, the centered input is built in the
+output buffer, the variance is one einsum (no squared temporary), then scale
+and bias in place (as repeated blocks when constant).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from nnhal.hostkernels import _blocks
+from nnhal.hostkernels.base import Kernel, RunFn, store
+from nnhal.operator._nn import STASH_TYPES
+
+
+class LayerNormalizationKernel(Kernel):
+    op_type = "LayerNormalization"
+    inplace = {0: 0}
+
+    def prepare(self, node, ins, outs) -> RunFn:
+        eps = float(node.attrs["epsilon"])
+        stash = STASH_TYPES[int(node.attrs["stash_type"])]
+        axis_attr = node.attrs["axis"]
+        n_out = len(outs)
+
+        def run(inputs, outputs):
+            x, scale, bias = inputs[0], inputs[1], inputs[2] if len(inputs) > 2 else None
+            axis = axis_attr + x.ndim if axis_attr < 0 else axis_attr
+            axes = tuple(range(axis, x.ndim))
+            xs = x.astype(stash, copy=False)
+            mean = xs.mean(axis=axes, keepdims=True)
+            d = xs - mean
+            inv = 1 / np.sqrt(np.mean(np.square(d), axis=axes, keepdims=True) + stash.type(eps))
+            d *= inv
+            if x.dtype == stash:
+                d *= scale
+                y = d if bias is None else np.add(d, bias, out=d)
+            else:
+                y = d.astype(x.dtype) * scale
+                if bias is not None:
+                    y += bias
+            results = [store(y, outputs[0], x.dtype), store(mean, outputs[1] if n_out > 1 else None, stash),
+                       store(inv, outputs[2] if n_out > 2 else None, stash)]
+            return tuple(results[:n_out])
+
+        return run
+
+
+class LayerNormalizationFast(Kernel):
+    op_type = "LayerNormalization"
+    name = "fast"
+    inplace = {0: 0}
+
+    def score(self, node, ins, outs) -> int:
+        x = ins[0]
+        if x is None or x.dtype != np.float32 or x.shape is None or not x.static or not x.shape or 0 in x.shape:
+            return 0
+        if STASH_TYPES.get(int(node.attrs["stash_type"])) != np.float32:
+            return 0
+        if node.attrs["axis"] not in (-1, len(x.shape) - 1) or any(o for o in node.outputs[1:]):
+            return 0
+        for p in ins[1:3]:
+            if p is not None and (p.shape is None or len(p.shape) > 1 or p.dtype != np.float32):
+                return 0
+        return 10
+
+    def prepare(self, node, ins, outs) -> RunFn:
+        eps = np.float32(node.attrs["epsilon"])
+        shape = tuple(ins[0].shape)
+        width = shape[-1]
+        n_out = len(outs)
+        # the row means as one BLAS product with a vector of 1/width (3 us against np.mean's 14 on 128x384),
+        # constant scale and bias as repeated blocks over the flat output (kernels/_blocks.py)
+        averager = np.full(width, 1 / width, np.float32)
+        # (ufunc, input index, repeated block when the operand is a constant of the axis' width, else None)
+        steps = [(ufunc, k, _blocks.tiled(np.ascontiguousarray(ins[k].value.reshape(-1)))
+                  if ins[k].value is not None and ins[k].value.size == width else None)
+                 for ufunc, k in ((np.multiply, 1), (np.add, 2)) if k < len(ins) and ins[k] is not None]
+
+        def run(inputs, outputs):
+            x = inputs[0]
+            if not x.flags.c_contiguous:
+                x = np.ascontiguousarray(x)
+            rows = x.reshape(-1, width)
+            mean = np.matmul(rows, averager).reshape(shape[:-1] + (1,))
+            y = outputs[0] if outputs[0] is not None else np.empty(shape, np.float32)
+            d = np.subtract(x, mean, out=y)
+            var = np.einsum("...i,...i->...", d, d)[..., None]
+            var /= np.float32(width)
+            var += eps
+            inv = np.sqrt(var, out=var)
+            np.reciprocal(inv, out=inv)
+            d *= inv
+            flat = y.reshape(-1)
+            for ufunc, k, block in steps:
+                if block is not None:
+                    _blocks.blockwise(ufunc, flat, block, flat)
+                else:
+                    ufunc(d, inputs[k], out=d)
+            return (y,) + (None,) * (n_out - 1)
+
+        return run
+
+
+IMPLEMENTATIONS = (LayerNormalizationKernel, LayerNormalizationFast)

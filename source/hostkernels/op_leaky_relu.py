@@ -1,0 +1,17 @@
+"""LeakyRelu on the CPU."""
+from __future__ import annotations
+
+import numpy as np
+
+from nnhal.hostkernels._unary import FormulaKernel
+from nnhal.graph.node import Node
+
+
+class LeakyReluKernel(FormulaKernel):
+    op_type = "LeakyRelu"
+
+    def formula(self, node: Node, x: np.ndarray) -> np.ndarray:
+        return np.where(x < 0, x * node.attrs["alpha"], x)
+
+
+IMPLEMENTATIONS = (LeakyReluKernel,)

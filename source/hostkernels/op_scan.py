@@ -1,0 +1,91 @@
+"""Scan on the CPU: run the body's compiled plan per slice (compiled once per shapes)."""
+from __future__ import annotations
+
+import numpy as np
+
+from nnhal.hostkernels._qrc import BodyRunner, outer_values, own
+from nnhal.hostkernels.base import Kernel, RunFn, store
+from nnhal.errors import ShapeError, where
+
+
+class ScanKernel(Kernel):
+    op_type = "Scan"
+
+    def prepare(self, node, ins, outs) -> RunFn:
+        runner = BodyRunner(node.attrs["body"], node.implicit_inputs)
+        first = 1 if node.version == 8 else 0
+        m = node.attrs["num_scan_inputs"]
+        n = len(node.inputs) - first - m
+        k = len(node.outputs) - n
+        dtypes = [o.dtype for o in outs]
+        if node.version == 8:
+            in_dirs = node.attrs["directions"] or [0] * m
+            in_axes, out_dirs, out_axes = [0] * m, [0] * k, [0] * k
+        else:
+            in_dirs = node.attrs["scan_input_directions"] or [0] * m
+            in_axes = node.attrs["scan_input_axes"] or [0] * m
+            out_dirs = node.attrs["scan_output_directions"] or [0] * k
+            out_axes = node.attrs["scan_output_axes"] or [0] * k
+
+        def scan(states: list, seqs: list, outer: dict, length: int | None = None) -> list[np.ndarray]:
+            """One unbatched scan: final states then stacked scan outputs."""
+            axes = [a % x.ndim for a, x in zip(in_axes, seqs)]
+            lengths = {x.shape[a] for x, a in zip(seqs, axes)}
+            if len(lengths) != 1:
+                raise ShapeError(f"{where(node)}: scan inputs have different sequence lengths {sorted(lengths)}")
+            total = lengths.pop()
+            steps = total if length is None else min(length, total)
+            collected: list[list[np.ndarray]] = [[] for _ in range(k)]
+            for t in range(steps):
+                slices = [np.take(x, steps - 1 - t if d else t, axis=a) for x, a, d in zip(seqs, axes, in_dirs)]
+                results = runner.run(list(states) + slices, outer)
+                states = results[:n]
+                for acc, r in zip(collected, results[n:]):
+                    acc.append(r)
+            finals = [own(s) for s in states]
+            for j, acc in enumerate(collected):
+                finals.append(_stack(node, acc, out_axes[j], bool(out_dirs[j]), dtypes[n + j], outs[n + j].shape))
+            return finals
+
+        def run(inputs, outputs):
+            states = list(inputs[first:first + n])
+            seqs = list(inputs[first + n:first + n + m])
+            outer = outer_values(node, inputs)
+            if node.version == 8:
+                finals = _batched(scan, inputs[0], states, seqs, outer, n, k)
+            else:
+                finals = scan(states, seqs, outer)
+            return tuple(store(r, o, d) for r, o, d in zip(finals, outputs, dtypes))
+
+        return run
+
+
+def _batched(scan, lens, states: list, seqs: list, outer: dict, n: int, k: int) -> list[np.ndarray]:
+    """Scan-8: scan every batch entry (axis 0) separately, up to its sequence length."""
+    batch = (states + seqs)[0].shape[0]
+    per_batch = []
+    for b in range(batch):
+        length = None if lens is None else int(np.asarray(lens).reshape(-1)[b])
+        per_batch.append(scan([s[b] for s in states], [x[b] for x in seqs], outer, length))
+    total = seqs[0].shape[1]
+    result = [np.stack([pb[i] for pb in per_batch]) for i in range(n)]
+    for j in range(k):
+        parts = [pb[n + j] for pb in per_batch]
+        # NOTE: a shorter sequence's scan output is zero-padded to the full length.
+        padded = [np.concatenate([p, np.zeros((total - p.shape[0],) + p.shape[1:], p.dtype)]) for p in parts]
+        result.append(np.stack(padded))
+    return result
+
+
+def _stack(node, parts: list[np.ndarray], axis: int, reverse: bool, dtype, shape: tuple | None) -> np.ndarray:
+    if not parts:
+        rank = len(shape) if shape is not None else 1
+        return np.zeros((0,) * rank, dtype or np.float32)
+    if any(p.shape != parts[0].shape for p in parts):
+        raise ShapeError(f"{where(node)}: scan output shapes differ across iterations")
+    if reverse:
+        parts = parts[::-1]
+    return np.stack(parts, axis=axis % (parts[0].ndim + 1))
+
+
+IMPLEMENTATIONS = (ScanKernel,)

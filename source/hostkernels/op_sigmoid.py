@@ -1,0 +1,17 @@
+"""Sigmoid on the CPU."""
+from __future__ import annotations
+
+import numpy as np
+
+from nnhal.hostkernels._unary import FormulaKernel, sigmoid
+from nnhal.graph.node import Node
+
+
+class SigmoidKernel(FormulaKernel):
+    op_type = "Sigmoid"
+
+    def formula(self, node: Node, x: np.ndarray) -> np.ndarray:
+        return sigmoid(x)
+
+
+IMPLEMENTATIONS = (SigmoidKernel,)

@@ -1,0 +1,17 @@
+"""Softplus on the CPU."""
+from __future__ import annotations
+
+import numpy as np
+
+from nnhal.hostkernels._unary import FormulaKernel, softplus
+from nnhal.graph.node import Node
+
+
+class SoftplusKernel(FormulaKernel):
+    op_type = "Softplus"
+
+    def formula(self, node: Node, x: np.ndarray) -> np.ndarray:
+        return softplus(x)
+
+
+IMPLEMENTATIONS = (SoftplusKernel,)

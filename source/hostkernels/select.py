@@ -1,0 +1,66 @@
+"""Choosing a host kernel for a node: the highest score wins.
+
+``NNHAL_CPU_REFERENCE=1`` forces the implementation named "reference" (for
+debugging a fast kernel against the plain one).
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import threading
+from functools import lru_cache
+
+from nnhal.hostkernels.base import Kernel
+from nnhal.hostkernels.table import DOMAINS
+from nnhal.errors import DeviceError, where
+from nnhal.graph.node import Node
+from nnhal.operator.base import Info
+
+
+@lru_cache(maxsize=None)
+def implementations(op_type: str, domain: str = "") -> tuple[Kernel, ...]:
+    """All host implementations of an op (empty when there is none)."""
+    module_name = DOMAINS.get(domain, {}).get(op_type)
+    if module_name is None:
+        return ()
+    module = importlib.import_module(f"nnhal.hostkernels.{module_name}")
+    return tuple(cls() for cls in module.IMPLEMENTATIONS)
+
+
+_forced = threading.local()
+
+
+def reference_forced() -> bool:
+    """True under NNHAL_CPU_REFERENCE=1 or inside ``force_reference()``."""
+    return getattr(_forced, "on", False) or os.environ.get("NNHAL_CPU_REFERENCE", "") not in ("", "0")
+
+
+@contextlib.contextmanager
+def force_reference():
+    """Select the "reference" implementation of every op prepared in this block (this thread)."""
+    before = getattr(_forced, "on", False)
+    _forced.on = True
+    try:
+        yield
+    finally:
+        _forced.on = before
+
+
+def select(node: Node, ins: list[Info | None], outs: list[Info], layout: str | None = None) -> Kernel:
+    """The best CPU implementation for this node running in ``layout`` (None = ONNX's NCHW, "NHWC" =
+    channels last: see Kernel.layout); DeviceError when none applies."""
+    impls = tuple(i for i in implementations(node.op_type, node.domain) if i.layout == layout)
+    if reference_forced() and layout is None:
+        for impl in impls:
+            if impl.name == "reference":
+                return impl
+    best, best_score = None, 0
+    for impl in impls:
+        s = impl.score(node, ins, outs)
+        if s > best_score:
+            best, best_score = impl, s
+    if best is None:
+        names = [i.name for i in impls] or "none"
+        raise DeviceError(f"{where(node)}: no host kernel accepts this node (implementations: {names})")
+    return best

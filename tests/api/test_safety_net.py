@@ -1,0 +1,44 @@
+"""The public API's last safety net: an exception nnhal did not foresee leaves as an InternalError naming
+the call (chained to the original), a MemoryError as a LimitError."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import nnhal
+from nnhal.device.device import Allocator, Description, Device, Interface
+from nnhal.device.manager import register_device, unregister_device
+
+
+def _device(name: str, failure: BaseException) -> Device:
+    """A device claiming Relu whose evaluation hook fails with ``failure`` (a device author's bug)."""
+
+    def describe(device):
+        return Description(frozenset({"Relu"}), ("fp32",))
+
+    def evaluation(device, cand):
+        raise failure
+
+    def run(device, sg):
+        raise AssertionError("never placed")
+
+    return Device(name=name, interface=Interface(run=run),
+                  allocator=Allocator(describe=describe, evaluation=evaluation))
+
+
+@pytest.mark.parametrize("failure, error, match", [
+    (KeyError("no such key"), nnhal.InternalError, r"prerun_graph failed unexpectedly \(KeyError"),
+    (MemoryError("out of memory"), nnhal.LimitError, r"prerun ran out of memory during planning .*: out of memory"),
+])
+def test_an_unforeseen_exception_leaves_typed_and_chained(relu_add_model, failure, error, match):
+    register_device(_device("faulty", failure))
+    try:
+        ctx = nnhal.create_context("net", devices=["faulty", "cpu"])
+        g = nnhal.create_graph(ctx, "onnx", relu_add_model)
+        nnhal.set_graph_input(g, "x", np.ones((2, 4), np.float32))
+        with pytest.raises(error, match=match) as info:
+            nnhal.prerun_graph(g)
+        assert info.value.__cause__ is failure
+        nnhal.destroy_graph(g)
+    finally:
+        unregister_device("faulty")
