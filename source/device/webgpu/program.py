@@ -1,0 +1,165 @@
+"""pre_run's work: lower the planned steps to WGSL launches, create the buffers, upload the weights once,
+and record the dispatch sequence (pipeline, bind group, workgroups) that every run replays in one
+command buffer."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from nnhal.device.webgpu.gpu import Gpu, pipeline
+from nnhal.device.webgpu.kernels import _eltwise
+from nnhal.device.webgpu.kernels.base import Epilogue, Launch, elem_of
+from nnhal.device.webgpu.kernels.table import EXPRS, KERNELS
+from nnhal.device.webgpu.plan import Plan, Step
+from nnhal.errors import DeviceError
+from nnhal.graph.node import Node
+from nnhal.graph.subgraph import Subgraph
+
+
+@dataclass
+class Dispatch:
+    label: str
+    pipeline: Any
+    bind_group: Any
+    workgroups: tuple[int, int, int]
+
+
+@dataclass
+class Program:
+    """What pre_run built: buffers by slot, the recorded dispatches, readback buffers of the outputs."""
+
+    plan: Plan
+    buffers: list[Any]
+    dispatches: list[Dispatch] = field(default_factory=list)
+    staging: dict[str, Any] = field(default_factory=dict)
+    launches: list[Launch] = field(default_factory=list)
+    weight_bytes: int = 0
+    pending: bool = False            # a run was submitted and its outputs not read yet
+
+
+class Lowering:
+    """The Emitter kernels write to: shapes, element types and constants of the subgraph's tensors."""
+
+    def __init__(self, sg: Subgraph) -> None:
+        self.sg = sg
+        self.launches: list[Launch] = []
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return tuple(int(d) for d in self.sg.graph.tensors[name].shape)
+
+    def elem(self, name: str) -> str:
+        found = elem_of(self.sg.graph.tensors[name].dtype)
+        if found is None:
+            raise DeviceError(f"webgpu: tensor '{name}' of {self.sg.graph.tensors[name].dtype} has no device type")
+        return found
+
+    def value(self, name: str) -> np.ndarray | None:
+        t = self.sg.graph.tensors.get(name)
+        return t.value if t is not None and t.is_constant else None
+
+    def launch(self, launch: Launch) -> None:
+        self.launches.append(launch)
+
+
+def _lower_step(step: Step, em: Lowering) -> None:
+    try:
+        if step.node is None:
+            _eltwise.lower_group(step.group, EXPRS, em)
+            return
+        make = None
+        if step.group:
+            replace = step.node.outputs[0]
+            make = lambda first: _eltwise.epilogue(step.group, EXPRS, em, replace, first)
+        KERNELS[step.node.op_type].lower(step.node, em, make)
+    except DeviceError:
+        raise
+    except Exception as exc:
+        node = step.nodes[0]
+        raise DeviceError(f"webgpu: cannot lower node '{node.name}' ({node.op_type}, opset {node.opset}): {exc}") from exc
+
+
+def host_to_device(value: np.ndarray) -> np.ndarray:
+    """The bytes a tensor has on the device: float32, or int32 for the integer types (range checked)."""
+    value = np.asarray(value)
+    if value.dtype == np.float32:
+        return np.ascontiguousarray(value)
+    if value.dtype.kind in "iu":
+        if value.size and (value.min() < -2 ** 31 or value.max() >= 2 ** 31):
+            raise DeviceError(f"webgpu: an integer tensor holds values outside int32, which the device stores")
+        return np.ascontiguousarray(value, dtype=np.int32)
+    raise DeviceError(f"webgpu: tensors of {value.dtype} cannot be held on the device")
+
+
+def build(gpu: Gpu, sg: Subgraph, plan: Plan) -> Program:
+    import wgpu
+
+    em = Lowering(sg)
+    for step in plan.steps:
+        _lower_step(step, em)
+    usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
+    buffers: list[Any] = [None] * len(plan.slot_bytes)
+    weight_bytes = 0
+    for name, s in plan.slot.items():
+        if plan.kinds[s] == "constant":
+            data = host_to_device(sg.graph.tensors[name].value)
+            if data.nbytes == 0:
+                data = np.zeros(1, np.int32)
+            buffers[s] = gpu.device.create_buffer_with_data(data=data.tobytes(), usage=usage)
+            weight_bytes += data.nbytes
+    for s, size in enumerate(plan.slot_bytes):
+        if buffers[s] is None:
+            buffers[s] = gpu.device.create_buffer(size=size, usage=usage)
+    program = Program(plan, buffers, launches=em.launches, weight_bytes=weight_bytes)
+    for launch in em.launches:
+        pipe = pipeline(gpu, launch.source)
+        entries = [{"binding": i, "resource": {"buffer": buffers[plan.slot[plan.root.get(n, n)]]}}
+                   for i, n in enumerate(launch.tensors)]
+        group = gpu.device.create_bind_group(layout=pipe.get_bind_group_layout(0), entries=entries)
+        program.dispatches.append(Dispatch(launch.label, pipe, group, launch.workgroups))
+    for name in sg.outputs:
+        program.staging[name] = gpu.device.create_buffer(
+            size=plan.slot_bytes[plan.slot[plan.root.get(name, name)]],
+            usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
+    return program
+
+
+def submit(gpu: Gpu, sg: Subgraph, program: Program, values: dict[str, np.ndarray]) -> None:
+    """Write the boundary inputs, then one command buffer: every dispatch, then the output copies."""
+    plan = program.plan
+    for name in sg.inputs:
+        data = host_to_device(values[name])
+        if data.nbytes:
+            gpu.queue.write_buffer(program.buffers[plan.slot[plan.root.get(name, name)]], 0, data)
+    encoder = gpu.device.create_command_encoder()
+    cpass = encoder.begin_compute_pass()
+    for d in program.dispatches:
+        cpass.set_pipeline(d.pipeline)
+        cpass.set_bind_group(0, d.bind_group)
+        cpass.dispatch_workgroups(*d.workgroups)
+    cpass.end()
+    for name, staging in program.staging.items():
+        src = program.buffers[plan.slot[plan.root.get(name, name)]]
+        encoder.copy_buffer_to_buffer(src, 0, staging, 0, staging.size)
+    gpu.queue.submit([encoder.finish()])
+    program.pending = True
+
+
+def read_outputs(sg: Subgraph, program: Program) -> dict[str, np.ndarray]:
+    """Map the readback buffers (waits for the submitted work) into host arrays of the graph's dtypes."""
+    out = {}
+    for name, staging in program.staging.items():
+        t = sg.graph.tensors[name]
+        if staging.map_state != "mapped":
+            staging.map_sync("READ")
+        try:
+            raw = staging.read_mapped(copy=True)
+        finally:
+            staging.unmap()
+        dev = np.float32 if elem_of(t.dtype) == "f32" else np.int32
+        count = int(np.prod(t.shape, dtype=np.int64)) if t.shape else 1
+        arr = np.frombuffer(raw, dtype=dev, count=count).reshape(t.shape)
+        out[name] = arr.astype(t.dtype, copy=True) if arr.dtype != t.dtype else arr.copy()
+    program.pending = False
+    return out
