@@ -16,16 +16,22 @@ def cmd_devices(args: argparse.Namespace) -> int:
 
     nnhal.init()
     registered = {d.name: d for d in nnhal.devices()}
-    print(f"{'device':8s} {'option':22s} {'state':10s} {'precisions':22s} {'ops':>4s}  description")
+    print(f"{'device':8s} {'option':22s} {'state':11s} {'precisions':22s} {'ops':>4s}  description")
     for entry in registry.ALL_DEVICES:
         dev = registered.get(entry.name)
+        summary = ""
         if dev is not None:
             desc = dev.describe()
-            precisions, ops, state = ",".join(desc.precisions), str(len(desc.ops)), "registered"
+            precisions, ops = ",".join(desc.precisions), str(len(desc.ops))
+            # NOTE: a registered device that describes no ops is unavailable (e.g. no GPU); its summary says why
+            state = "registered" if desc.ops else "unavailable"
+            summary = desc.summary
         else:
             precisions, ops, state = "-", "-", "on" if entry.enabled else "off"
-        print(f"{entry.name:8s} {entry.option + ('=ON' if entry.enabled else '=OFF'):22s} {state:10s} "
+        print(f"{entry.name:8s} {entry.option + ('=ON' if entry.enabled else '=OFF'):22s} {state:11s} "
               f"{precisions:22s} {ops:>4s}  {entry.description}")
+        if summary:
+            print(f"{'':8s} {summary}")
     return 0
 
 

@@ -22,6 +22,7 @@ class Gpu:
     max_binding: int = 0            # max_storage_buffer_binding_size
     max_buffers: int = 0            # max_storage_buffers_per_shader_stage
     max_workgroups: int = 65535
+    cpu_adapter: bool = False       # a software rasteriser (lavapipe): adapter_type 'CPU'
     unavailable: str = ""           # why there is no GPU; empty when there is one
     pipelines: dict[str, Any] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -58,7 +59,8 @@ def open_gpu(power_preference: str = "high-performance") -> Gpu:
                name=f"{info.get('device', '?')} ({info.get('backend_type', '?')}, {info.get('adapter_type', '?')})",
                features=frozenset(adapter.features), max_binding=int(limits["max-storage-buffer-binding-size"]),
                max_buffers=int(limits["max-storage-buffers-per-shader-stage"]),
-               max_workgroups=int(limits["max-compute-workgroups-per-dimension"]))
+               max_workgroups=int(limits["max-compute-workgroups-per-dimension"]),
+               cpu_adapter=str(info.get("adapter_type", "")).upper() == "CPU")
 
 
 def pipeline(gpu: Gpu, source: str) -> Any:

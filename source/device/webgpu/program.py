@@ -3,6 +3,7 @@ and record the dispatch sequence (pipeline, bind group, workgroups) that every r
 command buffer."""
 from __future__ import annotations
 
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,13 +38,15 @@ class Program:
     launches: list[Launch] = field(default_factory=list)
     weight_bytes: int = 0
     pending: bool = False            # a run was submitted and its outputs not read yet
+    future: Future | None = None     # an async run's output mapping
 
 
 class Lowering:
     """The Emitter kernels write to: shapes, element types and constants of the subgraph's tensors."""
 
-    def __init__(self, sg: Subgraph) -> None:
+    def __init__(self, sg: Subgraph, direct_gemm: bool) -> None:
         self.sg = sg
+        self.direct_gemm = direct_gemm
         self.launches: list[Launch] = []
 
     def shape(self, name: str) -> tuple[int, ...]:
@@ -92,10 +95,10 @@ def host_to_device(value: np.ndarray) -> np.ndarray:
     raise DeviceError(f"webgpu: tensors of {value.dtype} cannot be held on the device")
 
 
-def build(gpu: Gpu, sg: Subgraph, plan: Plan) -> Program:
+def build(gpu: Gpu, sg: Subgraph, plan: Plan, direct_gemm: bool) -> Program:
     import wgpu
 
-    em = Lowering(sg)
+    em = Lowering(sg, direct_gemm)
     for step in plan.steps:
         _lower_step(step, em)
     usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST

@@ -14,6 +14,7 @@ The module reads top to bottom: options and state, the hooks, the record, regist
 from __future__ import annotations
 
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,12 +30,29 @@ from nnhal.errors import DeviceError
 from nnhal.graph.subgraph import Subgraph
 
 
-# ------------------------------------------------------------------- state
+# ------------------------------------------------------------ options, state
+GEMM_CHOICES = ("auto", "tiled", "direct")
+
+
+@dataclass(frozen=True)
+class WebgpuOptions:
+    """device_options={"webgpu": {...}}."""
+
+    # GEMM shape: 'tiled' stages tiles in workgroup memory (GPUs); 'direct' keeps registers only (CPU
+    # adapters, where workgroup memory is plain memory and barriers are costly); 'auto' picks by adapter
+    gemm: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.gemm not in GEMM_CHOICES:
+            raise ValueError(f"gemm must be one of {', '.join(GEMM_CHOICES)}, got {self.gemm!r}")
+
+
 @dataclass
 class WebgpuState:
     """Device.privacy: the GPU (opened on first use) and transfer counters."""
 
     gpu: Gpu | None = None
+    waiter: ThreadPoolExecutor | None = None      # maps the outputs of async runs
     lock: threading.Lock = field(default_factory=threading.Lock)
     runs: int = 0
     bytes_in: int = 0
@@ -67,12 +85,14 @@ def _ready_gpu(device: Device) -> Gpu:
 # ------------------------------------------------------------------- hooks
 def webgpu_init(device: Device) -> None:
     """At registration: only the state. The adapter opens at the first describe (it costs ~1 s on lavapipe)."""
-    device.privacy = WebgpuState()
+    device.privacy = WebgpuState(waiter=ThreadPoolExecutor(max_workers=1, thread_name_prefix="webgpu"))
 
 
 def webgpu_release_device(device: Device) -> None:
     """At unregistration: drop the GPU and its pipeline cache."""
     state: WebgpuState = device.privacy
+    if state.waiter is not None:
+        state.waiter.shutdown(wait=True)
     if state.gpu is not None and state.gpu.device is not None:
         state.gpu.pipelines.clear()
         state.gpu.device.destroy()
@@ -86,12 +106,13 @@ def webgpu_describe(device: Device) -> Description:
     """
     gpu = _gpu(device)
     if not gpu.ok:
-        return Description(ops=frozenset(), precisions=("fp32",),
+        return Description(ops=frozenset(), precisions=("fp32",), options=WebgpuOptions,
                            summary=f"unavailable: {gpu.unavailable}")
     f16 = "shader-f16 present, unused" if "shader-f16" in gpu.features else "no shader-f16"
     return Description(
         ops=frozenset(KERNELS), precisions=("fp32",),
         performance={"fp32": Performance(exec_time=0.5, power_usage=0.5)},
+        options=WebgpuOptions,
         summary=f"{gpu.name}; max storage binding {gpu.max_binding:,} bytes; {f16}")
 
 
@@ -142,7 +163,8 @@ def webgpu_pre_run(device: Device, sg: Subgraph, options) -> None:
     if not isinstance(sg.device_graph, WebgpuGraph):
         webgpu_allocate(device, sg)
     graph: WebgpuGraph = sg.device_graph
-    graph.program = build(gpu, sg, graph.plan)
+    gemm = (sg.device_options or WebgpuOptions()).gemm
+    graph.program = build(gpu, sg, graph.plan, gpu.cpu_adapter if gemm == "auto" else gemm == "direct")
     sg.stats["webgpu_dispatches"] = len(graph.program.dispatches)
     sg.stats["webgpu_weight_bytes"] = graph.program.weight_bytes
     sg.stats["webgpu_kernels"] = [d.label for d in graph.program.dispatches]
@@ -170,22 +192,27 @@ def webgpu_run(device: Device, sg: Subgraph) -> None:
 
 
 def webgpu_async_run(device: Device, sg: Subgraph) -> None:
-    """Submit the run and start mapping the outputs; return at once."""
+    """Submit the run and return at once; the device's waiter thread maps the outputs when the queue is done.
+
+    NOTE: wgpu-py resolves a map promise only when someone waits on it, so the waiting is a thread's,
+    while the GPU (or lavapipe's threads) runs the command buffer and the host goes on.
+    """
     gpu = _ready_gpu(device)
     program = sg.device_graph.program
     submit(gpu, sg, program, sg.values)
-    for staging in program.staging.values():
-        staging.map_async("READ")
+    program.future = device.privacy.waiter.submit(read_outputs, sg, program)
 
 
 def webgpu_async_wait(device: Device, sg: Subgraph, try_wait: bool) -> bool:
     """True once the queue finished the run (its outputs are then in subgraph.values)."""
     program = sg.device_graph.program
-    if not program.pending:
+    future = program.future
+    if future is None:
         return True
-    if try_wait and any(s.map_state != "mapped" for s in program.staging.values()):
+    if try_wait and not future.done():
         return False
-    outputs = read_outputs(sg, program)
+    program.future = None
+    outputs = future.result()
     sg.values.update(outputs)
     _count(device, sg, outputs)
     return True
@@ -194,8 +221,12 @@ def webgpu_async_wait(device: Device, sg: Subgraph, try_wait: bool) -> bool:
 def webgpu_post_run(device: Device, sg: Subgraph) -> None:
     """Forget run state: a run that was started and never waited for is drained."""
     graph = sg.device_graph
-    if isinstance(graph, WebgpuGraph) and graph.program is not None and graph.program.pending:
-        read_outputs(sg, graph.program)
+    if isinstance(graph, WebgpuGraph) and graph.program is not None:
+        if graph.program.future is not None:
+            graph.program.future.result()
+            graph.program.future = None
+        elif graph.program.pending:
+            read_outputs(sg, graph.program)
 
 
 def webgpu_release_graph(device: Device, device_graph: WebgpuGraph) -> None:

@@ -39,6 +39,8 @@ EpilogueMaker = Callable[[int], Epilogue]     # first free binding -> the epilog
 
 
 class Emitter(Protocol):
+    direct_gemm: bool            # GEMMs without workgroup memory (CPU adapters such as lavapipe)
+
     def shape(self, name: str) -> tuple[int, ...]: ...
     def elem(self, name: str) -> str: ...                  # 'f32' or 'i32'
     def value(self, name: str) -> np.ndarray | None: ...   # a constant's value, else None

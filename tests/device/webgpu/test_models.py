@@ -1,0 +1,69 @@
+"""The zoo CNNs and a BERT encoder entirely on webgpu, against onnxruntime in fp32.
+
+Relative error = max |got - want| / max |want| <= 1e-4 on the logits (a final Softmax of random-weight
+logits saturates to one-hot and would hide errors, so the models are cut before it).
+Every Conv, MatMul, Gemm, normalization and activation node must be placed on webgpu.
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+
+import nnhal
+from nnhal.models.bert import bert_inputs, build_bert
+from nnhal.zoo import input_for, resolve
+
+ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the oracle (test extra)")
+
+COMPUTE = {"Conv", "MatMul", "Gemm", "BatchNormalization", "LayerNormalization", "LRN", "Relu", "Erf", "Tanh",
+           "Sigmoid", "Gelu", "Softmax"}
+
+
+def _logits(model: onnx.ModelProto) -> onnx.ModelProto:
+    last = model.graph.node[-1]
+    if last.op_type == "Softmax":
+        del model.graph.node[-1]
+        del model.graph.output[:]
+        model.graph.output.extend([onnx.helper.make_tensor_value_info(last.input[0], onnx.TensorProto.FLOAT, None)])
+    return model
+
+
+def _check(model: onnx.ModelProto, feeds: dict, gemm: str = "auto") -> None:
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    with nnhal.Session(model, devices=["webgpu", "cpu"], device_options={"webgpu": {"gemm": gemm}}, strict=True) as s:
+        got = s.run(feeds)
+        placement = s.placement
+    elsewhere = [f"{d.node} ({d.op_type}): {d.declined}" for d in placement.values()
+                 if d.op_type in COMPUTE and d.device != "webgpu"]
+    assert not elsewhere, elsewhere
+    for g, w in zip(got, want):
+        assert g.shape == w.shape
+        assert np.std(w) > 0, "the reference output is constant: the comparison would prove nothing"
+        rel = float(np.max(np.abs(g - w)) / np.max(np.abs(w)))
+        assert rel <= 1e-4, f"relative error {rel:.3g}"
+
+
+@pytest.mark.parametrize("name", ["squeezenet", "shufflenet", "inception_v1", "resnet50", "densenet121"])
+def test_zoo_model_matches_onnxruntime(webgpu, name):
+    model = _logits(resolve(f"zoo:{name}?weights=random&seed=1"))
+    _check(model, input_for(model, seed=2))
+
+
+@pytest.mark.parametrize("gemm", ["auto", "tiled"])
+def test_bert_encoder_matches_onnxruntime(webgpu, gemm):
+    model = build_bert(layers=2, hidden=64, heads=4, seq=None, vocab=500, seed=3)
+    _check(model, bert_inputs(2, 16, vocab=500, seed=4), gemm)
+
+
+@pytest.mark.parametrize("name", ["squeezenet", "shufflenet"])
+def test_the_workgroup_memory_gemm_matches_too(webgpu, name):
+    """lavapipe picks the register-only GEMM; a GPU picks the tiled one, checked here through the option."""
+    model = _logits(resolve(f"zoo:{name}?weights=random&seed=1"))
+    feeds = input_for(model, seed=2)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    with nnhal.Session(model, devices=["webgpu"], device_options={"webgpu": {"gemm": "tiled"}}, strict=True) as s:
+        got = s.run(feeds)[0]
+        kernels = [k for sg in s.graph.execution.subgraphs for k in sg.stats["webgpu_kernels"]]
+    assert any(k.startswith("Conv") for k in kernels)
+    assert float(np.max(np.abs(got - want)) / np.max(np.abs(want))) <= 1e-4
