@@ -50,11 +50,13 @@ def collect_cases(ops: list[str] | None = None, pattern: str | None = None) -> l
     return selected
 
 
-def _execute(model, feeds: list[np.ndarray], device: str, precision: str) -> tuple[list[np.ndarray], dict]:
-    """Run one model once through the public API; returns the outputs and node -> device."""
+def _execute(model, feeds: list[np.ndarray], device: str, precision: str,
+             strict: bool = False) -> tuple[list[np.ndarray], dict]:
+    """Run one model once through the public API; returns the outputs and node -> device.
+    ``strict``: a device failing at pre_run or run raises instead of falling back to the CPU."""
     from nnhal.session import Session
 
-    with Session(model, devices=[device], precision=precision, num_thread=1) as session:
+    with Session(model, devices=[device], precision=precision, num_thread=1, strict=strict) as session:
         outputs = session.run(list(feeds))
         placement = {name: d.device for name, d in session.placement.items()}
     return outputs, placement
@@ -94,7 +96,7 @@ def _tolerance(precision: str, case, expected: np.ndarray):
     return tol
 
 
-def run_case(case, device: str = "cpu", precision: str = "fp32") -> CaseResult:
+def run_case(case, device: str = "cpu", precision: str = "fp32", strict: bool = False) -> CaseResult:
     ops = sorted({n.op_type for n in case.model.graph.node})
     start = time.perf_counter()
     result = CaseResult(case.name, ops, PASS)
@@ -105,7 +107,7 @@ def run_case(case, device: str = "cpu", precision: str = "fp32") -> CaseResult:
                 result.status, result.reason = UNSUPPORTED, "sequence or optional values are not supported"
                 break
             with np.errstate(all="ignore"):
-                outputs, placement = _execute(case.model, list(inputs), device, precision)
+                outputs, placement = _execute(case.model, list(inputs), device, precision, strict)
             result.placement = placement
             for i, (got, want) in enumerate(zip(outputs, expected)):
                 why = compare(got, want, _tolerance(precision, case, want))

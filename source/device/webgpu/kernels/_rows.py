@@ -24,11 +24,12 @@ def reduce_step(var: str, op: str) -> str:
 """
 
 
-def row_launch(inputs: list[tuple[str, str]], output: tuple[str, str], rows: int, length: int, inner: int,
+def row_launch(inputs: list[tuple[str, str]], outputs: list[tuple[str, str]], rows: int, length: int, inner: int,
                body: str, label: str) -> Launch:
-    """``body`` runs per row with ``base`` (first element), ``lid`` and the ``at(j)`` index helper."""
+    """``body`` runs per row ``r`` with ``base`` (its first element) and ``lid``; it writes ``out`` (and
+    ``out1``, ``out2``, ... for further outputs)."""
     decls = [decl(i, f"in{i}", elem, False) for i, (_, elem) in enumerate(inputs)]
-    decls.append(decl(len(inputs), "out", output[1], True))
+    decls += [decl(len(inputs) + j, "out" + (str(j) if j else ""), elem, True) for j, (_, elem) in enumerate(outputs)]
     gx = min(rows, MAX_GROUPS)
     gy = math.ceil(rows / gx)
     source = f"""{chr(10).join(decls)}
@@ -43,4 +44,4 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
 {body}}}
 """
     # NOTE: the early return is uniform per workgroup (r depends on the workgroup id only), so barriers stay legal
-    return Launch(source, tuple(n for n, _ in inputs) + (output[0],), (gx, gy, 1), label)
+    return Launch(source, tuple(n for n, _ in inputs) + tuple(n for n, _ in outputs), (gx, gy, 1), label)

@@ -27,10 +27,9 @@ def why_not(c: Candidate) -> str | None:
         return "Conv needs a float32 input of known shape"
     if x.rank not in (3, 4):
         return f"Conv of rank {x.rank} (only 1-D and 2-D convolutions are implemented)"
-    if w is None or w.value is None:
-        return "Conv weights must be constant"
-    if len(c.inputs) > 2 and c.node.inputs[2] and (c.inputs[2] is None or c.inputs[2].value is None):
-        return "Conv bias must be constant"
+    for i, info in enumerate(c.inputs[1:], 1):
+        if c.node.inputs[i] and (info is None or not info.static or info.dtype is None or info.dtype.name != "float32"):
+            return f"Conv input {i} must be float32 of known shape"
     return None
 
 

@@ -16,10 +16,11 @@ def _clip(node: Node, args: list[str], em: Emitter) -> str:
     if node.version < 11:
         lo, hi = _a(node, "min", -3.4028234663852886e38), _a(node, "max", 3.4028234663852886e38)
     else:
+        # the bounds are tensors read like any other operand (scalars broadcast)
         if len(node.inputs) > 1 and node.inputs[1]:
-            lo = lit(float(em.value(node.inputs[1]).reshape(())))
+            lo = args[1]
         if len(node.inputs) > 2 and node.inputs[2]:
-            hi = lit(float(em.value(node.inputs[2]).reshape(())))
+            hi = args[2]
     x = args[0]
     # NOTE: min(max()) and not clamp(): clamp with lo > hi is undefined in WGSL, ONNX gives hi
     return f"min(max({x}, {lo}), {hi})"
@@ -71,8 +72,8 @@ def why_not(c: Candidate) -> str | None:
     node = c.node
     if c.inputs[0] is None or c.inputs[0].dtype is None or c.inputs[0].dtype.kind != "f" or c.inputs[0].dtype.itemsize != 4:
         return f"{node.op_type} runs float32 only on webgpu"
-    if node.op_type == "Clip" and node.version >= 11:
-        for i in (1, 2):
-            if i < len(c.inputs) and node.inputs[i] and (c.inputs[i] is None or c.inputs[i].value is None):
-                return f"Clip's bound input {i} is not a constant"
+    for i in range(1, len(c.inputs)):
+        info = c.inputs[i]
+        if node.inputs[i] and (info is None or info.dtype is None or info.dtype != c.inputs[0].dtype):
+            return f"{node.op_type} input {i} must be float32"
     return None
