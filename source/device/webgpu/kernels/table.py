@@ -5,11 +5,11 @@ from types import ModuleType
 
 from nnhal.device.webgpu.kernels import (
     _eltwise, op_alias, op_arg_max, op_batch_normalization, op_binary, op_cast, op_concat, op_conv, op_gather, op_gemm,
-    op_layer_normalization, op_lrn, op_matmul, op_pool, op_reduce, op_slice, op_softmax, op_transpose, op_unary)
+    op_layer_normalization, op_lrn, op_matmul, op_pool, op_reduce, op_resize, op_slice, op_softmax, op_transpose, op_unary)
 
 ELEMENTWISE_MODULES = (op_unary, op_binary, op_batch_normalization, op_cast)
 LAUNCH_MODULES = (op_conv, op_matmul, op_gemm, op_pool, op_softmax, op_layer_normalization, op_reduce, op_lrn,
-                  op_concat, op_slice, op_gather, op_transpose, op_arg_max)
+                  op_concat, op_slice, op_gather, op_transpose, op_arg_max, op_resize)
 
 KERNELS: dict[str, ModuleType] = {}
 for _module in ELEMENTWISE_MODULES + LAUNCH_MODULES + (op_alias,):
