@@ -3,7 +3,8 @@
 Runs at the allocator's ``allocate`` hook, before pre_run, and needs no GPU: it decides
 
 * which names are aliases (Reshape & co.) of another tensor's buffer,
-* the elementwise groups (a node joins its single elementwise consumer of the same shape),
+* the elementwise groups (a node joins the group of its elementwise readers when they are all in one
+  group and have its shape),
 * which groups become the epilogue of the Conv/MatMul/Gemm that feeds them,
 * the step order, and for every tensor that lives on the device a buffer slot: boundary inputs,
   outputs and constants have their own; intermediates share slots whose previous tenant is dead
@@ -73,9 +74,12 @@ def _groups(sg: Subgraph, consumers: dict[str, list[Node]], max_buffers: int) ->
             continue
         out = node.outputs[0]
         users = consumers.get(out, [])
-        if (out not in outputs and len(users) == 1 and users[0].op_type in EXPRS and users[0].name in sink
-                and shape(users[0].outputs[0]) == shape(out)):
-            sink[node.name] = sink[users[0].name]
+        # NOTE: a node joins when every reader is in one group (a DAG, e.g. x * (1 + erf(x / sqrt2))):
+        # the group computes each value once per element
+        targets = {sink.get(u.name) for u in users}
+        if (out not in outputs and users and None not in targets and len(targets) == 1
+                and all(shape(u.outputs[0]) == shape(out) for u in users)):
+            sink[node.name] = targets.pop()
         else:
             sink[node.name] = node.name
     groups: dict[str, list[Node]] = {}

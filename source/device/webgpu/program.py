@@ -4,7 +4,7 @@ command buffer."""
 from __future__ import annotations
 
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -67,6 +67,14 @@ class Lowering:
 
 
 def _lower_step(step: Step, em: Lowering) -> None:
+    first = len(em.launches)
+    _lower_into(step, em)
+    if step.group and step.node is not None:
+        # a fused step's launch is named after everything it computes (e.g. MatMul+Add+Div+Erf+Add+Mul+Mul)
+        em.launches[first:] = [replace(launch, label=step.label) for launch in em.launches[first:]]
+
+
+def _lower_into(step: Step, em: Lowering) -> None:
     try:
         if step.node is None:
             _eltwise.lower_group(step.group, EXPRS, em)
