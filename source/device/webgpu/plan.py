@@ -18,7 +18,6 @@ import numpy as np
 
 from nnhal.device.webgpu.kernels._eltwise import externals
 from nnhal.device.webgpu.kernels.table import ALIASES, EPILOGUE_PRODUCERS, EXPRS
-from nnhal.errors import DeviceError
 from nnhal.graph.node import Node
 from nnhal.graph.subgraph import Subgraph
 
@@ -99,11 +98,10 @@ def make_plan(sg: Subgraph, max_buffers: int = 32) -> Plan:
     tensors = sg.graph.tensors
     root: dict[str, str] = {}
     consumers = _consumers(sg.nodes)
+    launched: set[str] = set()       # aliases with a further output someone reads (Dropout's mask)
     for node in sg.nodes:
-        extra = [o for o in node.outputs[1:] if o and (o in sg.outputs or o in consumers)]
-        if node.op_type in ALIASES and extra:
-            raise DeviceError(f"webgpu: node '{node.name}' ({node.op_type}): output '{extra[0]}' is read, "
-                              f"and the device does not produce it")
+        if node.op_type in ALIASES and any(o and (o in sg.outputs or o in consumers) for o in node.outputs[1:]):
+            launched.add(node.name)
         if node.op_type in ALIASES:
             src = node.inputs[0]
             root[node.outputs[0]] = root.get(src, src)
@@ -128,7 +126,7 @@ def make_plan(sg: Subgraph, max_buffers: int = 32) -> Plan:
     by_name = {n.name: n for n in sg.nodes}
     steps: list[Step] = []
     for node in sg.nodes:
-        if node.op_type in ALIASES or node.name in epilogue_of:
+        if (node.op_type in ALIASES and node.name not in launched) or node.name in epilogue_of:
             continue
         if node.name in sink_of:
             key = sink_of[node.name]

@@ -58,6 +58,9 @@ class Lowering:
             raise DeviceError(f"webgpu: tensor '{name}' of {self.sg.graph.tensors[name].dtype} has no device type")
         return found
 
+    def is_bool(self, name: str) -> bool:
+        return self.sg.graph.tensors[name].dtype == np.bool_
+
     def value(self, name: str) -> np.ndarray | None:
         t = self.sg.graph.tensors.get(name)
         return t.value if t is not None and t.is_constant else None
@@ -92,10 +95,12 @@ def _lower_into(step: Step, em: Lowering) -> None:
 
 
 def host_to_device(value: np.ndarray) -> np.ndarray:
-    """The bytes a tensor has on the device: float32, or int32 for the integer types (range checked)."""
+    """The bytes a tensor has on the device: float32, or int32 for the integer types (range checked) and bool."""
     value = np.asarray(value)
     if value.dtype == np.float32:
         return np.ascontiguousarray(value)
+    if value.dtype == np.bool_:
+        return np.ascontiguousarray(value, dtype=np.int32)
     if value.dtype.kind in "iu":
         if value.size and (value.min() < -2 ** 31 or value.max() >= 2 ** 31):
             raise DeviceError(f"webgpu: an integer tensor holds values outside int32, which the device stores")

@@ -43,18 +43,19 @@ class Emitter(Protocol):
 
     def shape(self, name: str) -> tuple[int, ...]: ...
     def elem(self, name: str) -> str: ...                  # 'f32' or 'i32'
+    def is_bool(self, name: str) -> bool: ...              # held as i32 0/1
     def value(self, name: str) -> np.ndarray | None: ...   # a constant's value, else None
     def launch(self, launch: Launch) -> None: ...
 
 
 def elem_of(dtype: np.dtype | None) -> str | None:
-    """The WGSL element type a tensor of ``dtype`` is stored as (int64 narrows to i32), or None."""
+    """The WGSL element type a tensor of ``dtype`` is stored as (int64 narrows to i32, bool is i32 0/1), or None."""
     if dtype is None:
         return None
     dtype = np.dtype(dtype)
     if dtype == np.float32:
         return "f32"
-    if dtype in (np.int64, np.int32):
+    if dtype in (np.int64, np.int32, np.bool_):
         return "i32"
     return None
 

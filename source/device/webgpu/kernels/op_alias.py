@@ -1,14 +1,16 @@
 """Reshape, Flatten, Squeeze, Unsqueeze, Identity and inference Dropout: no launch at all.
 
 The output names the input's buffer (the layout of a contiguous tensor does not change), so
-these cost nothing on the device. Dropout's mask (bool) is not produced: a subgraph that reads it
-fails at allocate and runs on the CPU."""
+these cost nothing on the device; only a Dropout whose mask is read launches, to fill the mask with
+true (inference keeps every element)."""
 from __future__ import annotations
 
 import numpy as np
 
 from nnhal.device.device import Candidate
-from nnhal.device.webgpu.kernels.base import elem_of
+from nnhal.device.webgpu.kernels._index import index_launch
+from nnhal.device.webgpu.kernels.base import Emitter, elem_of
+from nnhal.graph.node import Node
 
 OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout")
 
@@ -25,3 +27,10 @@ def why_not(c: Candidate) -> str | None:
             if mode is None or mode.value is None or bool(np.ravel(mode.value)[0]):
                 return "Dropout in training mode is not implemented"
     return None
+
+
+def lower(node: Node, em: Emitter, epilogue=None) -> None:
+    """Only for Dropout with a read mask (the plan aliases output 0): the mask is all true."""
+    for name in node.outputs[1:]:
+        if name:
+            em.launch(index_launch(em, [], name, ["let val = 1;"], "Dropout(mask)"))

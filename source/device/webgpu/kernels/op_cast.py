@@ -1,4 +1,4 @@
-"""Cast between float32 and the integer types (int64 is held as i32 on the device)."""
+"""Cast between float32, the integer types and bool (int64 is held as i32 on the device, bool as i32 0/1)."""
 from __future__ import annotations
 
 import numpy as np
@@ -10,6 +10,8 @@ from nnhal.graph.node import Node
 
 def _expr(node: Node, a: list[str], em: Emitter) -> str:
     src, dst = em.elem(node.inputs[0]), em.elem(node.outputs[0])
+    if em.is_bool(node.outputs[0]):
+        return f"select(0, 1, {a[0]} != 0)"
     if src == dst:
         return a[0]
     # NOTE: WGSL's f32 -> i32 conversion truncates toward zero and saturates, as ONNX Cast truncates
