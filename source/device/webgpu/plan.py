@@ -87,7 +87,7 @@ def _groups(sg: Subgraph, consumers: dict[str, list[Node]], max_buffers: int) ->
             groups.setdefault(sink[node.name], []).append(node)
     for key, members in list(groups.items()):
         # NOTE: a group reading more tensors than a shader may bind runs node by node
-        if len(externals(members)) + 8 > max_buffers and len(members) > 1:
+        if len(externals(members)) + 1 > max_buffers and len(members) > 1:
             del groups[key]
             for n in members:
                 groups[n.name] = [n]
@@ -121,6 +121,9 @@ def make_plan(sg: Subgraph, max_buffers: int = 32) -> Plan:
         members = groups[key]
         if key in epilogue_of.values() or tuple(tensors[members[-1].outputs[0]].shape) != tuple(tensors[out].shape):
             continue
+        bindings = len([i for i in node.inputs if i]) + 1 + len([e for e in externals(members) if e != out])
+        if bindings > max_buffers:
+            continue        # the fused shader would bind more storage buffers than the adapter allows
         epilogue_of[node.name] = key
     fused_groups = {key: name for name, key in epilogue_of.items()}
     by_name = {n.name: n for n in sg.nodes}
