@@ -55,6 +55,7 @@ class WebgpuState:
     waiter: ThreadPoolExecutor | None = None      # maps the outputs of async runs
     lock: threading.Lock = field(default_factory=threading.Lock)
     runs: int = 0
+    async_runs: int = 0                           # runs started by async_run (overlapping other devices' work)
     bytes_in: int = 0
     bytes_out: int = 0
 
@@ -201,6 +202,8 @@ def webgpu_async_run(device: Device, sg: Subgraph) -> None:
     program = sg.device_graph.program
     submit(gpu, sg, program, sg.values)
     program.future = device.privacy.waiter.submit(read_outputs, sg, program)
+    with device.privacy.lock:
+        device.privacy.async_runs += 1
 
 
 def webgpu_async_wait(device: Device, sg: Subgraph, try_wait: bool) -> bool:

@@ -142,3 +142,30 @@ def test_intermediate_buffers_are_reused_by_lifetime(webgpu):
     finally:
         nnhal.postrun_graph(g)
         nnhal.destroy_graph(g)
+
+
+def test_a_webgpu_branch_runs_async_beside_a_cpu_branch(webgpu):
+    """Two independent branches, one per device: the scheduler starts webgpu with async_run and runs the
+    CPU branch while the GPU works; both results are right."""
+    rng = np.random.default_rng(3)
+    w1 = rng.standard_normal((32, 32)).astype(np.float32) / 6
+    w2 = rng.standard_normal((32, 32)).astype(np.float32) / 6
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["a"], name="gpu_mm"),
+             helper.make_node("Relu", ["a"], ["ra"], name="gpu_relu"),
+             helper.make_node("MatMul", ["x", "w2"], ["b"], name="cpu_mm"),
+             helper.make_node("Sigmoid", ["b"], ["sb"], name="cpu_sigmoid")]
+    graph = helper.make_graph(nodes, "branches", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 32])],
+                              [helper.make_tensor_value_info("ra", TensorProto.FLOAT, None),
+                               helper.make_tensor_value_info("sb", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = rng.standard_normal((4, 32)).astype(np.float32)
+    before = webgpu.privacy.async_runs
+    with nnhal.Session(model, devices=["webgpu", "cpu"], deny={"cpu_mm": ["webgpu"], "cpu_sigmoid": ["webgpu"]},
+                       strict=True) as s:
+        ra, sb = s.run({"x": x})
+        devices = [sg.device for sg in s.graph.execution.subgraphs]
+    assert devices == ["webgpu", "cpu"]
+    np.testing.assert_allclose(ra, np.maximum(x.astype(np.float64) @ w1, 0), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(sb, 1 / (1 + np.exp(-(x.astype(np.float64) @ w2))), rtol=1e-4, atol=1e-5)
+    assert webgpu.privacy.async_runs == before + 1
