@@ -108,36 +108,51 @@ def host_to_device(value: np.ndarray) -> np.ndarray:
     raise DeviceError(f"webgpu: tensors of {value.dtype} cannot be held on the device")
 
 
-def build(gpu: Gpu, sg: Subgraph, plan: Plan, direct_gemm: bool) -> Program:
+@dataclass
+class Memory:
+    """The allocate hook's GPU buffers: one per plan slot, and a readback buffer per output."""
+
+    buffers: list[Any]
+    staging: dict[str, Any]
+
+    def destroy(self) -> None:
+        for buffer in self.buffers + list(self.staging.values()):
+            buffer.destroy()
+        self.buffers.clear()
+        self.staging.clear()
+
+
+def allocate(gpu: Gpu, sg: Subgraph, plan: Plan) -> Memory:
     import wgpu
 
+    usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
+    buffers = [gpu.device.create_buffer(size=size, usage=usage) for size in plan.slot_bytes]
+    staging = {name: gpu.device.create_buffer(size=plan.slot_bytes[plan.slot[plan.root.get(name, name)]],
+                                              usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
+               for name in sg.outputs}
+    return Memory(buffers, staging)
+
+
+def build(gpu: Gpu, sg: Subgraph, plan: Plan, memory: Memory, direct_gemm: bool) -> Program:
+    """Upload the weights into their buffers, generate and compile the shaders, record the dispatches."""
     em = Lowering(sg, direct_gemm)
     for step in plan.steps:
         _lower_step(step, em)
-    usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
-    buffers: list[Any] = [None] * len(plan.slot_bytes)
+    buffers = memory.buffers
     weight_bytes = 0
     for name, s in plan.slot.items():
         if plan.kinds[s] == "constant":
             data = host_to_device(sg.graph.tensors[name].value)
-            if data.nbytes == 0:
-                data = np.zeros(1, np.int32)
-            buffers[s] = gpu.device.create_buffer_with_data(data=data.tobytes(), usage=usage)
+            if data.nbytes:
+                gpu.queue.write_buffer(buffers[s], 0, data)
             weight_bytes += data.nbytes
-    for s, size in enumerate(plan.slot_bytes):
-        if buffers[s] is None:
-            buffers[s] = gpu.device.create_buffer(size=size, usage=usage)
-    program = Program(plan, buffers, launches=em.launches, weight_bytes=weight_bytes)
+    program = Program(plan, buffers, staging=memory.staging, launches=em.launches, weight_bytes=weight_bytes)
     for launch in em.launches:
         pipe = pipeline(gpu, launch.source)
         entries = [{"binding": i, "resource": {"buffer": buffers[plan.slot[plan.root.get(n, n)]]}}
                    for i, n in enumerate(launch.tensors)]
         group = gpu.device.create_bind_group(layout=pipe.get_bind_group_layout(0), entries=entries)
         program.dispatches.append(Dispatch(launch.label, pipe, group, launch.workgroups))
-    for name in sg.outputs:
-        program.staging[name] = gpu.device.create_buffer(
-            size=plan.slot_bytes[plan.slot[plan.root.get(name, name)]],
-            usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
     return program
 
 

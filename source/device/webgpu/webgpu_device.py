@@ -25,7 +25,7 @@ from nnhal.device.webgpu.gpu import Gpu, open_gpu
 from nnhal.device.webgpu.kernels.base import elem_of
 from nnhal.device.webgpu.kernels.table import KERNELS
 from nnhal.device.webgpu.plan import Plan, make_plan
-from nnhal.device.webgpu.program import Program, build, read_outputs, submit
+from nnhal.device.webgpu.program import Memory, Program, allocate, build, read_outputs, submit
 from nnhal.errors import DeviceError
 from nnhal.graph.subgraph import Subgraph
 
@@ -65,6 +65,7 @@ class WebgpuGraph:
     """Subgraph.device_graph: the memory plan (from allocate) and the program (from pre_run)."""
 
     plan: Plan
+    memory: Memory
     program: Program | None = None
 
 
@@ -141,10 +142,11 @@ def webgpu_evaluation(device: Device, candidate: Candidate) -> Verdict:
 
 
 def webgpu_allocate(device: Device, sg: Subgraph) -> None:
-    """Plan the subgraph: aliases, fused groups, step order, buffer slots reused by lifetime."""
+    """Plan the subgraph (aliases, fused groups, step order, buffer slots reused by lifetime) and create
+    its GPU buffers: one per slot, and a readback buffer per output."""
     gpu = _ready_gpu(device)
     plan = make_plan(sg, gpu.max_buffers)
-    sg.device_graph = WebgpuGraph(plan)
+    sg.device_graph = WebgpuGraph(plan, allocate(gpu, sg, plan))
     sg.stats["webgpu_scratch_bytes"] = plan.intermediate_bytes
     sg.stats["webgpu_unplanned_bytes"] = plan.unplanned_bytes
 
@@ -152,20 +154,19 @@ def webgpu_allocate(device: Device, sg: Subgraph) -> None:
 def webgpu_release(device: Device, sg: Subgraph) -> None:
     """Free the subgraph's GPU buffers."""
     graph = sg.device_graph
-    if isinstance(graph, WebgpuGraph) and graph.program is not None:
-        for buffer in graph.program.buffers + list(graph.program.staging.values()):
-            buffer.destroy()
+    if isinstance(graph, WebgpuGraph):
+        graph.memory.destroy()
         graph.program = None
 
 
 def webgpu_pre_run(device: Device, sg: Subgraph, options) -> None:
-    """Lower to WGSL, compile the pipelines, upload the weights and record the dispatches."""
+    """Upload the weights, lower to WGSL, compile the pipelines and record the dispatches."""
     gpu = _ready_gpu(device)
     if not isinstance(sg.device_graph, WebgpuGraph):
         webgpu_allocate(device, sg)
     graph: WebgpuGraph = sg.device_graph
     gemm = (sg.device_options or WebgpuOptions()).gemm
-    graph.program = build(gpu, sg, graph.plan, gpu.cpu_adapter if gemm == "auto" else gemm == "direct")
+    graph.program = build(gpu, sg, graph.plan, graph.memory, gpu.cpu_adapter if gemm == "auto" else gemm == "direct")
     sg.stats["webgpu_dispatches"] = len(graph.program.dispatches)
     sg.stats["webgpu_weight_bytes"] = graph.program.weight_bytes
     sg.stats["webgpu_kernels"] = [d.label for d in graph.program.dispatches]
