@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from nnhal.device.webgpu.f16 import to_f16_storage
 from nnhal.device.webgpu.gpu import Gpu, pipeline
 from nnhal.device.webgpu.kernels import _eltwise
 from nnhal.device.webgpu.kernels.base import Epilogue, Launch, elem_of
@@ -39,6 +40,7 @@ class Program:
     weight_bytes: int = 0
     pending: bool = False            # a run was submitted and its outputs not read yet
     future: Future | None = None     # an async run's output mapping
+    half: set[str] = field(default_factory=set)   # tensors held as f16 (precision fp16)
 
 
 class Lowering:
@@ -94,9 +96,21 @@ def _lower_into(step: Step, em: Lowering) -> None:
         raise DeviceError(f"webgpu: cannot lower node '{node.name}' ({node.op_type}, opset {node.opset}): {exc}") from exc
 
 
-def host_to_device(value: np.ndarray) -> np.ndarray:
-    """The bytes a tensor has on the device: float32, or int32 for the integer types (range checked) and bool."""
+def half_tensors(sg: Subgraph) -> set[str]:
+    """The tensors held as f16: every float32 tensor of a subgraph at precision fp16."""
+    if sg.precision != "fp16":
+        return set()
+    return {name for name, t in sg.graph.tensors.items() if t.dtype == np.float32}
+
+
+def host_to_device(value: np.ndarray, half: bool = False) -> np.ndarray:
+    """The bytes a tensor has on the device: float32 (float16 when ``half``), or int32 for the integer
+    types (range checked) and bool."""
     value = np.asarray(value)
+    if value.dtype == np.float32 and half:
+        flat = np.ravel(value).astype(np.float16)
+        # NOTE: queue writes are whole 4-byte words: an odd count gets one padding half
+        return np.concatenate([flat, np.zeros(flat.size % 2, np.float16)])
     if value.dtype == np.float32:
         return np.ascontiguousarray(value)
     if value.dtype == np.bool_:
@@ -138,16 +152,18 @@ def build(gpu: Gpu, sg: Subgraph, plan: Plan, memory: Memory, direct_gemm: bool)
     em = Lowering(sg, direct_gemm)
     for step in plan.steps:
         _lower_step(step, em)
+    half = half_tensors(sg)
+    launches = [to_f16_storage(launch, half) for launch in em.launches] if half else em.launches
     buffers = memory.buffers
     weight_bytes = 0
     for name, s in plan.slot.items():
         if plan.kinds[s] == "constant":
-            data = host_to_device(sg.graph.tensors[name].value)
+            data = host_to_device(sg.graph.tensors[name].value, name in half)
             if data.nbytes:
                 gpu.queue.write_buffer(buffers[s], 0, data)
             weight_bytes += data.nbytes
-    program = Program(plan, buffers, staging=memory.staging, launches=em.launches, weight_bytes=weight_bytes)
-    for launch in em.launches:
+    program = Program(plan, buffers, staging=memory.staging, launches=launches, weight_bytes=weight_bytes, half=half)
+    for launch in launches:
         pipe = pipeline(gpu, launch.source)
         entries = [{"binding": i, "resource": {"buffer": buffers[plan.slot[plan.root.get(n, n)]]}}
                    for i, n in enumerate(launch.tensors)]
@@ -160,7 +176,7 @@ def submit(gpu: Gpu, sg: Subgraph, program: Program, values: dict[str, np.ndarra
     """Write the boundary inputs, then one command buffer: every dispatch, then the output copies."""
     plan = program.plan
     for name in sg.inputs:
-        data = host_to_device(values[name])
+        data = host_to_device(values[name], name in program.half)
         if data.nbytes:
             gpu.queue.write_buffer(program.buffers[plan.slot[plan.root.get(name, name)]], 0, data)
     encoder = gpu.device.create_command_encoder()
@@ -188,7 +204,7 @@ def read_outputs(sg: Subgraph, program: Program) -> dict[str, np.ndarray]:
             raw = staging.read_mapped(copy=True)
         finally:
             staging.unmap()
-        dev = np.float32 if elem_of(t.dtype) == "f32" else np.int32
+        dev = (np.float16 if name in program.half else np.float32) if elem_of(t.dtype) == "f32" else np.int32
         count = int(np.prod(t.shape, dtype=np.int64)) if t.shape else 1
         arr = np.frombuffer(raw, dtype=dev, count=count).reshape(t.shape)
         out[name] = arr.astype(t.dtype, copy=True) if arr.dtype != t.dtype else arr.copy()

@@ -104,16 +104,16 @@ def webgpu_release_device(device: Device) -> None:
 def webgpu_describe(device: Device) -> Description:
     """The ops the kernels implement, on this adapter; none (and why) when there is no adapter.
 
-    fp32 only: the kernels are written for f32 even where the adapter offers ``shader-f16``.
+    fp16 (f16 storage, f32 compute) only where the adapter has ``shader-f16``.
     """
     gpu = _gpu(device)
     if not gpu.ok:
         return Description(ops=frozenset(), precisions=("fp32",), options=WebgpuOptions,
                            summary=f"unavailable: {gpu.unavailable}")
-    f16 = "shader-f16 present, unused" if "shader-f16" in gpu.features else "no shader-f16"
+    f16 = "shader-f16: fp16 storage" if gpu.f16 else "no shader-f16: fp32 only"
     return Description(
-        ops=frozenset(KERNELS), precisions=("fp32",),
-        performance={"fp32": Performance(exec_time=0.5, power_usage=0.5)},
+        ops=frozenset(KERNELS), precisions=("fp32", "fp16") if gpu.f16 else ("fp32",),
+        performance={p: Performance(exec_time=0.5, power_usage=0.5) for p in ("fp32", "fp16")},
         options=WebgpuOptions,
         summary=f"{gpu.name}; max storage binding {gpu.max_binding:,} bytes; {f16}")
 

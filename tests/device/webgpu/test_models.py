@@ -67,3 +67,32 @@ def test_the_workgroup_memory_gemm_matches_too(webgpu, name):
         kernels = [k for sg in s.graph.execution.subgraphs for k in sg.stats["webgpu_kernels"]]
     assert any(k.startswith("Conv") for k in kernels)
     assert float(np.max(np.abs(got - want)) / np.max(np.abs(want))) <= 1e-4
+
+
+RELAXED = 5 * 2.0 ** -10       # NNAPI's relaxed fp16 tolerance
+
+
+# NOTE: not ShuffleNet: with its seeded random weights activations pass f16's 65504 (the cpu device's fp16
+# gives nan too)
+@pytest.mark.parametrize("name", ["squeezenet", "bert"])
+def test_fp16_storage_is_within_the_relaxed_tolerance(webgpu, name):
+    if "fp16" not in webgpu.describe().precisions:
+        pytest.skip("the adapter has no shader-f16")
+    if name == "bert":
+        model = build_bert(layers=2, hidden=64, heads=4, seq=None, vocab=500, seed=3)
+        feeds = bert_inputs(2, 16, vocab=500, seed=4)
+    else:
+        model = _logits(resolve(f"zoo:{name}?weights=random&seed=1"))
+        feeds = input_for(model, seed=2)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    weights = {}
+    for precision in ("fp32", "fp16"):
+        with nnhal.Session(model, devices=["webgpu"], precision=precision, strict=True) as s:
+            got = s.run(feeds)
+            (sg,) = s.graph.execution.subgraphs
+            assert sg.precision == precision
+            weights[precision] = sg.stats["webgpu_weight_bytes"]
+    assert weights["fp16"] <= weights["fp32"] // 2 + 2 * len(model.graph.initializer)    # really held as f16
+    for g, w in zip(got, want):
+        rel = float(np.max(np.abs(g - w)) / np.max(np.abs(w)))
+        assert rel <= RELAXED, f"relative error {rel:.3g}"
