@@ -50,9 +50,12 @@ class Plan:
 
 
 def nbytes(sg: Subgraph, name: str) -> int:
+    """Device bytes of a tensor: 4 per element (f32, i32; int64 and bool are held as i32), 2 for a float
+    tensor of an fp16 subgraph, rounded up to whole words; WebGPU wants non-empty buffers."""
     t = sg.graph.tensors[name]
     count = int(np.prod(t.shape, dtype=np.int64)) if t.shape else 1
-    return max(4 * count, 4)          # f32 and i32 (int64 is held as i32); WebGPU wants non-empty buffers
+    size = 2 * count if sg.precision == "fp16" and t.dtype == np.float32 else 4 * count
+    return max(4 * ((size + 3) // 4), 4)
 
 
 def _consumers(nodes: list[Node]) -> dict[str, list[Node]]:
