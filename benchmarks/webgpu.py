@@ -2,7 +2,8 @@
 
     python benchmarks/webgpu.py [--models squeezenet,resnet50] [--batch 1] [--repeat 3] [--bert-seq 128]
 
-Per model: median latency of each runtime (same inputs, one after the other), the webgpu device's
+Per model: median latency of each runtime (same inputs, one after the other; webgpu also at fp16
+where the adapter has shader-f16), the webgpu device's
 dispatch count per run and the latency per dispatch (run time / dispatches, i.e. submit, GPU and
 readback included), its prepare time (WGSL generation, pipeline compilation, weight upload), and the
 relative error of webgpu's first output against onnxruntime. The adapter is printed first: on a
@@ -39,11 +40,11 @@ def _model(name: str, batch: int, seq: int):
     return load_model(name, batch)
 
 
-def _session(model, feeds, devices: list[str], threads: int):
+def _session(model, feeds, devices: list[str], threads: int, precision: str = "fp32"):
     import nnhal
     from nnhal import api
 
-    s = nnhal.Session(model, devices=devices, num_thread=threads, strict=True)
+    s = nnhal.Session(model, devices=devices, num_thread=threads, strict=True, precision=precision)
     t0 = time.perf_counter()
     for k, v in feeds.items():
         api.set_graph_input(s.graph, k, v)
@@ -51,7 +52,7 @@ def _session(model, feeds, devices: list[str], threads: int):
     return s, (time.perf_counter() - t0) * 1e3
 
 
-def bench(name: str, batch: int, repeat: int, threads: int, seq: int) -> dict:
+def bench(name: str, batch: int, repeat: int, threads: int, seq: int, fp16: bool) -> dict:
     model, feeds = _model(name, batch, seq)
     gpu, gpu_prep = _session(model, feeds, ["webgpu", "cpu"], threads)
     first = gpu.run(feeds)
@@ -62,6 +63,11 @@ def bench(name: str, batch: int, repeat: int, threads: int, seq: int) -> dict:
     nodes = sum(len(sg.nodes) for sg in subgraphs)
     flops = count_flops(gpu.graph.prepared_graph)
     gpu.close()
+    half_ms = None
+    if fp16:
+        half, _ = _session(model, feeds, ["webgpu", "cpu"], threads, "fp16")
+        half_ms = _time(lambda: half.run(feeds), 1, repeat)["median"]
+        half.close()
     cpu, _ = _session(model, feeds, ["cpu"], threads)
     cpu_ms = _time(lambda: cpu.run(feeds), 1, repeat)
     cpu.close()
@@ -69,7 +75,7 @@ def bench(name: str, batch: int, repeat: int, threads: int, seq: int) -> dict:
     want = run_ort()
     ort_ms = _time(run_ort, 1, repeat)
     rel = float(np.max(np.abs(first[0] - want[0])) / max(np.max(np.abs(want[0])), 1e-30))
-    return {"model": name, "batch": batch, "webgpu": gpu_ms["median"], "cpu": cpu_ms["median"],
+    return {"model": name, "batch": batch, "webgpu": gpu_ms["median"], "fp16": half_ms, "cpu": cpu_ms["median"],
             "ort": ort_ms["median"], "dispatches": dispatches, "per_dispatch_us": 1e3 * gpu_ms["median"] / dispatches,
             "prepare": gpu_prep, "nodes": f"{nodes_on_gpu}/{nodes}", "gflops": flops / 1e9, "rel": rel}
 
@@ -82,6 +88,7 @@ def main() -> int:
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--bert-seq", type=int, default=128)
+    p.add_argument("--no-fp16", action="store_true", help="skip the webgpu fp16 column")
     args = p.parse_args()
     import nnhal
     from nnhal.device.manager import find_device
@@ -95,12 +102,14 @@ def main() -> int:
         print("webgpu is unavailable; nothing to measure")
         return 1
     print(f"batch {args.batch}, {args.threads} threads for cpu/onnxruntime, median of {args.repeat} runs, ms")
-    head = (f"{'model':12s} {'webgpu':>9s} {'cpu':>8s} {'ort':>8s} {'gpu/ort':>8s} {'disp':>5s} "
+    fp16 = "fp16" in desc.precisions and not args.no_fp16
+    head = (f"{'model':12s} {'webgpu':>9s} {'fp16':>9s} {'cpu':>8s} {'ort':>8s} {'gpu/ort':>8s} {'disp':>5s} "
             f"{'us/disp':>8s} {'prep ms':>8s} {'on gpu':>8s} {'GFLOP':>6s} {'rel err':>8s}")
     print(head)
     for name in [m for m in args.models.split(",") if m]:
-        r = bench(name, args.batch, args.repeat, args.threads, args.bert_seq)
-        print(f"{r['model']:12s} {r['webgpu']:9.1f} {r['cpu']:8.1f} {r['ort']:8.1f} {r['webgpu'] / r['ort']:8.1f} "
+        r = bench(name, args.batch, args.repeat, args.threads, args.bert_seq, fp16)
+        half = f"{r['fp16']:9.1f}" if r["fp16"] is not None else f"{'-':>9s}"
+        print(f"{r['model']:12s} {r['webgpu']:9.1f} {half} {r['cpu']:8.1f} {r['ort']:8.1f} {r['webgpu'] / r['ort']:8.1f} "
               f"{r['dispatches']:5d} {r['per_dispatch_us']:8.0f} {r['prepare']:8.0f} {r['nodes']:>8s} "
               f"{r['gflops']:6.2f} {r['rel']:8.1e}", flush=True)
     return 0
