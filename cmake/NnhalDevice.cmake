@@ -7,10 +7,39 @@
 #     PACKAGES    numpy                 # Python packages the device needs (import names)
 #     DESCRIPTION "one line, no semicolons")
 #
-# Declares option(NNHAL_ENABLE_<NAME>). When it is ON and a needed package is
-# missing from NNHAL_TARGET_PYTHON, configuring fails naming the package and
-# the option to turn off.
+# Declares option(NNHAL_ENABLE_<NAME>). Its value, first match wins:
+#   1. -DNNHAL_ENABLE_<NAME>=ON|OFF (pip: -C cmake.define.NNHAL_ENABLE_<NAME>=ON),
+#   2. the line <name>=ON|OFF of the devices file (NNHAL_DEVICES_FILE, by default
+#      nnhal-devices.txt at the top of the tree, written by `nnhal registry`),
+#   3. the folder's DEFAULT.
+# PACKAGES are recorded, not checked: under pip's build isolation this Python is
+# not the one nnhal will run in. nnhal.init() checks them and makes a device
+# whose packages are missing unavailable, with the reason (see `nnhal devices`);
+# `nnhal registry --enable` checks them before enabling.
 set_property(GLOBAL PROPERTY NNHAL_DEVICES "")
+
+# Read the devices file into NNHAL_CHOICE_<NAME> variables.
+function(nnhal_read_device_choices file)
+  if(NOT EXISTS "${file}")
+    message(STATUS "nnhal: no devices file ${file}; device folders use their DEFAULT")
+    return()
+  endif()
+  file(STRINGS "${file}" lines)
+  foreach(line IN LISTS lines)
+    string(STRIP "${line}" line)
+    if(line STREQUAL "" OR line MATCHES "^#")
+      continue()
+    endif()
+    if(NOT line MATCHES "^([a-z0-9]+)=(ON|OFF)$")
+      message(WARNING "nnhal: ${file}: ignoring '${line}' (expected <device>=ON or <device>=OFF)")
+      continue()
+    endif()
+    string(TOUPPER "${CMAKE_MATCH_1}" upper)
+    set(NNHAL_CHOICE_${upper} "${CMAKE_MATCH_2}" PARENT_SCOPE)
+    set_property(GLOBAL APPEND PROPERTY NNHAL_CHOICES "${CMAKE_MATCH_1}")
+  endforeach()
+  message(STATUS "nnhal: device choices from ${file}")
+endfunction()
 
 function(nnhal_add_device)
   cmake_parse_arguments(DEV "" "NAME;MODULE;DEFAULT;DESCRIPTION" "PACKAGES" ${ARGN})
@@ -28,25 +57,17 @@ function(nnhal_add_device)
   endif()
   string(TOUPPER "${DEV_NAME}" upper)
   set(opt "NNHAL_ENABLE_${upper}")
-  option(${opt} "${DEV_DESCRIPTION}" ${DEV_DEFAULT})
+  set(initial ${DEV_DEFAULT})
+  if(DEFINED NNHAL_CHOICE_${upper})
+    set(initial ${NNHAL_CHOICE_${upper}})
+  endif()
+  option(${opt} "${DEV_DESCRIPTION}" ${initial})
   get_property(seen GLOBAL PROPERTY NNHAL_DEVICES)
   foreach(entry IN LISTS seen)
     if(entry MATCHES "^${DEV_NAME}\\|")
       message(FATAL_ERROR "nnhal: two device folders declare the name '${DEV_NAME}'")
     endif()
   endforeach()
-  if(${opt})
-    foreach(pkg IN LISTS DEV_PACKAGES)
-      execute_process(
-        COMMAND "${NNHAL_TARGET_PYTHON}" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('${pkg}') is None)"
-        RESULT_VARIABLE missing OUTPUT_QUIET ERROR_QUIET)
-      if(NOT missing EQUAL 0)
-        message(FATAL_ERROR
-          "nnhal: device '${DEV_NAME}' needs the Python package '${pkg}', which ${NNHAL_TARGET_PYTHON} cannot import. "
-          "Install '${pkg}', or switch the device off with -D${opt}=OFF.")
-      endif()
-    endforeach()
-  endif()
   get_filename_component(folder "${CMAKE_CURRENT_SOURCE_DIR}" NAME)
   string(REPLACE ".py" "" module "${DEV_MODULE}")
   string(REPLACE ";" "," pkgs "${DEV_PACKAGES}")
@@ -58,6 +79,12 @@ endfunction()
 
 function(nnhal_render_registry output)
   get_property(devices GLOBAL PROPERTY NNHAL_DEVICES)
+  get_property(choices GLOBAL PROPERTY NNHAL_CHOICES)
+  foreach(choice IN LISTS choices)
+    if(NOT devices MATCHES "(^|;)${choice}\\|")
+      message(WARNING "nnhal: the devices file names '${choice}', but no device folder declares it")
+    endif()
+  endforeach()
   set(manifest "${CMAKE_CURRENT_BINARY_DIR}/nnhal_devices.txt")
   string(REPLACE ";" "\n" lines "${devices}")
   file(WRITE "${manifest}" "${lines}\n")

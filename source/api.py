@@ -13,17 +13,30 @@ from __future__ import annotations
 
 import enum
 import importlib
+import importlib.util
 import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
-from nnhal.device.device import Device
-from nnhal.device.manager import find_device, registered_devices
-from nnhal.errors import DeviceError, InputError, ModelError, NnhalError, RegistryError, StateError
+from nnhal.device.device import API_VERSION, Device
+from nnhal.device.discovery import discover as discover_plugins
+from nnhal.device.discovery import load_plugin
+from nnhal.device.manager import (
+    BUILT_IN,
+    DeviceStatus,
+    clear_unavailable,
+    find_device,
+    mark_unavailable,
+    register_device,
+    registered_devices,
+    unregister_device,
+)
+from nnhal.device.manager import device_status as manager_status
+from nnhal.errors import DeviceError, InputError, ModelError, NnhalError, OptionsError, RegistryError, StateError
 from nnhal.graph.graph import Graph
 from nnhal.graph.tensor import TensorKind
 from nnhal.optimizer.infer import infer_graph
@@ -33,23 +46,32 @@ from nnhal.optimizer.qdq import fold_qdq, fuse_qdq
 from nnhal.optimizer.placement import Decision, place
 from nnhal.optimizer.quantize import quantize_activations
 from nnhal.optimizer.report import PlacementReport, build_report
-from nnhal.optimizer.split import default_split, enforce_min_group_size
+from nnhal.optimizer.split import default_split, device_split, enforce_min_group_size
 from nnhal.options import Options, validate_device_options
 from nnhal.profiling import NodeTime, Profile, SubgraphTime
-from nnhal.scheduler.default import DEFAULT_SCHEDULER, fall_back
+from nnhal.scheduler.cleanup import Cleanup
+from nnhal.scheduler.default import DEFAULT_SCHEDULER, fall_back, release_subgraph
+from nnhal.scheduler.locks import ReadWriteLock
 from nnhal.scheduler.scheduler import Execution, Scheduler
 from nnhal.serializer.onnx_import import load_onnx
 
 log = logging.getLogger("nnhal")
 _lock = threading.RLock()
-_registered: list[Any] = []   # registry entries registered by init(), in order
+_registered: list[tuple[str, Callable[[], None]]] = []   # (device, how to unregister it), in init() order
+_initialised = False
 
 
 # ------------------------------------------------------------------ init/release
 def init() -> None:
-    """Register every device of the generated registry (idempotent)."""
+    """Register the devices of the generated registry, then the out-of-tree ones (idempotent).
+
+    A device that cannot be registered (a missing package, an import error, a
+    plugin's API version, an init hook that raises) is recorded as unavailable
+    with the reason (see ``nnhal devices``); the others are registered.
+    """
+    global _initialised
     with _lock:
-        if _registered:
+        if _initialised:
             return
         try:
             from nnhal import registry
@@ -57,35 +79,82 @@ def init() -> None:
             raise RegistryError("nnhal.registry is missing: the package was not built. Install it with "
                                 "'pip install .' (or 'pip install -e .') so CMake renders the registry") from exc
         for entry in registry.DEVICES:
-            try:
-                module = importlib.import_module(entry.module)
-                register = getattr(module, entry.register)
-            except (ImportError, AttributeError) as exc:
-                release()
-                raise RegistryError(f"device '{entry.name}' ({entry.option}=ON): cannot load "
-                                    f"{entry.module}.{entry.register}: {exc}") from exc
-            register()
-            _registered.append(entry)
+            _register_builtin(entry)
+        for plugin in discover_plugins():
+            _register_plugin(plugin)
+        _initialised = True
+
+
+def _register_builtin(entry: Any) -> None:
+    """Check an enabled registry entry's packages, import its module and call its register function."""
+    missing = [p for p in entry.packages if importlib.util.find_spec(p) is None]
+    if missing:
+        mark_unavailable(entry.name, BUILT_IN, API_VERSION,
+                         f"needs the Python package(s) {', '.join(missing)}, which this Python cannot import: "
+                         f"install them, or switch the device off with 'nnhal registry --disable {entry.name}'")
+        return
+    try:
+        module = importlib.import_module(entry.module)
+        getattr(module, entry.register)()
+    except Exception as exc:
+        mark_unavailable(entry.name, BUILT_IN, API_VERSION, f"{entry.module}.{entry.register}() failed: "
+                         f"{type(exc).__name__}: {exc}")
+        log.warning("nnhal: device '%s' is unavailable: %s", entry.name, exc)
+        return
+    if entry.name not in {d.name for d in registered_devices()}:
+        mark_unavailable(entry.name, BUILT_IN, API_VERSION,
+                         f"{entry.module}.{entry.register}() did not register a device named '{entry.name}'")
+        return
+    _registered.append((entry.name, getattr(module, entry.unregister)))
+
+
+def _register_plugin(plugin: Any) -> None:
+    """Load an out-of-tree device and register it; on any failure record why it is unavailable."""
+    loaded = load_plugin(plugin)
+    reason = loaded.reason
+    if loaded.device is not None:
+        try:
+            register_device(loaded.device, origin=plugin.origin, api=loaded.api)
+        except RegistryError as exc:
+            reason = str(exc)
+    if reason:
+        mark_unavailable(plugin.name, plugin.origin, loaded.api, reason)
+        log.warning("nnhal: device '%s' (%s) is unavailable: %s", plugin.name, plugin.origin, reason)
+        return
+    _registered.append((plugin.name, lambda name=plugin.name: unregister_device(name)))
 
 
 def release() -> None:
-    """Unregister the devices init() registered, in reverse order."""
+    """Unregister the devices init() registered, in reverse order, and forget the unavailable ones."""
+    global _initialised
     with _lock:
         while _registered:
-            entry = _registered.pop()
-            module = importlib.import_module(entry.module)
-            getattr(module, entry.unregister)()
+            _, unregister = _registered.pop()
+            unregister()
+        clear_unavailable()
+        _initialised = False
+
+
+def device_status() -> list[DeviceStatus]:
+    """Every device init() saw, registered or unavailable (with the reason), and those registered since."""
+    _require_init()
+    return manager_status()
 
 
 def _require_init() -> None:
-    if not _registered:
+    if not _initialised:
         init()
 
 
 # --------------------------------------------------------------------- context
+# the device that is always registered and takes what no other device can: the default device list and,
+# unless strict, the fallback appended to every context
+FALLBACK_DEVICE = "cpu"
+
+
 @dataclass
 class Context:
-    """An ordered device list (the CPU appended as fallback unless strict) and their options."""
+    """An ordered device list (the fallback device appended unless strict) and their options."""
 
     name: str
     devices: list[str]
@@ -94,28 +163,80 @@ class Context:
     pins: dict[str, str] = field(default_factory=dict)
     deny: dict[str, list[str]] = field(default_factory=dict)
 
+    @property
+    def fallback(self) -> str | None:
+        """Where a failing subgraph is re-placed; None when strict."""
+        return None if self.strict or FALLBACK_DEVICE not in self.devices else FALLBACK_DEVICE
+
+
+def _names(value: Any, what: str) -> list[str]:
+    """A list of names from a list or tuple of str; a bare string or anything else is an OptionsError."""
+    if isinstance(value, str) or not isinstance(value, (list, tuple)) \
+            or not all(isinstance(v, str) and v for v in value):
+        raise OptionsError(f"{what} must be a list of names (e.g. ['a', 'b']), got {value!r}")
+    return list(value)
+
 
 def create_context(name: str = "default", devices: list[str] | None = None,
                    device_options: dict[str, dict] | None = None, strict: bool = False,
                    pins: dict[str, str] | None = None, deny: dict[str, list[str]] | None = None) -> Context:
     """A context over ``devices`` (names, in priority order). Unknown names raise DeviceError."""
     _require_init()
-    names = list(devices) if devices else ["cpu"]
+    if not isinstance(name, str):
+        raise OptionsError(f"the context name must be a str, got {name!r}")
+    if not isinstance(strict, bool):
+        raise OptionsError(f"strict must be True or False, got {strict!r}")
+    names = _names(devices, "devices") if devices is not None else [FALLBACK_DEVICE]
+    if not names:
+        raise OptionsError("devices is empty; name at least one device (e.g. ['cpu'])")
     for n in names:
         find_device(n)
     if len(set(names)) != len(names):
         raise DeviceError(f"device list {names} names a device twice")
-    if not strict and "cpu" not in names:
-        names.append("cpu")
+    if not strict and FALLBACK_DEVICE not in names:
+        names.append(FALLBACK_DEVICE)
+    if device_options is not None and not isinstance(device_options, dict):
+        raise OptionsError(f"device_options must be a dict of device name -> dict of options, got {device_options!r}")
     device_options = dict(device_options or {})
-    for dev in device_options:
+    for dev, opts in device_options.items():
         if dev not in names:
             raise DeviceError(f"device_options names '{dev}', which is not in the context's devices {names}")
+        if opts is not None and not isinstance(opts, dict):
+            raise OptionsError(f"device_options['{dev}'] must be a dict of options, got {opts!r}")
     typed = {n: validate_device_options(n, find_device(n).describe().options, device_options.get(n)) for n in names}
-    for target in list((pins or {}).values()):
+    if pins is not None and not isinstance(pins, dict):
+        raise OptionsError(f"pins must be a dict of node name -> device name, got {pins!r}")
+    for node, target in (pins or {}).items():
+        if not isinstance(node, str) or not isinstance(target, str):
+            raise OptionsError(f"pins must map node names to device names (str -> str), got {node!r}: {target!r}")
         if target not in names:
-            raise DeviceError(f"a pin names device '{target}', which is not in the context's devices {names}")
-    return Context(name, names, typed, strict, dict(pins or {}), {k: list(v) for k, v in (deny or {}).items()})
+            raise DeviceError(f"the pin of node '{node}' names device '{target}', which is not in the context's "
+                              f"devices {names}")
+    if deny is not None and not isinstance(deny, dict):
+        raise OptionsError(f"deny must be a dict of node name -> list of device names, got {deny!r}")
+    denied = {}
+    for node, targets in (deny or {}).items():
+        if not isinstance(node, str):
+            raise OptionsError(f"deny must be keyed by node names (str), got {node!r}")
+        denied[node] = _names(targets, f"deny['{node}']")
+        for target in denied[node]:
+            if target not in names:
+                raise DeviceError(f"deny['{node}'] names device '{target}', which is not in the context's "
+                                  f"devices {names}")
+    return Context(name, names, typed, strict, dict(pins or {}), denied)
+
+
+def _check_node_names(graph: Graph, ctx: Context) -> None:
+    """Pins and denials must name nodes or op types of the model: a typo would silently change nothing."""
+    known = {node.name for node in graph.nodes} | {node.op_type for node in graph.nodes}
+    for what, table in (("pins", ctx.pins), ("deny", ctx.deny)):
+        for node in table:
+            if node not in known:
+                import difflib
+                close = difflib.get_close_matches(node, sorted(known), n=1)
+                hint = f"; did you mean '{close[0]}'?" if close else ""
+                raise OptionsError(f"{what} names '{node}', which is neither a node nor an op type of the "
+                                   f"model{hint}")
 
 
 # ----------------------------------------------------------------------- graph
@@ -145,6 +266,9 @@ class GraphHandle:
     pass_report: dict[str, int] = field(default_factory=dict)
     moved_by_min_group: list[str] = field(default_factory=list)
     mixed_report: Any = None
+    run: Execution | None = None            # the run started by run_graph (its values hold the outputs)
+    # runs (Session.run from any thread) share the prepared graph; preparing it again excludes them
+    lock: ReadWriteLock = field(default_factory=ReadWriteLock, repr=False)
 
     @property
     def input_names(self) -> list[str]:
@@ -184,21 +308,30 @@ def _resolve(names: list[str], key: str | int, what: str) -> str:
     return key
 
 
-def set_graph_input(g: GraphHandle, key: str | int, value: Any) -> None:
-    """Bind an input by name or index; its dtype and shape are checked against the model."""
-    _alive(g)
-    if g.state is GraphState.RUNNING:
-        raise StateError("cannot set an input while the graph is running; call wait_graph() first")
+def check_input(g: GraphHandle, key: str | int, value: Any) -> tuple[str, np.ndarray]:
+    """The input's name and ``value`` as a C-contiguous array; its dtype and shape checked against the model."""
     name = _resolve(g.graph.inputs, key, "input")
     t = g.graph.tensors[name]
-    array = np.asarray(value)
+    try:
+        array = np.asarray(value)
+    except Exception as exc:
+        raise InputError(f"input '{name}': cannot make an array of a {type(value).__name__}: {exc}") from exc
     if t.dtype is not None and array.dtype != t.dtype:
         raise InputError(f"input '{name}' expects dtype {t.dtype}, got {array.dtype}; convert it with .astype(np.{t.dtype})")
     if t.shape is not None:
         if array.ndim != len(t.shape) or any(d is not None and d != s for d, s in zip(t.shape, array.shape)):
             want = "x".join("?" if d is None else str(d) for d in t.shape) or "scalar"
             raise InputError(f"input '{name}' expects shape [{want}], got {list(array.shape)}")
-    g.inputs[name] = np.require(array, requirements="C")
+    return name, np.require(array, requirements="C")
+
+
+def set_graph_input(g: GraphHandle, key: str | int, value: Any) -> None:
+    """Bind an input by name or index; its dtype and shape are checked against the model."""
+    _alive(g)
+    if g.state is GraphState.RUNNING:
+        raise StateError("cannot set an input while the graph is running; call wait_graph() first")
+    name, array = check_input(g, key, value)
+    g.inputs[name] = array
 
 
 def _plan(g: GraphHandle, options: Options) -> tuple[Graph, list, list[Device], list[str]]:
@@ -213,15 +346,16 @@ def _plan(g: GraphHandle, options: Options) -> tuple[Graph, list, list[Device], 
     infer_graph(graph, fold=options.fold_constants)
     g.pass_report = {"fuse_qdq": fused, **run_passes(graph)}
     ctx = g.context
+    _check_node_names(g.graph, ctx)
     devices = [find_device(n) for n in ctx.devices]
     deny = dict(ctx.deny)
     for name in options.keep_fp32:      # only the fallback device runs a node in fp32 under a quantized precision
-        deny[name] = list(deny.get(name, [])) + [d.name for d in devices if d.name != "cpu"]
-    g.placement = place(graph, devices, options.precision, ctx.pins, deny)
-    moved = enforce_min_group_size(graph, g.placement, options.min_group_size)
+        deny[name] = list(deny.get(name, [])) + [d.name for d in devices if d.name != FALLBACK_DEVICE]
+    g.placement = place(graph, devices, options.precision, ctx.pins, deny, fallback=FALLBACK_DEVICE)
+    moved = enforce_min_group_size(graph, g.placement, options.min_group_size, fallback=FALLBACK_DEVICE)
     assignment = {n: d.device for n, d in g.placement.items()}
-    splitter = next((d.optimizer.split_graph for d in devices if d.optimizer and d.optimizer.split_graph), None)
-    subgraphs = splitter(graph, assignment) if splitter else default_split(graph, assignment)
+    splitter = next((d for d in devices if d.optimizer and d.optimizer.split_graph), None)
+    subgraphs = device_split(splitter, graph, assignment) if splitter else default_split(graph, assignment)
     for sg in subgraphs:
         sg.original_nodes = list(sg.nodes)
         sg.precision = options.precision if options.precision in find_device(sg.device).describe().precisions \
@@ -230,14 +364,22 @@ def _plan(g: GraphHandle, options: Options) -> tuple[Graph, list, list[Device], 
 
 
 def prerun_graph(g: GraphHandle, options: Options | None = None) -> None:
-    """Infer shapes, fold constants, place, split, set precision and prepare every subgraph."""
+    """Infer shapes, fold constants, place, split, set precision and prepare every subgraph.
+
+    A failure releases everything this prerun allocated and built, on every device."""
     _alive(g)
     if g.state is GraphState.RUNNING:
         raise StateError("the graph is running; call wait_graph() before prerun_graph()")
+    if options is not None and not isinstance(options, Options):
+        raise OptionsError(f"prerun_graph needs an nnhal.Options, got {type(options).__name__}")
+    with g.lock.write():
+        _prerun_locked(g, options or Options())
+
+
+def _prerun_locked(g: GraphHandle, options: Options) -> None:
     if g.state in (GraphState.PREPARED, GraphState.DONE):
-        postrun_graph(g)
+        _postrun(g)
     _release_device_graphs(g)
-    options = options or Options()
     if options.precision == "mixed":
         missing = [n for n in g.graph.inputs if n not in g.inputs]
         if missing:
@@ -247,22 +389,38 @@ def prerun_graph(g: GraphHandle, options: Options | None = None) -> None:
     for sg in subgraphs:
         sg.keep_fp32 = options.keep_fp32
     quantize_activations(graph, subgraphs, options.precision, g.inputs, options.calibration)
-    g.execution = Execution(subgraphs, {d.name: d for d in devices}, options, graph=graph)
-    for i, sg in enumerate(subgraphs):
-        sg.device_options = g.context.device_options.get(sg.device)
-        device = find_device(sg.device)
-        if device.optimizer is not None and device.optimizer.optimize_graph is not None:
-            try:
-                subgraphs[i] = device.optimizer.optimize_graph(sg, sg.precision) or sg
-            except Exception as exc:
-                fall_back(g.execution, sg, "optimize_graph", exc, prepare=False)
-    g.scheduler = next((d.scheduler for d in devices[:1] if d.scheduler is not None), DEFAULT_SCHEDULER)
-    g.moved_by_min_group = moved
-    g.prepared_graph = graph
-    g.scheduler.prerun(g.execution)
+    ex = Execution(subgraphs, {d.name: d for d in devices}, options, graph=graph, fallback=g.context.fallback)
+    g.execution = ex
+    try:
+        for i, sg in enumerate(subgraphs):
+            sg.device_options = g.context.device_options.get(sg.device)
+            device = find_device(sg.device)
+            if device.optimizer is not None and device.optimizer.optimize_graph is not None:
+                try:
+                    subgraphs[i] = device.optimizer.optimize_graph(sg, sg.precision) or sg
+                except Exception as exc:
+                    fall_back(ex, sg, "optimize_graph", exc, prepare=False)
+        g.scheduler = next((d.scheduler for d in devices[:1] if d.scheduler is not None), DEFAULT_SCHEDULER)
+        g.moved_by_min_group = moved
+        g.prepared_graph = graph
+        g.scheduler.prerun(ex)
+    except BaseException:
+        _release_execution(ex)
+        g.execution = None
+        g.state = GraphState.CREATED
+        raise
     g.prepared_shapes = {n: a.shape for n, a in g.inputs.items()}
     g.options = options
     g.state = GraphState.PREPARED
+
+
+def _release_execution(ex: Execution) -> None:
+    """After a failed prerun: release what every subgraph allocated and built (errors logged, the first kept)."""
+    cleanup = Cleanup("releasing a failed prerun")
+    for sg in ex.subgraphs:
+        release_subgraph(ex, sg, cleanup)
+    for device, hook, error in cleanup.failures:
+        log.warning("nnhal: releasing after a failed prerun: device '%s' hook %s raised %s", device, hook, error)
 
 
 def _measure(g: GraphHandle, options: Options) -> list[np.ndarray]:
@@ -303,6 +461,57 @@ def explain(model: Any, devices: list[str] | None = None, precision: str = "fp32
     return build_report(graph, g.placement, subgraphs, moved, min_group_size)
 
 
+def _outputs_ready(g: GraphHandle, feeds: dict[str, np.ndarray]) -> bool:
+    return g.state in (GraphState.PREPARED, GraphState.DONE, GraphState.RUNNING) and g.execution is not None \
+        and all(g.prepared_shapes.get(n) == a.shape for n, a in feeds.items())
+
+
+def _begin(g: GraphHandle, feeds: dict[str, np.ndarray]) -> Execution:
+    """A run's execution over the prepared graph, its value store holding ``feeds`` and constant outputs."""
+    ex = g.execution.begin(dict(feeds))
+    for name in g.graph.outputs:
+        t = g.prepared_graph.tensors[name]
+        if t.kind is TensorKind.CONSTANT:
+            ex.values[name] = t.value
+    return ex
+
+
+def execute(g: GraphHandle, feeds: dict[str, Any] | list[Any], options: Options | None = None) -> list[np.ndarray]:
+    """Outputs for ``feeds`` (name or index -> array, or arrays in input order), in graph output order.
+
+    Re-entrant: runs from many threads share the prepared graph, each with its own values; a graph not
+    yet prepared, or prepared for other input shapes, is prepared (again) first, with ``options``."""
+    _alive(g)
+    if isinstance(feeds, dict):
+        items = list(feeds.items())
+    elif isinstance(feeds, (list, tuple)):
+        items = list(enumerate(feeds))
+    else:
+        raise InputError(f"feeds must be a dict of input name -> array or a list of arrays in input order, "
+                         f"got {type(feeds).__name__}")
+    arrays = dict(check_input(g, key, value) for key, value in items)
+    missing = [n for n in g.graph.inputs if n not in arrays]
+    if missing:
+        raise InputError(f"inputs not given: {missing} (the graph's inputs: {g.graph.inputs})")
+    while True:
+        g.lock.acquire_read()
+        if _outputs_ready(g, arrays):
+            break
+        g.lock.release_read()
+        with g.lock.write():
+            if not _outputs_ready(g, arrays):
+                if g.execution is not None:
+                    log.info("input shapes changed since prerun; preparing the graph again")
+                g.inputs = dict(arrays)
+                _prerun_locked(g, options or g.options or Options())
+    try:
+        ex = _begin(g, arrays)
+        g.scheduler.run(ex, True)
+        return [ex.values[n] for n in g.graph.outputs]
+    finally:
+        g.lock.release_read()
+
+
 def run_graph(g: GraphHandle, block: bool = True) -> None:
     """Run the prepared graph; with block=False, start it and return (see wait_graph)."""
     _alive(g)
@@ -316,12 +525,8 @@ def run_graph(g: GraphHandle, block: bool = True) -> None:
     if any(g.prepared_shapes.get(n) != a.shape for n, a in g.inputs.items()):
         log.info("input shapes changed since prerun; preparing the graph again")
         prerun_graph(g, g.options)
-    ex = g.execution
-    ex.values = dict(g.inputs)
-    for name in g.graph.outputs:
-        t = g.prepared_graph.tensors[name]
-        if t.kind is TensorKind.CONSTANT:
-            ex.values[name] = t.value
+    ex = _begin(g, g.inputs)
+    g.run = ex
     g.outputs = {}
     g.state = GraphState.RUNNING
     try:
@@ -342,6 +547,11 @@ def profile(g: GraphHandle, runs: int = 10, warmup: int = 1) -> Profile:
         raise InputError(f"profile() needs runs >= 1 and warmup >= 0; got runs={runs!r}, warmup={warmup!r}")
     if g.state is GraphState.CREATED:
         raise StateError("profile() before prerun_graph(): prepare the graph first")
+    with g.lock.write():            # timing switches live in the shared graph: no other run meanwhile
+        return _profile(g, runs, warmup)
+
+
+def _profile(g: GraphHandle, runs: int, warmup: int) -> Profile:
     for _ in range(warmup):
         run_graph(g)
     ex = g.execution
@@ -377,7 +587,7 @@ def wait_graph(g: GraphHandle, timeout: float | None = None) -> bool:
     if g.state is not GraphState.RUNNING:
         return True
     try:
-        done = g.scheduler.wait(g.execution, timeout)
+        done = g.scheduler.wait(g.run, timeout)
     except BaseException:
         g.state = GraphState.PREPARED
         raise
@@ -387,7 +597,8 @@ def wait_graph(g: GraphHandle, timeout: float | None = None) -> bool:
 
 
 def _finish(g: GraphHandle) -> None:
-    g.outputs = {n: g.execution.values[n] for n in g.graph.outputs}
+    g.outputs = {n: g.run.values[n] for n in g.graph.outputs}
+    g.run = None
     g.state = GraphState.DONE
 
 
@@ -402,37 +613,64 @@ def get_graph_output(g: GraphHandle, key: str | int) -> np.ndarray:
 
 
 def postrun_graph(g: GraphHandle) -> None:
-    """Release run state (post_run, allocator.release); prerun_graph may follow."""
+    """Release run state (post_run, allocator.release); prerun_graph may follow.
+
+    Every hook runs even when one raises; then one DeviceError names each device and hook that failed."""
     _alive(g)
     if g.state is GraphState.RUNNING:
         raise StateError("the graph is running; call wait_graph() first")
-    if g.execution is not None and g.state in (GraphState.PREPARED, GraphState.DONE):
-        g.scheduler.postrun(g.execution)
+    with g.lock.write():
+        _postrun(g)
+
+
+def _postrun(g: GraphHandle) -> None:
+    prepared = g.execution is not None and g.state in (GraphState.PREPARED, GraphState.DONE)
     g.state = GraphState.CREATED
+    if prepared:
+        g.scheduler.postrun(g.execution)
 
 
 def _release_device_graphs(g: GraphHandle) -> None:
-    """Call release_graph for what each device's pre_run built."""
-    if g.execution is None:
+    """Call release_graph for what each device's pre_run built (every one, even when one raises)."""
+    ex = g.execution
+    if ex is None:
         return
-    for sg in g.execution.subgraphs:
-        device = g.execution.devices[sg.device]
-        if device.interface.release_graph is not None and sg.device_graph is not None:
-            device.interface.release_graph(device, sg.device_graph)
-        sg.device_graph = None
     g.execution = None
+    cleanup = Cleanup("releasing the compiled graphs")
+    for sg in ex.subgraphs:
+        device = ex.devices[sg.device]
+        if device.interface.release_graph is not None and sg.device_graph is not None:
+            cleanup.call(device.name, "release_graph", device.interface.release_graph, device, sg.device_graph)
+        sg.device_graph = None
+    cleanup.raise_if_failed()
 
 
 def destroy_graph(g: GraphHandle) -> None:
-    """Free everything the graph holds; the handle cannot be used afterwards."""
+    """Free everything the graph holds; the handle cannot be used afterwards.
+
+    Every cleanup hook runs even when one raises; the handle is destroyed either way, and then one
+    DeviceError names each device and hook that failed."""
     _alive(g)
+    failures: list[NnhalError] = []
     if g.state is GraphState.RUNNING:
-        wait_graph(g)
-    postrun_graph(g)
-    _release_device_graphs(g)
-    g.inputs.clear()
-    g.outputs.clear()
-    g.state = GraphState.DESTROYED
+        try:
+            wait_graph(g)
+        except NnhalError as exc:
+            failures.append(exc)
+    with g.lock.write():            # waits for runs of other threads to end
+        for step in (_postrun, _release_device_graphs):
+            try:
+                step(g)
+            except NnhalError as exc:
+                failures.append(exc)
+        g.inputs.clear()
+        g.outputs.clear()
+        g.run = None
+        g.state = GraphState.DESTROYED
+    if failures:
+        if len(failures) == 1:
+            raise failures[0]
+        raise DeviceError("destroy_graph: " + "; ".join(str(f) for f in failures)) from failures[0]
 
 
 def devices() -> list[Device]:

@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import dataclasses
+import math
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from nnhal.errors import DeviceError, OptionsError
+from nnhal.optimizer.calibrate import CalibrationTable, as_ranges
 
 PRECISIONS = ("fp32", "fp16", "int8", "uint8", "mixed")
 
@@ -19,8 +22,10 @@ class Options:
     strict         a failing device is an error instead of a fallback to the CPU
     fold_constants evaluate constant subexpressions at prerun
     min_group_size groups of fewer nodes on a non-fallback device go to the CPU
-    calibration    tensor -> (min, max) ranges for quantized precisions; None =
-                   calibrate on the inputs set before prerun
+    calibration    ranges for quantized precisions: what nnhal.calibrate returns
+                   (a CalibrationTable), a dict tensor -> (min, max), or the path
+                   of a table saved with CalibrationTable.save; held as the dict.
+                   None = calibrate on the inputs set before prerun
     mixed_tolerance for precision="mixed": the largest relative (L2) output error
                    against fp32 on the calibration inputs
     keep_fp32      node names that stay in fp32 under a quantized precision
@@ -31,17 +36,36 @@ class Options:
     strict: bool = False
     fold_constants: bool = True
     min_group_size: int = 1
-    calibration: dict[str, tuple[float, float]] | None = None
+    calibration: CalibrationTable | dict[str, tuple[float, float]] | str | os.PathLike | None = None
     mixed_tolerance: float = 0.01
     keep_fp32: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
-        if not isinstance(self.num_thread, int) or self.num_thread < 0:
+        if not _is_int(self.num_thread) or self.num_thread < 0:
             raise OptionsError(f"num_thread must be a non-negative int, got {self.num_thread!r}")
-        if not isinstance(self.min_group_size, int) or self.min_group_size < 1:
+        if not _is_int(self.min_group_size) or self.min_group_size < 1:
             raise OptionsError(f"min_group_size must be an int >= 1, got {self.min_group_size!r}")
-        if self.precision not in PRECISIONS:
-            raise OptionsError(f"precision must be one of {', '.join(PRECISIONS)}; got '{self.precision}'")
+        if not isinstance(self.precision, str) or self.precision not in PRECISIONS:
+            raise OptionsError(f"precision must be one of {', '.join(PRECISIONS)}; got {self.precision!r}")
+        for name in ("strict", "fold_constants"):
+            if not isinstance(getattr(self, name), bool):
+                raise OptionsError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        tol = self.mixed_tolerance
+        if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not math.isfinite(tol) or not 0 < tol < 1e6:
+            raise OptionsError(f"mixed_tolerance must be a finite number > 0 (a relative L2 error, e.g. 0.01 for "
+                               f"1%), got {tol!r}")
+        keep = self.keep_fp32
+        if isinstance(keep, str) or not isinstance(keep, (set, frozenset, list, tuple)) \
+                or not all(isinstance(k, str) for k in keep):
+            raise OptionsError(f"keep_fp32 must be a set of node names, got {keep!r}")
+        self.keep_fp32 = frozenset(keep)
+        # -- calibration (issue 14): a table, a dict of ranges or a saved table's path -> the dict of ranges
+        if self.calibration is not None:
+            self.calibration = as_ranges(self.calibration)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def validate_device_options(device: str, schema: type | None, given: dict[str, Any] | None) -> Any:

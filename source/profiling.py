@@ -10,7 +10,11 @@ returns a Profile:
   CPU's fusions a fused node stands for its whole chain, a ``to-nhwc``/``to-nchw`` step is an inserted
   layout conversion).
 
-``Profile.table()`` renders both plus a summary per op and kernel; ``nnhal profile MODEL`` prints it.
+``Profile.shares()`` accounts for every millisecond once: timed nodes by op and kernel, each
+subgraph's time outside its timed nodes (a whole subgraph on a device that does not time nodes) and
+the framework's own time (scheduler, API, outputs handed back to the host) as a row of its own; the shares sum to
+100% of the wall time (of the summed subgraph time when async subgraphs overlapped).
+``Profile.table()`` renders it; ``nnhal profile MODEL`` prints it.
 Timing adds about a microsecond per node; it is off unless asked for.
 """
 from __future__ import annotations
@@ -42,6 +46,22 @@ class SubgraphTime:
 
 
 @dataclass(frozen=True)
+class Share:
+    """One row of the accounted time: where ``ms`` per run went, and its share of the whole."""
+
+    kind: str          # "op" (timed nodes of one op and kernel), "subgraph" (a device timed as a whole),
+                       # "device-other" (a subgraph's time outside its timed nodes), "framework"
+    device: str
+    label: str
+    nodes: int
+    ms: float
+    share: float
+
+
+FRAMEWORK = "framework"
+
+
+@dataclass(frozen=True)
 class Profile:
     runs: int
     wall_ms: float                        # per run, as the caller saw it
@@ -57,20 +77,61 @@ class Profile:
             a[1] += n.ms
         return sorted(((d, o, k, c, ms) for (d, o, k), (c, ms) in acc.items()), key=lambda r: -r[4])
 
-    def table(self, top: int = 20) -> str:
-        lines = [f"profile over {self.runs} run(s): {self.wall_ms:.3f} ms per run"]
-        lines.append("")
-        lines.append(f"{'subgraph':>8}  {'device':<10} {'nodes':>5}  {'ms/run':>9}  {'share':>6}")
+    @property
+    def framework_ms(self) -> float:
+        """Per run, the time outside every subgraph: the scheduler, the API call, outputs handed back to
+        the host (a subgraph's time includes the conversion of its inputs).
+
+        0 when subgraphs overlapped (async devices): their summed time then exceeds the wall time."""
+        return max(0.0, self.wall_ms - sum(s.ms for s in self.subgraphs))
+
+    @property
+    def accounted_ms(self) -> float:
+        """The whole the shares divide: the wall time, or the summed subgraph time when they overlapped."""
+        return max(self.wall_ms, sum(s.ms for s in self.subgraphs))
+
+    def shares(self) -> list[Share]:
+        """Every millisecond of a run, once: timed nodes by op and kernel, each subgraph's time outside its
+        timed nodes (or all of it, on a device that does not time nodes) and the framework's own time.
+        The shares sum to 1 (100%); slowest first, the framework last."""
+        whole = self.accounted_ms
+        rows = [Share("op", d, f"{o} ({k})", c, ms, 0.0) for d, o, k, c, ms in self.by_op()]
+        timed: dict[int, float] = defaultdict(float)
+        for n in self.nodes:
+            timed[n.subgraph] += n.ms
         for s in self.subgraphs:
-            share = s.ms / self.wall_ms if self.wall_ms else 0.0
-            lines.append(f"{s.index:>8}  {s.device:<10} {s.nodes:>5}  {s.ms:>9.3f}  {share:>6.1%}")
+            if s.index in timed:
+                rest = s.ms - timed[s.index]
+                # NOTE: node timers and the subgraph timer read one clock; rounding can make rest < 0
+                rows.append(Share("device-other", s.device, f"subgraph #{s.index} outside its nodes",
+                                  0, rest, 0.0))
+            else:
+                rows.append(Share("subgraph", s.device, f"subgraph #{s.index} (device-timed as a whole)",
+                                  s.nodes, s.ms, 0.0))
+        rows.sort(key=lambda r: -r.ms)
+        rows.append(Share(FRAMEWORK, "-", "scheduler, API, output hand-over: outside subgraphs", 0,
+                          self.framework_ms, 0.0))
+        return [Share(r.kind, r.device, r.label, r.nodes, r.ms, r.ms / whole if whole else 0.0) for r in rows]
+
+    def table(self, top: int = 20) -> str:
+        whole = self.accounted_ms
+        lines = [f"profile over {self.runs} run(s): {self.wall_ms:.3f} ms per run"]
+        if whole > self.wall_ms:
+            lines.append(f"subgraphs overlapped (async devices): shares are of their summed {whole:.3f} ms")
+        lines.append("")
+        lines.append(f"{'subgraph':>9}  {'device':<10} {'nodes':>5}  {'ms/run':>9}  {'share':>6}")
+        for s in self.subgraphs:
+            share = s.ms / whole if whole else 0.0
+            lines.append(f"{s.index:>9}  {s.device:<10} {s.nodes:>5}  {s.ms:>9.3f}  {share:>6.1%}")
+        fw = self.framework_ms
+        lines.append(f"{FRAMEWORK:>9}  {'-':<10} {'':>5}  {fw:>9.3f}  {fw / whole if whole else 0:>6.1%}")
+        lines.append("")
+        timed = sum(n.ms for n in self.nodes)
+        lines.append(f"by op and kernel, every device and the framework (nodes timed: {timed:.3f} ms per run)")
+        lines.append(f"{'device':<10} {'op (kernel) / where':<48} {'nodes':>5}  {'ms/run':>9}  {'share':>6}")
+        for r in self.shares():
+            lines.append(f"{r.device:<10} {r.label[:48]:<48} {r.nodes or '':>5}  {r.ms:>9.3f}  {r.share:>6.1%}")
         if self.nodes:
-            timed = sum(n.ms for n in self.nodes)
-            lines.append("")
-            lines.append(f"by op and kernel (nodes timed: {timed:.3f} ms per run)")
-            lines.append(f"{'device':<10} {'op':<22} {'kernel':<16} {'nodes':>5}  {'ms/run':>9}  {'share':>6}")
-            for d, o, k, c, ms in self.by_op():
-                lines.append(f"{d:<10} {o:<22} {k:<16} {c:>5}  {ms:>9.3f}  {ms / timed if timed else 0:>6.1%}")
             lines.append("")
             lines.append(f"slowest {min(top, len(self.nodes))} nodes")
             lines.append(f"{'device':<10} {'node':<32} {'op':<22} {'kernel':<16} {'ms/run':>9}")

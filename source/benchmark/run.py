@@ -293,44 +293,68 @@ def _geomeans(rows: list[dict]) -> list[tuple[str, float]]:
 
 
 def render_html(rows: list[dict], text: str) -> str:
+    """The rows as a sortable table with a chart of the nnhal/onnxruntime latency ratios."""
+    from nnhal.cli.htmlpage import BAD, GOOD, WARN, Bar, Cell, Chart, Column, Table, page
+
+    def color(ratio: float) -> str:
+        return GOOD if ratio <= 1.5 else WARN if ratio <= 2.5 else BAD
+
+    css = {GOOD: "good", WARN: "warn", BAD: "bad"}
+
     done = [r for r in rows if not r.get("skip")]
-    bar_h, gap, left, width = 22, 6, 170, 520
-    top = max([r["ratio"] for r in done] + [2.5])
-    height = len(done) * (bar_h + gap) + 40
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{left + width + 80}" height="{height}" '
-             f'font-family="sans-serif" font-size="12">']
-    for k, r in enumerate(done):
-        y = 20 + k * (bar_h + gap)
-        w = width * r["ratio"] / top
-        color = "#3a7" if r["ratio"] <= 1.5 else ("#e93" if r["ratio"] <= 2.5 else "#d33")
-        parts.append(f'<text x="{left - 6}" y="{y + 15}" text-anchor="end">{html.escape(r["model"])} b{r["batch"]}</text>')
-        parts.append(f'<rect x="{left}" y="{y}" width="{w:.1f}" height="{bar_h}" fill="{color}"/>')
-        parts.append(f'<text x="{left + w + 4:.1f}" y="{y + 15}">{r["ratio"]:.2f}</text>')
-    for mark in (1.0, 1.5, 2.5):
-        x = left + width * mark / top
-        parts.append(f'<line x1="{x:.1f}" y1="10" x2="{x:.1f}" y2="{height - 10}" stroke="#555" stroke-dasharray="4 3"/>')
-        parts.append(f'<text x="{x:.1f}" y="10" text-anchor="middle">{mark}</text>')
-    parts.append("</svg>")
-    return ("<!doctype html><html><head><meta charset='utf-8'><title>nnhal bench</title><style>"
-            "body{font-family:sans-serif;margin:2em} pre{background:#f6f6f6;padding:1em;font-size:12px}"
-            "</style></head><body><h1>nnhal vs onnxruntime (latency ratio, lower is better)</h1>"
-            + "".join(parts) + "<pre>" + html.escape(text) + "</pre></body></html>\n")
+    chart = Chart("latency nnhal / onnxruntime (lower is better)",
+                  [Bar(f"{r['model']} b{r['batch']}", r["ratio"], color(r["ratio"]), f"{r['ratio']:.2f}")
+                   for r in done],
+                  [(1.0, "1"), (1.5, "1.5"), (2.5, "2.5")])
+    table_rows = []
+    for r in rows:
+        if r.get("skip"):
+            table_rows.append([r["model"], r["batch"], None, None, None, None, None, None, None,
+                               Cell("skipped: " + r["skip"], None, "neutral")])
+            continue
+        table_rows.append([r["model"], r["batch"], round(r["nnhal"]["median"], 3), round(r["ort"]["median"], 3),
+                           Cell(f"{r['ratio']:.2f}", r["ratio"], css[color(r["ratio"])]),
+                           round(r["gflops"], 2),
+                           None if r.get("nnhal_mem") is None else round(r["nnhal_mem"] / 2**20, 1),
+                           None if r.get("ort_mem") is None else round(r["ort_mem"] / 2**20, 1),
+                           round(r["prerun_ms"], 1), f"max rel err {r['max_rel_err']:.1e}"])
+    table = Table("bench", "Models", [
+        Column("model"), Column("batch", True),
+        Column("nnhal ms", True, "nnhal median latency per run"), Column("ort ms", True, "onnxruntime median latency"),
+        Column("ratio", True, "nnhal ms / ort ms: below 1 nnhal is faster"),
+        Column("GFLOP/s", True, "Conv/Gemm/MatMul FLOPs per second of nnhal"),
+        Column("nnhal MB", True, "peak RSS growth creating the session and running twice"),
+        Column("ort MB", True, "the same for onnxruntime"),
+        Column("nnhal prerun ms", True, "time to prepare the graph"),
+        Column("note", help="skip reason, or the largest relative difference of the outputs")], table_rows)
+    means = "; ".join(f"geometric mean nnhal/ort, {label}: {v:.2f}" for label, v in _geomeans(rows))
+    return page("nnhal vs onnxruntime", means or "no model ran", chart, [table],
+                [(GOOD, "ratio <= 1.5"), (WARN, "ratio <= 2.5"), (BAD, "ratio > 2.5")],
+                "<h2>Full output</h2><pre>" + html.escape(text) + "</pre>")
 
 
 # ------------------------------------------------------------------ main
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="nnhal bench", description=__doc__.splitlines()[0])
+    from nnhal.cli.common import add_quiet, natural_int, output_file, positive_int
+
+    def batches(text: str) -> list[int]:
+        return [positive_int(b) for b in text.split(",") if b.strip()]
+
     p.add_argument("--models", default=",".join(MODELS), help=f"comma-separated subset of {','.join(MODELS)}")
-    p.add_argument("--batch", default="1,8", help="comma-separated batch sizes")
-    p.add_argument("--threads", type=int, default=0, help="threads for both runtimes (0 = one per core)")
-    p.add_argument("--repeat", type=int, default=10)
-    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--batch", type=batches, default="1,8", help="comma-separated batch sizes (default: 1,8)")
+    p.add_argument("--threads", type=natural_int, default=0, help="threads for both runtimes (0 = one per core)")
+    p.add_argument("--repeat", type=positive_int, default=10, help="timed runs per runtime (default: 10)")
+    p.add_argument("--warmup", type=natural_int, default=2, help="untimed runs first (default: 2)")
     p.add_argument("--reference", action="store_true", help="also time onnx.reference.ReferenceEvaluator")
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
     p.add_argument("--overhead", action="store_true", help="run the framework-overhead micro-benchmark")
-    p.add_argument("--overhead-nodes", type=int, default=1000)
-    p.add_argument("--html", default=None, help="write an HTML report with a bar chart")
+    p.add_argument("--overhead-nodes", type=positive_int, default=1000,
+                   help="Add nodes in the overhead micro-benchmark's chain (default: 1000)")
+    p.add_argument("--html", type=output_file(".html", ".htm"), default=None,
+                   help="write an HTML report (sortable table, a chart of the ratios)")
     p.add_argument("--out", default=None, help="also write the printed table to this file")
+    add_quiet(p)
     return p
 
 
@@ -349,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"nnhal bench: unknown model(s) {unknown}; choose from {MODELS}", file=sys.stderr)
         return 2
-    batches = [int(b) for b in args.batch.split(",") if b.strip()]
+    batches = args.batch
 
     import numpy as np  # noqa: F401  (loads OpenBLAS under the cleaned environment)
     try:
@@ -372,9 +396,13 @@ def main(argv: list[str] | None = None) -> int:
     for line in header:
         print(line, flush=True)
 
+    from nnhal.cli.progress import Progress
+
     rows = []
+    bar = Progress("bench", len(models) * len(batches), quiet=args.quiet)
     for name in models:
         for batch in batches:
+            bar.step(0, f"{name} batch {batch}")
             row = {"model": name, "batch": batch}
             try:
                 model, feeds = load_model(name, batch)
@@ -392,6 +420,7 @@ def main(argv: list[str] | None = None) -> int:
                 row["skip"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
                 print(f"{name} batch {batch}: skipped ({row['skip']})", flush=True)
                 rows.append(row)
+                bar.step(detail=f"{name} batch {batch} skipped")
                 continue
             row.update(ratio=row["nnhal"]["median"] / row["ort"]["median"], gflops=flops / row["nnhal"]["median"] / 1e6,
                        prerun_ms=prerun_ms, session_ms=session_ms, ort_create_ms=create_ms, max_rel_err=err)
@@ -408,6 +437,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name} batch {batch}: nnhal {row['nnhal']['median']:.2f} ms, ort {row['ort']['median']:.2f} ms, "
                   f"ratio {row['ratio']:.2f}, max rel err {err:.1e}", flush=True)
             rows.append(row)
+            bar.step(detail=f"{name} batch {batch} ratio {row['ratio']:.2f}")
+    bar.close()
     over = overhead(threads, args.overhead_nodes, max(args.repeat, 20)) if args.overhead else None
     text = render_table(rows, header, over)
     print()
@@ -425,4 +456,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from nnhal.cli.common import guarded
+
+    sys.exit(guarded(main))

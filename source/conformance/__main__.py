@@ -1,5 +1,6 @@
 import sys
 
+from nnhal.cli.common import guarded
 from nnhal.conformance.runner import main
 
-sys.exit(main())
+sys.exit(guarded(main))

@@ -1,13 +1,13 @@
 """Conformance reports: per-op pass rates, every non-passing case, where nodes ran (JSON or HTML)."""
 from __future__ import annotations
 
-import html
 import json
 from collections import Counter, defaultdict
 from dataclasses import asdict
 from pathlib import Path
 
 from nnhal.conformance.runner import ERROR, PASS, UNSUPPORTED, WRONG, CaseResult
+from nnhal.errors import OptionsError
 
 STATUSES = (PASS, WRONG, UNSUPPORTED, ERROR)
 
@@ -48,25 +48,33 @@ def write(results: list[CaseResult], path: str, device: str, precision: str) -> 
     elif out.suffix in (".html", ".htm"):
         out.write_text(_html(data))
     else:
-        raise ValueError(f"report '{path}': use a .json or .html file name")
+        raise OptionsError(f"report '{path}': use a .json or .html file name")
 
 
 def _html(data: dict) -> str:
+    from nnhal.cli.htmlpage import BAD, GOOD, NEUTRAL, WARN, Bar, Cell, Chart, Column, Table, page
+
     c = data["counts"]
-    rows = []
+    colors = {PASS: GOOD, WRONG: BAD, UNSUPPORTED: NEUTRAL, ERROR: WARN}
+    meaning = {PASS: "every output within the tolerance policy", WRONG: "an output outside it (must stay at zero)",
+               UNSUPPORTED: "an explicit, reasoned rejection", ERROR: "anything else (a crash)"}
+    chart = Chart(f"{data['total']} cases by outcome", [Bar(s, c[s], colors[s], f"{c[s]}") for s in STATUSES])
+    op_rows = []
     for op, counts in data["per_op"].items():
         total = sum(counts.values())
         rate = counts[PASS] / total if total else 0.0
-        rows.append(f"<tr><td>{html.escape(op)}</td>" + "".join(f"<td>{counts[s]}</td>" for s in STATUSES)
-                    + f"<td><div class='bar' style='width:{rate * 100:.0f}%'></div>{rate:.0%}</td></tr>")
-    bad = [f"<tr><td>{html.escape(r['name'])}</td><td class='{r['status']}'>{r['status']}</td>"
-           f"<td>{html.escape(r['reason'][:400])}</td></tr>" for r in data["cases"] if r["status"] != PASS]
-    return f"""<!doctype html><html><head><meta charset="utf-8"><title>nnhal conformance: {data['device']}</title>
-<style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:2px 6px}}
-.bar{{display:inline-block;height:10px;background:#4a4;margin-right:4px}}.wrong{{color:#c00;font-weight:bold}}.error{{color:#a60}}</style>
-</head><body><h1>nnhal conformance on device '{html.escape(data['device'])}' ({data['precision']})</h1>
-<p>{data['total']} ONNX backend node cases: <b>{c[PASS]} pass</b>, {c[WRONG]} wrong, {c[UNSUPPORTED]} unsupported,
-{c[ERROR]} error. Nodes per device: {html.escape(str(data['nodes_per_device']))}</p>
-<h2>Per operator</h2><table><tr><th>op</th>{''.join(f'<th>{s}</th>' for s in STATUSES)}<th>pass rate</th></tr>
-{''.join(rows)}</table><h2>Cases that did not pass</h2><table><tr><th>case</th><th>status</th><th>reason</th></tr>
-{''.join(bad)}</table></body></html>"""
+        op_rows.append([op, *(counts[s] for s in STATUSES), Cell(f"{rate:.0%}", rate, "good" if rate == 1 else "")])
+    per_op = Table("ops", "Per operator", [Column("op", help="ONNX operator type")]
+                   + [Column(s, True, f"cases using the op: {meaning[s]}") for s in STATUSES]
+                   + [Column("pass rate", True, "share of the op's cases that pass")], op_rows)
+    bad = Table("cases", "Cases that did not pass",
+                [Column("case", help="ONNX backend test case"), Column("status"),
+                 Column("seconds", True, "time to import, prepare and run the case"),
+                 Column("reason", help="why it did not pass")],
+                [[r["name"], Cell(r["status"], r["status"], r["status"]), round(r["seconds"], 4), r["reason"][:400]]
+                 for r in data["cases"] if r["status"] != PASS])
+    nodes = ", ".join(f"{d}: {n}" for d, n in data["nodes_per_device"].items()) or "none"
+    summary = (f"{data['total']} ONNX backend node cases: {c[PASS]} pass, {c[WRONG]} wrong, "
+               f"{c[UNSUPPORTED]} unsupported, {c[ERROR]} error. Nodes per device: {nodes}.")
+    return page(f"nnhal conformance on device '{data['device']}' ({data['precision']})", summary, chart,
+                [per_op, bad], [(colors[s], f"{s}: {meaning[s]}") for s in STATUSES])

@@ -9,6 +9,7 @@ Each case is classified as
 from __future__ import annotations
 
 import fnmatch
+import functools
 import sys
 import time
 import warnings
@@ -19,6 +20,7 @@ import numpy as np
 
 from nnhal.conformance.tolerance import compare, policy
 from nnhal.errors import NnhalError, UnsupportedError
+from nnhal.options import PRECISIONS
 
 PASS, WRONG, UNSUPPORTED, ERROR = "pass", "wrong", "unsupported", "error"
 
@@ -33,13 +35,19 @@ class CaseResult:
     placement: dict[str, str] = field(default_factory=dict)
 
 
-def collect_cases(ops: list[str] | None = None, pattern: str | None = None) -> list:
-    """Node test cases of the installed onnx wheel, filtered by op types or a name glob."""
+@functools.lru_cache(maxsize=1)
+def all_cases() -> tuple:
+    """Every node test case of the installed onnx wheel, built once per process (it takes seconds)."""
     from onnx.backend.test.case.node import collect_testcases
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        cases = collect_testcases(None)
+        return tuple(collect_testcases(None))
+
+
+def collect_cases(ops: list[str] | None = None, pattern: str | None = None) -> list:
+    """Node test cases of the installed onnx wheel, filtered by op types or a name glob."""
+    cases = all_cases()
     selected = []
     for case in cases:
         if pattern and not fnmatch.fnmatch(case.name, pattern):
@@ -53,7 +61,9 @@ def collect_cases(ops: list[str] | None = None, pattern: str | None = None) -> l
 def _execute(model, feeds: list[np.ndarray], device: str, precision: str,
              strict: bool = False) -> tuple[list[np.ndarray], dict]:
     """Run one model once through the public API; returns the outputs and node -> device.
-    ``strict``: a device failing at pre_run or run raises instead of falling back to the CPU."""
+
+    ``strict`` keeps every node on ``device`` (no CPU fallback): a node the device declines is then
+    an UnsupportedError, so a case passes only when the device itself computed it."""
     from nnhal.session import Session
 
     with Session(model, devices=[device], precision=precision, num_thread=1, strict=strict) as session:
@@ -128,14 +138,17 @@ def run_case(case, device: str = "cpu", precision: str = "fp32", strict: bool = 
 
 def run_suite(device: str = "cpu", precision: str = "fp32", ops: list[str] | None = None,
               pattern: str | None = None, progress: bool = True) -> list[CaseResult]:
+    """Every selected case on ``device``; ``progress`` counts them on stderr (see nnhal.cli.progress)."""
+    from nnhal.cli.progress import Progress
+
     cases = collect_cases(ops, pattern)
-    results = []
-    for i, case in enumerate(cases):
-        results.append(run_case(case, device, precision))
-        if progress:
-            _bar(i + 1, len(cases), results)
-    if progress:
-        sys.stderr.write("\n")
+    results: list[CaseResult] = []
+    counts: Counter = Counter()
+    with Progress(f"validate {device}", len(cases), quiet=not progress) as bar:
+        for case in cases:
+            results.append(run_case(case, device, precision))
+            counts[results[-1].status] += 1
+            bar.step(detail=" ".join(f"{s} {counts[s]}" for s in (PASS, WRONG, UNSUPPORTED, ERROR)))
     return results
 
 
@@ -143,33 +156,51 @@ def summary(results: list[CaseResult]) -> Counter:
     return Counter(r.status for r in results)
 
 
-def _bar(done: int, total: int, results: list[CaseResult]) -> None:
-    """A progress bar on a terminal; a line per tenth of the run otherwise (logs stay short)."""
-    tty = sys.stderr.isatty()
-    step = max(1, total // (100 if tty else 10))
-    if done % step and done != total:
-        return
-    counts = summary(results)
-    width = 30
-    filled = width * done // max(total, 1)
-    sys.stderr.write(f"{chr(13) if tty else ''}[{'#' * filled}{'.' * (width - filled)}] {done}/{total} "
-                     f"pass {counts[PASS]} wrong {counts[WRONG]} unsupported {counts[UNSUPPORTED]} error {counts[ERROR]}" + ("" if tty else "\n"))
-    sys.stderr.flush()
+def known_ops() -> list[str]:
+    """Op types used by at least one case of the installed onnx wheel."""
+    return sorted({n.op_type for case in all_cases() for n in case.model.graph.node})
+
+
+def check_selection(ops: list[str] | None, pattern: str | None) -> None:
+    """OptionsError naming an op no case uses (with the closest known ones), or a pattern matching nothing."""
+    import difflib
+
+    from nnhal.errors import OptionsError
+
+    known = known_ops()
+    for op in ops or []:
+        if op not in known:
+            close = difflib.get_close_matches(op, known, n=3)
+            hint = f"; did you mean {', '.join(close)}?" if close else f"; {len(known)} ops have cases"
+            raise OptionsError(f"no conformance case uses op '{op}'{hint}")
+    if not collect_cases(ops, pattern):
+        raise OptionsError(f"no conformance case matches --pattern '{pattern}'"
+                           + (f" among the cases of {','.join(ops)}" if ops else ""))
 
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m nnhal.conformance")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--precision", default="fp32")
-    parser.add_argument("--ops", default="", help="comma-separated op types")
+    parser.add_argument("--device", default="cpu", help="the device to validate (nnhal devices lists them)")
+    parser.add_argument("--precision", default="fp32", choices=PRECISIONS,
+                        help="precision the cases run at (tolerances follow NNAPI's CTS)")
+    parser.add_argument("--ops", default="", help="comma-separated op types (default: every case)")
     parser.add_argument("--pattern", default=None, help="glob on case names, e.g. 'test_conv*'")
     parser.add_argument("--report", default=None, help="write a report: out.json or out.html")
     parser.add_argument("-v", "--verbose", action="store_true", help="list every non-passing case")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     args = parser.parse_args(argv)
     ops = [o for o in args.ops.split(",") if o] or None
-    results = run_suite(args.device, args.precision, ops, args.pattern)
+    if args.report and not args.report.endswith((".json", ".html", ".htm")):
+        parser.error(f"--report '{args.report}': use a .json or .html file name")
+    from nnhal import api
+    from nnhal.device.manager import find_device
+
+    api.init()
+    find_device(args.device)       # an unknown device is a usage error, not N failed cases
+    check_selection(ops, args.pattern)
+    results = run_suite(args.device, args.precision, ops, args.pattern, progress=not args.quiet)
     for r in results:
         if r.status != PASS and (args.verbose or r.status in (WRONG, ERROR)):
             print(f"{r.status:12s} {r.name}: {r.reason[:300]}")
@@ -180,4 +211,4 @@ def main(argv: list[str] | None = None) -> int:
         print(f"report written to {args.report}")
     c = summary(results)
     print(f"{c[PASS]} passed, {c[WRONG]} wrong, {c[UNSUPPORTED]} unsupported, {c[ERROR]} error of {len(results)}")
-    return 1 if c[WRONG] else 0
+    return 1 if c[WRONG] or c[ERROR] else 0

@@ -1,8 +1,13 @@
 """The device record: a name and four tables of plain functions.
 
 A device author fills these frozen dataclasses with module-level functions
-and hands the Device to :func:`nnhal.device.manager.register_device`. Every
-hook that is filled in is called by the core at the moment its name says.
+and hands the Device to :func:`nnhal.device.manager.register_device` (an
+in-tree device from its ``register_<name>_device()``; an out-of-tree one
+returns it from ``create_device()``, see :mod:`nnhal.device.discovery`).
+Every hook that is filled in is called by the core at the moment its name
+says; the rules each hook must follow are in the docstring of its table.
+Only ``Interface.run`` and ``Allocator.describe`` are required.
+docs/device-guide.md walks through a whole device; ``nnhal.testing`` checks one.
 """
 from __future__ import annotations
 
@@ -19,6 +24,12 @@ if TYPE_CHECKING:
     from nnhal.scheduler.scheduler import Scheduler
 
 NAME_PATTERN = re.compile(r"^[a-z0-9]+$")
+
+# The version of this device contract (the records below and the rules in their docstrings). An
+# out-of-tree device declares the version it was written against as a module-level
+# ``NNHAL_DEVICE_API = (major, minor)``; the core accepts the same major and a minor <= its own
+# (a minor adds optional fields or hooks, a major changes what existing ones mean).
+API_VERSION: tuple[int, int] = (1, 0)
 PRECISIONS = ("fp32", "fp16", "int8", "uint8")
 
 
@@ -32,13 +43,27 @@ class Performance:
 
 @dataclass(frozen=True)
 class Description:
-    """What a device supports, statically: op types, precisions, options, performance."""
+    """What a device supports, statically: op types, precisions, options, performance.
+
+    ``reentrant`` says whether ``run`` / ``async_run`` may be entered by several runs of prepared
+    graphs at once (a Session shared by threads). Each run gets its own view of the subgraph whose
+    ``values`` are private to it; a reentrant device keeps every other per-run state out of shared
+    objects (``device_graph``, ``privacy``). A device that does not declare it (the default, False)
+    is entered by one run at a time: the core serialises calls to that device alone.
+
+    ``compute`` says, per precision, how the device really stores and computes
+    it when that is not what the name implies (e.g. the CPU's fp16:
+    "float16 storage, float32 compute"); a precision absent from it is
+    computed as named.
+    """
 
     ops: frozenset[str]
     precisions: tuple[str, ...] = ("fp32",)
     performance: dict[str, Performance] = field(default_factory=dict)
     options: type | None = None      # a dataclass of the device's typed options
     summary: str = ""
+    compute: dict[str, str] = field(default_factory=dict)
+    reentrant: bool = False
 
 
 @dataclass(frozen=True)
@@ -69,16 +94,40 @@ class Candidate:
 
 @dataclass(frozen=True)
 class Interface:
-    """How the core drives the device. Only ``run`` is required.
+    """How the core drives the device. Only ``run`` is required; async_run and async_wait come together.
 
-    init(device)                                   at registration
-    pre_run(device, subgraph, options)             compile, pack weights; store the result in subgraph.device_graph
-    run(device, subgraph)                          synchronous execution: read inputs from subgraph.values, write outputs there
-    post_run(device, subgraph)                     clear run state; pre_run may follow (new shapes)
-    async_run(device, subgraph)                    start a run and return at once
-    async_wait(device, subgraph, try_wait) -> bool  True when the started run is done; try_wait=True must not block
-    release_graph(device, device_graph)            free what pre_run built
-    release_device(device)                         at unregistration
+    init(device)
+        Once, at registration, before any other hook. Open the driver and put the
+        device's own state in ``device.privacy``. Raising refuses the registration
+        (the device is then unavailable, with the message as the reason).
+    pre_run(device, subgraph, options)
+        Once per prepared subgraph (again after post_run, for new shapes). Compile,
+        pack weights, plan buffers, and store the result in
+        ``subgraph.device_graph`` (the core never looks inside). ``options`` is the
+        nnhal.Options; ``subgraph.device_options`` the device's typed options.
+        Raising re-places the subgraph on the CPU (an error under strict).
+    run(device, subgraph)
+        Synchronous execution. ``subgraph`` is a per-run view: its ``values`` are
+        this run's own, everything else is shared by concurrent runs of the
+        prepared graph and must not be mutated (per-run state in ``device_graph``
+        or ``privacy`` needs ``Description.reentrant=False``, the default). Read
+        the boundary inputs from ``subgraph.values`` and constants from
+        ``subgraph.graph.tensors[name].value``; write every name of
+        ``subgraph.outputs`` into ``subgraph.values`` and nothing else (keep
+        intermediates local); a missing output is a DeviceError. Raising, or a
+        missing output, re-places the subgraph on the CPU (an error under strict).
+    async_run(device, subgraph)
+        Start what ``run`` does and return at once; used only when another
+        subgraph can overlap. Same rules on ``values`` as ``run``.
+    async_wait(device, subgraph, try_wait) -> bool
+        True when the run started by async_run has finished and its outputs are in
+        ``subgraph.values``. With ``try_wait=True`` it must not block.
+    post_run(device, subgraph)
+        After the last run of a preparation: drop run state. pre_run may follow.
+    release_graph(device, device_graph)
+        Free what pre_run built (also after a failure, before the CPU takes over).
+    release_device(device)
+        Once, at unregistration (nnhal.release()), after everything else: undo init.
     """
 
     run: Callable[["Device", "Subgraph"], None]
@@ -93,12 +142,22 @@ class Interface:
 
 @dataclass(frozen=True)
 class Allocator:
-    """What the device can run and where its tensors live.
+    """What the device can run and where its tensors live. ``describe`` is required.
 
-    describe(device) -> Description               static: ops, precisions, options, performance
-    evaluation(device, candidate) -> Verdict      can it run *this* node (attributes, shapes, dtypes)? why not?
-    allocate(device, subgraph)                    device memory for the subgraph's tensors (before pre_run)
-    release(device, subgraph)                     free it (after post_run)
+    describe(device) -> Description
+        Static and cheap (called at registration and at every placement): the op
+        types and precisions the device takes, its options dataclass, a summary.
+        A node whose op or precision is not described never reaches the device.
+    evaluation(device, candidate) -> Verdict
+        Can it run *this* node (a Candidate: the Node with attrs, inputs' and
+        outputs' Info with dtype, shape and constant value, the precision)? Return
+        Verdict.no(reason) to decline; the reason is shown in the placement report.
+        Absent: every node of a described op and precision is accepted, whatever
+        its dtypes, shapes or attributes.
+    allocate(device, subgraph)
+        Device memory for the subgraph's tensors, before pre_run.
+    release(device, subgraph)
+        Free it, after post_run (also after a failure, before the CPU takes over).
     """
 
     describe: Callable[["Device"], Description]
@@ -109,10 +168,18 @@ class Allocator:
 
 @dataclass(frozen=True)
 class Optimizer:
-    """Graph hooks.
+    """Graph hooks; both optional.
 
-    split_graph(graph, placement) -> list[Subgraph]   replaces the default split; None = default
-    optimize_graph(subgraph, precision) -> Subgraph   rewrite a subgraph to the precision the device wants
+    split_graph(graph, placement) -> list[Subgraph]
+        Replace the default split (maximal acyclic same-device groups). Only tag
+        and group: every node in exactly one subgraph, on the device the placement
+        gave it, boundary tensors declared on both sides, no cycle between
+        subgraphs. The core checks this and raises DeviceError naming the device.
+    optimize_graph(subgraph, precision) -> Subgraph
+        Rewrite a subgraph to the precision the device runs (fp16, int8, uint8),
+        setting ``input_formats`` / ``output_formats`` for boundary tensors it wants
+        in another format (the core converts at the boundary). Return the subgraph;
+        raising re-places it on the CPU.
     """
 
     split_graph: Callable[["Graph", dict[str, str]], list["Subgraph"]] | None = None

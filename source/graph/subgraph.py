@@ -56,5 +56,29 @@ class Subgraph:
     device_options: Any = None       # the device's typed options from the context (None = defaults)
     keep_fp32: frozenset[str] = frozenset()   # nodes a quantizing pass must leave in float
 
+    def for_run(self, values: dict[str, np.ndarray]) -> "Subgraph":
+        """A view of this subgraph for one run: every field shared but ``values``, the run's own store.
+
+        Concurrent runs of one prepared graph each hand the device their own view, so a device reading
+        and writing ``values`` never sees another run's tensors."""
+        view = object.__new__(Subgraph)
+        view.__dict__.update(self.__dict__)
+        view.values = values
+        return view
+
+    def reset_to_fallback(self, device: str, graph: Graph | None) -> None:
+        """Undo what placement on a failed device did, for a re-placement on ``device`` (the fallback):
+        the device's options, compiled graph and boundary formats go, the nodes as placed and the
+        un-rewritten graph (``graph``, when given) come back, precision returns to fp32."""
+        self.device = device
+        self.device_options = None
+        self.device_graph = None
+        self.input_formats, self.output_formats = {}, {}
+        if self.original_nodes:
+            self.nodes = list(self.original_nodes)
+        if graph is not None:
+            self.graph = graph
+        self.precision = "fp32"
+
     def __repr__(self) -> str:
         return f"Subgraph(#{self.index} on {self.device}, {len(self.nodes)} nodes)"

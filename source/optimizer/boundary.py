@@ -62,10 +62,15 @@ class Boundary:
     consumer: str          # "subgraph #j (device)" or "graph output"
     conversion: str        # "none", "quantize to uint8(...)", "dequantize from ...", "cast ..."
     nbytes: int | None
+    host: str = ""         # the host format: dtype[dims] of the graph tensor
 
     def describe(self) -> str:
         size = "?" if self.nbytes is None else f"{self.nbytes:,} B"
         return f"{self.tensor}: {self.producer} -> {self.consumer} [{self.conversion}] {size}"
+
+
+def _host(graph: Graph, name: str) -> str:
+    return graph.tensors[name].describe().partition(": ")[2]
 
 
 def boundaries(graph: Graph, subgraphs: list[Subgraph]) -> list[Boundary]:
@@ -82,11 +87,11 @@ def boundaries(graph: Graph, subgraphs: list[Subgraph]) -> list[Boundary]:
                 conversions.append(f"to {sg.input_formats[name].describe()}")
             found.append(Boundary(name, f"subgraph #{src.index} ({src.device})" if src else "graph input",
                                   f"subgraph #{sg.index} ({sg.device})", "; ".join(conversions) or "none",
-                                  graph.tensors[name].nbytes))
+                                  graph.tensors[name].nbytes, _host(graph, name)))
     for name in graph.outputs:
         src = producer.get(name)
         if src is not None:
             conv = f"from {src.output_formats[name].describe()} to host" if name in src.output_formats else "none"
             found.append(Boundary(name, f"subgraph #{src.index} ({src.device})", "graph output", conv,
-                                  graph.tensors[name].nbytes))
+                                  graph.tensors[name].nbytes, _host(graph, name)))
     return found

@@ -1,7 +1,8 @@
 """Post-training calibration: activation ranges from real data, and QDQ ONNX models.
 
     table = nnhal.calibrate("model.onnx", feeds, method="entropy")      # feeds: dicts name -> array
-    nnhal.Session("model.onnx", precision="uint8", calibration=table.ranges)
+    nnhal.Session("model.onnx", precision="uint8", calibration=table)   # or table.ranges
+    table.save("model.calib.json")                                      # later: calibration="model.calib.json"
     nnhal.calibrate("model.onnx", feeds, output="model.qdq.onnx")       # also write a QDQ model
 
 The fp32 model runs on the CPU device over every feed. Per float tensor
@@ -23,9 +24,19 @@ entropy     TensorRT's KL-divergence threshold search: a 2048-bin histogram
             largest t wins (a window holding one spike of a discrete
             distribution, e.g. 8-bit pixels, has divergence 0).
 
-The ranges are deterministic for the same model and feeds. ``table.ranges``
-is what ``nnhal.Options(calibration=...)`` / ``nnhal.Session(...,
-calibration=...)`` take.
+The feeds may be a list or any one-shot iterable (a generator, a data
+loader): one feed is in memory at a time (the histogram methods spool a
+one-shot iterable's feeds to a temporary folder for their second pass), only
+the last few compiled plans are kept for feeds of varying shapes, and a
+progress bar (or, off a TTY, a few lines) counts the batches.
+
+The ranges are deterministic for the same model and feeds.
+``nnhal.Options(calibration=...)`` / ``nnhal.Session(..., calibration=...)``
+take the table itself, its ``ranges`` (a dict tensor -> (min, max)), or the
+path of a table saved with ``table.save(path)`` (JSON: ``{"format":
+"nnhal-calibration", "version": 1, "method", "scheme", "percentile",
+"batches", "ranges": {tensor: [min, max]}}``; ``CalibrationTable.load(path)``
+reads it back); anything else is an OptionsError.
 
 The QDQ model (``output=``) has QuantizeLinear -> DequantizeLinear after every
 float activation with a range (after its producer, and after graph inputs;
@@ -37,10 +48,13 @@ converted to opset 13 first (per-axis DequantizeLinear needs it).
 """
 from __future__ import annotations
 
+import json
 import math
+import os
 import sys
+import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,6 +104,62 @@ class CalibrationTable:
     def __contains__(self, name: object) -> bool:
         return name in self.ranges
 
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the table as JSON (``TABLE_FORMAT``, version ``TABLE_VERSION``); floats round-trip exactly."""
+        doc = {"format": TABLE_FORMAT, "version": TABLE_VERSION, "method": self.method, "scheme": self.scheme,
+               "percentile": self.percentile, "batches": self.batches,
+               "ranges": {name: [lo, hi] for name, (lo, hi) in self.ranges.items()}}
+        Path(path).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "CalibrationTable":
+        """Read a table ``save`` wrote; OptionsError naming the file and what is wrong with it."""
+        try:
+            doc = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise OptionsError(f"calibration: cannot read the table '{path}': {exc}") from exc
+        if not isinstance(doc, dict) or doc.get("format") != TABLE_FORMAT:
+            raise OptionsError(f"calibration: '{path}' is not a calibration table (no \"format\": "
+                               f"\"{TABLE_FORMAT}\"; write one with CalibrationTable.save)")
+        if doc.get("version") != TABLE_VERSION:
+            raise OptionsError(f"calibration: '{path}' is table version {doc.get('version')!r}; "
+                               f"this nnhal reads version {TABLE_VERSION}")
+        method, scheme = doc.get("method"), doc.get("scheme")
+        if method not in METHODS or scheme not in SCHEMES:
+            raise OptionsError(f"calibration: '{path}' has method {method!r} / scheme {scheme!r}; "
+                               f"expected one of {METHODS} / {SCHEMES}")
+        percentile = doc.get("percentile")
+        return cls(method, scheme, as_ranges(doc.get("ranges"), f"'{path}' ranges"),
+                   None if percentile is None else float(percentile), int(doc.get("batches") or 0))
+
+
+TABLE_FORMAT = "nnhal-calibration"
+TABLE_VERSION = 1
+
+
+def as_ranges(value: Any, what: str = "calibration") -> Ranges:
+    """``value`` as tensor name -> (lo, hi) floats: a CalibrationTable, a dict of ranges, or the path
+    of a table ``CalibrationTable.save`` wrote. Anything else is an OptionsError naming ``what``."""
+    if isinstance(value, CalibrationTable):
+        value = value.ranges
+    elif isinstance(value, (str, os.PathLike)):
+        return CalibrationTable.load(value).ranges
+    if not isinstance(value, dict):
+        raise OptionsError(f"{what} must be what nnhal.calibrate returns (a CalibrationTable), a dict "
+                           f"tensor name -> (min, max), or the path of a saved table; got {type(value).__name__}")
+    ranges: Ranges = {}
+    for name, pair in value.items():
+        try:
+            lo, hi = (float(v) for v in pair)
+        except (TypeError, ValueError):
+            raise OptionsError(f"{what}: the range of '{name}' must be two numbers (min, max); "
+                               f"got {pair!r}") from None
+        if not isinstance(name, str) or not (math.isfinite(lo) and math.isfinite(hi)) or lo > hi:
+            raise OptionsError(f"{what}: '{name}' -> ({lo}, {hi}) is not a range: expected a tensor name "
+                               "and finite min <= max")
+        ranges[name] = (lo, hi)
+    return ranges
+
 
 # ---------------------------------------------------------------------- progress
 class _Progress:
@@ -116,6 +186,8 @@ class _Progress:
             sys.stderr.flush()
         elif self.total and self.total >= 4 and self.done == self.total // 2:
             print(f"{self.label}: {self.done}/{self.total}", file=sys.stderr, flush=True)
+        elif self.total is None and self.done in (10, 100, 1000, 10000, 100000):
+            print(f"{self.label}: {self.done} so far", file=sys.stderr, flush=True)
 
     def close(self) -> None:
         if not self.enabled:
@@ -170,12 +242,63 @@ def _as_feed(graph: Graph, feed: Any) -> dict[str, np.ndarray]:
     return {n: np.require(out[n], requirements="C") for n in names}
 
 
+class _Feeds:
+    """The calibration feeds, read once or twice, one feed in memory at a time.
+
+    A list, tuple or array is read again for a second pass. A one-shot
+    iterable (a generator, a data loader) is read once; when a second pass
+    needs it, each feed is spooled on the first pass to a temporary folder
+    (one .npy per input) and read back from there, so memory never holds more
+    than one feed whatever the data set's size.
+    """
+
+    def __init__(self, graph: Graph, source: Iterable[Any], passes: int) -> None:
+        self.graph, self.source = graph, source
+        self.rereadable = isinstance(source, (Sequence, np.ndarray))
+        self.total: int | None = len(source) if hasattr(source, "__len__") else None
+        self.spool = tempfile.TemporaryDirectory(prefix="nnhal-calibrate-") \
+            if passes > 1 and not self.rereadable else None
+        self.count = 0
+
+    def first(self) -> Iterator[dict[str, np.ndarray]]:
+        for raw in self.source:
+            feed = _as_feed(self.graph, raw)
+            if self.spool is not None:
+                for i, name in enumerate(self.graph.inputs):
+                    np.save(os.path.join(self.spool.name, f"{self.count}_{i}.npy"), feed[name])
+            self.count += 1
+            yield feed
+        if self.count == 0:
+            raise InputError("calibration needs at least one feed")
+        self.total = self.count
+
+    def again(self) -> Iterator[dict[str, np.ndarray]]:
+        if self.spool is None:
+            yield from (_as_feed(self.graph, raw) for raw in self.source)
+            return
+        for k in range(self.count):
+            yield {name: np.load(os.path.join(self.spool.name, f"{k}_{i}.npy"))
+                   for i, name in enumerate(self.graph.inputs)}
+
+    def close(self) -> None:
+        if self.spool is not None:
+            self.spool.cleanup()
+
+
 class _Runner:
-    """fp32 CPU runs of a graph, every tensor kept; one compiled plan per input-shape signature."""
+    """fp32 CPU runs of a graph, every tensor kept; one compiled plan per input-shape signature.
+
+    The inferred graph of every signature is kept (``graphs``); only the last
+    ``MAX_PLANS`` compiled plans (with their arenas) are, so feeds of many
+    shapes (sentences of every length) do not grow memory without bound.
+    """
+
+    MAX_PLANS = 4
 
     def __init__(self, graph: Graph) -> None:
         self.graph = graph
         self.plans: dict[tuple, tuple[Graph, Any]] = {}
+        self.seen: dict[tuple, Graph] = {}
 
     def run(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         from nnhal.device.cpu.plan import compile_nodes
@@ -183,6 +306,8 @@ class _Runner:
 
         key = tuple((n, feed[n].dtype.str, feed[n].shape) for n in self.graph.inputs)
         if key not in self.plans:
+            if key in self.seen:
+                self.seen.pop(key)
             g = self.graph.copy()
             for name in g.inputs:
                 t = g.tensors[name]
@@ -191,14 +316,19 @@ class _Runner:
                 t.dtype, t.shape = feed[name].dtype, tuple(feed[name].shape)
             infer_graph(g, fold=True)
             names = [o for n in g.nodes for o in n.outputs if o]
+            if len(self.plans) >= self.MAX_PLANS:
+                self.plans.pop(next(iter(self.plans)))
             self.plans[key] = (g, compile_nodes(g, g.nodes, list(g.inputs), names))
+            self.seen[key] = g
+        else:
+            self.plans[key] = self.plans.pop(key)        # most recently used last
         g, plan = self.plans[key]
         values = dict(feed)
         plan.run(values)
         return values
 
     def graphs(self) -> list[Graph]:
-        return [g for g, _ in self.plans.values()]
+        return list(self.seen.values())
 
 
 def _floats(values: dict[str, np.ndarray]):
@@ -269,7 +399,8 @@ def calibrate(model: Any, feeds_iterable: Iterable[Any], method: str = "minmax",
 
     model           a path, 'zoo:<name>[?weights=random]', bytes or onnx.ModelProto
     feeds_iterable  feeds: dicts input name -> array (or arrays in input order, or
-                    one array for a one-input model); batch sizes may differ
+                    one array for a one-input model); batch sizes may differ; a
+                    list or a one-shot iterator (read one feed at a time)
     method          "minmax", "percentile" or "entropy" (see the module doc)
     scheme          "uint8" (asymmetric) or "int8" (symmetric): how params() and
                     the QDQ model quantize activations
@@ -284,17 +415,26 @@ def calibrate(model: Any, feeds_iterable: Iterable[Any], method: str = "minmax",
     if method == "percentile" and not 50.0 < float(percentile) <= 100.0:
         raise OptionsError(f"percentile must be in (50, 100], got {percentile}")
     graph, _ = _load(model)
-    feeds = [_as_feed(graph, f) for f in feeds_iterable]
-    if not feeds:
-        raise InputError("calibration needs at least one feed")
     runner = _Runner(graph)
     passes = 1 if method == "minmax" else 2
+    feeds = _Feeds(graph, feeds_iterable, passes)
+    try:
+        table = _calibrate(graph, runner, feeds, method, scheme, percentile, progress, passes)
+    finally:
+        feeds.close()
+    if output is not None:
+        write_qdq(model, table, output, activations=_activations(graph, runner))
+    return table
 
+
+def _calibrate(graph: Graph, runner: _Runner, feeds: _Feeds, method: str, scheme: str, percentile: float,
+               progress: bool, passes: int) -> CalibrationTable:
+    """The passes of ``calibrate`` over ``feeds``."""
     # pass 1: extremes
     lo: dict[str, float] = {}
     hi: dict[str, float] = {}
-    bar = _Progress(progress, len(feeds), f"calibrate ({method}) pass 1/{passes}")
-    for feed in feeds:
+    bar = _Progress(progress, feeds.total, f"calibrate ({method}) pass 1/{passes}")
+    for feed in feeds.first():
         for name, v in _floats(runner.run(feed)):
             vmin, vmax = float(np.min(v)), float(np.max(v))
             lo[name] = min(lo.get(name, math.inf), vmin)
@@ -312,8 +452,8 @@ def calibrate(model: Any, feeds_iterable: Iterable[Any], method: str = "minmax",
         hists: dict[str, np.ndarray] = {}
         symmetric = method == "entropy" or scheme == "int8"
         bins = ENTROPY_BINS if method == "entropy" else PERCENTILE_BINS
-        bar = _Progress(progress, len(feeds), f"calibrate ({method}) pass 2/2")
-        for feed in feeds:
+        bar = _Progress(progress, feeds.total, f"calibrate ({method}) pass 2/2")
+        for feed in feeds.again():
             for name, v in _floats(runner.run(feed)):
                 if method == "entropy":
                     data, span = np.abs(v[v != 0]), (0.0, max(abs(lo[name]), abs(hi[name])))
@@ -347,11 +487,8 @@ def calibrate(model: Any, feeds_iterable: Iterable[Any], method: str = "minmax",
                     and t.value.size and t.name not in ranges:
                 ranges[t.name] = (float(t.value.min()), float(t.value.max()))
     ranges = dict(sorted(ranges.items()))
-    table = CalibrationTable(method, scheme, ranges, float(percentile) if method == "percentile" else None,
-                             len(feeds))
-    if output is not None:
-        write_qdq(model, table, output, activations=_activations(graph, runner))
-    return table
+    return CalibrationTable(method, scheme, ranges, float(percentile) if method == "percentile" else None,
+                            feeds.count)
 
 
 def _activations(graph: Graph, runner: _Runner) -> set[str]:

@@ -1,6 +1,8 @@
-"""Precision passes a device's ``optimize_graph`` calls: fp16 today, quantized in quantize.py.
+"""Precision passes a device's ``optimize_graph`` calls: fp16 and int8/uint8.
 
-``to_fp16`` rewrites a subgraph so every float tensor is stored as float16.
+``to_fp16`` is for a device that stores and computes fp16 itself (the CPU
+uses ``fp16.to_fp16_storage`` instead: float32 compute is faster in numpy).
+It rewrites a subgraph so every float tensor is stored as float16.
 Ops that accumulate or need range (convolutions and matrix products,
 softmax, normalizations, reductions, exp/log) are computed in float32 between
 a Cast up and a Cast down, as fp16 hardware accumulates in fp32; everything
@@ -9,6 +11,7 @@ graph is untouched) and declares float16 boundaries, which the core converts.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
@@ -21,6 +24,7 @@ from nnhal.graph.tensor import Tensor, TensorKind
 from nnhal.optimizer.infer import infer_graph
 
 F32, F16 = np.dtype(np.float32), np.dtype(np.float16)
+FP16_MAX = float(np.finfo(np.float16).max)
 
 FP32_OPS = frozenset({
     "Conv", "ConvTranspose", "Gemm", "MatMul", "Einsum", "Softmax", "LogSoftmax", "Hardmax",
@@ -42,14 +46,44 @@ def subgraph_graph(sg: Subgraph) -> Graph:
                  src.outer)
 
 
+def half(value: np.ndarray) -> np.ndarray:
+    """``value`` as float16, saturating finite values to +-65504 (as ONNX Runtime's fp16 converter)."""
+    value = np.asarray(value)
+    finite = np.isfinite(value)
+    if finite.all():
+        return np.clip(value, -FP16_MAX, FP16_MAX).astype(F16)
+    return np.where(finite, np.clip(value, -FP16_MAX, FP16_MAX), value).astype(F16)
+
+
+def map_bodies(node: Node, rewrite: Callable[[Graph], Graph]) -> None:
+    """Replace each graph attribute (If branches, Loop and Scan bodies) of ``node`` by ``rewrite(copy)``."""
+    for key, value in node.attrs.items():
+        if isinstance(value, Graph):
+            node.attrs[key] = rewrite(value.copy())
+
+
 def to_fp16(sg: Subgraph) -> Subgraph:
-    """Rewrite ``sg`` to float16 storage with float32 compute where it matters."""
-    g = subgraph_graph(sg)
-    for t in g.tensors.values():
+    """Rewrite ``sg`` to float16 storage with float32 compute where it matters.
+
+    If, Loop and Scan bodies are rewritten the same way (their constants,
+    casts and inputs), so a body never hands a float32 value to float16 code.
+    """
+    g = _half_graph(subgraph_graph(sg), sg.graph.opsets.get("", 17))
+    infer_graph(g, fold=False)
+    sg.graph, sg.nodes = g, g.nodes
+    for names, formats in ((sg.inputs, sg.input_formats), (sg.outputs, sg.output_formats)):
+        for name in names:
+            if g.tensors[name].dtype == F16:
+                formats[name] = Format(F16)
+    sg.precision = "fp16"
+    return sg
+
+
+def _half_graph(g: Graph, opset: int) -> Graph:
+    """``g`` (a copy) and its bodies with float16 storage and float32 compute where it matters."""
+    for name, t in g.tensors.items():
         if t.dtype == F32:
-            t.dtype = F16
-            if t.kind is TensorKind.CONSTANT:
-                t.value = t.value.astype(F16)
+            g.tensors[name] = replace(t, dtype=F16, value=None if t.value is None else half(t.value))
     up: dict[str, str] = {}
     nodes: list[Node] = []
 
@@ -61,15 +95,16 @@ def to_fp16(sg: Subgraph) -> Subgraph:
                 g.tensors[up[name]] = Tensor(up[name], F32, t.shape, TensorKind.CONSTANT, t.value.astype(F32))
             else:
                 g.tensors[up[name]] = Tensor(up[name])
-                nodes.append(_cast(f"{name}::to_fp32", name, up[name], TensorProto.FLOAT, sg))
+                nodes.append(_cast(f"{name}::to_fp32", name, up[name], TensorProto.FLOAT, opset))
         return up[name]
 
     for node in g.nodes:
+        map_bodies(node, lambda body: _half_graph(body, opset))
         if node.op_type == "Cast" and not node.domain and node.attrs.get("to") in (TensorProto.FLOAT, "FLOAT"):
             node.attrs["to"] = TensorProto.FLOAT16
         if node.op_type == "ConstantOfShape" and isinstance(node.attrs.get("value"), np.ndarray) \
                 and node.attrs["value"].dtype == F32:
-            node.attrs["value"] = node.attrs["value"].astype(F16)
+            node.attrs["value"] = half(node.attrs["value"])
         if node.op_type not in FP32_OPS or node.domain:
             nodes.append(node)
             continue
@@ -80,22 +115,15 @@ def to_fp16(sg: Subgraph) -> Subgraph:
                 wide = f"{out}::fp32"
                 g.tensors[wide] = Tensor(wide)
                 node.outputs[i] = wide
-                downs.append(_cast(f"{out}::to_fp16", wide, out, TensorProto.FLOAT16, sg))
+                downs.append(_cast(f"{out}::to_fp16", wide, out, TensorProto.FLOAT16, opset))
         nodes.append(node)
         nodes.extend(downs)
     g.nodes = nodes
-    infer_graph(g, fold=False)
-    sg.graph, sg.nodes = g, nodes
-    for names, formats in ((sg.inputs, sg.input_formats), (sg.outputs, sg.output_formats)):
-        for name in names:
-            if g.tensors[name].dtype == F16:
-                formats[name] = Format(F16)
-    sg.precision = "fp16"
-    return sg
+    return g
 
 
-def _cast(name: str, src: str, dst: str, to: int, sg: Subgraph) -> Node:
-    return make_node(name, "Cast", [src], [dst], {"to": to}, sg.graph.opsets.get("", 17))
+def _cast(name: str, src: str, dst: str, to: int, opset: int) -> Node:
+    return make_node(name, "Cast", [src], [dst], {"to": to}, opset)
 
 
 # ----------------------------------------------------------------- int8/uint8

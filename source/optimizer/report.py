@@ -2,7 +2,7 @@
 per subgraph its size, precision and boundary tensors with their bytes."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from nnhal.graph.graph import Graph
 from nnhal.graph.subgraph import Subgraph
@@ -41,11 +41,7 @@ class PlacementReport:
         if self.min_group_size > 1:
             lines.append(f"min_group_size={self.min_group_size} moved {len(self.moved_by_min_group)} node(s) to the fallback")
         lines.append("")
-        lines.append(f"{'node':40s} {'op':22s} {'device':8s} reason / declined")
-        for d in self.decisions:
-            declined = "; ".join(f"{dev}: {why}" for dev, why in d.declined.items())
-            lines.append(f"{d.node[:40]:40s} {d.op_type[:22]:22s} {d.device:8s} {d.reason}"
-                         + (f" | declined by {declined}" if declined else ""))
+        lines += decision_table(self.decisions)
         lines.append("")
         lines.append(f"{len(self.subgraphs)} subgraph(s):")
         for sg in self.subgraphs:
@@ -54,15 +50,54 @@ class PlacementReport:
         total = sum(b.nbytes or 0 for b in self.boundaries if b.producer != "graph input" and b.consumer != "graph output")
         lines.append("")
         lines.append(f"{len(self.boundaries)} boundary tensor(s); {total:,} bytes cross between subgraphs per run:")
-        for b in self.boundaries:
-            lines.append("  " + b.describe())
+        lines += ["  " + row for row in text_table(
+            ("tensor", "from", "to", "format", "conversion", "bytes"),
+            [(b.tensor, b.producer, b.consumer, b.host or "?", b.conversion,
+              "?" if b.nbytes is None else f"{b.nbytes:,}") for b in self.boundaries])]
         for e in self.events:
             lines.append("fallback: " + e.describe())
         return "\n".join(lines)
 
 
+def text_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+    """Rows of left-aligned columns (the last one unpadded), header first."""
+    widths = [max(len(str(r[c])) for r in [header, *rows]) for c in range(len(header) - 1)]
+    return ["  ".join(str(cell).ljust(w) for cell, w in zip(row, widths)) + "  " + str(row[-1])
+            for row in [header, *rows]]
+
+
+def decision_table(decisions: list[Decision]) -> list[str]:
+    """node, op, device and reason (with the devices that declined) per decision."""
+    rows = []
+    for d in decisions:
+        declined = "; ".join(f"{dev}: {why}" for dev, why in d.declined.items())
+        rows.append((d.node, d.op_type, d.device, d.reason + (f" | declined by {declined}" if declined else "")))
+    return text_table(("node", "op", "device", "reason"), rows)
+
+
+def actual_decisions(decisions: dict[str, Decision], subgraphs: list[Subgraph],
+                     events: list | None = None) -> dict[str, Decision]:
+    """The decisions as they ran: a node of a subgraph that fell back is on the device it fell back to,
+    and its reason says what failed where (the scheduler's Fallback events)."""
+    by_index = {sg.index: sg for sg in subgraphs}
+    actual = dict(decisions)
+    for e in events or []:
+        sg = by_index.get(getattr(e, "subgraph", None))
+        if sg is None:
+            continue
+        why = f"failed at {e.stage}: {e.error}"
+        for node in sg.original_nodes or sg.nodes:
+            d = actual.get(node.name)
+            if d is not None and d.device != sg.device:
+                actual[node.name] = replace(d, device=sg.device, reason=f"fell back from {e.device} ({why})",
+                                            declined={**d.declined, e.device: why})
+    return actual
+
+
 def build_report(graph: Graph, decisions: dict[str, Decision], subgraphs: list[Subgraph],
                  moved: list[str] | None = None, min_group_size: int = 1, events: list | None = None) -> PlacementReport:
+    """The report of a split; with the scheduler's fallback ``events``, nodes show where they really ran."""
+    decisions = actual_decisions(decisions, subgraphs, events)
     return PlacementReport(
         [decisions[n.name] for n in graph.nodes if n.name in decisions],
         [SubgraphInfo(sg.index, sg.device, sg.precision, [n.name for n in (sg.original_nodes or sg.nodes)],

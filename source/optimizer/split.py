@@ -7,6 +7,9 @@ device and never lets a subgraph wait on itself through another device.
 """
 from __future__ import annotations
 
+from typing import Any
+
+from nnhal.errors import DeviceError, NnhalError
 from nnhal.graph.graph import Graph
 from nnhal.graph.subgraph import Subgraph
 
@@ -120,3 +123,71 @@ def enforce_min_group_size(graph: Graph, decisions: dict, min_size: int, fallbac
                     reason=f"its group on '{device}' has {len(nodes)} node(s), below min_group_size={min_size}",
                     declined={**old.declined, device: f"group of {len(nodes)} < min_group_size {min_size}"})
                 moved.append(node.name)
+
+
+def device_split(device: Any, graph: Graph, placement: dict[str, str]) -> list[Subgraph]:
+    """Call a device's own ``split_graph`` and check its result (see :func:`check_split`)."""
+    try:
+        subgraphs = device.optimizer.split_graph(graph, dict(placement))
+    except NnhalError:
+        raise
+    except Exception as exc:
+        raise DeviceError(f"device '{device.name}': split_graph failed: {type(exc).__name__}: {exc}") from exc
+    check_split(device.name, graph, placement, subgraphs)
+    return subgraphs
+
+
+def check_split(device: str, graph: Graph, placement: dict[str, str], subgraphs: Any) -> None:
+    """A split is valid when every node appears in exactly one subgraph, each subgraph holds nodes of
+    one device (the placement's), indices are unique, every tensor crossing a subgraph boundary is
+    declared on both sides, and the subgraphs depend on each other without a cycle. DeviceError names
+    the device whose ``split_graph`` broke the rule."""
+    def bad(rule: str) -> DeviceError:
+        return DeviceError(f"device '{device}': split_graph returned an invalid split: {rule}")
+
+    if not isinstance(subgraphs, list) or not all(isinstance(sg, Subgraph) for sg in subgraphs):
+        raise bad(f"expected a list of Subgraph, got {type(subgraphs).__name__}")
+    indices = [sg.index for sg in subgraphs]
+    if len(set(indices)) != len(indices):
+        raise bad(f"subgraph indices {indices} are not unique")
+    owner: dict[str, int] = {}
+    for sg in subgraphs:
+        for node in sg.nodes:
+            if node.name in owner:
+                raise bad(f"node '{node.name}' ({node.op_type}) is in subgraphs #{owner[node.name]} and #{sg.index}")
+            owner[node.name] = sg.index
+            if placement.get(node.name) != sg.device:
+                raise bad(f"node '{node.name}' ({node.op_type}) is placed on '{placement.get(node.name)}' but "
+                          f"sits in subgraph #{sg.index} on '{sg.device}'")
+    missing = [n.name for n in graph.nodes if n.name not in owner]
+    if missing:
+        raise bad(f"node(s) {missing[:5]} are in no subgraph")
+    extra = set(owner) - {n.name for n in graph.nodes}
+    if extra:
+        raise bad(f"node(s) {sorted(extra)[:5]} are not nodes of the graph")
+    produced = {out: sg.index for sg in subgraphs for node in sg.nodes for out in node.outputs if out}
+    by_index = {sg.index: sg for sg in subgraphs}
+    deps: dict[int, set[int]] = {sg.index: set() for sg in subgraphs}
+    for sg in subgraphs:
+        for node in sg.nodes:
+            for name in node.all_inputs:
+                src = produced.get(name)
+                if src is None or src == sg.index:
+                    continue
+                if name not in sg.inputs or name not in by_index[src].outputs:
+                    raise bad(f"tensor '{name}' flows from subgraph #{src} to #{sg.index} but is not in the "
+                              "outputs of the one and the inputs of the other")
+                deps[sg.index].add(src)
+        for name in graph.outputs:
+            if produced.get(name) == sg.index and name not in sg.outputs:
+                raise bad(f"graph output '{name}' is produced in subgraph #{sg.index} but not among its outputs")
+    try:
+        _topological(_relabel(deps))
+    except RuntimeError:
+        raise bad("the subgraphs depend on each other in a cycle") from None
+
+
+def _relabel(deps: dict[int, set[int]]) -> list[set[int]]:
+    """Dependencies keyed by arbitrary indices as a list keyed 0..n-1."""
+    pos = {index: i for i, index in enumerate(sorted(deps))}
+    return [{pos[d] for d in deps[index]} for index in sorted(deps)]

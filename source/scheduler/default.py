@@ -1,4 +1,4 @@
-"""The default scheduler: dependency-driven, concurrent across async devices, with CPU fallback.
+"""The default scheduler: dependency-driven, concurrent across async devices, with fallback.
 
 A subgraph starts when every subgraph producing its inputs has finished
 (readiness counting, not list order). When other subgraphs are ready or
@@ -6,9 +6,16 @@ running, a device offering ``async_run`` / ``async_wait`` is started and
 polled, so independent subgraphs on different devices run at the same time;
 otherwise (and for devices without async hooks) ``run`` is called inline. Boundary tensors
 are converted to the format each device declared (quantize, dequantize,
-cast) on the way in and out. A subgraph whose ``pre_run`` or ``run`` fails is
-re-placed on the CPU alone, the failure recorded in the execution's report and
+cast) on the way in and out. A subgraph whose ``pre_run`` or ``run`` fails, or
+whose run leaves an output unwritten, is re-placed on the context's fallback
+device (the CPU) alone, the failure recorded in the execution's report and
 logged as a warning; with ``Options(strict=True)`` the failure is raised.
+Whatever the failed device had allocated for that subgraph is released first,
+strict or not.
+
+Runs are re-entrant: each works on its own :meth:`Execution.begin` copy and
+hands devices their own :meth:`Subgraph.for_run` views. A device that is not
+``reentrant`` is entered by one run at a time (scheduler/locks.py).
 """
 from __future__ import annotations
 
@@ -21,6 +28,8 @@ from dataclasses import dataclass
 from nnhal.errors import DeviceError, NnhalError
 from nnhal.graph.subgraph import Subgraph
 from nnhal.optimizer.boundary import to_device, to_host
+from nnhal.scheduler.cleanup import Cleanup
+from nnhal.scheduler.locks import HeldLocks
 from nnhal.scheduler.scheduler import Execution, Scheduler
 
 log = logging.getLogger("nnhal")
@@ -29,169 +38,219 @@ POLL_SECONDS = 50e-6
 
 @dataclass(frozen=True)
 class Fallback:
-    """A subgraph that failed on its device and now runs on the CPU."""
+    """A subgraph that failed on its device and now runs on the fallback device."""
 
     subgraph: int
     device: str
     stage: str
     error: str
     nodes: int
+    to: str = "cpu"
 
     def describe(self) -> str:
         return (f"subgraph #{self.subgraph} ({self.nodes} nodes) failed on '{self.device}' at {self.stage}: "
-                f"{self.error}; re-placed on cpu")
+                f"{self.error}; re-placed on {self.to}")
 
 
 # ------------------------------------------------------------------- prerun
+def prepare_subgraph(ex: Execution, sg: Subgraph) -> None:
+    """allocate then pre_run ``sg`` on its device, recording each success for the release."""
+    device = ex.devices[sg.device]
+    if device.allocator is not None and device.allocator.allocate is not None:
+        device.allocator.allocate(device, sg)
+        ex.allocated.add(sg.index)
+    if device.interface.pre_run is not None:
+        device.interface.pre_run(device, sg, ex.options)
+    ex.prepared.add(sg.index)
+
+
+def release_subgraph(ex: Execution, sg: Subgraph, cleanup: Cleanup) -> None:
+    """What ``sg``'s device built and allocated for it: release_graph, then allocator.release."""
+    device = ex.devices[sg.device]
+    if sg.device_graph is not None and device.interface.release_graph is not None:
+        cleanup.call(device.name, "release_graph", device.interface.release_graph, device, sg.device_graph)
+    sg.device_graph = None
+    ex.prepared.discard(sg.index)
+    if sg.index in ex.allocated:
+        ex.allocated.discard(sg.index)
+        if device.allocator is not None and device.allocator.release is not None:
+            cleanup.call(device.name, "allocator.release", device.allocator.release, device, sg)
+
+
 def _prerun(ex: Execution) -> None:
     for sg in ex.subgraphs:
-        device = ex.devices[sg.device]
         try:
-            if device.allocator is not None and device.allocator.allocate is not None:
-                device.allocator.allocate(device, sg)
-            if device.interface.pre_run is not None:
-                device.interface.pre_run(device, sg, ex.options)
+            prepare_subgraph(ex, sg)
         except Exception as exc:
             fall_back(ex, sg, "pre_run", exc)
 
 
 def fall_back(ex: Execution, sg: Subgraph, stage: str, exc: BaseException, prepare: bool = True) -> None:
-    """Re-place one subgraph on the CPU (or raise when strict / already on the CPU).
+    """Re-place one subgraph on the fallback device (or raise when strict / already there).
 
-    With ``prepare`` the CPU's pre_run runs at once (a failure at pre_run or run);
-    without, the subgraph is only re-placed (a failure before the scheduler's prerun).
+    What the failed device allocated and built for the subgraph is released first, in every case.
+    With ``prepare`` the fallback device's allocate and pre_run run at once (a failure at pre_run or
+    run); without, the subgraph is only re-placed (a failure before the scheduler's prerun).
     """
-    failed = ex.devices[sg.device]
-    if ex.options.strict or sg.device == "cpu" or "cpu" not in ex.devices:
+    failed = sg.device
+    cleanup = Cleanup(f"releasing subgraph #{sg.index} after its failure on '{failed}'")
+    release_subgraph(ex, sg, cleanup)
+    for device, hook, error in cleanup.failures:  # the device is already failing; keep the first error
+        log.warning("nnhal: cleaning up after the failure on '%s' failed too: %s raised %s", device, hook, error)
+    target = ex.fallback
+    if ex.options.strict or target is None or failed == target or target not in ex.devices:
         if isinstance(exc, NnhalError):
             raise exc
         raise DeviceError(f"subgraph #{sg.index} ({len(sg.nodes)} nodes, first '{sg.nodes[0].name}') on device "
-                          f"'{sg.device}': {stage} failed: {type(exc).__name__}: {exc}") from exc
-    event = Fallback(sg.index, sg.device, stage, f"{type(exc).__name__}: {exc}", len(sg.nodes))
+                          f"'{failed}': {stage} failed: {type(exc).__name__}: {exc}") from exc
+    event = Fallback(sg.index, failed, stage, f"{type(exc).__name__}: {exc}", len(sg.nodes), target)
     ex.report.append(event)
     log.warning("nnhal: %s", event.describe())
-    try:
-        if failed.interface.release_graph is not None and sg.device_graph is not None:
-            failed.interface.release_graph(failed, sg.device_graph)
-        if failed.allocator is not None and failed.allocator.release is not None:
-            failed.allocator.release(failed, sg)
-    except Exception as cleanup:  # the device is already failing; keep the first error
-        log.warning("nnhal: cleaning up after the failure on '%s' failed too: %s", failed.name, cleanup)
-    sg.device = "cpu"
-    sg.device_options = None
-    sg.device_graph = None
-    sg.input_formats, sg.output_formats = {}, {}
-    if sg.original_nodes:
-        sg.nodes = list(sg.original_nodes)
-    if ex.graph is not None:
-        sg.graph = ex.graph         # undo a device's precision rewrite
-    sg.precision = "fp32"
-    cpu = ex.devices["cpu"]
-    if prepare and cpu.interface.pre_run is not None:
-        cpu.interface.pre_run(cpu, sg, ex.options)
+    sg.reset_to_fallback(target, ex.graph)
+    if prepare:
+        prepare_subgraph(ex, sg)
 
 
 # ---------------------------------------------------------------------- run
-def _cached_users(ex: Execution, deps: dict[int, set[int]]) -> dict[int, list[int]]:
-    """Subgraph index -> the subgraphs reading its outputs, computed once per execution."""
-    if ex._users is None:
-        ex._users = _users(deps)
-    return ex._users
-
-
-def _users(deps: dict[int, set[int]]) -> dict[int, list[int]]:
-    users: dict[int, list[int]] = {}
-    for i, d in deps.items():
-        for j in d:
-            users.setdefault(j, []).append(i)
-    return users
-
-
-def _enter(ex: Execution, sg: Subgraph) -> None:
+def _enter(ex: Execution, sg: Subgraph) -> Subgraph:
+    """This run's view of ``sg``, its inputs converted to the device's formats."""
     local = {}
     for name in sg.inputs:
         value = ex.values[name]
         fmt = sg.input_formats.get(name)
         local[name] = to_device(value, fmt) if fmt is not None else value
-    sg.values = local
+    view = sg.for_run(local)
+    ex.views[sg.index] = view
+    return view
 
 
-def _leave(ex: Execution, sg: Subgraph) -> None:
-    for name in sg.outputs:
-        value = sg.values[name]
-        fmt = sg.output_formats.get(name)
-        host = (ex.graph or sg.graph).tensors[name].dtype
+def _check_outputs(view: Subgraph) -> None:
+    missing = [name for name in view.outputs if name not in view.values]
+    if missing:
+        raise DeviceError(f"subgraph #{view.index} on device '{view.device}': its run wrote no value for "
+                          f"output(s) {missing}; run must write every output into subgraph.values")
+
+
+def _leave(ex: Execution, view: Subgraph) -> None:
+    for name in view.outputs:
+        value = view.values[name]
+        fmt = view.output_formats.get(name)
+        host = (ex.graph or view.graph).tensors[name].dtype
         ex.values[name] = to_host(value, fmt, host) if fmt is not None else value
 
 
-def _run_on_cpu_after_failure(ex: Execution, sg: Subgraph, exc: BaseException) -> None:
-    fall_back(ex, sg, "run", exc)
-    _enter(ex, sg)
-    cpu = ex.devices["cpu"]
-    cpu.interface.run(cpu, sg)
+def _replace_after_failure(ex: Execution, sg: Subgraph, view: Subgraph, exc: BaseException) -> None:
+    """A run failed on ``view.device``: re-place the shared subgraph unless another run already did."""
+    with ex.lock:
+        if sg.device == view.device:
+            fall_back(ex, sg, "run", exc)
 
 
 def _execute(ex: Execution) -> None:
     by_index = {sg.index: sg for sg in ex.subgraphs}
-    deps = ex.dependencies()
-    waiting = {i: len(d) for i, d in deps.items()}
-    users = _cached_users(ex, deps)
+    waiting = {i: len(d) for i, d in ex.dependencies().items()}
+    users = ex.users()
     ready = deque(sorted(i for i, n in waiting.items() if n == 0))
-    inflight: dict[int, Subgraph] = {}
+    inflight: dict[int, Subgraph] = {}      # index -> the view handed to async_run
+    held = HeldLocks()
     finished = 0
-
     timings = ex.timings
     started: dict[int, float] = {}
 
-    def complete(i: int) -> None:
+    def complete(i: int, view: Subgraph) -> None:
         nonlocal finished
         if timings is not None:
             timings[i] = timings.get(i, 0.0) + time.perf_counter() - started[i]
-        _leave(ex, by_index[i])
+        _leave(ex, view)
         finished += 1
         for u in users.get(i, ()):
             waiting[u] -= 1
             if waiting[u] == 0:
                 ready.append(u)
 
-    while finished < len(ex.subgraphs):
-        while ready:
-            i = ready.popleft()
-            sg = by_index[i]
-            device = ex.devices[sg.device]
-            if timings is not None:
-                started[i] = time.perf_counter()
-            _enter(ex, sg)
-            iface = device.interface
-            # NOTE: async only pays when there is something to overlap with
-            overlap = bool(ready) or bool(inflight)
-            try:
-                if overlap and iface.async_run is not None and iface.async_wait is not None:
-                    iface.async_run(device, sg)
-                    inflight[i] = sg
+    def enter_device(name: str) -> bool:
+        if ex.is_reentrant(name):
+            return True
+        # NOTE: block only while holding no device lock, so runs cannot deadlock on two devices
+        return held.enter(name, blocking=not held.any())
+
+    def leave_device(name: str) -> None:
+        if not ex.is_reentrant(name):
+            held.leave(name)
+
+    try:
+        while finished < len(ex.subgraphs):
+            deferred: list[int] = []
+            progressed = False
+            while ready:
+                i = ready.popleft()
+                sg = by_index[i]
+                name = sg.device
+                if not enter_device(name):
+                    deferred.append(i)
                     continue
-                iface.run(device, sg)
-            except Exception as exc:
-                _run_on_cpu_after_failure(ex, sg, exc)
-            complete(i)
-        if not inflight:
-            if finished < len(ex.subgraphs):
-                raise DeviceError("no subgraph is ready or running, but some have not run: the split has a cycle")
-            break
-        progressed = False
-        for i, sg in list(inflight.items()):
-            device = ex.devices[sg.device]
-            try:
-                done = device.interface.async_wait(device, sg, True)
-            except Exception as exc:
-                _run_on_cpu_after_failure(ex, sg, exc)
-                done = True
-            if done:
-                del inflight[i]
-                complete(i)
                 progressed = True
-        if not progressed and not ready:
-            time.sleep(POLL_SECONDS)
+                if timings is not None and i not in started:
+                    started[i] = time.perf_counter()
+                view = _enter(ex, sg)
+                device = ex.devices[name]
+                iface = device.interface
+                # NOTE: async only pays when there is something to overlap with
+                overlap = bool(ready) or bool(inflight) or bool(deferred)
+                try:
+                    if overlap and iface.async_run is not None and iface.async_wait is not None:
+                        iface.async_run(device, view)
+                        inflight[i] = view
+                        continue
+                    iface.run(device, view)
+                    _check_outputs(view)
+                except Exception as exc:
+                    inflight.pop(i, None)
+                    try:                         # NOTE: released under the device's lock: no run is inside it
+                        _replace_after_failure(ex, sg, view, exc)
+                    finally:
+                        leave_device(name)
+                    ready.appendleft(i)          # runs again, on the fallback device
+                    continue
+                leave_device(name)
+                complete(i, view)
+            ready.extend(deferred)
+            if not inflight:
+                if ready:
+                    continue                     # deferred work: no lock held now, so it may block
+                if finished < len(ex.subgraphs):
+                    raise DeviceError("no subgraph is ready or running, but some have not run: the split has a cycle")
+                break
+            for i, view in list(inflight.items()):
+                device = ex.devices[view.device]
+                try:
+                    done = device.interface.async_wait(device, view, True)
+                    if done:
+                        _check_outputs(view)
+                except Exception as exc:
+                    del inflight[i]
+                    try:
+                        _replace_after_failure(ex, by_index[i], view, exc)
+                    finally:
+                        leave_device(view.device)
+                    ready.appendleft(i)
+                    progressed = True
+                    continue
+                if done:
+                    del inflight[i]
+                    leave_device(view.device)
+                    complete(i, view)
+                    progressed = True
+            if not progressed:
+                time.sleep(POLL_SECONDS)
+    finally:
+        for i, view in inflight.items():         # an error left runs in flight: let them finish
+            device = ex.devices[view.device]
+            try:
+                device.interface.async_wait(device, view, False)
+            except Exception as exc:  # the first error is the one raised
+                log.warning("nnhal: waiting for subgraph #%d on '%s' after an error: %s", i, view.device, exc)
+        held.release_all()
 
 
 def _run(ex: Execution, block: bool) -> None:
@@ -226,12 +285,17 @@ def _wait(ex: Execution, timeout: float | None) -> bool:
 
 
 def _postrun(ex: Execution) -> None:
+    """post_run and allocator.release for every prepared subgraph; every hook runs even when one raises."""
+    cleanup = Cleanup("postrun")
     for sg in ex.subgraphs:
         device = ex.devices[sg.device]
-        if device.interface.post_run is not None:
-            device.interface.post_run(device, sg)
-        if device.allocator is not None and device.allocator.release is not None:
-            device.allocator.release(device, sg)
+        if sg.index in ex.prepared and device.interface.post_run is not None:
+            cleanup.call(device.name, "post_run", device.interface.post_run, device, sg)
+        if sg.index in ex.allocated:
+            ex.allocated.discard(sg.index)
+            if device.allocator is not None and device.allocator.release is not None:
+                cleanup.call(device.name, "allocator.release", device.allocator.release, device, sg)
+    cleanup.raise_if_failed()
 
 
 DEFAULT_SCHEDULER = Scheduler("default", _prerun, _run, _wait, _postrun)

@@ -1,6 +1,14 @@
-"""The Scheduler record and the state of one graph's execution."""
+"""The Scheduler record and the state of one graph's execution.
+
+A prepared graph holds one :class:`Execution` (subgraphs, devices, options),
+shared by every run. Each run works on :meth:`Execution.begin`'s copy, whose
+value store, scheduler state and subgraph views are that run's own, so one
+prepared graph is run from many threads at once.
+"""
 from __future__ import annotations
 
+import copy
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -11,7 +19,13 @@ from nnhal.graph.subgraph import Subgraph
 
 @dataclass
 class Execution:
-    """Everything a scheduler needs to drive one graph: subgraphs, devices, the value store."""
+    """Everything a scheduler needs to drive one graph: subgraphs, devices, the value store.
+
+    ``values``, ``state`` and ``views`` belong to one run (see :meth:`begin`); the rest is the
+    prepared graph's, shared by its runs. ``fallback`` names the device a failing subgraph is
+    re-placed on (None: strict, no fallback). ``lock`` guards the shared part when a run changes it
+    (a fallback re-places a subgraph).
+    """
 
     subgraphs: list[Subgraph]
     devices: dict[str, Any]                 # device name -> Device
@@ -23,8 +37,31 @@ class Execution:
     # subgraph index -> seconds spent running it, summed over runs, when profiling (else None); a
     # scheduler adds each subgraph's wall time from its start to its completion
     timings: dict[int, float] | None = None
+    fallback: str | None = None
+    views: dict[int, Subgraph] = field(default_factory=dict)   # this run's view of each started subgraph
+    allocated: set[int] = field(default_factory=set)   # subgraphs whose allocator.allocate succeeded
+    prepared: set[int] = field(default_factory=set)    # subgraphs whose pre_run succeeded
+    lock: Any = field(default_factory=threading.RLock, repr=False)
+    reentrant: dict[str, bool] = field(default_factory=dict)   # device name -> Description.reentrant
     _deps: dict[int, set[int]] | None = field(default=None, repr=False)
     _users: dict[int, list[int]] | None = field(default=None, repr=False)
+
+    def begin(self, values: dict[str, np.ndarray]) -> "Execution":
+        """The execution of one run: shares the prepared part, owns ``values``, ``state`` and ``views``."""
+        self.dependencies()
+        self.users()
+        run = copy.copy(self)
+        run.values = values
+        run.state = None
+        run.views = {}
+        return run
+
+    def is_reentrant(self, device: str) -> bool:
+        """Whether ``device`` may be entered by concurrent runs (its Description, read once)."""
+        known = self.reentrant.get(device)
+        if known is None:
+            known = self.reentrant[device] = bool(getattr(self.devices[device].describe(), "reentrant", False))
+        return known
 
     def dependencies(self) -> dict[int, set[int]]:
         """Subgraph index -> indices of subgraphs producing its inputs (computed once: a fallback
@@ -34,6 +71,16 @@ class Execution:
             self._deps = {sg.index: {producer[n] for n in sg.inputs if n in producer and producer[n] != sg.index}
                           for sg in self.subgraphs}
         return self._deps
+
+    def users(self) -> dict[int, list[int]]:
+        """Subgraph index -> the subgraphs reading its outputs (computed once)."""
+        if self._users is None:
+            users: dict[int, list[int]] = {}
+            for i, d in self.dependencies().items():
+                for j in d:
+                    users.setdefault(j, []).append(i)
+            self._users = users
+        return self._users
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""A recording device: numpy Relu/Add with every hook of the record logging its call."""
+"""A recording device: numpy Relu/Add filling every hook of the record, each call logged (nnhal.testing)."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,69 +6,38 @@ import numpy as np
 from nnhal.device.device import Allocator, Description, Device, Interface, Optimizer, Verdict
 from nnhal.optimizer.split import default_split
 from nnhal.scheduler.default import DEFAULT_SCHEDULER
-from nnhal.scheduler.scheduler import Scheduler
+from nnhal.testing import recording
 
 OPS = {"Relu": lambda a: np.maximum(a, 0), "Add": lambda a, b: a + b}
 
 
-def make_recording_device(name: str, calls: list) -> Device:
-    def hook(label):
-        def wrapper(*args):
-            calls.append((label, name))
-        return wrapper
+def _nothing(*args) -> None:
+    return None
 
-    def pre_run(device, sg, options):
-        calls.append(("pre_run", name))
-        sg.device_graph = {"compiled": [n.name for n in sg.nodes]}
 
-    def run(device, sg):
-        calls.append(("run", name))
-        compute(sg)
+def _pre_run(device, sg, options):
+    sg.device_graph = {"compiled": [n.name for n in sg.nodes]}
 
-    def compute(sg):
-        for node in sg.nodes:
-            args = [sg.values[i] if i in sg.values else sg.graph.tensors[i].value for i in node.inputs]
-            sg.values[node.outputs[0]] = OPS[node.op_type](*args)
 
-    def async_run(device, sg):
-        calls.append(("async_run", name))
-        compute(sg)
+def _run(device, sg):
+    for node in sg.nodes:
+        args = [sg.values[i] if i in sg.values else sg.graph.tensors[i].value for i in node.inputs]
+        sg.values[node.outputs[0]] = OPS[node.op_type](*args)
 
-    def async_wait(device, sg, try_wait):
-        calls.append(("async_wait", name))
-        return True
 
-    def describe(device):
-        calls.append(("describe", name))
-        return Description(frozenset(OPS), ("fp32",))
-
-    def evaluation(device, cand):
-        calls.append(("evaluation", name))
-        return Verdict.yes()
-
-    def split_graph(graph, placement):
-        calls.append(("split_graph", name))
-        return default_split(graph, placement)
-
-    def optimize_graph(sg, precision):
-        calls.append(("optimize_graph", name))
-        return sg
-
-    def sched(label, fn):
-        def wrapper(*args):
-            calls.append((label, name))
-            return fn(*args)
-        return wrapper
-
-    scheduler = Scheduler(f"{name}-sched", sched("scheduler.prerun", DEFAULT_SCHEDULER.prerun),
-                          sched("scheduler.run", DEFAULT_SCHEDULER.run), sched("scheduler.wait", DEFAULT_SCHEDULER.wait),
-                          sched("scheduler.postrun", DEFAULT_SCHEDULER.postrun))
+def full_device(name: str) -> Device:
+    """A device filling every hook; run and async_run compute, the other hooks do nothing visible."""
     return Device(
         name=name,
-        interface=Interface(run=run, init=hook("init"), pre_run=pre_run, post_run=hook("post_run"),
-                            async_run=async_run, async_wait=async_wait,
-                            release_graph=hook("release_graph"), release_device=hook("release_device")),
-        allocator=Allocator(describe=describe, evaluation=evaluation, allocate=hook("allocate"), release=hook("release")),
-        optimizer=Optimizer(split_graph=split_graph, optimize_graph=optimize_graph),
-        scheduler=scheduler,
+        interface=Interface(run=_run, init=_nothing, pre_run=_pre_run, post_run=_nothing, async_run=_run,
+                            async_wait=lambda device, sg, try_wait: True, release_graph=_nothing,
+                            release_device=_nothing),
+        allocator=Allocator(describe=lambda device: Description(frozenset(OPS), ("fp32",)),
+                            evaluation=lambda device, cand: Verdict.yes(), allocate=_nothing, release=_nothing),
+        optimizer=Optimizer(split_graph=default_split, optimize_graph=lambda sg, precision: sg),
+        scheduler=DEFAULT_SCHEDULER,
     )
+
+
+def make_recording_device(name: str, calls: list) -> Device:
+    return recording(full_device(name), calls)

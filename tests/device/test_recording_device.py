@@ -9,21 +9,8 @@ import nnhal
 from nnhal.device.manager import register_device, unregister_device
 from nnhal.errors import RegistryError
 from tests.conftest import make_model, vinfo
+from nnhal.testing import LIFECYCLE, check_call_order, first_calls
 from tests.device.recording import make_recording_device
-
-ALL_HOOKS = ["init", "describe", "evaluation", "split_graph", "optimize_graph", "scheduler.prerun", "allocate",
-             "pre_run", "scheduler.run", "async_run", "async_wait", "run", "scheduler.postrun", "post_run",
-             "release", "release_graph", "release_device"]
-
-
-def first_calls(calls, device=None):
-    """Hook labels in the order of their first call (optionally for one device)."""
-    seen = []
-    for label, dev in calls:
-        if (device is None or dev == device) and label not in seen:
-            seen.append(label)
-    return seen
-
 
 def two_branch_model():
     """a = relu(x); b = relu(y); s = a + b; z = relu(s): two independent branches, a join, a tail."""
@@ -49,13 +36,8 @@ def test_every_hook_of_the_record_is_called_in_order():
     finally:
         unregister_device("recb")
         unregister_device("reca")
-    order = first_calls(calls)
-    assert sorted(order) == sorted(ALL_HOOKS)
-    # the lifecycle order of first calls
-    for earlier, later in zip(ALL_HOOKS, ALL_HOOKS[1:]):
-        if {earlier, later} & {"async_run", "async_wait", "run"}:
-            continue  # which of the three comes first depends on readiness, checked below
-        assert order.index(earlier) < order.index(later), (earlier, later, order)
+    assert sorted(first_calls(calls)) == sorted(LIFECYCLE)
+    check_call_order(calls, list(LIFECYCLE))    # which of run/async_run comes first is checked below
     # the two independent branches ran through async_run; the tail, alone, through run
     runs = [(label, dev) for label, dev in calls if label in ("run", "async_run")]
     assert runs[:2] == [("async_run", "reca"), ("async_run", "recb")] and runs[-1] == ("run", "reca")

@@ -96,55 +96,120 @@ def nnhal_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
-@needs_cmake
-def test_new_device_folder_is_enabled_by_the_registry_command(tmp_path):
-    tree = copy_tree(tmp_path / "tree" if (tmp_path / "tree").mkdir() is None else tmp_path)
-    add_device(tree, "tpu", TPU_CMAKE, TPU_MODULE)
-    target = tmp_path / "site"
-    install = subprocess.run([sys.executable, "-m", "pip", "install", "--no-build-isolation", "--no-deps",
+def pip_install(tree: Path, target: Path) -> None:
+    install = subprocess.run([sys.executable, "-m", "pip", "install", "--no-build-isolation", "--no-deps", "--upgrade",
                               "--target", str(target), str(tree)], capture_output=True, text=True, timeout=600)
     assert install.returncode == 0, install.stdout + install.stderr
-    env = isolated_env(target)
 
-    before = nnhal_cli(env, "devices")
-    assert before.returncode == 0, before.stderr
-    tpu_line = next(line for line in before.stdout.splitlines() if line.startswith("tpu"))
-    assert "NNHAL_ENABLE_TPU=OFF" in tpu_line and "registered" not in tpu_line
+
+def device_line(out: subprocess.CompletedProcess, name: str) -> str:
+    assert out.returncode == 0, out.stderr
+    return next(line for line in out.stdout.splitlines() if line.split()[:1] == [name])
+
+
+def switched(out: subprocess.CompletedProcess) -> tuple[list[str], list[str]]:
+    """The enabled and off device lists printed by `nnhal registry` (whatever other folders exist)."""
+    line = next(line for line in out.stdout.splitlines() if line.strip().startswith("enabled:"))
+    on, _, off = line.strip()[len("enabled:"):].partition("; off:")
+    return [n.strip() for n in on.split(",") if n.strip()], [n.strip() for n in off.split(",") if n.strip()]
+
+
+@needs_cmake
+def test_new_device_folder_is_enabled_by_the_registry_command_and_survives_a_reinstall(tmp_path):
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    copy_tree(tree)
+    add_device(tree, "tpu", TPU_CMAKE, TPU_MODULE)
+    target = tmp_path / "site"
+    pip_install(tree, target)       # a regular (non-editable) install
+    env = isolated_env(target)
+    before = device_line(nnhal_cli(env, "devices"), "tpu")
+    assert "NNHAL_ENABLE_TPU=OFF" in before and "registered" not in before
 
     regen = nnhal_cli(env, "registry", "--enable", "tpu")
     assert regen.returncode == 0, regen.stdout + regen.stderr
-    assert "enabled: cpu, tpu" in regen.stdout
+    on, off = switched(regen)
+    assert "tpu" in on and "cpu" in on and "tpu" not in off
+    assert "tpu=ON" in (tree / "nnhal-devices.txt").read_text().splitlines()
 
-    after = nnhal_cli(env, "devices")
-    tpu_line = next(line for line in after.stdout.splitlines() if line.startswith("tpu"))
-    assert "NNHAL_ENABLE_TPU=ON" in tpu_line and "registered" in tpu_line and "fp32" in tpu_line
-
+    after = device_line(nnhal_cli(env, "devices"), "tpu")
+    assert "NNHAL_ENABLE_TPU=ON" in after and "registered" in after and "fp32" in after
     use = subprocess.run([sys.executable, "-S", "-c", USE_TPU], env=env, capture_output=True, text=True, timeout=300)
     assert use.returncode == 0, use.stderr
     assert "placed tpu result [0.0, 0.0, 2.0]" in use.stdout
 
-    off = nnhal_cli(env, "registry", "--disable", "tpu")
-    assert off.returncode == 0, off.stderr
-    assert "off: tpu" in off.stdout
+    pip_install(tree, target)       # reinstall: the build reads nnhal-devices.txt
+    again = device_line(nnhal_cli(env, "devices"), "tpu")
+    assert "NNHAL_ENABLE_TPU=ON" in again and "registered" in again
+
+    # a folder added after a regular install cannot be carried without reinstalling: say so, keep the choice
+    add_device(tree, "toy", TPU_CMAKE.replace("tpu", "toy"), TPU_MODULE.replace("tpu", "toy"))
+    toy = nnhal_cli(env, "registry", "--enable", "toy")
+    assert toy.returncode == 1, toy.stdout + toy.stderr
+    assert "Traceback" not in toy.stderr and f"pip install {tree}" in toy.stdout
+    assert "toy=ON" in (tree / "nnhal-devices.txt").read_text().splitlines()
+    assert "toy" not in nnhal_cli(env, "devices").stdout      # the installed registry is unchanged
+
+    off = nnhal_cli(env, "registry", "--disable", "tpu", "--disable", "toy")
+    assert off.returncode == 0, off.stdout + off.stderr
+    assert {"tpu", "toy"} <= set(switched(off)[1])
+    assert "tpu=OFF" in (tree / "nnhal-devices.txt").read_text().splitlines()
 
 
 @needs_cmake
-def test_enabled_device_with_missing_package_fails_configure(tmp_path):
+def test_missing_package_is_checked_at_registration_not_at_configure(tmp_path):
+    import nnhal
+    from nnhal.api import _register_builtin
+    from nnhal.cli.registry import regenerate
+    from nnhal.device.manager import clear_unavailable
+    from nnhal.errors import RegistryError
+
     tree = copy_tree(tmp_path)
     add_device(tree, "needy", TPU_CMAKE.replace("tpu", "needy").replace("PACKAGES numpy",
                "PACKAGES nnhal_no_such_package"), TPU_MODULE.replace("tpu", "needy"))
     build = tmp_path / "build"
     proc = subprocess.run(["cmake", "-S", str(tree), "-B", str(build), "-DNNHAL_ENABLE_NEEDY=ON",
                            f"-DPython_EXECUTABLE={sys.executable}"], capture_output=True, text=True, timeout=300)
-    assert proc.returncode != 0
-    out = " ".join((proc.stdout + proc.stderr).split())
-    assert "needs the Python package 'nnhal_no_such_package'" in out
-    assert "-DNNHAL_ENABLE_NEEDY=OFF" in out
+    assert proc.returncode == 0, proc.stdout + proc.stderr     # pip's isolated build Python proves nothing
+    ns: dict = {}
+    exec((build / "registry.py").read_text(), ns)
+    needy = next(e for e in ns["DEVICES"] if e.name == "needy")
+    assert needy.packages == ("nnhal_no_such_package",)
 
-    from nnhal.cli.registry import regenerate
-    from nnhal.errors import RegistryError
-    with pytest.raises(RegistryError, match="nnhal_no_such_package.*NNHAL_ENABLE_NEEDY=OFF"):
+    _register_builtin(needy)        # what nnhal.init() does with an enabled entry
+    try:
+        status = next(s for s in nnhal.api.device_status() if s.name == "needy")
+        assert not status.available
+        assert "needs the Python package(s) nnhal_no_such_package" in status.reason
+        assert "nnhal registry --disable needy" in status.reason
+        with pytest.raises(nnhal.DeviceError, match="device 'needy' is unavailable .*nnhal_no_such_package"):
+            nnhal.create_context("c", devices=["needy"])
+    finally:
+        clear_unavailable()
+
+    with pytest.raises(RegistryError, match="'needy' needs the Python package\\(s\\) nnhal_no_such_package"):
         regenerate(["needy"], [], str(tree))
+    assert not (tree / "nnhal-devices.txt").exists()
+
+
+@needs_cmake
+def test_devices_file_sets_the_default_and_a_define_still_wins(tmp_path):
+    tree = copy_tree(tmp_path)
+    add_device(tree, "tpu", TPU_CMAKE, TPU_MODULE)
+    (tree / "nnhal-devices.txt").write_text("# choices\ntpu=ON\nghost=ON\nbad line\n")
+
+    def enabled(*defines: str) -> dict[str, bool]:
+        build = tmp_path / f"build{len(defines)}"
+        proc = subprocess.run(["cmake", "-S", str(tree), "-B", str(build), f"-DPython_EXECUTABLE={sys.executable}",
+                               *defines], capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "no device folder declares it" in proc.stderr and "ignoring 'bad line'" in proc.stderr
+        ns: dict = {}
+        exec((build / "registry.py").read_text(), ns)
+        return {e.name: e.enabled for e in ns["ALL_DEVICES"]}
+
+    assert enabled()["tpu"] is True
+    assert enabled("-DNNHAL_ENABLE_TPU=OFF")["tpu"] is False
 
 
 @needs_cmake

@@ -12,7 +12,8 @@ from nnhal.device.cpu.threads import set_blas_threads
 from nnhal.device.device import Allocator, Candidate, Description, Device, Interface, Optimizer, Performance, Verdict
 from nnhal.device.manager import register_device, unregister_device
 from nnhal.graph.subgraph import Subgraph
-from nnhal.optimizer.precision import to_fp16, to_quantized
+from nnhal.optimizer.fp16 import COMPUTE, to_fp16_storage
+from nnhal.optimizer.precision import to_quantized
 
 
 def cpu_pre_run(device: Device, subgraph: Subgraph, options) -> None:
@@ -39,7 +40,10 @@ def cpu_describe(device: Device) -> Description:
         ops=frozenset(op for table in DOMAINS.values() for op in table),
         precisions=("fp32", "fp16", "int8", "uint8"),
         performance={"fp32": Performance(1.0, 1.0)},
-        summary="numpy reference and fast kernels; takes what no other device can",
+        summary=f"numpy reference and fast kernels; takes what no other device can; fp16 is {COMPUTE}",
+        # NOTE: numpy has no float16 matrix product; fp16 computed in float16 ran 4x-16x slower than fp32.
+        compute={"fp16": COMPUTE},
+        reentrant=True,         # a plan's run takes its own arena from a pool (plan.py)
     )
 
 
@@ -56,11 +60,11 @@ def cpu_evaluation(device: Device, candidate: Candidate) -> Verdict:
 
 
 def cpu_optimize_graph(subgraph: Subgraph, precision: str) -> Subgraph:
-    """fp16: float16 storage, float32 compute for accumulating ops; int8/uint8: QLinearConv for
+    """fp16: float16 weights and boundaries, float32 compute (optimizer/fp16.py); int8/uint8: QLinearConv for
     convolutions and matrix products, QLinear ops for add, mul, concat and average pools, integers
     through data movement and max pooling, float elsewhere (optimizer/precision.py)."""
     if precision == "fp16":
-        return to_fp16(subgraph)
+        return to_fp16_storage(subgraph)
     if precision in ("int8", "uint8"):
         return to_quantized(subgraph, precision)
     return subgraph

@@ -42,8 +42,20 @@ class Step:
 
 
 @dataclass
+class Buffers:
+    """One arena and every step's output buffers in it: what a run writes. A plan keeps a pool of them,
+    one per run in flight, so concurrent runs of one plan never share an intermediate tensor."""
+
+    arena: np.ndarray
+    per_step: list[list]
+
+
+@dataclass
 class Plan:
-    """A compiled subgraph: run(values) reads inputs from and writes outputs to ``values``."""
+    """A compiled subgraph: run(values) reads inputs from and writes outputs to ``values``.
+
+    Re-entrant: a run takes a free set of buffers from the pool (or lays out a new arena when every set
+    is in use by another thread's run) and gives it back at the end; everything else is read-only."""
 
     steps: list[Step]
     slots: list                                   # template: constants filled, rest None
@@ -54,8 +66,26 @@ class Plan:
     kernels: dict[str, str] = field(default_factory=dict)
     # seconds per step, summed over runs, while profiling (nnhal.profile); None = not timed
     timings: list[float] | None = None
+    layout: tuple = ()                            # (shapes, dtypes, per-step output names) to lay out an arena
+    pool: list[Buffers] = field(default_factory=list)
+
+    def _new_buffers(self) -> Buffers:
+        shapes, dtypes, names = self.layout
+        arena = np.empty(max(self.memory.arena_bytes, 1), dtype=np.uint8)
+        views = arena_views(self.memory, arena, shapes, dtypes)
+        return Buffers(arena, [[views.get(n) for n in outs] for outs in names])
 
     def run(self, values: dict[str, np.ndarray]) -> None:
+        try:
+            buffers = self.pool.pop()         # NOTE: pop/append are atomic: no lock on the run path
+        except IndexError:
+            buffers = self._new_buffers()
+        try:
+            self._run(values, buffers.per_step)
+        finally:
+            self.pool.append(buffers)
+
+    def _run(self, values: dict[str, np.ndarray], per_step: list[list]) -> None:
         slots = list(self.slots)
         for name, idx in self.inputs:
             slots[idx] = values[name]
@@ -64,7 +94,7 @@ class Plan:
         for k, step in enumerate(self.steps):
             if timings is not None:
                 t0 = time.perf_counter()
-            bufs = step.buffers
+            bufs = per_step[k]
             if step.fresh:
                 bufs = list(bufs)
                 for pos, shape, dtype in step.fresh:
@@ -171,7 +201,9 @@ def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: l
         kernels[node.name] = kernel.name
     in_slots = [(n, slot(n)) for n in inputs]
     out_slots = [(n, slot(n)) for n in outputs]
-    return Plan(steps, slots, in_slots, out_slots, memory, arena, kernels)
+    layout = (shapes, dtypes, [tuple(node.outputs) for node, _, _, _ in chosen])
+    pool = [Buffers(arena, [step.buffers for step in steps])]
+    return Plan(steps, slots, in_slots, out_slots, memory, arena, kernels, layout=layout, pool=pool)
 
 
 def concat_slices(graph: Graph, chosen: list, sizes: dict[str, int], skip: set[str] = frozenset()) \

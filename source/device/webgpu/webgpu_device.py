@@ -115,6 +115,10 @@ def webgpu_describe(device: Device) -> Description:
         ops=frozenset(KERNELS), precisions=("fp32", "fp16") if gpu.f16 else ("fp32",),
         performance={p: Performance(exec_time=0.5, power_usage=0.5) for p in ("fp32", "fp16")},
         options=WebgpuOptions,
+        compute={"fp16": "float16 storage, float32 compute"},
+        # NOTE: not reentrant: a run writes the subgraph's shared input buffers and its pending readback
+        # lives in device_graph; the core serialises runs on this device
+        reentrant=False,
         summary=f"{gpu.name}; max storage binding {gpu.max_binding:,} bytes; {f16}")
 
 
