@@ -59,6 +59,11 @@ class WebgpuState:
     bytes_in: int = 0
     bytes_out: int = 0
 
+    def __deepcopy__(self, memo: dict) -> "WebgpuState":
+        # NOTE: a second instance of the record (the device kit's recording copy) gets a state of its
+        # own; GPU handles and the waiter thread cannot be copied
+        return WebgpuState(waiter=ThreadPoolExecutor(max_workers=1, thread_name_prefix="webgpu"))
+
 
 @dataclass
 class WebgpuGraph:
@@ -95,9 +100,10 @@ def webgpu_release_device(device: Device) -> None:
     state: WebgpuState = device.privacy
     if state.waiter is not None:
         state.waiter.shutdown(wait=True)
-    if state.gpu is not None and state.gpu.device is not None:
+    if state.gpu is not None:
+        # NOTE: dropping the last reference releases the wgpu device; an explicit destroy() leaves
+        # wgpu-py's finaliser failing on the destroyed object
         state.gpu.pipelines.clear()
-        state.gpu.device.destroy()
     state.gpu = None
 
 
