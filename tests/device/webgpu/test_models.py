@@ -98,3 +98,15 @@ def test_fp16_storage_is_within_the_relaxed_tolerance(webgpu, name):
     for g, w in zip(got, want):
         rel = float(np.max(np.abs(g - w)) / np.max(np.abs(w)))
         assert rel <= RELAXED, f"relative error {rel:.3g}"
+
+
+def test_a_new_input_shape_prepares_again_on_the_gpu(webgpu):
+    """BERT with a dynamic batch and sequence: each new shape releases the buffers and plans new ones."""
+    model = build_bert(layers=2, hidden=64, heads=4, seq=None, vocab=500, seed=3)
+    oracle = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    with nnhal.Session(model, devices=["webgpu"], strict=True) as s:
+        for batch, seq in [(2, 16), (1, 8), (2, 16)]:
+            feeds = bert_inputs(batch, seq, vocab=500, seed=4)
+            for g, w in zip(s.run(feeds), oracle.run(None, feeds)):
+                assert g.shape == w.shape
+                assert float(np.max(np.abs(g - w)) / np.max(np.abs(w))) <= 1e-4
