@@ -23,6 +23,7 @@ class Gpu:
     max_buffers: int = 0            # max_storage_buffers_per_shader_stage
     max_workgroups: int = 65535
     f16: bool = False               # shader-f16 enabled on the device: fp16 storage is possible
+    timestamps: bool = False        # timestamp-query enabled: nnhal.profile times every dispatch on the GPU
     cpu_adapter: bool = False       # a software rasteriser (lavapipe): adapter_type 'CPU'
     unavailable: str = ""           # why there is no GPU; empty when there is one
     pipelines: dict[str, Any] = field(default_factory=dict)
@@ -52,8 +53,10 @@ def open_gpu(power_preference: str = "high-performance") -> Gpu:
                                      "max-buffer-size", "max-compute-workgroup-storage-size",
                                      "max-compute-invocations-per-workgroup") if k in limits}
     f16 = "shader-f16" in adapter.features
+    timestamps = "timestamp-query" in adapter.features
+    features = [f for f, on in (("shader-f16", f16), ("timestamp-query", timestamps)) if on]
     try:
-        device = adapter.request_device_sync(required_limits=wanted, required_features=["shader-f16"] if f16 else [])
+        device = adapter.request_device_sync(required_limits=wanted, required_features=features)
     except Exception as exc:
         return Gpu(unavailable=f"wgpu could not open a device on adapter '{adapter.info.get('device', '?')}': {exc}")
     info = adapter.info
@@ -62,7 +65,7 @@ def open_gpu(power_preference: str = "high-performance") -> Gpu:
                features=frozenset(adapter.features), max_binding=int(limits["max-storage-buffer-binding-size"]),
                max_buffers=int(limits["max-storage-buffers-per-shader-stage"]),
                max_workgroups=int(limits["max-compute-workgroups-per-dimension"]),
-               cpu_adapter=str(info.get("adapter_type", "")).upper() == "CPU", f16=f16)
+               cpu_adapter=str(info.get("adapter_type", "")).upper() == "CPU", f16=f16, timestamps=timestamps)
 
 
 def pipeline(gpu: Gpu, source: str) -> Any:

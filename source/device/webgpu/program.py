@@ -26,6 +26,11 @@ class Dispatch:
     pipeline: Any
     bind_group: Any
     workgroups: tuple[int, int, int]
+    node: Node | None = None          # the first node of the step it computes (for profiles)
+
+    @property
+    def kernel_name(self) -> str:
+        return self.label
 
 
 @dataclass
@@ -40,6 +45,8 @@ class Program:
     weight_bytes: int = 0
     pending: bool = False            # a run was submitted and its outputs not read yet
     future: Future | None = None     # an async run's output mapping
+    clock: Any = None                # (query set, resolve buffer, readback buffer) while profiling
+    timed: bool = False              # the pending run writes timestamps
     half: set[str] = field(default_factory=set)   # tensors held as f16 (precision fp16)
 
 
@@ -150,8 +157,10 @@ def allocate(gpu: Gpu, sg: Subgraph, plan: Plan) -> Memory:
 def build(gpu: Gpu, sg: Subgraph, plan: Plan, memory: Memory, direct_gemm: bool) -> Program:
     """Upload the weights into their buffers, generate and compile the shaders, record the dispatches."""
     em = Lowering(sg, direct_gemm)
+    owners: list[Node] = []
     for step in plan.steps:
         _lower_step(step, em)
+        owners += [step.nodes[0]] * (len(em.launches) - len(owners))
     half = half_tensors(sg)
     launches = [to_f16_storage(launch, half) for launch in em.launches] if half else em.launches
     buffers = memory.buffers
@@ -163,34 +172,78 @@ def build(gpu: Gpu, sg: Subgraph, plan: Plan, memory: Memory, direct_gemm: bool)
                 gpu.queue.write_buffer(buffers[s], 0, data)
             weight_bytes += data.nbytes
     program = Program(plan, buffers, staging=memory.staging, launches=launches, weight_bytes=weight_bytes, half=half)
-    for launch in launches:
+    for launch, owner in zip(launches, owners):
         pipe = pipeline(gpu, launch.source)
         entries = [{"binding": i, "resource": {"buffer": buffers[plan.slot[plan.root.get(n, n)]]}}
                    for i, n in enumerate(launch.tensors)]
         group = gpu.device.create_bind_group(layout=pipe.get_bind_group_layout(0), entries=entries)
-        program.dispatches.append(Dispatch(launch.label, pipe, group, launch.workgroups))
+        program.dispatches.append(Dispatch(launch.label, pipe, group, launch.workgroups, owner))
     return program
 
 
-def submit(gpu: Gpu, sg: Subgraph, program: Program, values: dict[str, np.ndarray]) -> None:
-    """Write the boundary inputs, then one command buffer: every dispatch, then the output copies."""
+def _clock(gpu: Gpu, program: Program) -> Any:
+    import wgpu
+
+    if program.clock is None:
+        count = 2 * len(program.dispatches)
+        program.clock = (gpu.device.create_query_set(type="timestamp", count=count),
+                         gpu.device.create_buffer(size=8 * count, usage=wgpu.BufferUsage.QUERY_RESOLVE
+                                                  | wgpu.BufferUsage.COPY_SRC),
+                         gpu.device.create_buffer(size=8 * count, usage=wgpu.BufferUsage.MAP_READ
+                                                  | wgpu.BufferUsage.COPY_DST))
+    return program.clock
+
+
+def submit(gpu: Gpu, sg: Subgraph, program: Program, values: dict[str, np.ndarray], timed: bool = False) -> None:
+    """Write the boundary inputs, then one command buffer: every dispatch, then the output copies.
+
+    ``timed`` (nnhal.profile, adapters with timestamp-query): one compute pass per dispatch, each
+    writing GPU timestamps at its start and end."""
     plan = program.plan
     for name in sg.inputs:
         data = host_to_device(values[name], name in program.half)
         if data.nbytes:
             gpu.queue.write_buffer(program.buffers[plan.slot[plan.root.get(name, name)]], 0, data)
     encoder = gpu.device.create_command_encoder()
-    cpass = encoder.begin_compute_pass()
-    for d in program.dispatches:
-        cpass.set_pipeline(d.pipeline)
-        cpass.set_bind_group(0, d.bind_group)
-        cpass.dispatch_workgroups(*d.workgroups)
-    cpass.end()
+    timed = timed and gpu.timestamps and bool(program.dispatches)
+    if timed:
+        queries, resolved, readback = _clock(gpu, program)
+        for i, d in enumerate(program.dispatches):
+            cpass = encoder.begin_compute_pass(timestamp_writes={
+                "query_set": queries, "beginning_of_pass_write_index": 2 * i, "end_of_pass_write_index": 2 * i + 1})
+            cpass.set_pipeline(d.pipeline)
+            cpass.set_bind_group(0, d.bind_group)
+            cpass.dispatch_workgroups(*d.workgroups)
+            cpass.end()
+        encoder.resolve_query_set(queries, 0, 2 * len(program.dispatches), resolved, 0)
+        encoder.copy_buffer_to_buffer(resolved, 0, readback, 0, readback.size)
+    else:
+        cpass = encoder.begin_compute_pass()
+        for d in program.dispatches:
+            cpass.set_pipeline(d.pipeline)
+            cpass.set_bind_group(0, d.bind_group)
+            cpass.dispatch_workgroups(*d.workgroups)
+        cpass.end()
     for name, staging in program.staging.items():
         src = program.buffers[plan.slot[plan.root.get(name, name)]]
         encoder.copy_buffer_to_buffer(src, 0, staging, 0, staging.size)
     gpu.queue.submit([encoder.finish()])
     program.pending = True
+    program.timed = timed
+
+
+def read_timings(program: Program) -> list[float] | None:
+    """Seconds each dispatch of the last timed run took on the GPU (None when it was not timed)."""
+    if not program.timed:
+        return None
+    readback = program.clock[2]
+    readback.map_sync("READ")
+    try:
+        stamps = np.frombuffer(readback.read_mapped(copy=True), np.uint64).astype(np.float64)
+    finally:
+        readback.unmap()
+    program.timed = False
+    return list((stamps[1::2] - stamps[0::2]) * 1e-9)
 
 
 def read_outputs(sg: Subgraph, program: Program) -> dict[str, np.ndarray]:

@@ -25,7 +25,7 @@ from nnhal.device.webgpu.gpu import Gpu, open_gpu
 from nnhal.device.webgpu.kernels.base import elem_of
 from nnhal.device.webgpu.kernels.table import KERNELS
 from nnhal.device.webgpu.plan import Plan, make_plan
-from nnhal.device.webgpu.program import Memory, Program, allocate, build, read_outputs, submit
+from nnhal.device.webgpu.program import Memory, Program, allocate, build, read_outputs, read_timings, submit
 from nnhal.errors import DeviceError
 from nnhal.graph.subgraph import Subgraph
 
@@ -72,6 +72,12 @@ class WebgpuGraph:
     plan: Plan
     memory: Memory
     program: Program | None = None
+    timings: list[float] | None = None     # set by nnhal.profile: GPU seconds per dispatch, summed over runs
+
+    @property
+    def steps(self) -> list:
+        """What nnhal.profile times: the dispatches (``.node``, ``.kernel_name``)."""
+        return self.program.dispatches if self.program is not None else []
 
 
 def _gpu(device: Device) -> Gpu:
@@ -196,11 +202,19 @@ def _count(device: Device, sg: Subgraph, outputs: dict) -> None:
 def webgpu_run(device: Device, sg: Subgraph) -> None:
     """Write inputs, submit one command buffer, read the outputs into subgraph.values."""
     gpu = _ready_gpu(device)
-    program = sg.device_graph.program
-    submit(gpu, sg, program, sg.values)
+    graph: WebgpuGraph = sg.device_graph
+    program = graph.program
+    submit(gpu, sg, program, sg.values, graph.timings is not None)
     outputs = read_outputs(sg, program)
+    _add_timings(graph)
     sg.values.update(outputs)
     _count(device, sg, outputs)
+
+
+def _add_timings(graph: WebgpuGraph) -> None:
+    seconds = read_timings(graph.program)
+    if seconds is not None and graph.timings is not None and len(graph.timings) == len(seconds):
+        graph.timings = [a + b for a, b in zip(graph.timings, seconds)]
 
 
 def webgpu_async_run(device: Device, sg: Subgraph) -> None:
@@ -211,7 +225,7 @@ def webgpu_async_run(device: Device, sg: Subgraph) -> None:
     """
     gpu = _ready_gpu(device)
     program = sg.device_graph.program
-    submit(gpu, sg, program, sg.values)
+    submit(gpu, sg, program, sg.values, sg.device_graph.timings is not None)
     program.future = device.privacy.waiter.submit(read_outputs, sg, program)
     with device.privacy.lock:
         device.privacy.async_runs += 1
@@ -227,6 +241,7 @@ def webgpu_async_wait(device: Device, sg: Subgraph, try_wait: bool) -> bool:
         return False
     program.future = None
     outputs = future.result()
+    _add_timings(sg.device_graph)
     sg.values.update(outputs)
     _count(device, sg, outputs)
     return True
