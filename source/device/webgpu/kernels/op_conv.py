@@ -60,6 +60,11 @@ def lower(node: Node, em: Emitter, make_epilogue: EpilogueMaker | None) -> None:
   if (ih < 0 || ih >= {win.h} || iw < 0 || iw >= {win.w}) {{ return 0.0; }}
   return in0[(b * {cin_g}u + ci) * {hw}u + u32(ih) * {win.w}u + u32(iw)];
 }}"""
+    if (win.kh, win.kw, win.sh, win.sw, win.ph, win.pw, win.ph_end, win.pw_end) == (1, 1, 1, 1, 0, 0, 0, 0):
+        # NOTE: a pointwise convolution is a plain GEMM: output pixel n is input pixel n
+        load_b = f"""fn load_b(b: u32, k: u32, n: u32) -> f32 {{
+  return in0[(b * {cin_g}u + k) * {hw}u + n];
+}}"""
     inputs = [(node.inputs[0], "f32"), (node.inputs[1], "f32")]
     bias = ""
     if has_bias:
