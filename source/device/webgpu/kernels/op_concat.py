@@ -1,8 +1,10 @@
 """Concat and Split: one copy launch per piece, each moving a slab along the axis."""
 from __future__ import annotations
 
+import numpy as np
+
 from nnhal.device.device import Candidate
-from nnhal.device.webgpu.kernels._index import flat, index_launch
+from nnhal.device.webgpu.kernels._index import index_launch
 from nnhal.device.webgpu.kernels._wgsl import strides
 from nnhal.device.webgpu.kernels.base import Emitter, elem_of
 from nnhal.graph.node import Node
@@ -20,15 +22,20 @@ def why_not(c: Candidate) -> str | None:
 
 
 def _copy(em: Emitter, src: str, dst: str, shape: tuple[int, ...], axis: int, offset: int, into: bool) -> None:
-    """Copy ``shape`` between src and dst, one of which is offset by ``offset`` along ``axis``."""
+    """Copy ``shape`` between src and dst, one of which is offset by ``offset`` along ``axis``.
+
+    Both sides are runs of contiguous blocks: element idx of the piece is at
+    (idx / block) * big_block + offset * stride + idx % block in the other tensor."""
     big = em.shape(dst) if into else em.shape(src)
-    st_big = strides(big)
-    coords = [(f"c{i}", s) for i, s in enumerate(st_big)]
-    big_index = flat(coords) + (f" + {offset * st_big[axis]}u" if offset else "")
+    stride = strides(big)[axis]
+    block, big_block = int(shape[axis]) * stride, int(big[axis]) * stride
+    shift = f" + {offset * stride}u" if offset else ""
+    big_index = f"(idx / {block}u) * {big_block}u + idx % {block}u{shift}" if block != big_block else f"idx{shift}"
+    total = (int(np.prod(shape, dtype=np.int64)),)
     if into:
-        em.launch(index_launch(em, [src], dst, ["let val = in0[idx];"], "Concat", shape, store=big_index))
+        em.launch(index_launch(em, [src], dst, ["let val = in0[idx];"], "Concat", total, store=big_index))
     else:
-        em.launch(index_launch(em, [src], dst, [f"let val = in0[{big_index}];"], "Split", shape))
+        em.launch(index_launch(em, [src], dst, [f"let val = in0[{big_index}];"], "Split", total))
 
 
 def lower(node: Node, em: Emitter, epilogue=None) -> None:
