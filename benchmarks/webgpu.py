@@ -5,7 +5,8 @@
 Per model: median latency of each runtime (same inputs, one after the other; webgpu also at fp16
 where the adapter has shader-f16), the webgpu device's
 dispatch count per run and the latency per dispatch (run time / dispatches, i.e. submit, GPU and
-readback included), its prepare time (WGSL generation, pipeline compilation, weight upload), and the
+readback included), the GPU's own time for them ("gpu ms": timestamp queries from one profiled run,
+where the adapter has timestamp-query), its prepare time (WGSL generation, pipeline compilation, weight upload), and the
 relative error of webgpu's first output against onnxruntime. The adapter is printed first: on a
 machine without a GPU it is Mesa's lavapipe, which runs the shaders on the CPU.
 
@@ -57,6 +58,9 @@ def bench(name: str, batch: int, repeat: int, threads: int, seq: int, fp16: bool
     gpu, gpu_prep = _session(model, feeds, ["webgpu", "cpu"], threads)
     first = gpu.run(feeds)
     gpu_ms = _time(lambda: gpu.run(feeds), 1, repeat)
+    # GPU time of the dispatches themselves (timestamp queries; one pass per dispatch while profiling)
+    profile = gpu.profile(feeds, runs=1)
+    gpu_busy = sum(n.ms for n in profile.nodes if n.device == "webgpu")
     subgraphs = gpu.graph.execution.subgraphs
     dispatches = sum(sg.stats.get("webgpu_dispatches", 0) for sg in subgraphs if sg.device == "webgpu")
     nodes_on_gpu = sum(len(sg.nodes) for sg in subgraphs if sg.device == "webgpu")
@@ -76,7 +80,7 @@ def bench(name: str, batch: int, repeat: int, threads: int, seq: int, fp16: bool
     ort_ms = _time(run_ort, 1, repeat)
     rel = float(np.max(np.abs(first[0] - want[0])) / max(np.max(np.abs(want[0])), 1e-30))
     return {"model": name, "batch": batch, "webgpu": gpu_ms["median"], "fp16": half_ms, "cpu": cpu_ms["median"],
-            "ort": ort_ms["median"], "dispatches": dispatches, "per_dispatch_us": 1e3 * gpu_ms["median"] / dispatches,
+            "ort": ort_ms["median"], "dispatches": dispatches, "busy": gpu_busy, "per_dispatch_us": 1e3 * gpu_ms["median"] / dispatches,
             "prepare": gpu_prep, "nodes": f"{nodes_on_gpu}/{nodes}", "gflops": flops / 1e9, "rel": rel}
 
 
@@ -104,13 +108,13 @@ def main() -> int:
     print(f"batch {args.batch}, {args.threads} threads for cpu/onnxruntime, median of {args.repeat} runs, ms")
     fp16 = "fp16" in desc.precisions and not args.no_fp16
     head = (f"{'model':12s} {'webgpu':>9s} {'fp16':>9s} {'cpu':>8s} {'ort':>8s} {'gpu/ort':>8s} {'disp':>5s} "
-            f"{'us/disp':>8s} {'prep ms':>8s} {'on gpu':>8s} {'GFLOP':>6s} {'rel err':>8s}")
+            f"{'us/disp':>8s} {'gpu ms':>8s} {'prep ms':>8s} {'on gpu':>8s} {'GFLOP':>6s} {'rel err':>8s}")
     print(head)
     for name in [m for m in args.models.split(",") if m]:
         r = bench(name, args.batch, args.repeat, args.threads, args.bert_seq, fp16)
         half = f"{r['fp16']:9.1f}" if r["fp16"] is not None else f"{'-':>9s}"
         print(f"{r['model']:12s} {r['webgpu']:9.1f} {half} {r['cpu']:8.1f} {r['ort']:8.1f} {r['webgpu'] / r['ort']:8.1f} "
-              f"{r['dispatches']:5d} {r['per_dispatch_us']:8.0f} {r['prepare']:8.0f} {r['nodes']:>8s} "
+              f"{r['dispatches']:5d} {r['per_dispatch_us']:8.0f} {r['busy']:8.1f} {r['prepare']:8.0f} {r['nodes']:>8s} "
               f"{r['gflops']:6.2f} {r['rel']:8.1e}", flush=True)
     return 0
 
