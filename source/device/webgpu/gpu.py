@@ -6,6 +6,9 @@ remembers the answer, including why there is no GPU.
 """
 from __future__ import annotations
 
+import os
+import tempfile
+
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,6 +43,10 @@ def open_gpu(power_preference: str = "high-performance") -> Gpu:
         import wgpu
     except ImportError as exc:
         return Gpu(unavailable=f"the Python package 'wgpu' is not installed ({exc}); pip install 'nnhal[webgpu]'")
+    if not os.environ.get("XDG_RUNTIME_DIR"):
+        # NOTE: Mesa's Vulkan WSI prints "error: XDG_RUNTIME_DIR is invalid" to stderr without one; compute
+        # needs no display, so a private empty folder keeps a headless run quiet
+        os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="nnhal-xdg-")
     try:
         adapter = wgpu.gpu.request_adapter_sync(power_preference=power_preference)
     except Exception as exc:  # wgpu raises plain RuntimeError when no driver answers
