@@ -9,14 +9,11 @@ from typing import Any
 
 from nnhal.errors import DeviceError, OptionsError
 from nnhal.optimizer.calibrate import CalibrationTable, as_ranges
+from nnhal.optimizer.limits import MAX_FOLD_BYTES, MAX_GRAPH_BYTES, MAX_LOOP_TRIPS
 
 PRECISIONS = ("fp32", "fp16", "int8", "uint8", "mixed")
 PREFERENCES = ("order", "speed", "power")
 
-# Bounds on prepare (see Options): generous enough that no real model meets them.
-MAX_FOLD_BYTES = 256 << 20
-MAX_LOOP_TRIPS = 1 << 16
-MAX_GRAPH_BYTES = 16 << 30
 
 
 @dataclass

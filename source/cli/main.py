@@ -53,7 +53,12 @@ def cmd_devices(args: argparse.Namespace) -> int:
         if dev is not None:
             desc = dev.describe()
             precisions, ops, state = ",".join(desc.precisions), str(len(desc.ops)), "registered"
-            description = description or desc.summary
+            if desc.summary and desc.summary != description:
+                description = f"{description}: {desc.summary}" if description else desc.summary
+            # NOTE: a registered device that describes no ops (webgpu without wgpu or an adapter) is
+            # unavailable; its summary says why
+            if not desc.ops:
+                state = "unavailable"
         elif status is not None:
             state, description = "unavailable", f"{description + ': ' if description else ''}{status.reason}"
         else:

@@ -27,7 +27,7 @@ from nnhal.graph.tensor import Tensor, TensorKind
 from nnhal.operator.base import Info, Prototype, use_graph_inference
 from nnhal.operator.schema import check_input_types
 from nnhal.operator.table import get_prototype
-from nnhal.options import MAX_FOLD_BYTES, MAX_GRAPH_BYTES, MAX_LOOP_TRIPS
+from nnhal.optimizer.limits import MAX_FOLD_BYTES, MAX_GRAPH_BYTES, MAX_LOOP_TRIPS
 
 NEVER_FOLD = frozenset({"RandomUniform", "RandomNormal", "RandomUniformLike", "RandomNormalLike", "Bernoulli", "Multinomial"})
 _TRACE = os.environ.get("NNHAL_TRACE_FOLD")

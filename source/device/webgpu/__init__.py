@@ -1,0 +1,1 @@
+"""The webgpu device: WGSL compute shaders through wgpu-py."""
