@@ -130,6 +130,7 @@ def _cast(name: str, src: str, dst: str, to: int, opset: int) -> Node:
 QUANT_DTYPE = {"uint8": np.dtype(np.uint8), "int8": np.dtype(np.int8)}
 # ops whose result on the integers equals the quantized result in float (same parameters)
 MOVES = frozenset({"Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "MaxPool", "GlobalMaxPool"})
+INTEGER_SINCE = {"MaxPool": 12}      # the first opset whose schema lets the op take int8/uint8
 
 
 def to_quantized(sg: Subgraph, precision: str, dynamic: bool = False) -> Subgraph:
@@ -273,7 +274,10 @@ def to_quantized(sg: Subgraph, precision: str, dynamic: bool = False) -> Subgrap
             g.tensors[out].quant = g.tensors[node.inputs[0]].quant     # same numbers, same parameters
             qy = f"{out}::q"
             g.tensors[qy] = Tensor(qy)
-            nodes.append(replace(node, inputs=[quantized(node.inputs[0])] + node.inputs[1:], outputs=[qy]))
+            # NOTE: MaxPool takes 8-bit integers from opset 12 on (the schema check refuses an older node)
+            version = max(node.version, INTEGER_SINCE.get(node.op_type, 0))
+            nodes.append(replace(node, inputs=[quantized(node.inputs[0])] + node.inputs[1:], outputs=[qy],
+                                 version=version, opset=max(node.opset, version)))
             twins[out] = qy
             continue
         node.inputs = [floated(n) if n and n not in floats and n in twins else n for n in node.inputs]
