@@ -142,7 +142,7 @@ def _worst_nodes(session, feed: dict[str, np.ndarray]) -> list[tuple[str, str, f
     if session.mixed is not None:
         nodes = session.mixed.nodes
     elif session.graph.prepared_graph is not None:
-        nodes = sensitivities(session.graph.prepared_graph, session.quantization, feed)
+        nodes = sensitivities(session.graph.prepared_graph, session.quantization, feed)[1]
     else:
         return []
     return [(n.node, n.op_type, n.error, n.choice) for n in sorted(nodes, key=lambda n: -n.error)[:WORST]]

@@ -5,7 +5,8 @@ float32 [N]; bias float32 [N] (optional); W_float float32 [len(float_columns),
 K] (with ``float_columns``). Attribute ``activation``:
 "int8" (each row symmetric, scale max|x|/127) or "uint8" (each row
 asymmetric over [min(x, 0), max(x, 0)], scale range/255). Output Y float32
-[M, N] = (Xq - zx) Wq^T * (sx sw) + bias with exact integer sums, except
+[M, N] = (Xq - zx) Wq^T * (sx sw) + bias (integer sums; a kernel may round them
+below the 8-bit step, as the CPU's float32 BLAS does beyond K = 518), except
 the output columns listed in ``float_columns`` (outlier dimensions), which are
 X W_float^T + bias in float32 (LLM.int8()'s mixed decomposition, output side): per-token
 dynamic quantization (LLM.int8's vector-wise activations, onnxruntime's

@@ -2,11 +2,11 @@
 
     options, report = choose_mixed(graph, options, probe)
 
-1. Whole graph, twice: fp32 (the reference) and uint8 everywhere (the
-   starting error). ``probe(options)`` prepares and runs the graph on the
-   inputs set before prerun and returns its outputs, its prepared graph (the
-   quantized precision's rewrite, with every tensor's calibrated Quantization)
-   and the core's Int8Plan.
+1. Whole graph at uint8 everywhere (the starting error): ``probe(options)``
+   prepares and runs the graph on the inputs set before prerun and returns
+   its outputs, its prepared graph (the quantized precision's rewrite, with
+   every tensor's calibrated Quantization) and the core's Int8Plan. One fp32
+   run of that prepared graph (the same function) is the reference.
 2. Sensitivity, per node, its own: every weighted node (Conv, Gemm, MatMul
    with constant weights) is evaluated alone on the fp32 values of its inputs
    (one fp32 run of the prepared graph keeps every tensor), with its weights
@@ -23,8 +23,9 @@
    most ``ROUNDS`` measurements). If even that fails: fp16, then fp32.
 
 Every step, and per node what it chose and why, goes in the MixedReport. The
-search costs about four quantized prepares; a progress bar shows on a TTY
-stderr unless ``Options(progress=False)``.
+search costs two or three quantized prepares and, per weighted node, one fp32
+run of the graph after it (on MiniLM: 5-7x a uint8 prepare in all); a
+progress bar shows on a TTY stderr unless ``Options(progress=False)``.
 """
 from __future__ import annotations
 
@@ -99,15 +100,18 @@ def choose_mixed(graph: Graph, options: Options, probe: Probe, feeds: dict[str, 
     from nnhal.optimizer.calibrate import _Progress
 
     bar = _Progress(options.progress and sys.stderr.isatty(), None, "mixed precision search")
-    reference, _, _ = probe(with_(options, precision="fp32"))
-    bar.step()
     base = with_(options, precision="uint8", keep_fp32=frozenset(options.keep_fp32))
     tried: list[tuple[str, float]] = []
     got, prepared, plan = probe(base)
     bar.step()
+    if prepared is not None:
+        # NOTE: the uint8 rewrite's graph computes the fp32 function (Gemm for MatMul + Add, smoothing exact),
+        # so its fp32 run is the reference too: no separate fp32 prepare
+        reference, nodes = sensitivities(prepared, plan, feeds, bar)
+    else:
+        reference, nodes = probe(with_(options, precision="fp32"))[0], []
     err = relative_error(got, reference)
     tried.append(("uint8", err))
-    nodes = sensitivities(prepared, plan, feeds, bar) if prepared is not None else []
     if err <= options.mixed_tolerance:
         for n in nodes:
             n.why = "uint8 everywhere keeps the bound"
@@ -165,8 +169,10 @@ def _explain(nodes: list[NodeSensitivity], kept: list[NodeSensitivity], precisio
             n.choice, n.why = "uint8", "its share of the error fits in the bound"
 
 
-def sensitivities(graph: Graph, plan: Any, feeds: dict[str, np.ndarray], bar=None) -> list[NodeSensitivity]:
-    """Each weighted node's own quantization error on the fp32 values of its inputs (see the module doc)."""
+def sensitivities(graph: Graph, plan: Any, feeds: dict[str, np.ndarray], bar=None
+                  ) -> tuple[list[np.ndarray], list[NodeSensitivity]]:
+    """(the fp32 outputs, each weighted node's own quantization error on the fp32 values of its inputs)
+    (see the module doc)."""
     from nnhal.hostkernels.graphrun import compile_nodes
     from nnhal.graph.tensor import constant
     from nnhal.optimizer.quantize import per_channel_int8
@@ -211,7 +217,7 @@ def sensitivities(graph: Graph, plan: Any, feeds: dict[str, np.ndarray], bar=Non
         out.append(NodeSensitivity(node.name, node.op_type, error, macs))
         if bar is not None:
             bar.step()
-    return out
+    return outputs, out
 
 
 def _downstream_error(graph: Graph, at: int, name: str, value: np.ndarray, values: dict[str, np.ndarray],
