@@ -65,6 +65,11 @@ def place(graph: Graph, devices: list[Device], precision: str, pins: dict[str, s
             if device.name in denied:
                 declined[device.name] = "denied by the user"
                 continue
+            why = _why_not(device, descriptions[device.name], cand)
+            if why:
+                declined[device.name] = why
+                continue
+            # NOTE: after the device's own verdict, so a device that lacks the op says that first
             if node.name in higher and device.name != fallback and not pinned:
                 declined[device.name] = f"kept in float32 under {precision}: {higher[node.name]}"
                 continue
@@ -72,10 +77,6 @@ def place(graph: Graph, devices: list[Device], precision: str, pins: dict[str, s
                 declined[device.name] = (f"quantizes activations statically only (Description."
                                          f"activation_quantization={descriptions[device.name].activation_quantization}"
                                          f"); this node needs dynamic quantization: {dynamic[node.name]}")
-                continue
-            why = _why_not(device, descriptions[device.name], cand)
-            if why:
-                declined[device.name] = why
                 continue
             if prefer != "order" and not pinned:
                 accepted.append(device.name)
