@@ -157,6 +157,13 @@ def check_hook_order(device: str) -> None:
                 s.profile(feeds, runs=1, warmup=0)
                 if s.fallbacks:
                     raise AssertionError(f"'{device}' failed while recorded: {[f.describe() for f in s.fallbacks]}")
+            # NOTE: whether the run above used async_run or run depends on timing (async is chosen only
+            # while other work is ready or in flight); the same model without the side branch leaves
+            # nothing to overlap at any moment, so the scheduler calls run
+            plain, plain_feeds, plain_pins = _boundary_model(device, original, side=False)
+            with nnhal.Session(plain, devices=[first, FALLBACK_DEVICE], pins=_renamed(plain_pins, device, first),
+                               precision=_precision(original)) as s:
+                s.run(plain_feeds)
         finally:
             unregister_device(second)
     finally:

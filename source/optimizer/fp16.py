@@ -104,7 +104,7 @@ def to_fp16_storage(sg: Subgraph) -> Subgraph:
     for name in floats:
         g.tensors[name].dtype = F16
     g.nodes = opening + g.nodes + closing
-    infer_graph(g, fold=False)
+    infer_graph(g, fold=False, check_types=False)
     sg.graph, sg.nodes = g, g.nodes
     for names, formats in ((sg.inputs, sg.input_formats), (sg.outputs, sg.output_formats)):
         for name in names:

@@ -69,7 +69,7 @@ def to_fp16(sg: Subgraph) -> Subgraph:
     casts and inputs), so a body never hands a float32 value to float16 code.
     """
     g = _half_graph(subgraph_graph(sg), sg.graph.opsets.get("", 17))
-    infer_graph(g, fold=False)
+    infer_graph(g, fold=False, check_types=False)
     sg.graph, sg.nodes = g, g.nodes
     for names, formats in ((sg.inputs, sg.input_formats), (sg.outputs, sg.output_formats)):
         for name in names:
@@ -286,7 +286,7 @@ def to_quantized(sg: Subgraph, precision: str, dynamic: bool = False) -> Subgrap
     for name in sg.outputs:
         floated(name)
     g.nodes = nodes
-    infer_graph(g, fold=False)
+    infer_graph(g, fold=False, check_types=False)
     sg.graph, sg.nodes = g, nodes
     sg.precision = precision
     return sg

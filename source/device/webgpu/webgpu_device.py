@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from nnhal.device.device import Allocator, Candidate, Description, Device, Interface, Performance, Verdict
+from nnhal.device.device import Allocator, Candidate, Description, Device, Interface, NodeTiming, Performance, Verdict
 from nnhal.device.manager import register_device, unregister_device
 from nnhal.device.webgpu.gpu import Gpu, open_gpu
 from nnhal.device.webgpu.kernels.base import elem_of
@@ -72,11 +72,11 @@ class WebgpuGraph:
     plan: Plan
     memory: Memory
     program: Program | None = None
-    timings: list[float] | None = None     # set by nnhal.profile: GPU seconds per dispatch, summed over runs
+    timings: list[float] | None = None     # set by the profile hook: GPU seconds per dispatch, summed over runs
 
     @property
     def steps(self) -> list:
-        """What nnhal.profile times: the dispatches (``.node``, ``.kernel_name``)."""
+        """What the profile hook times: the dispatches (``.node``, ``.kernel_name``)."""
         return self.program.dispatches if self.program is not None else []
 
 
@@ -217,6 +217,19 @@ def _add_timings(graph: WebgpuGraph) -> None:
         graph.timings = [a + b for a, b in zip(graph.timings, seconds)]
 
 
+def webgpu_profile(device: Device, sg: Subgraph, enable: bool) -> list[NodeTiming] | None:
+    """GPU time per dispatch from timestamp queries: on with ``enable``, then one NodeTiming per dispatch
+    (a fused group is named by its first node; the kernel is the shader's label). No timestamp-query
+    feature on the adapter: every dispatch reads 0 and the scheduler's subgraph time still counts."""
+    graph: WebgpuGraph = sg.device_graph
+    if enable:
+        graph.timings = [0.0] * len(graph.steps)
+        return None
+    timings, graph.timings = graph.timings, None
+    return [NodeTiming(d.node.name if d.node is not None else d.label, d.node.op_type if d.node is not None else "",
+                       d.kernel_name, t) for d, t in zip(graph.steps, timings or ())]
+
+
 def webgpu_async_run(device: Device, sg: Subgraph) -> None:
     """Submit the run and return at once; the device's waiter thread maps the outputs when the queue is done.
 
@@ -268,7 +281,7 @@ def webgpu_release_graph(device: Device, device_graph: WebgpuGraph) -> None:
 WEBGPU_INTERFACE = Interface(
     run=webgpu_run, init=webgpu_init, pre_run=webgpu_pre_run, post_run=webgpu_post_run,
     async_run=webgpu_async_run, async_wait=webgpu_async_wait, release_graph=webgpu_release_graph,
-    release_device=webgpu_release_device)
+    release_device=webgpu_release_device, profile=webgpu_profile)
 WEBGPU_ALLOCATOR = Allocator(describe=webgpu_describe, evaluation=webgpu_evaluation, allocate=webgpu_allocate,
                              release=webgpu_release)
 

@@ -1,12 +1,13 @@
-"""The device kit (nnhal.testing) on webgpu: subgraph boundaries against the CPU, fallback to the CPU,
-and one Session run from several threads at once.
-
-NOTE: testing.check_hook_order is left out: it requires ``run`` to be called, but with two recording
-copies the default scheduler may start every webgpu subgraph with ``async_run`` (whether a later
-subgraph overlaps depends on timing), so it passed 2 runs of 3 here. Reported to the kit's owner."""
+"""The device kit (nnhal.testing) on webgpu: every hook called in lifecycle order (the kit also runs a
+model with nothing to overlap, so the synchronous ``run`` is used as well as ``async_run``), subgraph
+boundaries against the CPU, fallback to the CPU, and one Session run from several threads at once."""
 from __future__ import annotations
 
 from nnhal import testing
+
+
+def test_hook_order(webgpu):
+    testing.check_hook_order("webgpu")
 
 
 def test_boundaries(webgpu):
