@@ -15,6 +15,7 @@ import enum
 import importlib
 import importlib.util
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -53,6 +54,7 @@ from nnhal.scheduler.cleanup import Cleanup
 from nnhal.scheduler.default import DEFAULT_SCHEDULER, fall_back, release_subgraph
 from nnhal.scheduler.locks import ReadWriteLock
 from nnhal.scheduler.scheduler import Execution, Scheduler
+from nnhal.serializer.cache import load_cached
 from nnhal.serializer.onnx_import import load_onnx
 
 log = logging.getLogger("nnhal")
@@ -279,12 +281,18 @@ class GraphHandle:
         return list(self.graph.outputs)
 
 
-def create_graph(context: Context, model_format: str, model: Any) -> GraphHandle:
-    """Import a model ('onnx': path, bytes or onnx.ModelProto) into a context."""
+def create_graph(context: Context, model_format: str, model: Any,
+                 compiled_cache: str | os.PathLike | None = None) -> GraphHandle:
+    """Import a model ('onnx': path, bytes or onnx.ModelProto) into a context.
+
+    ``compiled_cache``: a directory of the user's own where the imported graph is kept, keyed by the
+    model's hash and nnhal's version, and loaded from on later imports (nnhal.serializer.cache)."""
     if not isinstance(context, Context):
         raise StateError(f"create_graph needs a context from create_context(), got {type(context).__name__}")
     if model_format != "onnx":
         raise ModelError(f"model format '{model_format}' is not supported; nnhal reads 'onnx'")
+    if compiled_cache is not None:
+        return GraphHandle(context, load_cached(model, compiled_cache, load_onnx))
     return GraphHandle(context, load_onnx(model))
 
 

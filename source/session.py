@@ -1,6 +1,7 @@
 """Session: the one-object way to run a model."""
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -20,13 +21,14 @@ class Session:
                  num_thread: int = 0, device_options: dict[str, dict] | None = None, strict: bool = False,
                  pins: dict[str, str] | None = None, deny: dict[str, list[str]] | None = None,
                  min_group_size: int = 1, calibration: Any = None, mixed_tolerance: float = 0.01,
-                 name: str = "session") -> None:
+                 name: str = "session", compiled_cache: str | os.PathLike | None = None) -> None:
         api.init()
         self.options = Options(num_thread=num_thread, precision=precision, strict=strict,
                                min_group_size=min_group_size, calibration=calibration,
                                mixed_tolerance=mixed_tolerance)
         self.context = api.create_context(name, devices, device_options, strict, pins, deny)
-        self.graph = api.create_graph(self.context, "onnx", model)
+        # compiled_cache: a directory of the user's own keeping imported models (nnhal.serializer.cache)
+        self.graph = api.create_graph(self.context, "onnx", model, compiled_cache)
 
     @property
     def input_names(self) -> list[str]:

@@ -91,6 +91,8 @@ def _convert_graph(gp: onnx.GraphProto, opsets: dict[str, int], outer: frozenset
         inputs.append(vi.name)
     nodes: list[Node] = []
     scope = outer | set(tensors)
+    # NOTE: what a nested graph may read: computed once per graph (not per attribute: quadratic in nodes)
+    body_scope = scope | {o for n in gp.node for o in n.output} if _has_graph_attribute(gp) else scope
     for i, np_ in enumerate(gp.node):
         name = np_.name or f"{np_.op_type}_{i}"
         domain = "" if np_.domain == "ai.onnx" else np_.domain
@@ -100,8 +102,7 @@ def _convert_graph(gp: onnx.GraphProto, opsets: dict[str, int], outer: frozenset
         if version is None:
             unsupported.setdefault((f"{domain + '::' if domain else ''}{np_.op_type}", opset or 0), name)
             continue
-        attrs = {a.name: _attribute(a, opsets, scope | {o for n in gp.node for o in n.output}, unsupported)
-                 for a in np_.attribute}
+        attrs = {a.name: _attribute(a, opsets, body_scope, unsupported) for a in np_.attribute}
         node = Node(name, np_.op_type, list(np_.input), list(np_.output), attrs, domain, opset, version)
         nested = bodies(node)
         if nested:
@@ -122,6 +123,10 @@ def _convert_graph(gp: onnx.GraphProto, opsets: dict[str, int], outer: frozenset
             # the declared type is a hint until inference sets the real one
             tensors[vi.name].dtype, tensors[vi.name].shape = dtype, shape
     return Graph(gp.name or "main", tensors, nodes, inputs, [o.name for o in gp.output], dict(opsets), outer)
+
+
+def _has_graph_attribute(gp: onnx.GraphProto) -> bool:
+    return any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for n in gp.node for a in n.attribute)
 
 
 def _value_type(vi: onnx.ValueInfoProto) -> tuple[np.dtype | None, tuple | None]:
