@@ -6,7 +6,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import nnhal
-from nnhal.device.cpu.straight import failing_step
+from nnhal.device.cpu import straight
+from nnhal.device.cpu.straight import Chunk, failing_step
 from tests.conftest import make_model, vinfo
 
 
@@ -29,11 +30,13 @@ def plans(session):
     return [sg.device_graph for sg in session.graph.execution.subgraphs if sg.device == "cpu"]
 
 
-def test_straight_run_equals_the_interpreting_loop(monkeypatch):
+@pytest.mark.parametrize("chunk", [256, 2, 1])
+def test_straight_run_equals_the_interpreting_loop(monkeypatch, chunk):
+    monkeypatch.setattr(straight, "CHUNK", chunk)    # small chunks: tensors cross function boundaries
     x = np.random.default_rng(0).standard_normal((2, 6)).astype(np.float32)
     with nnhal.Session(mixed_model(), devices=["cpu"]) as s:
         fast = s.run({"x": x})
-        assert plans(s) and all(p.straight is not None for p in plans(s))
+        assert plans(s) and all(p.chunks and len(p.chunks) == -(-len(p.steps) // chunk) for p in plans(s))
         fast_again = s.run({"x": x})
         monkeypatch.setenv("NNHAL_CHECK", "1")   # checking runs take the interpreting loop
         slow = s.run({"x": x})
@@ -43,7 +46,9 @@ def test_straight_run_equals_the_interpreting_loop(monkeypatch):
     assert fast[0] is not fast_again[0]          # graph outputs are fresh arrays per run
 
 
-def test_a_failing_kernel_is_named():
+@pytest.mark.parametrize("chunk", [256, 1])
+def test_a_failing_kernel_is_named(monkeypatch, chunk):
+    monkeypatch.setattr(straight, "CHUNK", chunk)
     idx = vinfo("i", [2], TensorProto.INT64)
     model = make_model([helper.make_node("Relu", ["x"], ["r"], name="relu"),
                         helper.make_node("Gather", ["r", "i"], ["y"], axis=0, name="the_gather")],
@@ -62,5 +67,7 @@ def test_failing_step_ignores_foreign_tracebacks():
     try:
         f()
     except ValueError as exc:
-        assert failing_step(exc, (lambda: 0).__code__) is None
-        assert failing_step(exc, f.__code__) == f.__code__.co_firstlineno + 1 - 3   # steps start on line 3
+        assert failing_step(exc, [Chunk(f, (lambda: 0).__code__, 0, 5)]) is None
+        line = f.__code__.co_firstlineno + 1 - straight.FIRST_STEP_LINE   # f raises on its second line
+        assert failing_step(exc, [Chunk(f, f.__code__, 10, line + 1)]) == 10 + line
+        assert failing_step(exc, [Chunk(f, f.__code__, 10, line)]) is None   # past the chunk's steps

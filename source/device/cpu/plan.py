@@ -17,7 +17,7 @@ from nnhal.device.cpu.kernels.select import reference_forced, select
 from nnhal.device.cpu.fusions import fuse_activations, fuse_channel_shuffle, fuse_gelu, fuse_matmul
 from nnhal.device.cpu.layout import Layouts, assign_layouts
 from nnhal.device.cpu.planner import MemoryPlan, arena_views, plan_memory
-from nnhal.device.cpu.straight import failing_step, generate
+from nnhal.device.cpu.straight import Chunk, failing_step, generate
 from nnhal.errors import DeviceError, NnhalError, where
 from nnhal.graph.graph import Graph
 from nnhal.graph.node import Node
@@ -64,9 +64,8 @@ class Plan:
     timings: list[float] | None = None
     layout: tuple = ()                            # (shapes, dtypes, per-step output names) to lay out an arena
     pool: list[Buffers] = field(default_factory=list)
-    # the steps as one generated straight-line function (straight.py) and its code object
-    straight: object = None
-    code: object = None
+    # the steps as generated straight-line functions (straight.py); empty = interpret them
+    chunks: list[Chunk] = field(default_factory=list)
 
     def _new_buffers(self) -> Buffers:
         shapes, dtypes, names = self.layout
@@ -84,7 +83,7 @@ class Plan:
         except IndexError:
             buffers = self._new_buffers()
         try:
-            if self.straight is not None and self.timings is None and not check:
+            if self.chunks and self.timings is None and not check:
                 self._run_straight(values, buffers.per_step)
             else:
                 self._run(values, buffers.per_step, check)
@@ -92,17 +91,23 @@ class Plan:
             self.pool.append(buffers)
 
     def _run_straight(self, values: dict[str, np.ndarray], per_step: list[list]) -> None:
+        slots = list(self.slots)
+        for name, idx in self.inputs:
+            slots[idx] = values[name]
         try:
-            self.straight(values, per_step)
+            for chunk in self.chunks:
+                chunk.run(slots, per_step)
         except NnhalError:
             raise
         except Exception as exc:
-            k = failing_step(exc, self.code)
-            if k is None or not 0 <= k < len(self.steps):
+            k = failing_step(exc, self.chunks)
+            if k is None:
                 raise DeviceError(f"cpu: a plan's run failed: {type(exc).__name__}: {exc}") from exc
             step = self.steps[k]
             raise DeviceError(f"{where(step.node, 'cpu')}: kernel '{step.kernel_name}' failed: "
                               f"{type(exc).__name__}: {exc}") from exc
+        for name, idx in self.outputs:
+            values[name] = slots[idx]
 
     def _run(self, values: dict[str, np.ndarray], per_step: list[list], check: bool) -> None:
         slots = list(self.slots)
@@ -221,9 +226,8 @@ def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: l
     out_slots = [(n, slot(n)) for n in outputs]
     layout = (shapes, dtypes, [tuple(node.outputs) for node, _, _, _ in chosen])
     pool = [Buffers(arena, [step.buffers for step in steps])]
-    straight, code = generate(steps, slots, in_slots, out_slots)
     return Plan(steps, slots, in_slots, out_slots, memory, arena, kernels, layout=layout, pool=pool,
-                straight=straight, code=code)
+                chunks=generate(steps, slots, out_slots))
 
 
 def concat_slices(graph: Graph, chosen: list, sizes: dict[str, int], skip: set[str] = frozenset()) \
