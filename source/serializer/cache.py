@@ -27,6 +27,7 @@ import pickle
 import stat
 import struct
 import sys
+import threading
 import warnings
 from pathlib import Path
 from typing import Any
@@ -183,7 +184,7 @@ def _align(n: int) -> int:
 
 
 def _write_atomic(path: Path, head: bytes, parts: list | None = None) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         with os.fdopen(fd, "wb") as f:
