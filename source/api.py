@@ -17,6 +17,7 @@ import functools
 import importlib
 import importlib.util
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -59,6 +60,7 @@ from nnhal.scheduler.cleanup import Cleanup
 from nnhal.scheduler.default import DEFAULT_SCHEDULER, fall_back, release_subgraph
 from nnhal.scheduler.locks import ReadWriteLock
 from nnhal.scheduler.scheduler import Execution, Scheduler
+from nnhal.serializer.cache import load_cached
 from nnhal.serializer.onnx_import import load_onnx
 
 log = logging.getLogger("nnhal")
@@ -302,16 +304,21 @@ class GraphHandle:
 
 
 @_typed
-def create_graph(context: Context, model_format: str, model: Any, base_dir: str | None = None) -> GraphHandle:
+def create_graph(context: Context, model_format: str, model: Any, base_dir: str | None = None,
+                 compiled_cache: str | os.PathLike | None = None) -> GraphHandle:
     """Import a model ('onnx': path, bytes or onnx.ModelProto) into a context.
 
     External-data tensors resolve only inside one folder: the model file's own, or ``base_dir``,
     which bytes and a ModelProto with external data must give (see README, "Untrusted models").
+    ``compiled_cache``: a directory of the user's own where the imported graph is kept, keyed by the
+    model's hash and nnhal's version, and loaded from on later imports (nnhal.serializer.cache).
     """
     if not isinstance(context, Context):
         raise StateError(f"create_graph needs a context from create_context(), got {type(context).__name__}")
     if model_format != "onnx":
         raise ModelError(f"model format '{model_format}' is not supported; nnhal reads 'onnx'")
+    if compiled_cache is not None:
+        return GraphHandle(context, load_cached(model, compiled_cache, lambda m: load_onnx(m, base_dir)))
     return GraphHandle(context, load_onnx(model, base_dir))
 
 

@@ -1,6 +1,7 @@
 """Session: the one-object way to run a model."""
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -66,7 +67,7 @@ class Session:
                  min_group_size: int = 1, calibration: Any = None, mixed_tolerance: float = 0.01,
                  name: str = "session", prefer: str = "order", base_dir: str | None = None,
                  max_fold_bytes: int = MAX_FOLD_BYTES, max_loop_trips: int = MAX_LOOP_TRIPS,
-                 max_graph_bytes: int = MAX_GRAPH_BYTES) -> None:
+                 max_graph_bytes: int = MAX_GRAPH_BYTES, compiled_cache: str | os.PathLike | None = None) -> None:
         api.init()
         if isinstance(model, str) and model.startswith("zoo:"):
             from nnhal.zoo import resolve
@@ -77,7 +78,8 @@ class Session:
                                mixed_tolerance=mixed_tolerance, prefer=prefer, max_fold_bytes=max_fold_bytes,
                                max_loop_trips=max_loop_trips, max_graph_bytes=max_graph_bytes)
         self.context = api.create_context(name, devices, device_options, strict, pins, deny)
-        self.graph = api.create_graph(self.context, "onnx", model, base_dir)
+        # compiled_cache: a directory of the user's own keeping imported models (nnhal.serializer.cache)
+        self.graph = api.create_graph(self.context, "onnx", model, base_dir, compiled_cache)
 
     @property
     def input_names(self) -> list[str]:

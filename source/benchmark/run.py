@@ -28,7 +28,8 @@ MODELS = ZOO + ["bert"]
 _MARK = "NNHAL_BENCH_REEXEC"
 
 
-def _reexec_without_openblas_vars(argv: list[str]) -> None:
+def _reexec_without_openblas_vars(argv: list[str], command: list[str] | None = None) -> None:
+    """Re-execute ``command`` (default: this module) with ``argv`` without UNSET; _MARK says what was removed."""
     present = {k: os.environ[k] for k in UNSET if k in os.environ}
     if not present:
         return
@@ -36,7 +37,8 @@ def _reexec_without_openblas_vars(argv: list[str]) -> None:
     env[_MARK] = ",".join(f"{k}={v}" for k, v in present.items())
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execve(sys.executable, [sys.executable, "-m", "nnhal.benchmark.run", *argv], env)
+    command = command or [sys.executable, "-m", "nnhal.benchmark.run"]
+    os.execve(command[0], [*command, *argv], env)
 
 
 # ------------------------------------------------------------------ models
@@ -176,8 +178,9 @@ def _reset_peak() -> bool:
         return False
 
 
-def memory_child(runtime: str, name: str, batch: int, threads: int) -> None:
-    """Runs in a subprocess: print the peak RSS growth (bytes) of creating the session and running twice."""
+def memory_child(runtime: str, name: str, batch: int, threads: int, loader=None) -> None:
+    """Runs in a subprocess: print the peak RSS growth (bytes) of creating the session and running twice.
+    ``loader(name, batch) -> (model, feeds)``: load_model by default (benchmarks/modern.py passes its own)."""
     import numpy  # noqa: F401  (libraries loaded before the baseline)
     import onnx  # noqa: F401
 
@@ -186,7 +189,7 @@ def memory_child(runtime: str, name: str, batch: int, threads: int) -> None:
         import nnhal.hostkernels.select  # noqa: F401
     else:
         import onnxruntime  # noqa: F401
-    model, feeds = load_model(name, batch)
+    model, feeds = (loader or load_model)(name, batch)
     import gc
 
     gc.collect()
@@ -335,6 +338,20 @@ def render_html(rows: list[dict], text: str) -> str:
 
 
 # ------------------------------------------------------------------ main
+def environment_lines() -> list[str]:
+    """What the benchmark's environment was: the removed OpenBLAS variables and the BLAS kernel in use."""
+    from threadpoolctl import threadpool_info
+
+    removed = os.environ.get(_MARK)
+    lines = ["OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are unset for this run"
+             + (f" (re-executed without {removed})" if removed else " (they were not set)")]
+    for info in threadpool_info():
+        if info.get("user_api") == "blas":
+            lines.append(f"BLAS: {info.get('internal_api')} {info.get('version')} kernel={info.get('architecture')} "
+                         f"threading={info.get('threading_layer')} ({os.path.basename(info.get('filepath', ''))})")
+    return lines
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="nnhal bench", description=__doc__.splitlines()[0])
     from nnhal.ui.command import add_quiet, natural_int, output_file, positive_int
@@ -383,17 +400,8 @@ def main(argv: list[str] | None = None) -> int:
         print("nnhal bench: the peer runtime onnxruntime is not installed; install it with "
               "python -m pip install 'nnhal[bench]' (or \".[bench]\" from a checkout)", file=sys.stderr)
         return 2
-    from threadpoolctl import threadpool_info
-
-    removed = os.environ.get(_MARK)
     header = [f"nnhal bench: {threads} thread(s), warm-up {args.warmup}, median of {args.repeat} runs; "
-              f"onnxruntime {onnxruntime.__version__} (CPUExecutionProvider)",
-              "OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are unset for this run"
-              + (f" (re-executed without {removed})" if removed else " (they were not set)")]
-    for info in threadpool_info():
-        if info.get("user_api") == "blas":
-            header.append(f"BLAS: {info.get('internal_api')} {info.get('version')} kernel={info.get('architecture')} "
-                          f"threading={info.get('threading_layer')} ({os.path.basename(info.get('filepath', ''))})")
+              f"onnxruntime {onnxruntime.__version__} (CPUExecutionProvider)"] + environment_lines()
     for line in header:
         print(line, flush=True)
 

@@ -6,7 +6,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from nnhal.hostkernels.base import Kernel, RunFn
+from nnhal.hostkernels.base import Kernel, RunFn, ufunc_run
 from nnhal.graph.node import Node
 from nnhal.operator.base import Info
 
@@ -29,7 +29,7 @@ def binary_run(fn: BinaryFn) -> RunFn:
         # NOTE: ufuncs return numpy scalars for 0-d operands when out is None.
         return (result if out is not None else np.asarray(result),)
 
-    return run
+    return ufunc_run(run, fn)
 
 
 class BinaryKernel(Kernel):

@@ -1,6 +1,7 @@
 """Shared CPU code of the quantization, recurrent and control-flow kernels."""
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -257,10 +258,14 @@ class Recurrence:
 
 # ------------------------------------------------------------- control flow
 class BodyRunner:
-    """Runs a nested graph with given input and outer-scope arrays.
+    """Runs a nested graph (If branch, Loop or Scan body) with given input and outer-scope arrays.
 
-    Each distinct set of input shapes and dtypes gets its own inferred copy of
-    the body and compiled plan, cached (bodies of loops repeat shapes).
+    Bodies are prepared once and reused across iterations and runs: a compiled plan per input shapes,
+    looked up by the tuple of shapes alone (a prepared node's dtypes never change). When a second set of
+    shapes of the same ranks turns up (a carried state that grows, a branch fed other sizes), one plan is
+    compiled with the differing dims left unknown, and it serves every later set matching it: a loop whose
+    state grows each iteration compiles twice, not once per iteration. Shared by concurrent runs: plans are
+    re-entrant and the cache only grows under a lock.
     """
 
     MAX_CACHED = 16
@@ -269,31 +274,72 @@ class BodyRunner:
         self.body = body
         reads = free_names(body)
         self.implicit = [n for n in implicit if n in reads]
+        self.names = list(body.inputs) + self.implicit
+        self.outputs = list(body.outputs)
         self.cache: dict[tuple, object] = {}
+        self.generic: dict[tuple, tuple[tuple, object]] = {}   # ranks -> (shapes with None dims, plan)
+        self.lock = threading.Lock()
+        self.compiles = 0
 
-    def run(self, inputs: Sequence[np.ndarray], outer: dict[str, np.ndarray]) -> list[np.ndarray]:
-        arrays = list(inputs) + [outer[n] for n in self.implicit]
-        key = tuple((a.dtype.str, a.shape) for a in arrays)
+    def run(self, inputs: Sequence[np.ndarray], outer: dict[str, np.ndarray], check: bool = False) \
+            -> list[np.ndarray]:
+        """The body's outputs for ``inputs`` (body inputs in order) and the node's outer-scope arrays."""
+        arrays = list(inputs)
+        for n in self.implicit:
+            arrays.append(outer[n])
+        key = tuple([a.shape for a in arrays])
         plan = self.cache.get(key)
         if plan is None:
-            plan = self._compile(arrays)
+            plan = self._plan_for(key, arrays)
+        values = dict(zip(self.names, arrays))
+        plan.run(values, check)
+        return [values[n] for n in self.outputs]
+
+    def _plan_for(self, key: tuple, arrays: list[np.ndarray]):
+        ranks = tuple(len(shape) for shape in key)
+        with self.lock:
+            generic = self.generic.get(ranks)
+            seen = [k for k in self.cache if tuple(len(s) for s in k) == ranks]
+        if generic is not None and _matches(generic[0], key):
+            plan = generic[1]
+        elif seen or generic is not None:
+            pattern = _merge([generic[0]] if generic is not None else seen[:1], key)
+            plan = self._compile(arrays, pattern)
+            with self.lock:
+                self.generic[ranks] = (pattern, plan)
+        else:
+            plan = self._compile(arrays, key)
+        with self.lock:
             if len(self.cache) >= self.MAX_CACHED:
                 self.cache.pop(next(iter(self.cache)))
             self.cache[key] = plan
-        values = dict(zip(self.body.inputs + self.implicit, arrays))
-        plan.run(values)
-        return [values[n] for n in self.body.outputs]
+        return plan
 
-    def _compile(self, arrays: list[np.ndarray]):
+    def _compile(self, arrays: list[np.ndarray], shapes: tuple):
         graph = self.body.copy()
-        names = self.body.inputs + self.implicit
-        for name, a in zip(names, arrays):
+        for name, a, shape in zip(self.names, arrays, shapes):
             t = graph.tensors.get(name)
             if t is None or name in self.implicit:
                 t = graph.tensors[name] = Tensor(name, kind=TensorKind.INPUT)
-            t.dtype, t.shape = a.dtype, tuple(a.shape)
+            t.dtype, t.shape = a.dtype, tuple(shape)
         infer_body_graph(graph)
-        return compile_nodes(graph, graph.nodes, names, graph.outputs)
+        self.compiles += 1
+        return compile_nodes(graph, graph.nodes, self.names, graph.outputs)
+
+
+def _matches(pattern: tuple, key: tuple) -> bool:
+    return all(p is None or p == d for ps, ks in zip(pattern, key) for p, d in zip(ps, ks))
+
+
+def _merge(patterns: list[tuple], key: tuple) -> tuple:
+    """Shapes keeping the dims every one of ``patterns`` and ``key`` agree on, None elsewhere."""
+    merged = []
+    for j, shape in enumerate(key):
+        dims = list(shape)
+        for p in patterns:
+            dims = [d if q == d else None for d, q in zip(dims, p[j])]
+        merged.append(tuple(dims))
+    return tuple(merged)
 
 
 def outer_values(node: Node, inputs: list) -> dict[str, np.ndarray]:

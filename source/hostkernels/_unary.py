@@ -9,7 +9,7 @@ from typing import ClassVar
 import numpy as np
 from numpy.polynomial import chebyshev
 
-from nnhal.hostkernels.base import Kernel, RunFn, store
+from nnhal.hostkernels.base import Kernel, RunFn, store, ufunc_run
 from nnhal.graph.node import Node
 
 
@@ -25,7 +25,7 @@ class UfuncKernel(Kernel):
         def run(inputs, outputs):
             return (np.asarray(ufunc(inputs[0], out=outputs[0])),)
 
-        return run
+        return ufunc_run(run, ufunc)
 
 
 class FormulaKernel(Kernel):

@@ -12,9 +12,14 @@ static, else None; a kernel writes into the preallocated array (``out=``) or
 returns a new one where it is None. Several implementations of one op may
 coexist; ``score`` says how well one fits a node (0 = cannot run it) and the
 highest score wins.
+
+A run function may carry the attribute ``ufunc`` (see ``ufunc_run``): it promises that, whenever its one
+output is preallocated, ``run(inputs, outputs)`` is exactly ``(ufunc(*inputs, out=outputs[0]),)``; the
+plan then calls the ufunc itself and skips a call layer per node.
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
@@ -74,6 +79,18 @@ class FunctionKernel(Kernel):
             return tuple(store(r, o, d) for r, o, d in zip(result, outputs, dtypes))
 
         return run
+
+
+def checking() -> bool:
+    """NNHAL_CHECK=1 makes every run verify kernel outputs against inference (read once per plan run)."""
+    return os.environ.get("NNHAL_CHECK", "") not in ("", "0")
+
+
+def ufunc_run(run: RunFn, ufunc: Any) -> RunFn:
+    """Mark ``run`` as equivalent to ``ufunc`` into a preallocated output (when ``ufunc`` is a numpy ufunc)."""
+    if isinstance(ufunc, np.ufunc):
+        run.ufunc = ufunc    # type: ignore[attr-defined]
+    return run
 
 
 def store(result: Any, out: np.ndarray | None, dtype: np.dtype | None = None) -> np.ndarray:

@@ -26,7 +26,9 @@ from nnhal.operator.base import Info
 
 
 class Runnable(Protocol):
-    def run(self, values: dict[str, np.ndarray]) -> None: ...
+    def run(self, values: dict[str, np.ndarray], check: bool = False) -> None:
+        """Read inputs from and write outputs to ``values``; ``check`` verifies every kernel output's
+        dtype and shape against inference where the runnable can (NNHAL_CHECK)."""
 
 
 Compiler = Callable[[Graph, list[Node], list[str], list[str]], Runnable]
@@ -48,7 +50,7 @@ class Interpreter:
     steps: tuple[_Step, ...]
     outputs: tuple[str, ...]
 
-    def run(self, values: dict[str, np.ndarray]) -> None:
+    def run(self, values: dict[str, np.ndarray], check: bool = False) -> None:
         env = {**self.constants, **values}
         for step in self.steps:
             try:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from nnhal.hostkernels._qrc import BodyRunner, check_bool, outer_values, own
-from nnhal.hostkernels.base import Kernel, RunFn, store
+from nnhal.hostkernels.base import Kernel, RunFn, checking, store
 
 
 class IfKernel(Kernel):
@@ -15,7 +15,7 @@ class IfKernel(Kernel):
 
         def run(inputs, outputs):
             taken = branches[check_bool(node, inputs[0], "cond")]
-            results = taken.run([], outer_values(node, inputs))
+            results = taken.run([], outer_values(node, inputs), checking())
             return tuple(store(r if o is not None else own(r), o, d)
                          for r, o, d in zip(results, outputs, dtypes))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from nnhal.hostkernels._qrc import BodyRunner, check_bool, outer_values, own
-from nnhal.hostkernels.base import Kernel, RunFn, store
+from nnhal.hostkernels.base import Kernel, RunFn, checking, store
 from nnhal.errors import ShapeError, where
 
 
@@ -25,9 +25,10 @@ class LoopKernel(Kernel):
             state = list(inputs[2:2 + n])
             outer = outer_values(node, inputs)
             scans: list[list[np.ndarray]] = [[] for _ in empty_shapes]
+            check = checking()
             i = 0
             while go and (trips is None or i < trips):
-                results = runner.run([np.array(i, np.int64), np.array(go)] + state, outer)
+                results = runner.run([np.array(i, np.int64), np.array(go)] + state, outer, check)
                 if has_cond:
                     go = check_bool(node, results[0], "the body's cond output")
                 state = results[1:1 + n]

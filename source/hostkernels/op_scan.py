@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from nnhal.hostkernels._qrc import BodyRunner, outer_values, own
-from nnhal.hostkernels.base import Kernel, RunFn, store
+from nnhal.hostkernels.base import Kernel, RunFn, checking, store
 from nnhal.errors import ShapeError, where
 
 
@@ -36,9 +36,10 @@ class ScanKernel(Kernel):
             total = lengths.pop()
             steps = total if length is None else min(length, total)
             collected: list[list[np.ndarray]] = [[] for _ in range(k)]
+            check = checking()
             for t in range(steps):
                 slices = [np.take(x, steps - 1 - t if d else t, axis=a) for x, a, d in zip(seqs, axes, in_dirs)]
-                results = runner.run(list(states) + slices, outer)
+                results = runner.run(list(states) + slices, outer, check)
                 states = results[:n]
                 for acc, r in zip(collected, results[n:]):
                     acc.append(r)

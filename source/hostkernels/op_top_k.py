@@ -9,6 +9,8 @@ from nnhal.hostkernels.base import Kernel, RunFn
 def top_k(x: np.ndarray, k: int, axis: int, largest: bool) -> tuple[np.ndarray, np.ndarray]:
     """Values and int64 indices of the k largest (or smallest) entries along ``axis``."""
     n = x.shape[axis]
+    if 0 < k and 4 * k <= n and x.dtype.kind in "fiu" and x.size and not (x.dtype.kind == "f" and np.isnan(x).any()):
+        return _partial(x, k, axis, largest)
     if largest:
         # NOTE: sorting the reversed axis ascending and reading it backwards gives a
         # descending order in which equal values keep their original (lower index first) order.
@@ -18,6 +20,36 @@ def top_k(x: np.ndarray, k: int, axis: int, largest: bool) -> tuple[np.ndarray, 
         order = np.argsort(x, axis=axis, kind="stable")
     index = np.take(order, np.arange(k), axis=axis).astype(np.int64)
     return np.take_along_axis(x, index, axis=axis), index
+
+
+def _partial(x: np.ndarray, k: int, axis: int, largest: bool) -> tuple[np.ndarray, np.ndarray]:
+    """top_k for k much smaller than the axis: a partition finds the k-th value, then only the entries
+    beating it, and the lowest-indexed ones equal to it, are sorted (NaN-free input)."""
+    moved = np.moveaxis(x, axis, -1)
+    rows = moved.reshape(-1, moved.shape[-1])
+    n = rows.shape[1]
+    kth = np.partition(rows, n - k if largest else k - 1, axis=1)[:, n - k if largest else k - 1][:, None]
+    better = rows > kth if largest else rows < kth
+    equal = rows == kth
+    need = k - better.sum(axis=1, keepdims=True)
+    chosen = better | (equal & (np.cumsum(equal, axis=1) <= need))
+    index = np.nonzero(chosen)[1].reshape(rows.shape[0], k)    # k per row, ascending index
+    values = np.take_along_axis(rows, index, axis=1)
+    # NOTE: a stable sort of index-ordered candidates keeps the lower index first among equal values.
+    order = np.argsort(_descending_key(values) if largest else values, axis=1, kind="stable")
+    index = np.take_along_axis(index, order, axis=1)
+    values = np.take_along_axis(values, order, axis=1)
+    shape = moved.shape[:-1] + (k,)
+    return (np.moveaxis(values.reshape(shape), -1, axis),
+            np.moveaxis(index.reshape(shape).astype(np.int64), -1, axis))
+
+
+def _descending_key(values: np.ndarray) -> np.ndarray:
+    """An ascending sort key for descending order: negation for floats; for integers, without overflow
+    (-INT_MIN wraps)."""
+    if values.dtype.kind == "f":
+        return -values
+    return np.iinfo(values.dtype).max - values if values.dtype.kind == "u" else ~values
 
 
 class TopKKernel(Kernel):

@@ -102,7 +102,24 @@ def load_onnx(source: ModelSource, base_dir: str | os.PathLike | None = None) ->
         raise UnsupportedOperatorError(
             f"the model uses {len(entries)} operator(s) nnhal does not support: {listing}", entries)
     _validate(graph)
+    if _uses_external_data(model.graph):
+        # NOTE: read by the compiled cache: a graph whose weights come from other files is never cached,
+        # since its key (the model file's hash) would not cover them
+        graph.external_data = True
     return graph
+
+
+def _uses_external_data(gp: onnx.GraphProto) -> bool:
+    """Whether any tensor of the graph or of a nested graph (initializers, tensor attributes) is external."""
+    if any(is_external(t) for t in gp.initializer):
+        return True
+    for node in gp.node:
+        for a in node.attribute:
+            if (a.HasField("t") and is_external(a.t)) or any(is_external(t) for t in a.tensors):
+                return True
+            if any(_uses_external_data(g) for g in ([a.g] if a.HasField("g") else []) + list(a.graphs)):
+                return True
+    return False
 
 
 def _validate(graph: Graph) -> None:
@@ -128,6 +145,8 @@ def _convert_graph(gp: onnx.GraphProto, opsets: dict[str, int], outer: frozenset
         inputs.append(vi.name)
     nodes: list[Node] = []
     scope = outer | set(tensors)
+    # NOTE: what a nested graph may read: computed once per graph (not per attribute: quadratic in nodes)
+    body_scope = scope | {o for n in gp.node for o in n.output} if _has_graph_attribute(gp) else scope
     for i, np_ in enumerate(gp.node):
         for field in (np_.name, np_.op_type, np_.domain):
             if not isinstance(field, str):      # protobuf hands back bytes that are not valid UTF-8
@@ -142,8 +161,7 @@ def _convert_graph(gp: onnx.GraphProto, opsets: dict[str, int], outer: frozenset
             unsupported.setdefault((f"{domain + '::' if domain else ''}{np_.op_type}", opset or 0), name)
             continue
         _check_attribute_types(np_, name, domain, opset)
-        attrs = {a.name: _attribute(a, opsets, scope | {o for n in gp.node for o in n.output}, unsupported, folder)
-                 for a in np_.attribute}
+        attrs = {a.name: _attribute(a, opsets, body_scope, unsupported, folder) for a in np_.attribute}
         node = Node(name, np_.op_type, list(np_.input), list(np_.output), attrs, domain, opset, version)
         nested = bodies(node)
         if nested:
@@ -185,6 +203,10 @@ def _check_attribute_types(np_: onnx.NodeProto, name: str, domain: str, opset: i
             got = AttributeProto.AttributeType.Name(a.type) if a.type in AttributeProto.AttributeType.values() \
                 else str(a.type)
             raise ModelError(f"node '{name}' ({op}, opset {opset}): attribute '{a.name}' must be {want}, got {got}")
+
+
+def _has_graph_attribute(gp: onnx.GraphProto) -> bool:
+    return any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for n in gp.node for a in n.attribute)
 
 
 def _value_type(vi: onnx.ValueInfoProto) -> tuple[np.dtype | None, tuple | None]:

@@ -6,7 +6,6 @@ over bound steps: gather input slots, call, store output slots.
 """
 from __future__ import annotations
 
-import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -16,8 +15,10 @@ import numpy as np
 from nnhal.hostkernels.graphrun import tensor_info
 from nnhal.hostkernels.select import reference_forced, select
 from nnhal.device.cpu.fusions import Chosen, fuse_activations, fuse_channel_shuffle, fuse_gelu, fuse_matmul
+from nnhal.hostkernels.base import checking
 from nnhal.device.cpu.layout import Layouts, assign_layouts
 from nnhal.device.cpu.planner import MemoryPlan, arena_views, plan_memory
+from nnhal.device.cpu.straight import Chunk, failing_step, generate
 from nnhal.errors import DeviceError, NnhalError, where
 from nnhal.graph.graph import Graph
 from nnhal.graph.node import Node
@@ -25,11 +26,6 @@ from nnhal.graph.tensor import TensorKind
 from nnhal.operator.base import Info
 from nnhal.operator.schema import check_input_types
 from nnhal.operator.table import get_prototype
-
-
-def checking() -> bool:
-    """NNHAL_CHECK=1 makes every run verify kernel outputs against inference."""
-    return os.environ.get("NNHAL_CHECK", "") not in ("", "0")
 
 
 @dataclass
@@ -85,6 +81,8 @@ class Plan:
     timings: list[float] | None = None
     layout: tuple = ()                            # (shapes, dtypes, per-step output names) to lay out an arena
     pool: list[Buffers] = field(default_factory=list)
+    # the steps as generated straight-line functions (straight.py); empty = interpret them
+    chunks: list[Chunk] = field(default_factory=list)
 
     def _new_buffers(self) -> Buffers:
         shapes, dtypes, names = self.layout
@@ -92,21 +90,46 @@ class Plan:
         views = arena_views(self.memory, arena, shapes, dtypes)
         return Buffers(arena, [[views.get(n) for n in outs] for outs in names])
 
-    def run(self, values: dict[str, np.ndarray]) -> None:
+    def run(self, values: dict[str, np.ndarray], check: bool | None = None) -> None:
+        """Run with ``values`` (inputs in, outputs out); ``check``: verify outputs against inference
+        (None: as NNHAL_CHECK says; nested bodies pass their node's reading, once per node run)."""
+        if check is None:
+            check = checking()
         try:
             buffers = self.pool.pop()         # NOTE: pop/append are atomic: no lock on the run path
         except IndexError:
             buffers = self._new_buffers()
         try:
-            self._run(values, buffers.per_step)
+            if self.chunks and self.timings is None and not check:
+                self._run_straight(values, buffers.per_step)
+            else:
+                self._run(values, buffers.per_step, check)
         finally:
             self.pool.append(buffers)
 
-    def _run(self, values: dict[str, np.ndarray], per_step: list[list]) -> None:
+    def _run_straight(self, values: dict[str, np.ndarray], per_step: list[list]) -> None:
         slots = list(self.slots)
         for name, idx in self.inputs:
             slots[idx] = values[name]
-        check = checking()
+        try:
+            for chunk in self.chunks:
+                chunk.run(slots, per_step)
+        except NnhalError:
+            raise
+        except Exception as exc:
+            k = failing_step(exc, self.chunks)
+            if k is None:
+                raise DeviceError(f"cpu: a plan's run failed: {type(exc).__name__}: {exc}") from exc
+            step = self.steps[k]
+            raise DeviceError(f"{where(step.node, 'cpu')}: kernel '{step.kernel_name}' failed: "
+                              f"{type(exc).__name__}: {exc}") from exc
+        for name, idx in self.outputs:
+            values[name] = slots[idx]
+
+    def _run(self, values: dict[str, np.ndarray], per_step: list[list], check: bool) -> None:
+        slots = list(self.slots)
+        for name, idx in self.inputs:
+            slots[idx] = values[name]
         timings = self.timings
         for k, step in enumerate(self.steps):
             if timings is not None:
@@ -215,7 +238,8 @@ def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: l
     out_slots = [(n, slot(n)) for n in outputs]
     layout = (shapes, dtypes, [tuple(node.outputs) for node, _, _, _ in chosen])
     pool = [Buffers(arena, [step.buffers for step in steps])]
-    return Plan(steps, slots, in_slots, out_slots, memory, arena, kernels, layout=layout, pool=pool)
+    return Plan(steps, slots, in_slots, out_slots, memory, arena, kernels, layout=layout, pool=pool,
+                chunks=generate(steps, slots, out_slots))
 
 
 def concat_slices(graph: Graph, chosen: list, sizes: dict[str, int], skip: set[str] = frozenset()) \
