@@ -55,7 +55,7 @@ class Interpreter:
         for step in self.steps:
             try:
                 result = step.run([env.get(n) if n else None for n in step.inputs], [None] * len(step.outputs))
-            except NnhalError:
+            except (NnhalError, MemoryError):   # out of memory: the caller turns it into a LimitError
                 raise
             except Exception as exc:
                 raise DeviceError(f"{where(step.node)}: host kernel failed: {type(exc).__name__}: {exc}") from exc

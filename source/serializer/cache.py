@@ -19,7 +19,9 @@ kernel that writes into a constant changes only its private copy.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib.metadata
 import json
 import mmap
 import os
@@ -46,11 +48,25 @@ class CacheWarning(UserWarning):
     """A compiled-cache entry or directory was not used; the model was imported from its source."""
 
 
+@functools.lru_cache(maxsize=1)
 def _versions() -> dict[str, str]:
-    from nnhal import __version__
+    try:
+        version = importlib.metadata.version("nnhal")
+    except importlib.metadata.PackageNotFoundError:
+        version = "unknown"
+    return {"format": str(FORMAT), "nnhal": version, "importer": _importer_digest(), "onnx": onnx.__version__,
+            "numpy": np.__version__, "python": sys.version.split()[0]}
 
-    return {"format": str(FORMAT), "nnhal": __version__, "onnx": onnx.__version__, "numpy": np.__version__,
-            "python": sys.version.split()[0]}
+
+def _importer_digest() -> str:
+    """SHA-256 of the code that builds what the cache stores (the importer and the IR): an edited
+    importer invalidates entries even when the package version stays the same."""
+    root = Path(__file__).resolve().parent.parent
+    h = hashlib.sha256()
+    for path in sorted([*root.joinpath("serializer").glob("*.py"), *root.joinpath("graph").glob("*.py")]):
+        h.update(path.name.encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
 
 
 def trusted_directory(directory: Path) -> str | None:

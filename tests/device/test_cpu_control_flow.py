@@ -60,7 +60,7 @@ def test_a_fixed_body_compiles_once_across_runs():
 
 
 def test_shape_patterns_keep_only_the_dims_that_agree():
-    from nnhal.device.cpu.kernels._qrc import _matches, _merge
+    from nnhal.hostkernels._qrc import _matches, _merge
 
     pattern = _merge([((1, 4), ())], ((2, 4), ()))
     assert pattern == ((None, 4), ())

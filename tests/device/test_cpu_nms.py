@@ -8,7 +8,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import nnhal
-import nnhal.device.cpu.kernels.op_non_max_suppression as nms
+import nnhal.hostkernels.op_non_max_suppression as nms
 from tests.conftest import make_model, vinfo
 
 

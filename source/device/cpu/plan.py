@@ -114,9 +114,12 @@ class Plan:
         try:
             for chunk in self.chunks:
                 chunk.run(slots, per_step)
-        except NnhalError:
+        except (NnhalError, MemoryError):   # out of memory: the caller turns it into a LimitError
             raise
         except Exception as exc:
+            # NOTE: the straight-line code keeps tensors in locals: run the plan again step by step, where
+            # the failing step's operands are at hand for the prototype to explain (kernels are pure)
+            self._run(values, per_step, False)
             k = failing_step(exc, self.chunks)
             if k is None:
                 raise DeviceError(f"cpu: a plan's run failed: {type(exc).__name__}: {exc}") from exc
@@ -141,7 +144,7 @@ class Plan:
                     bufs[pos] = np.empty(shape, dtype)
             try:
                 result = step.run([slots[i] for i in step.ins], bufs)
-            except NnhalError:
+            except (NnhalError, MemoryError):   # out of memory: the caller turns it into a LimitError
                 raise
             except Exception as exc:
                 if step.logical:
@@ -219,7 +222,7 @@ def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: l
     for node, kernel, ins, outs in chosen:
         try:
             run = kernel.prepare(node, ins, outs)
-        except NnhalError:
+        except (NnhalError, MemoryError):   # out of memory: the caller turns it into a LimitError
             raise
         except Exception as exc:
             raise DeviceError(f"{where(node, 'cpu')}: preparing kernel '{kernel.name}' failed: {exc}") from exc
