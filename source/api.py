@@ -41,7 +41,7 @@ from nnhal.device.manager import (
 )
 from nnhal.device.manager import device_status as manager_status
 from nnhal.errors import (DeviceError, InputError, InternalError, LimitError, ModelError, NnhalError, OptionsError,
-                          RegistryError, StateError)
+                          RegistryError, StateError, did_you_mean)
 from nnhal.graph.graph import Graph
 from nnhal.graph.tensor import TensorKind
 from nnhal.optimizer.budget import check_budget
@@ -255,11 +255,8 @@ def _check_node_names(graph: Graph, ctx: Context) -> None:
     for what, table in (("pins", ctx.pins), ("deny", ctx.deny)):
         for node in table:
             if node not in known:
-                import difflib
-                close = difflib.get_close_matches(node, sorted(known), n=1)
-                hint = f"; did you mean '{close[0]}'?" if close else ""
                 raise OptionsError(f"{what} names '{node}', which is neither a node nor an op type of the "
-                                   f"model{hint}")
+                                   f"model{did_you_mean(node, known)}")
 
 
 # ----------------------------------------------------------------------- graph
@@ -335,10 +332,7 @@ def _resolve(names: list[str], key: str | int, what: str) -> str:
             raise InputError(f"{what} index {key} is out of range; the graph has {len(names)} {what}s: {names}")
         return names[int(key)]
     if key not in names:
-        import difflib
-        close = difflib.get_close_matches(str(key), names, n=1)
-        hint = f"; did you mean '{close[0]}'?" if close else ""
-        raise InputError(f"the graph has no {what} named '{key}' ({what}s: {names}){hint}")
+        raise InputError(f"the graph has no {what} named '{key}' ({what}s: {names}){did_you_mean(key, names)}")
     return key
 
 
@@ -534,7 +528,8 @@ def explain(model: Any, devices: list[str] | None = None, precision: str = "fp32
     return build_report(graph, g.placement, subgraphs, moved, min_group_size)
 
 
-def _outputs_ready(g: GraphHandle, feeds: dict[str, np.ndarray]) -> bool:
+def _prepared_for(g: GraphHandle, feeds: dict[str, np.ndarray]) -> bool:
+    """Whether the prepared graph serves ``feeds`` as they are (same shapes as at prerun)."""
     return g.state in (GraphState.PREPARED, GraphState.DONE, GraphState.RUNNING) and g.execution is not None \
         and all(g.prepared_shapes.get(n) == a.shape for n, a in feeds.items())
 
@@ -569,11 +564,11 @@ def execute(g: GraphHandle, feeds: dict[str, Any] | list[Any], options: Options 
         raise InputError(f"inputs not given: {missing} (the graph's inputs: {g.graph.inputs})")
     while True:
         g.lock.acquire_read()
-        if _outputs_ready(g, arrays):
+        if _prepared_for(g, arrays):
             break
         g.lock.release_read()
         with g.lock.write():
-            if not _outputs_ready(g, arrays):
+            if not _prepared_for(g, arrays):
                 if g.execution is not None:
                     log.info("input shapes changed since prerun; preparing the graph again")
                 g.inputs = dict(arrays)
@@ -597,7 +592,7 @@ def run_graph(g: GraphHandle, block: bool = True) -> None:
     missing = [n for n in g.graph.inputs if n not in g.inputs]
     if missing:
         raise InputError(f"inputs not set: {missing}; call set_graph_input() for each")
-    if any(g.prepared_shapes.get(n) != a.shape for n, a in g.inputs.items()):
+    if not _prepared_for(g, g.inputs):
         log.info("input shapes changed since prerun; preparing the graph again")
         prerun_graph(g, g.options)
     ex = _begin(g, g.inputs)

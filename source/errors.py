@@ -70,6 +70,14 @@ class ShapeError(ModelError):
     """Shape or dtype inference found inputs an operator cannot take."""
 
 
+def did_you_mean(name: object, known) -> str:
+    """"; did you mean 'x'?" naming the closest of ``known`` to ``name``, or "" when none is close."""
+    import difflib
+
+    close = difflib.get_close_matches(str(name), sorted(known), n=1)
+    return f"; did you mean '{close[0]}'?" if close else ""
+
+
 def where(node: "Node", device: str | None = None) -> str:
     """Describe a node for an error message: name, op, domain, opset and device."""
     op = node.op_type if not node.domain else f"{node.domain}::{node.op_type}"

@@ -9,7 +9,6 @@ are kept in a status table with the reason, so that ``find_device`` and
 """
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass, fields
 
 from nnhal.device.device import (
@@ -22,7 +21,7 @@ from nnhal.device.device import (
     Interface,
     Optimizer,
 )
-from nnhal.errors import DeviceError, RegistryError
+from nnhal.errors import DeviceError, RegistryError, did_you_mean
 
 _DEVICES: dict[str, Device] = {}
 _STATUS: dict[tuple[str, str], "DeviceStatus"] = {}   # (name, origin) -> status
@@ -184,9 +183,8 @@ def find_device(name: str) -> Device:
     if why:
         raise DeviceError(f"device '{name}' is unavailable ({'; '.join(why)})")
     known = list(_DEVICES)
-    close = difflib.get_close_matches(str(name), known, n=1)
-    hint = f"; did you mean '{close[0]}'?" if close else ""
-    raise DeviceError(f"no device named '{name}' is registered (registered: {', '.join(known) or 'none'}){hint}")
+    raise DeviceError(f"no device named '{name}' is registered (registered: {', '.join(known) or 'none'})"
+                      f"{did_you_mean(name, known)}")
 
 
 def registered_devices() -> list[Device]:

@@ -72,10 +72,17 @@ def release_subgraph(ex: Execution, sg: Subgraph, cleanup: Cleanup) -> None:
         cleanup.call(device.name, "release_graph", device.interface.release_graph, device, sg.device_graph)
     sg.device_graph = None
     ex.prepared.discard(sg.index)
-    if sg.index in ex.allocated:
-        ex.allocated.discard(sg.index)
-        if device.allocator is not None and device.allocator.release is not None:
-            cleanup.call(device.name, "allocator.release", device.allocator.release, device, sg)
+    _release_allocation(ex, sg, cleanup)
+
+
+def _release_allocation(ex: Execution, sg: Subgraph, cleanup: Cleanup) -> None:
+    """allocator.release for ``sg`` when its allocate succeeded and it was not released yet."""
+    if sg.index not in ex.allocated:
+        return
+    ex.allocated.discard(sg.index)
+    device = ex.devices[sg.device]
+    if device.allocator is not None and device.allocator.release is not None:
+        cleanup.call(device.name, "allocator.release", device.allocator.release, device, sg)
 
 
 def _prerun(ex: Execution) -> None:
@@ -292,10 +299,7 @@ def _postrun(ex: Execution) -> None:
         device = ex.devices[sg.device]
         if sg.index in ex.prepared and device.interface.post_run is not None:
             cleanup.call(device.name, "post_run", device.interface.post_run, device, sg)
-        if sg.index in ex.allocated:
-            ex.allocated.discard(sg.index)
-            if device.allocator is not None and device.allocator.release is not None:
-                cleanup.call(device.name, "allocator.release", device.allocator.release, device, sg)
+        _release_allocation(ex, sg, cleanup)
     cleanup.raise_if_failed()
 
 

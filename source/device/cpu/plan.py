@@ -62,6 +62,14 @@ class Buffers:
     arena: np.ndarray
     per_step: list[list]
 
+    @staticmethod
+    def lay_out(memory: MemoryPlan, layout: tuple) -> "Buffers":
+        """A fresh arena and, per step, its outputs' views in it (None: the kernel allocates or views)."""
+        shapes, dtypes, names = layout
+        arena = np.empty(max(memory.arena_bytes, 1), dtype=np.uint8)
+        views = arena_views(memory, arena, shapes, dtypes)
+        return Buffers(arena, [[views.get(n) for n in outs] for outs in names])
+
 
 @dataclass
 class Plan:
@@ -75,7 +83,6 @@ class Plan:
     inputs: list[tuple[str, int]]
     outputs: list[tuple[str, int]]
     memory: MemoryPlan
-    arena: np.ndarray
     kernels: dict[str, str] = field(default_factory=dict)
     # seconds per step, summed over runs, while profiling (nnhal.profile); None = not timed
     timings: list[float] | None = None
@@ -83,12 +90,6 @@ class Plan:
     pool: list[Buffers] = field(default_factory=list)
     # the steps as generated straight-line functions (straight.py); empty = interpret them
     chunks: list[Chunk] = field(default_factory=list)
-
-    def _new_buffers(self) -> Buffers:
-        shapes, dtypes, names = self.layout
-        arena = np.empty(max(self.memory.arena_bytes, 1), dtype=np.uint8)
-        views = arena_views(self.memory, arena, shapes, dtypes)
-        return Buffers(arena, [[views.get(n) for n in outs] for outs in names])
 
     def run(self, values: dict[str, np.ndarray], check: bool | None = None) -> None:
         """Run with ``values`` (inputs in, outputs out); ``check``: verify outputs against inference
@@ -98,7 +99,7 @@ class Plan:
         try:
             buffers = self.pool.pop()         # NOTE: pop/append are atomic: no lock on the run path
         except IndexError:
-            buffers = self._new_buffers()
+            buffers = Buffers.lay_out(self.memory, self.layout)
         try:
             if self.chunks and self.timings is None and not check:
                 self._run_straight(values, buffers.per_step)
@@ -215,8 +216,8 @@ def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: l
     slices = {} if reference_forced() else concat_slices(graph, chosen, sizes, skip=set(physical))
     memory = plan_memory([(n.all_inputs, n.outputs, k.inplace, k.view) for n, k, _, _ in chosen], sizes, external,
                          slices)
-    arena = np.empty(max(memory.arena_bytes, 1), dtype=np.uint8)
-    views = arena_views(memory, arena, shapes, dtypes)
+    layout = (shapes, dtypes, [tuple(node.outputs) for node, _, _, _ in chosen])
+    first = Buffers.lay_out(memory, layout)       # the pool's first set; more are laid out while runs overlap
     steps: list[Step] = []
     kernels: dict[str, str] = {}
     for node, kernel, ins, outs in chosen:
@@ -226,10 +227,9 @@ def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: l
             raise
         except Exception as exc:
             raise DeviceError(f"{where(node, 'cpu')}: preparing kernel '{kernel.name}' failed: {exc}") from exc
-        buffers, fresh = [], []
+        buffers, fresh = first.per_step[len(steps)], []
         for pos, name in enumerate(node.outputs):
             t = graph.tensors.get(name) if name else None
-            buffers.append(views.get(name))
             if name in external and t is not None and t.static:
                 fresh.append((pos, t.shape, t.dtype))
         expect = tuple(physical.get(name, o) if name else o for name, o in zip(node.outputs, outs))
@@ -239,9 +239,7 @@ def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: l
         kernels[node.name] = kernel.name
     in_slots = [(n, slot(n)) for n in inputs]
     out_slots = [(n, slot(n)) for n in outputs]
-    layout = (shapes, dtypes, [tuple(node.outputs) for node, _, _, _ in chosen])
-    pool = [Buffers(arena, [step.buffers for step in steps])]
-    return Plan(steps, slots, in_slots, out_slots, memory, arena, kernels, layout=layout, pool=pool,
+    return Plan(steps, slots, in_slots, out_slots, memory, kernels, layout=layout, pool=[first],
                 chunks=generate(steps, slots, out_slots))
 
 
