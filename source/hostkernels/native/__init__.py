@@ -1,0 +1,115 @@
+"""nnhal's native host kernels: float32 loops in C (kernels.c), called through ctypes.
+
+CMake builds ``kernels.c`` at install time into the extension module ``nnhal.hostkernels.native._native``
+when a C compiler and Python's headers are there (NNHAL_NATIVE_KERNELS, on by default). The host kernels
+ask :func:`available` and keep to numpy when it is False, so every result has a numpy path too; the tests
+run both and compare them. ``NNHAL_NATIVE=0`` in the environment switches the native kernels off at load
+(A/B measurements, or ruling them out when a result looks wrong); :func:`status` says which applies.
+
+What is native (the loops numpy cannot run in one pass over memory):
+
+* :func:`dwconv_nhwc`: depthwise 2-D convolution, channels last, with bias and activation fused;
+* :func:`activation`: Relu, Clip, HardSigmoid, HardSwish, Sigmoid and SiLU in one pass.
+
+Both may split their work over ``threads`` OpenMP threads (the session's ``num_thread``) when it is large
+enough to repay waking them.
+"""
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+ABI_VERSION = 1
+
+# Activation kinds, as numbered in kernels.c
+ACTIVATIONS = {"relu": 1, "clip": 2, "hardsigmoid": 3, "hardswish": 4, "sigmoid": 5, "silu": 6}
+
+
+class Act(ctypes.Structure):
+    """nn_act: an activation kind and its parameters (Clip bounds, HardSigmoid alpha and beta)."""
+
+    _fields_ = [("kind", ctypes.c_int32), ("lo", ctypes.c_float), ("hi", ctypes.c_float),
+                ("alpha", ctypes.c_float), ("beta", ctypes.c_float)]
+
+
+class DwParams(ctypes.Structure):
+    """nn_dw_params: the geometry of a depthwise convolution, its thread count and activation."""
+
+    _fields_ = [(name, ctypes.c_int64) for name in
+                ("n", "h", "w", "c", "oh", "ow", "kh", "kw", "sh", "sw", "dh", "dw", "pad_top", "pad_left")] \
+        + [("threads", ctypes.c_int32), ("act", Act)]
+
+
+@dataclass(frozen=True)
+class Status:
+    """Whether the native kernels are in use, and why not when they are not."""
+
+    available: bool
+    reason: str
+    path: str | None = None
+
+
+def _load() -> tuple[ctypes.CDLL | None, Status]:
+    if os.environ.get("NNHAL_NATIVE", "1") == "0":
+        return None, Status(False, "switched off by NNHAL_NATIVE=0")
+    try:
+        spec = importlib.util.find_spec(f"{__name__}._native")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.origin:
+        return None, Status(False, "not built (no C compiler or Python headers at install, or "
+                                   "NNHAL_NATIVE_KERNELS=OFF): numpy runs every kernel")
+    try:
+        lib = ctypes.CDLL(spec.origin)
+        version = lib.nn_abi_version()
+    except (OSError, AttributeError) as exc:
+        return None, Status(False, f"cannot load {spec.origin}: {exc}", spec.origin)
+    if version != ABI_VERSION:
+        return None, Status(False, f"{spec.origin} has ABI {version}, this nnhal needs {ABI_VERSION}: "
+                                   "reinstall nnhal", spec.origin)
+    f32 = ctypes.c_void_p
+    lib.nn_activation_f32.argtypes = [f32, f32, ctypes.c_int64, ctypes.POINTER(Act), ctypes.c_int32]
+    lib.nn_activation_f32.restype = None
+    lib.nn_dwconv_nhwc_f32.argtypes = [f32, f32, f32, f32, ctypes.POINTER(DwParams)]
+    lib.nn_dwconv_nhwc_f32.restype = None
+    return lib, Status(True, "loaded", spec.origin)
+
+
+_lib, _status = _load()
+
+
+def available() -> bool:
+    """True when the native kernels are built, loaded and not switched off."""
+    return _lib is not None
+
+
+def status() -> Status:
+    return _status
+
+
+def _ptr(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]
+
+
+def make_act(kind: str | None, lo: float | None = None, hi: float | None = None,
+             alpha: float = 0.2, beta: float = 0.5) -> Act:
+    """The nn_act record of an activation kind (None: no activation)."""
+    return Act(ACTIVATIONS[kind] if kind else 0, -np.inf if lo is None else float(lo),
+               np.inf if hi is None else float(hi), float(alpha), float(beta))
+
+
+def activation(x: np.ndarray, y: np.ndarray, act: Act, threads: int = 1) -> None:
+    """y = act(x) for C-contiguous float32 ``x`` and ``y`` of one size (``y`` may be ``x``)."""
+    _lib.nn_activation_f32(_ptr(x), _ptr(y), x.size, ctypes.byref(act), threads)
+
+
+def dwconv_nhwc(x: np.ndarray, y: np.ndarray, weights: np.ndarray, bias: np.ndarray | None,
+                params: DwParams) -> None:
+    """Depthwise convolution of C-contiguous float32 NHWC ``x`` into ``y`` (N, OH, OW, C); ``weights``
+    (KH, KW, C) and ``bias`` (C,) C-contiguous float32. ``params`` holds the geometry and is read only."""
+    _lib.nn_dwconv_nhwc_f32(_ptr(x), _ptr(y), _ptr(weights), None if bias is None else _ptr(bias),
+                            ctypes.byref(params))

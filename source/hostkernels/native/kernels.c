@@ -1,0 +1,234 @@
+/*
+ * nnhal's native host kernels: the few float32 loops numpy cannot run in one pass.
+ *
+ * Built by CMake at install time (source/hostkernels/native/CMakeLists.txt) as the Python extension
+ * module nnhal.hostkernels.native._native; Python finds the file through the import system and calls
+ * these functions with ctypes (source/hostkernels/native/__init__.py). Nothing here allocates, keeps
+ * state or calls back into Python; every function works on caller-owned, C-contiguous float32 buffers.
+ *
+ * - nn_dwconv_nhwc_f32: depthwise 2-D convolution (one input channel per group), channels last, with
+ *   the bias and the fused activation applied while an output pixel's channels are still in L1.
+ * - nn_activation_f32: an element-wise activation (Relu, Clip, HardSigmoid, HardSwish, Sigmoid, SiLU).
+ *
+ * Hot loops are compiled for several x86-64 levels (GCC target_clones: the loader picks the best one the
+ * CPU has), so the library may be built on one machine and run on another.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <Python.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define NN_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define NN_CLONES
+#endif
+
+#define NN_API __attribute__((visibility("default")))
+
+/* Activation kinds: the same numbers as ACTIVATIONS in __init__.py. */
+enum {
+    NN_ACT_NONE = 0,
+    NN_ACT_RELU = 1,
+    NN_ACT_CLIP = 2,        /* min(max(x, lo), hi) */
+    NN_ACT_HARDSIGMOID = 3, /* max(0, min(1, alpha * x + beta)) */
+    NN_ACT_HARDSWISH = 4,   /* x * max(0, min(1, x / 6 + 1 / 2)) */
+    NN_ACT_SIGMOID = 5,
+    NN_ACT_SILU = 6,        /* x * sigmoid(x) */
+};
+
+typedef struct {
+    int32_t kind;
+    float lo, hi;           /* Clip bounds (-inf / +inf when absent) */
+    float alpha, beta;      /* HardSigmoid */
+} nn_act;
+
+/* Depthwise convolution geometry: input (n, h, w, c), output (n, oh, ow, c), kernel (kh, kw, c). */
+typedef struct {
+    int64_t n, h, w, c, oh, ow;
+    int64_t kh, kw, sh, sw, dh, dw, pad_top, pad_left;
+    int32_t threads;
+    nn_act act;
+} nn_dw_params;
+
+NN_API int nn_abi_version(void) { return 1; }
+
+/* exp(x) for float32 to about 2 ulp: x = k ln2 + r, |r| <= ln2 / 2, exp(r) by a degree-6 polynomial,
+ * 2^k put into the exponent bits. Written with plain arithmetic so that the loops calling it vectorize. */
+/* max/min as the x86 instructions compute them (no NaN or signed-zero rules: those keep fmaxf/fminf from
+ * vectorizing without -ffast-math) */
+#define NN_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define NN_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define NN_CLAMP(v, lo, hi) NN_MIN(NN_MAX(v, lo), hi)
+
+static inline float nn_expf(float x) {
+    x = NN_CLAMP(x, -87.3f, 88.3f);
+    /* round to nearest by the 1.5 * 2^23 trick: vectorizes where nearbyintf may not */
+    float k = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    float r = x - k * 0.693359375f;
+    r = r - k * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    union { float f; int32_t i; } scale;
+    scale.i = ((int32_t)k + 127) << 23;
+    return p * scale.f;
+}
+
+static inline float nn_sigmoid(float x) { return 1.0f / (1.0f + nn_expf(-x)); }
+
+/* The activation of one contiguous run, in place. */
+static inline void nn_apply(float *restrict y, int64_t len, const nn_act *act) {
+    const float lo = act->lo, hi = act->hi, alpha = act->alpha, beta = act->beta;
+    switch (act->kind) {
+    case NN_ACT_RELU:
+#pragma omp simd
+        for (int64_t i = 0; i < len; i++) y[i] = y[i] > 0.0f ? y[i] : 0.0f;
+        break;
+    case NN_ACT_CLIP:
+#pragma omp simd
+        for (int64_t i = 0; i < len; i++) y[i] = NN_CLAMP(y[i], lo, hi);
+        break;
+    case NN_ACT_HARDSIGMOID:
+#pragma omp simd
+        for (int64_t i = 0; i < len; i++) y[i] = NN_CLAMP(alpha * y[i] + beta, 0.0f, 1.0f);
+        break;
+    case NN_ACT_HARDSWISH:
+#pragma omp simd
+        for (int64_t i = 0; i < len; i++)
+            y[i] = y[i] * NN_CLAMP(y[i] * (1.0f / 6.0f) + 0.5f, 0.0f, 1.0f);
+        break;
+    case NN_ACT_SIGMOID:
+#pragma omp simd
+        for (int64_t i = 0; i < len; i++) y[i] = nn_sigmoid(y[i]);
+        break;
+    case NN_ACT_SILU:
+#pragma omp simd
+        for (int64_t i = 0; i < len; i++) y[i] = y[i] * nn_sigmoid(y[i]);
+        break;
+    default:
+        break;
+    }
+}
+
+/* Runs of at most this many elements per task of the element-wise kernel: one L2-sized piece. */
+#define NN_CHUNK 16384
+
+NN_API NN_CLONES void nn_activation_f32(const float *x, float *y, int64_t len, const nn_act *act,
+                                        int32_t threads) {
+    int64_t chunks = (len + NN_CHUNK - 1) / NN_CHUNK;
+    int nt = threads > 1 && chunks > 1 ? (int)(threads < chunks ? threads : chunks) : 1;
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+    for (int64_t k = 0; k < chunks; k++) {
+        int64_t lo = k * NN_CHUNK, n = len - lo < NN_CHUNK ? len - lo : NN_CHUNK;
+        if (x != y) memcpy(y + lo, x + lo, (size_t)n * sizeof(float));
+        nn_apply(y + lo, n, act);
+    }
+}
+
+/* Channels per block of the depthwise kernel: a compile-time width so that the accumulator lives in
+ * vector registers across the taps (two AVX-512 or four AVX2 registers); the last, narrower block of a
+ * channel count that is not a multiple takes the same loop with a run-time width. */
+#define NN_DW_BLOCK 32
+
+/* 8 floats as one value (GCC vector extension); aligned(4) makes a dereference an unaligned load */
+typedef float nn_v8 __attribute__((vector_size(32), aligned(4), may_alias));
+
+/* One pixel's full block of NN_DW_BLOCK channels at c0, the accumulator in four vector registers. */
+static inline void nn_dw_pixel_block(const float *restrict ximg, float *restrict yp, const float *restrict wt,
+                                     const float *restrict bias, const nn_dw_params *p, int64_t top,
+                                     int64_t left, int64_t c0) {
+    const int64_t h = p->h, w = p->w, c = p->c, kh = p->kh, kw = p->kw;
+    nn_v8 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+    if (bias) {
+        const nn_v8 *bp = (const nn_v8 *)(bias + c0);
+        a0 = bp[0], a1 = bp[1], a2 = bp[2], a3 = bp[3];
+    }
+    for (int64_t ki = 0; ki < kh; ki++) {
+        const int64_t ih = top + ki * p->dh;
+        if (ih < 0 || ih >= h) continue;
+        const float *xr = ximg + ih * w * c + c0;
+        const float *wr = wt + ki * kw * c + c0;
+        for (int64_t kj = 0; kj < kw; kj++) {
+            const int64_t iw = left + kj * p->dw;
+            if (iw < 0 || iw >= w) continue;
+            const nn_v8 *xp = (const nn_v8 *)(xr + iw * c);
+            const nn_v8 *wp = (const nn_v8 *)(wr + kj * c);
+            a0 += xp[0] * wp[0];
+            a1 += xp[1] * wp[1];
+            a2 += xp[2] * wp[2];
+            a3 += xp[3] * wp[3];
+        }
+    }
+    float acc[NN_DW_BLOCK] __attribute__((aligned(64)));
+    nn_v8 *ap = (nn_v8 *)acc;
+    ap[0] = a0, ap[1] = a1, ap[2] = a2, ap[3] = a3;
+    nn_apply(acc, NN_DW_BLOCK, &p->act);
+    memcpy(yp + c0, acc, sizeof acc);
+}
+
+/* The last ``cb`` < NN_DW_BLOCK channels at c0 of one pixel: the same sum with a run-time width. */
+static inline void nn_dw_pixel_tail(const float *restrict ximg, float *restrict yp, const float *restrict wt,
+                                    const float *restrict bias, const nn_dw_params *p, int64_t top,
+                                    int64_t left, int64_t c0, int64_t cb) {
+    const int64_t h = p->h, w = p->w, c = p->c, kh = p->kh, kw = p->kw;
+    float acc[NN_DW_BLOCK] __attribute__((aligned(64)));
+    for (int64_t ch = 0; ch < cb; ch++) acc[ch] = bias ? bias[c0 + ch] : 0.0f;
+    for (int64_t ki = 0; ki < kh; ki++) {
+        const int64_t ih = top + ki * p->dh;
+        if (ih < 0 || ih >= h) continue;
+        const float *xr = ximg + ih * w * c + c0;
+        const float *wr = wt + ki * kw * c + c0;
+        for (int64_t kj = 0; kj < kw; kj++) {
+            const int64_t iw = left + kj * p->dw;
+            if (iw < 0 || iw >= w) continue;
+            const float *restrict xp = xr + iw * c;
+            const float *restrict wp = wr + kj * c;
+#pragma omp simd aligned(acc : 64)
+            for (int64_t ch = 0; ch < cb; ch++) acc[ch] += xp[ch] * wp[ch];
+        }
+    }
+    nn_apply(acc, cb, &p->act);
+    memcpy(yp + c0, acc, (size_t)cb * sizeof(float));
+}
+
+/* One output row (image b, row i): every pixel's channels in blocks. */
+static inline void nn_dw_row(const float *restrict x, float *restrict y, const float *restrict wt,
+                             const float *restrict bias, const nn_dw_params *p, int64_t b, int64_t i) {
+    const int64_t c = p->c, ow = p->ow, full = c - c % NN_DW_BLOCK;
+    float *yrow = y + (b * p->oh + i) * ow * c;
+    const float *ximg = x + b * p->h * p->w * c;
+    const int64_t top = i * p->sh - p->pad_top;
+    for (int64_t j = 0; j < ow; j++) {
+        const int64_t left = j * p->sw - p->pad_left;
+        float *yp = yrow + j * c;
+        for (int64_t c0 = 0; c0 < full; c0 += NN_DW_BLOCK)
+            nn_dw_pixel_block(ximg, yp, wt, bias, p, top, left, c0);
+        if (full < c) nn_dw_pixel_tail(ximg, yp, wt, bias, p, top, left, full, c - full);
+    }
+}
+
+NN_API NN_CLONES void nn_dwconv_nhwc_f32(const float *x, float *y, const float *wt, const float *bias,
+                                         const nn_dw_params *p) {
+    const int64_t rows = p->n * p->oh;
+    /* a thread is worth its wake-up only with enough multiply-adds */
+    const int64_t work = rows * p->ow * p->c * p->kh * p->kw;
+    int nt = p->threads > 1 && work >= 65536 && rows > 1 ? (int)(p->threads < rows ? p->threads : rows) : 1;
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+    for (int64_t r = 0; r < rows; r++) nn_dw_row(x, y, wt, bias, p, r / p->oh, r % p->oh);
+}
+
+/* The module itself only has to import: Python reaches the functions above through ctypes. */
+static struct PyModuleDef nn_module = {PyModuleDef_HEAD_INIT, "_native",
+                                       "nnhal's native host kernels (called through ctypes)", -1, NULL};
+
+PyMODINIT_FUNC PyInit__native(void) { return PyModule_Create(&nn_module); }
