@@ -13,11 +13,15 @@ layout per tensor:
 * **channels-last ops** (``CHANNELS_LAST``: Conv, pooling, BatchNormalization,
   LRN) run NHWC when a kernel with ``layout = "NHWC"`` accepts the node; their
   input 0 and output 0 are NHWC;
-* **layout-free ops** (element-wise ops whose non-constant operands all have
-  the output's 4-D shape, Concat, and a Gather of channels) run on whatever
+* **layout-free ops** (element-wise ops whose non-constant operands are 4-D and
+  broadcast to the output's shape, Concat, and a Gather of channels) run on whatever
   layout their tensors have: in NHWC they get permuted shapes, constants
   transposed to the NHWC broadcast form, and Concat and Gather their axis
   moved;
+* **alias transposes**: a Transpose(0, 2, 3, 1) whose input is stored NHWC and a
+  Transpose(0, 3, 1, 2) whose output is are dropped, their readers reading the
+  other side (the (N, H, W, C) tensor is the NHWC storage): ConvNeXt's blocks
+  leave the region for their channels-last LayerNorm and MLP without a copy;
 * every other use of a tensor needs ONNX's NCHW.
 
 Tensors joined by layout-free ops form groups that share one layout. A group
