@@ -13,8 +13,9 @@ add per kernel tap over all pixels and channels at once; 1x1 ones are one GEMM (
 straight from the input into the output (a strided copy first when strided; grouped ones one GEMM
 batched over groups on strided views); the rest gather im2col columns (output pixels x kh*kw*C/G,
 channels fastest) with one copy of a strided window view of the padded input per band and run one GEMM
-(batched over groups) per band into the output's rows. Groups of fewer than GROUP_MIN_RUN channels are
-merged into super-groups with block-diagonal weights, trading GEMM work for longer copy runs.
+(batched over groups) per band into the output's rows. Groups of fewer than GROUP_MAX_RUN channels are
+merged into super-groups of at most GROUP_MAX_RUN channels with block-diagonal weights, trading GEMM work
+for longer copy runs.
 
 nhwc-winograd: 3x3 stride-1 group-1 convolutions with enough channels on large enough maps
 (WINOGRAD_MIN_OUT) by Winograd F(4x4, 3x3), as op_conv.ConvWinograd but channels last: the 6x6 input
@@ -38,9 +39,14 @@ from nnhal.operator.base import Info
 # scratch bound of one band of im2col columns (bytes); the GEMM packs the weights once a band, so smaller
 # bands lose (128->128 3x3 stride 2 at 56x56: 907 us in 1 MB bands, 751 in 4 MB)
 BAND_BYTES = 4 << 20
-# smallest run of channels (C/G times groups per super-group) the grouped im2col gathers; ResNeXt's 128 channels in
-# 32 groups at 56x56 (us at 2 threads, runs of 4 / 8 / 16 / 32 / 64 / 128): 4784 / 2964 / 2005 / 1785 / 1989 / 2873
-GROUP_MIN_RUN = 32
+# longest run of channels (C/G times groups per super-group) the grouped im2col gathers, taken as the largest
+# whole number of groups within it; ResNeXt's 128 channels in 32 groups at 56x56 (us at 2 threads, runs of
+# 4 / 8 / 16 / 32 / 64 / 128): 4784 / 2964 / 2005 / 1785 / 1989 / 2873.
+# NOTE: a bound from above, not below: RegNetY-400MF's 8-channel groups come 6, 13, 26 and 55 to a
+# convolution, and the smallest run of at least 32 channels made super-groups of 48, 104 (13x the GEMM
+# work), 104 and 40 channels; at most 32 makes them 24, 8, 16 and 8 (us at 1 thread, 3x3: 104 channels
+# at 28x28 1655 -> 758, 208 at 14x14 876 -> 284, 48 at 56x56 stride 2 1663 -> 1420)
+GROUP_MAX_RUN = 32
 # im2col rows of group-1 convolutions are padded to a multiple of this many elements (aligned BLAS rows)
 ALIGN_COLUMNS = 8
 # scratch bound of a depthwise convolution's temporary (bytes, one band of output rows); smaller bands that
@@ -181,7 +187,7 @@ def nhwc_im2col(s: _conv2d.Conv2d, wv: np.ndarray, finish: Callable[[np.ndarray]
     # Groups of few channels run as super-groups of ``sub`` groups each with block-diagonal weights: the
     # gather copies runs of sub * C/G channels (a copy of 4-channel runs costs more than the GEMM over 8x
     # the weights), the GEMM multiplies zeros.
-    sub = next(d for d in range(1, group + 1) if group % d == 0 and (d * cg >= GROUP_MIN_RUN or d == group))
+    sub = max(d for d in range(1, group + 1) if group % d == 0 and (d * cg <= GROUP_MAX_RUN or d == 1))
     sg, cs, ms = group // sub, sub * cg, sub * mg        # super-groups, their input and output channels
     kk = kh * kw * cs
     w6 = wv.reshape(sg, sub, mg, cg, kh, kw)

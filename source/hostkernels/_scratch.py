@@ -12,7 +12,8 @@ import threading
 import numpy as np
 
 from nnhal.hostkernels import _blocks
-from nnhal.hostkernels.fused import Activation, activation_of
+from nnhal.errors import InternalError
+from nnhal.hostkernels.fused import ACTIVATION_KINDS, Activation, activation_of
 
 _local = threading.local()
 ALIGN = 64
@@ -67,10 +68,21 @@ def apply_activation(y: np.ndarray, act: Activation | None) -> None:
     """The fused activation, in place."""
     if act is None:
         return
-    if act.kind == "relu":
+    kind = act.kind
+    if kind == "relu":
         _blocks.relu(y, y)
-    else:
+    elif kind == "clip":
         _blocks.clamp(y, act.lo, act.hi, y)
+    elif kind == "silu":
+        _blocks.silu_(y)
+    elif kind == "sigmoid":
+        _blocks.sigmoid_(y)
+    elif kind == "hardswish":
+        _blocks.hardswish_(y)
+    elif kind == "hardsigmoid":
+        _blocks.hardsigmoid_(y, act.alpha, act.beta)
+    else:
+        raise InternalError(f"fused activation kind {kind!r}: this kernel applies {', '.join(ACTIVATION_KINDS)}")
 
 
 def fused(run, node):

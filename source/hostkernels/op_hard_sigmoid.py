@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnhal.hostkernels._unary import FormulaKernel
+from nnhal.hostkernels import _blocks
+from nnhal.hostkernels._unary import FormulaKernel, GateKernel
 from nnhal.graph.node import Node
 
 
@@ -16,4 +17,12 @@ class HardSigmoidKernel(FormulaKernel):
         return np.clip(y, 0, 1, out=y)
 
 
-IMPLEMENTATIONS = (HardSigmoidKernel,)
+class FastHardSigmoidKernel(GateKernel):
+    op_type = "HardSigmoid"
+
+    def gate(self, node: Node):
+        alpha, beta = float(node.attrs["alpha"]), float(node.attrs["beta"])
+        return lambda y: _blocks.hardsigmoid_(y, alpha, beta)
+
+
+IMPLEMENTATIONS = (HardSigmoidKernel, FastHardSigmoidKernel)

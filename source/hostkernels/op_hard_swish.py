@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnhal.hostkernels._unary import FormulaKernel
+from nnhal.hostkernels import _blocks
+from nnhal.hostkernels._unary import FormulaKernel, GateKernel
 from nnhal.graph.node import Node
 
 
@@ -18,4 +19,11 @@ class HardSwishKernel(FormulaKernel):
         return y
 
 
-IMPLEMENTATIONS = (HardSwishKernel,)
+class FastHardSwishKernel(GateKernel):
+    op_type = "HardSwish"
+
+    def gate(self, node: Node):
+        return _blocks.hardswish_
+
+
+IMPLEMENTATIONS = (HardSwishKernel, FastHardSwishKernel)

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnhal.hostkernels._unary import FormulaKernel, sigmoid
+from nnhal.hostkernels import _blocks
+from nnhal.hostkernels._unary import FormulaKernel, GateKernel, sigmoid
 from nnhal.graph.node import Node
 
 
@@ -14,4 +15,11 @@ class SigmoidKernel(FormulaKernel):
         return sigmoid(x)
 
 
-IMPLEMENTATIONS = (SigmoidKernel,)
+class FastSigmoidKernel(GateKernel):
+    op_type = "Sigmoid"
+
+    def gate(self, node: Node):
+        return _blocks.sigmoid_
+
+
+IMPLEMENTATIONS = (SigmoidKernel, FastSigmoidKernel)

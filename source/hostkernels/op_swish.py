@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnhal.hostkernels._unary import FormulaKernel, sigmoid
+from nnhal.hostkernels import _blocks
+from nnhal.hostkernels._unary import FormulaKernel, GateKernel, sigmoid
 from nnhal.graph.node import Node
 
 
@@ -14,4 +15,11 @@ class SwishKernel(FormulaKernel):
         return x * sigmoid(x * node.attrs["alpha"])
 
 
-IMPLEMENTATIONS = (SwishKernel,)
+class FastSwishKernel(GateKernel):
+    op_type = "Swish"
+
+    def gate(self, node: Node):
+        return _blocks.silu_ if float(node.attrs.get("alpha", 1.0)) == 1.0 else None
+
+
+IMPLEMENTATIONS = (SwishKernel, FastSwishKernel)

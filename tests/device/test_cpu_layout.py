@@ -177,3 +177,106 @@ def test_a_channel_shuffle_too_costly_to_fold_becomes_a_gather_of_channels_insid
     assert len(gathers) == 1 and gathers[0].node.attrs["axis"] == 3, kernels
     assert not any(op in ("Reshape", "Transpose") and not k.startswith("to-") for op, k in kernels), kernels
     assert [k for _, k in kernels if k.startswith("to-")] == ["to-nhwc", "to-nchw"], kernels
+
+
+def _se_block(rng):
+    """MobileNetV3/EfficientNet's squeeze-excite around a depthwise convolution, with its activations."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("HardSwish", ["c1"], ["h1"]),
+        helper.make_node("Conv", ["h1", "wd", "bd"], ["d1"], pads=[1, 1, 1, 1], group=16),
+        helper.make_node("Sigmoid", ["d1"], ["s1"]),
+        helper.make_node("Mul", ["d1", "s1"], ["silu"]),
+        helper.make_node("GlobalAveragePool", ["silu"], ["g"]),
+        helper.make_node("Conv", ["g", "wr", "br"], ["r"]),
+        helper.make_node("Relu", ["r"], ["rr"]),
+        helper.make_node("Conv", ["rr", "we", "be"], ["e"]),
+        helper.make_node("HardSigmoid", ["e"], ["gate"], alpha=1 / 6, beta=0.5),
+        helper.make_node("Mul", ["silu", "gate"], ["m"]),            # (1, 16, 12, 12) x (1, 16, 1, 1)
+        helper.make_node("Conv", ["m", "w2"], ["c2"]),
+        helper.make_node("GlobalAveragePool", ["c2"], ["gp"]),
+        helper.make_node("Flatten", ["gp"], ["y"]),
+    ]
+    inits = [_const("w1", _w(rng, 16, 8, 3, 3)), _const("b1", _w(rng, 16)), _const("wd", _w(rng, 16, 1, 3, 3)),
+             _const("bd", _w(rng, 16)), _const("wr", _w(rng, 4, 16, 1, 1)), _const("br", _w(rng, 4)),
+             _const("we", _w(rng, 16, 4, 1, 1)), _const("be", _w(rng, 16)), _const("w2", _w(rng, 8, 16, 1, 1))]
+    return nodes, inits
+
+
+def test_a_squeeze_excite_block_stays_channels_last_with_its_activations_fused():
+    nodes, inits = _se_block(np.random.default_rng(5))
+    steps = _run_both(_model(nodes, inits, ["y"]))
+    kernels = _kernels(steps)
+    assert [k for _, k in kernels if k.startswith("to-")] == ["to-nhwc", "to-nchw"], kernels
+    assert all(k.startswith("nhwc") for op, k in kernels if op in ("Conv", "GlobalAveragePool")), kernels
+    # HardSwish, SiLU (Sigmoid -> Mul), Relu and HardSigmoid ride on their convolutions; the gate's Mul
+    # broadcasts the pooled (N, 1, 1, C) gate over the (N, H, W, C) map
+    assert [op for op, _ in kernels] == ["Transpose", "Conv", "Conv", "GlobalAveragePool", "Conv", "Conv", "Mul",
+                                         "Conv", "GlobalAveragePool", "Transpose", "Flatten"], kernels
+    acts = [st.node.activation.kind for st in steps if getattr(st.node, "activation", None) is not None]
+    assert acts == ["hardswish", "silu", "relu", "hardsigmoid"]
+
+
+def _convnext_block(rng, c=16):
+    """ConvNeXt's block: 7x7 depthwise -> Transpose to (N, H, W, C) -> LayerNorm -> MLP -> layer scale ->
+    Transpose back -> residual Add, between two convolutions."""
+    nodes = [
+        helper.make_node("Conv", ["x", "ws", "bs"], ["stem"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Conv", ["stem", "wd", "bd"], ["d"], pads=[3, 3, 3, 3], group=c),
+        helper.make_node("Transpose", ["d"], ["t"], perm=[0, 2, 3, 1]),
+        helper.make_node("LayerNormalization", ["t", "lg", "lb"], ["ln"], axis=-1, epsilon=1e-6),
+        helper.make_node("MatMul", ["ln", "m1"], ["a1"]),
+        helper.make_node("Add", ["a1", "mb1"], ["a2"]),
+        helper.make_node("Gelu", ["a2"], ["g"]),
+        helper.make_node("MatMul", ["g", "m2"], ["a3"]),
+        helper.make_node("Mul", ["a3", "ls"], ["a4"]),
+        helper.make_node("Transpose", ["a4"], ["tb"], perm=[0, 3, 1, 2]),
+        helper.make_node("Add", ["tb", "stem"], ["res"]),
+        helper.make_node("Conv", ["res", "wd2", "bd2"], ["d2"], pads=[3, 3, 3, 3], group=c),
+        helper.make_node("GlobalAveragePool", ["d2"], ["gp"]),
+        helper.make_node("Flatten", ["gp"], ["y"]),
+    ]
+    inits = [_const("ws", _w(rng, c, 8, 2, 2)), _const("bs", _w(rng, c)), _const("wd", _w(rng, c, 1, 7, 7)),
+             _const("bd", _w(rng, c)), _const("lg", 1 + _w(rng, c)), _const("lb", _w(rng, c)),
+             _const("m1", _w(rng, c, 4 * c)), _const("mb1", _w(rng, 4 * c)), _const("m2", _w(rng, 4 * c, c)),
+             _const("ls", _w(rng, c)), _const("wd2", _w(rng, c, 1, 7, 7)), _const("bd2", _w(rng, c))]
+    return nodes, inits
+
+
+def _opset20(model):
+    model.opset_import[0].version = 20          # Gelu
+    return model
+
+
+def test_convnext_transposes_to_and_from_channels_last_are_the_nhwc_storage_itself():
+    nodes, inits = _convnext_block(np.random.default_rng(6))
+    steps = _run_both(_opset20(_model(nodes, inits, ["y"], (1, 8, 16, 16))), (1, 8, 16, 16))
+    kernels = _kernels(steps)
+    # the only transposes left are the input's and the pooled features' conversions
+    assert [k for op, k in kernels if op == "Transpose"] == ["to-nhwc", "to-nchw"], kernels
+    assert all(k.startswith("nhwc") for op, k in kernels if op in ("Conv", "GlobalAveragePool")), kernels
+    by_op = {st.node.op_type: st.node for st in steps}
+    # LayerNorm reads the depthwise convolution's NHWC output; the residual Add reads the layer scale's
+    assert by_op["LayerNormalization"].inputs[0] == "d"
+    assert steps[[st.node.op_type for st in steps].index("Add")].node.inputs[0] == "a4"
+
+
+def test_a_transposed_tensor_leaving_the_graph_is_still_made():
+    nodes, inits = _convnext_block(np.random.default_rng(7))
+    steps = _run_both(_opset20(_model(nodes, inits, ["y", "t", "tb"], (1, 8, 16, 16))), (1, 8, 16, 16))
+    ops = [st.node.op_type for st in steps]
+    assert ops.count("Transpose") >= 2 + 2, _kernels(steps)
+
+
+def test_back_to_back_transposes_inside_a_region_cost_nothing():
+    rng = np.random.default_rng(8)
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Transpose", ["c1"], ["t1"], perm=[0, 2, 3, 1]),
+        helper.make_node("Transpose", ["t1"], ["t2"], perm=[0, 3, 1, 2]),
+        helper.make_node("Relu", ["t2"], ["r"]),
+        helper.make_node("Conv", ["r", "w2"], ["y"], pads=[1, 1, 1, 1]),
+    ]
+    inits = [_const("w1", _w(rng, 8, 8, 3, 3)), _const("w2", _w(rng, 8, 8, 3, 3))]
+    steps = _run_both(_model(nodes, inits, ["y"]))
+    assert [k for op, k in _kernels(steps) if op == "Transpose"] == ["to-nhwc", "to-nchw"], _kernels(steps)

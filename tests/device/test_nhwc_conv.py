@@ -33,13 +33,17 @@ CASES = {
     "g4-s2": (2, 16, 9, 9, 8, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 4, "nhwc-gemm"),
     "g16-supergroups": (1, 64, 8, 9, 32, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 16, "nhwc-gemm"),
     "g2-wide-groups": (2, 64, 7, 6, 64, (3, 3), (2, 1), (1, 0, 1, 2), (1, 2), 2, "nhwc-gemm"),
+    # RegNetY's 8-channel groups: super-groups of 1 (13 groups) and 3 (6 groups, stride 2)
+    "g13-regnet": (1, 104, 6, 7, 104, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 13, "nhwc-gemm"),
+    "g6-regnet-s2": (1, 48, 9, 8, 48, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 6, "nhwc-gemm"),
     "winograd-28": (1, 64, 28, 28, 64, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1, "nhwc-winograd"),
     "winograd-30": (2, 64, 30, 30, 64, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1, "nhwc-winograd"),
     "winograd-nopad": (1, 64, 27, 29, 64, (3, 3), (1, 1), (0, 0, 0, 0), (1, 1), 1, "nhwc-winograd"),
     "3x3-64-small-map": (1, 64, 14, 14, 64, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1, "nhwc-gemm"),
 }
 ACTIVATIONS = {"none": None, "relu": Activation("relu"),
-               "clip": Activation("clip", np.asarray(-0.5, np.float32), np.asarray(0.5, np.float32))}
+               "clip": Activation("clip", np.asarray(-0.5, np.float32), np.asarray(0.5, np.float32)),
+               "hardswish": Activation("hardswish"), "silu": Activation("silu")}
 
 
 def make(name: str, bias: bool, act: Activation | None, dtype=np.float32):
@@ -71,7 +75,8 @@ def reference(node, ins, outs, x, wv, bv) -> np.ndarray:
     (y,) = kernel.prepare(plain, ins, outs)([x, wv, bv], [None])
     act = activation_of(node)
     if act is not None:
-        y = np.maximum(y, 0) if act.kind == "relu" else np.clip(y, act.lo, act.hi)
+        y = {"relu": lambda: np.maximum(y, 0), "clip": lambda: np.clip(y, act.lo, act.hi),
+             "hardswish": lambda: y * np.clip(y / 6 + 0.5, 0, 1), "silu": lambda: y / (1 + np.exp(-y))}[act.kind]()
     return y
 
 

@@ -3,7 +3,8 @@
 * ``fuse_gelu``: torch.onnx's exact Gelu chain becomes one Gelu node;
 * ``fuse_matmul``: element-wise epilogues (bias, scale, mask, residual, Gelu) run in place on a MatMul's
   product;
-* ``fuse_activations``: Relu/Clip run in place in the producer's epilogue;
+* ``fuse_activations``: Relu, Clip, HardSwish, HardSigmoid, Sigmoid and SiLU (Sigmoid -> Mul, Swish) run in
+  place in the producer's epilogue;
 * ``fuse_channel_shuffle``: ShuffleNet's Reshape -> Transpose -> Reshape channel shuffle after a
   convolution becomes a permutation of that convolution's output channels.
 
@@ -190,13 +191,28 @@ def fuse_matmul(chosen: list[Chosen], external: set[str]) -> list[Chosen]:
     return chosen
 
 
+# the activations other than Relu/Clip are fused only in these dtypes (float16 reference kernels widen to
+# float32; the in-place code would compute in float16)
+_SMOOTH_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
 def _activation(node: Node, ins: list[Info | None], dtype) -> Activation | None:
-    """The Relu or Clip ``node`` as an Activation a producer can apply in place, else None."""
+    """The element-wise ``node`` (Relu, Clip, HardSwish, HardSigmoid, Sigmoid, Swish with alpha 1) as an
+    Activation a producer can apply in place, else None."""
     if node.domain or len(node.outputs) != 1 or not node.outputs[0]:
         return None
-    if node.op_type == "Relu":
+    op = node.op_type
+    if op == "Relu":
         return Activation("relu")
-    if node.op_type != "Clip":
+    if op in ("HardSwish", "HardSigmoid", "Sigmoid", "Swish"):
+        if np.dtype(dtype) not in _SMOOTH_DTYPES:
+            return None
+        if op == "HardSigmoid":
+            return Activation("hardsigmoid", alpha=float(node.attrs["alpha"]), beta=float(node.attrs["beta"]))
+        if op == "Swish":
+            return Activation("silu") if float(node.attrs.get("alpha", 1.0)) == 1.0 else None
+        return Activation(op.lower())
+    if op != "Clip":
         return None
     if node.version < 11:
         lo, hi = node.attrs["min"], node.attrs["max"]
@@ -216,31 +232,63 @@ def _activation(node: Node, ins: list[Info | None], dtype) -> Activation | None:
     return Activation("clip", lo, hi)
 
 
+def _silu_gate(chosen: list[Chosen], reader_of: dict[str, list[int]], x: str, external: set[str]) \
+        -> tuple[int, int] | None:
+    """(Sigmoid position, Mul position) when ``x`` is read by exactly a Sigmoid and a Mul(x, sigmoid(x))
+    (either operand order) and the sigmoid has no other reader and does not leave the subgraph: torch's
+    SiLU."""
+    readers = reader_of.get(x, [])
+    if len(readers) != 2:
+        return None
+    for s_pos, m_pos in (readers, readers[::-1]):
+        sig, mul = chosen[s_pos].node, chosen[m_pos].node
+        if sig.op_type != "Sigmoid" or sig.domain or len(sig.outputs) != 1 or not sig.outputs[0] \
+                or mul.op_type != "Mul" or mul.domain or len(mul.outputs) != 1 or not mul.outputs[0]:
+            continue
+        g = sig.outputs[0]
+        if g in external or reader_of.get(g) != [m_pos] or sorted(mul.inputs) != sorted([x, g]) \
+                or chosen[m_pos].outs[0].shape != chosen[s_pos].outs[0].shape:
+            continue
+        return s_pos, m_pos
+    return None
+
+
 def fuse_activations(chosen: list[Chosen], external: set[str]) -> list[Chosen]:
-    """Fold Relu/Clip into the producing node's epilogue when its kernel can apply it in place
-    (``fuse_activation``), the intermediate has no other reader and is not a subgraph output."""
-    reads = Counter(n for node, _, _, _ in chosen for n in node.all_inputs if n)
-    reader = {}
+    """Fold an activation into the producing node's epilogue when its kernel can apply it in place
+    (``fuse_activation``), the intermediate has no other reader and is not a subgraph output: Relu, Clip,
+    HardSwish, HardSigmoid, Sigmoid and Swish (alpha 1) read by themselves, and SiLU as torch exports it,
+    Sigmoid(x) -> Mul(x, sigmoid(x)), where x's two readers are that Sigmoid and that Mul."""
+    reader_of: dict[str, list[int]] = {}
     for pos, (node, _, _, _) in enumerate(chosen):
-        for n in node.all_inputs:
+        for n in dict.fromkeys(node.all_inputs):
             if n:
-                reader.setdefault(n, pos)
+                reader_of.setdefault(n, []).append(pos)
     result, dropped = [], set()
     for pos, (node, kernel, ins, outs) in enumerate(chosen):
         if pos in dropped:
             continue
         live = [o for o in node.outputs if o]
         if getattr(kernel, "fuse_activation", False) and len(node.outputs) == 1 and len(live) == 1 \
-                and live[0] not in external and reads[live[0]] == 1 and activation_of(node) is None:
-            j = reader.get(live[0])
-            nxt = chosen[j] if j is not None else None
-            if nxt is not None and nxt.node.inputs and nxt.node.inputs[0] == live[0] and outs[0].dtype is not None \
-                    and outs[0].dtype.kind == "f" and nxt.outs[0].dtype == outs[0].dtype:
+                and live[0] not in external and activation_of(node) is None and outs[0].dtype is not None \
+                and outs[0].dtype.kind == "f":
+            readers = reader_of.get(live[0], [])
+            nxt = chosen[readers[0]] if len(readers) == 1 else None
+            gate = _silu_gate(chosen, reader_of, live[0], external) if outs[0].dtype in _SMOOTH_DTYPES else None
+            if nxt is not None and nxt.node.inputs and nxt.node.inputs[0] == live[0] \
+                    and nxt.outs[0].dtype == outs[0].dtype and readers[0] not in dropped:
                 act = _activation(nxt.node, nxt.ins, outs[0].dtype)
-                if act is not None:
+                if act is not None and list(nxt.node.all_inputs).count(live[0]) == 1:
                     node = fuse(node, nxt.node, outputs=list(nxt.node.outputs), activation=act)
                     outs = list(nxt.outs)
-                    dropped.add(j)
+                    dropped.add(readers[0])
+            elif gate is not None and not dropped.intersection(gate):
+                s_pos, m_pos = gate
+                mul = chosen[m_pos]
+                if mul.outs[0].dtype == outs[0].dtype and mul.outs[0].shape == outs[0].shape:
+                    node = fuse(fuse(node, chosen[s_pos].node), mul.node, outputs=list(mul.node.outputs),
+                                activation=Activation("silu"))
+                    outs = list(mul.outs)
+                    dropped.update(gate)
         result.append(Chosen(node, kernel, ins, outs))
     return result
 

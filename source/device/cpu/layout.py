@@ -13,11 +13,15 @@ layout per tensor:
 * **channels-last ops** (``CHANNELS_LAST``: Conv, pooling, BatchNormalization,
   LRN) run NHWC when a kernel with ``layout = "NHWC"`` accepts the node; their
   input 0 and output 0 are NHWC;
-* **layout-free ops** (element-wise ops whose non-constant operands all have
-  the output's 4-D shape, Concat, and a Gather of channels) run on whatever
+* **layout-free ops** (element-wise ops whose non-constant operands are 4-D and
+  broadcast to the output's shape, Concat, and a Gather of channels) run on whatever
   layout their tensors have: in NHWC they get permuted shapes, constants
   transposed to the NHWC broadcast form, and Concat and Gather their axis
   moved;
+* **alias transposes**: a Transpose(0, 2, 3, 1) whose input is stored NHWC and a
+  Transpose(0, 3, 1, 2) whose output is are dropped, their readers reading the
+  other side (the (N, H, W, C) tensor is the NHWC storage): ConvNeXt's blocks
+  leave the region for their channels-last LayerNorm and MLP without a copy;
 * every other use of a tensor needs ONNX's NCHW.
 
 Tensors joined by layout-free ops form groups that share one layout. A group
@@ -130,9 +134,27 @@ def _layout_free(node: Node, ins: list, outs: list) -> bool:
             if i.value.ndim > 4:
                 return False
             continue
-        if not _image(i) or tuple(i.shape) != tuple(out.shape) or i.dtype != out.dtype:
+        if not _image(i) or not _broadcasts(i.shape, out.shape) or i.dtype != out.dtype:
             return False
     return True
+
+
+def _broadcasts(shape, out) -> bool:
+    """A 4-D operand of this shape broadcasts to ``out`` (each axis equal or 1): so does its NHWC
+    permutation to the NHWC output (a squeeze-excite gate (N, C, 1, 1) times its (N, C, H, W) map)."""
+    return len(shape) == 4 and all(a == b or a == 1 for a, b in zip(shape, out))
+
+
+def _alias_transpose(node: Node, ins: list, outs: list, external: set[str]) -> str | None:
+    """"to-last" for a Transpose(0, 2, 3, 1) of a 4-D image, "to-first" for a Transpose(0, 3, 1, 2) to one,
+    neither reading nor writing a subgraph input or output; else None. Such a Transpose costs nothing
+    when the channels-first side is stored NHWC: its output (resp. input) is that tensor's storage."""
+    if node.op_type != "Transpose" or node.domain or len(node.inputs) != 1 or len(node.outputs) != 1 \
+            or not node.outputs[0] or node.inputs[0] in external or node.outputs[0] in external \
+            or not _image(ins[0]) or not _image(outs[0]) or ins[0].dtype != outs[0].dtype:
+        return None
+    perm = tuple(node.attrs.get("perm") or ())
+    return "to-last" if perm == TO_NHWC else "to-first" if perm == TO_NCHW else None
 
 
 def _channels_last_kernel(node: Node, kernel: Kernel, ins: list, outs: list) -> Kernel | None:
@@ -170,7 +192,8 @@ def assign_layouts(chosen: list[Chosen], external: set[str]) -> tuple[list[Chose
             nhwc_kernels[pos] = k
             roles.append("last")
         else:
-            roles.append("free" if _layout_free(node, ins, outs) else None)
+            roles.append(_alias_transpose(node, ins, outs, external)
+                         or ("free" if _layout_free(node, ins, outs) else None))
     if not nhwc_kernels:
         return chosen, Layouts({}, {})
 
@@ -198,7 +221,7 @@ def assign_layouts(chosen: list[Chosen], external: set[str]) -> tuple[list[Chose
             if not name:
                 continue
             info = ins[k] if k < len(ins) else None
-            if role == "last" and k == 0:
+            if role in ("last", "to-last") and k == 0:
                 wanted.add(find(name))
             elif role == "free" and k < len(node.inputs) and (info is None or info.value is None):
                 pass
@@ -207,7 +230,7 @@ def assign_layouts(chosen: list[Chosen], external: set[str]) -> tuple[list[Chose
         for k, name in enumerate(node.outputs):
             if not name:
                 continue
-            if role == "last" and k == 0:
+            if role in ("last", "to-first") and k == 0:
                 wanted.add(find(name))
             elif role != "free":
                 blocked.add(find(name))
@@ -222,6 +245,8 @@ def assign_layouts(chosen: list[Chosen], external: set[str]) -> tuple[list[Chose
     constants: dict[str, np.ndarray] = {}
     result: list = []
     converted: dict[tuple[str, tuple], str] = {}
+    # the output of a dropped Transpose -> the tensor whose storage it is
+    alias: dict[str, str] = {}
 
     def convert(name: str, info: Info, perm: tuple, before: list) -> str:
         """The name of ``name`` converted with ``perm`` (made once, by a step appended to ``before``)."""
@@ -238,6 +263,16 @@ def assign_layouts(chosen: list[Chosen], external: set[str]) -> tuple[list[Chose
 
     for pos, (node, kernel, ins, outs) in enumerate(chosen):
         role = roles[pos]
+        if role == "to-last" and is_nhwc(node.inputs[0]):
+            # ConvNeXt's Transpose(0, 2, 3, 1) before its channels-last LayerNorm: the NHWC storage already
+            # is that (N, H, W, C) tensor
+            alias[node.outputs[0]] = node.inputs[0]
+            continue
+        if role == "to-first" and is_nhwc(node.outputs[0]):
+            # and its Transpose(0, 3, 1, 2) back: the (N, H, W, C) tensor is the storage of the NHWC output
+            alias[node.outputs[0]] = node.inputs[0]
+            physical[node.outputs[0]] = physical[node.inputs[0]] = _permuted(outs[0])
+            continue
         if role == "last":
             x_nhwc, y_nhwc = is_nhwc(node.inputs[0]), is_nhwc(node.outputs[0])
             if not (x_nhwc or y_nhwc):
@@ -299,4 +334,22 @@ def assign_layouts(chosen: list[Chosen], external: set[str]) -> tuple[list[Chose
                         implicit[k - len(inputs)] = new
             node = replace(node, inputs=inputs, implicit_inputs=implicit)
         result.append(Chosen(node, kernel, ins, outs))
+    if alias:
+        result = [_renamed(c, alias) for c in result]
     return result, Layouts(physical, constants)
+
+
+def _renamed(c: Chosen, alias: dict[str, str]) -> Chosen:
+    """``c`` reading, for each dropped Transpose's output, the tensor that holds its data."""
+    node = c.node
+    if not any(n in alias for n in node.all_inputs):
+        return c
+
+    def storage(name: str) -> str:
+        while name in alias:
+            name = alias[name]
+        return name
+
+    node = replace(node, inputs=[storage(n) for n in node.inputs],
+                   implicit_inputs=[storage(n) for n in node.implicit_inputs])
+    return Chosen(node, c.kernel, c.ins, c.outs)
