@@ -7,6 +7,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import nnhal
+from nnhal.hostkernels._reduce import softmax
 from nnhal.hostkernels.fused import epilogue_of
 from nnhal.hostkernels.op_matmul import matmul
 from tests.conftest import make_model, vinfo
@@ -67,12 +68,38 @@ def test_matmul_bias_gelu_fuses_into_one_step_and_matches_onnxruntime(batch, row
 def test_softmax_of_attention_scores_matches_onnxruntime(shape):
     rng = np.random.default_rng(len(shape))
     x = (rng.standard_normal(shape) * 8).astype(np.float32)
-    x[..., 0, :] -= 200.0            # rows far below the tensor's maximum take their own maximum
+    x[..., 0, :] -= 200.0            # rows far below the band's maximum take their own maximum
+    x[..., -1, ::3] = -np.inf        # a causal-style mask
     model = make_model([helper.make_node("Softmax", ["x"], ["y"], axis=-1)], [vinfo("x", list(shape))],
                        [vinfo("y", list(shape))])
-    (got,), (want,), _ = run_both(model, {"x": x})
+    (got,), (want,), steps = run_both(model, {"x": x})
+    assert [st.kernel_name for st in steps] == ["fast"]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(got.sum(-1), 1.0, rtol=1e-5)
+
+
+def test_softmax_bands_with_infinities_match_the_reference_kernel():
+    x = np.random.default_rng(4).standard_normal((3, 5, 6000)).astype(np.float32)   # bands of 21 rows
+    x[0, 1, 7] = np.inf
+    x[1, 2, :] = -np.inf
+    x[2, 3, 9] = np.nan
+    model = make_model([helper.make_node("Softmax", ["x"], ["y"], axis=-1)], [vinfo("x", [3, 5, 6000])],
+                       [vinfo("y", [3, 5, 6000])])
+    with nnhal.Session(model, devices=["cpu"]) as s, np.errstate(invalid="ignore"):
+        (got,) = s.run({"x": x})       # a row with +inf or NaN is NaN somewhere, as the reference makes it
+        want = softmax(x, (2,))        # the reference kernel's function
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-8, equal_nan=True)
+    assert np.isfinite(got[0, 0]).all() and np.isnan(got[1, 2]).all()
+
+
+def test_softmax_after_a_scaled_product_runs_in_place_and_matches_onnxruntime():
+    rng = np.random.default_rng(3)
+    inits = [const("k", rng.standard_normal((2, 16, 300))), const("scale", 8.0)]
+    nodes = [helper.make_node("MatMul", ["q", "k"], ["s"]), helper.make_node("Div", ["s", "scale"], ["d"]),
+             helper.make_node("Softmax", ["d"], ["y"], axis=-1)]
+    model = make_model(nodes, [vinfo("q", [1, 2, 300, 16])], [vinfo("y", [1, 2, 300, 300])], inits)
+    (got,), (want,), _ = run_both(model, {"q": rng.standard_normal((1, 2, 300, 16)).astype(np.float32) * 3})
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
 
 
 @pytest.mark.parametrize("shape,perm", [((2, 7, 33), None), ((1, 96, 5, 9), (0, 2, 3, 1))])
