@@ -9,6 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 import nnhal
 from nnhal.hostkernels._reduce import softmax
 from nnhal.hostkernels.fused import epilogue_of
+from nnhal.hostkernels import op_matmul
 from nnhal.hostkernels.op_matmul import matmul
 from tests.conftest import make_model, vinfo
 
@@ -49,8 +50,11 @@ def test_a_strided_stacked_a_is_one_product_equal_to_numpys(shape):
     np.testing.assert_allclose(strided, want, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("batch,rows,k,n", [(1, 197, 64, 256), (3, 37, 29, 61), (2, 1500, 16, 48)])
-def test_matmul_bias_gelu_fuses_into_one_step_and_matches_onnxruntime(batch, rows, k, n):
+@pytest.mark.parametrize("batch,rows,k,n,block", [(1, 197, 64, 256, None), (3, 37, 29, 61, None),
+                                                   (2, 1500, 16, 48, None), (2, 5, 8, 61, 50), (1, 9, 8, 20, 64)])
+def test_matmul_bias_gelu_fuses_into_one_step_and_matches_onnxruntime(monkeypatch, batch, rows, k, n, block):
+    if block is not None:   # Gelu blocks of one row (block < n) and of 3 rows with a partial last one
+        monkeypatch.setattr(op_matmul, "BLOCK", block)
     rng = np.random.default_rng(rows)
     inits = [const("w", rng.standard_normal((k, n)) / np.sqrt(k)), const("bias", rng.standard_normal(n)),
              const("sqrt2", 1.4142135381698608), const("one", 1.0), const("half", 0.5)]
