@@ -3,31 +3,41 @@
 The CPU plan may fuse what follows a MatMul into its node (never under NNHAL_CPU_REFERENCE=1): the
 FusedNode's ``epilogue`` (EpilogueOp records, hostkernels/fused.py) applies element-wise Add/Mul/Div/Sub
 by further node inputs (bias, scale, mask, residual) in place on the product, possibly ended by a Gelu
-step, an exact float32 Gelu; with a Gelu a stacked A times a matrix B is made in row blocks, each GEMM followed by its
-epilogue and Gelu while the block is in cache.
+step, an exact float32 Gelu; with a Gelu, a stacked A times a matrix B is one GEMM, then the epilogue and
+the Gelu run over cache-sized row blocks of the product.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from nnhal.hostkernels import _blocks
+from nnhal.hostkernels import _blocks, _scratch
 from nnhal.hostkernels._scratch import fused
 from nnhal.hostkernels.base import Kernel, RunFn
 from nnhal.hostkernels.fused import epilogue_of
-from nnhal.hostkernels.op_gelu import gelu_inplace
+from nnhal.hostkernels.op_gelu import gelu_chunk, gelu_inplace
 
 _UFUNCS = {"Add": np.add, "Mul": np.multiply, "Div": np.divide, "Sub": np.subtract}
-ROWS = 256        # rows of the product per block when a Gelu is fused
+# elements of the product per epilogue + Gelu block (the dozen passes of the Gelu stay in L2)
+BLOCK = 1 << 16
 
 
 def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None) -> np.ndarray:
-    """numpy matmul; a stacked A times a matrix B becomes one 2-D product."""
-    if b.ndim == 2 and a.ndim > 2 and a.flags.c_contiguous:
-        flat = a.reshape(-1, a.shape[-1])
-        if out is not None and out.flags.c_contiguous:
+    """numpy matmul; a stacked A times a matrix B becomes one 2-D product.
+
+    NOTE: numpy runs a stacked (…, M, K) @ (K, N) as a loop of small GEMMs that OpenBLAS does not thread
+    (ConvNeXt's (1, 56, 56, 96) @ (96, 384): 1.73 ms strided, 1.45 contiguous against 1.15 as one 2-D
+    GEMM at 2 threads), so a strided A is copied first (1.30 ms with the copy) and a strided output
+    takes the product from a temporary."""
+    if b.ndim == 2 and a.ndim > 2:
+        flat = a.reshape(-1, a.shape[-1])   # a view when a's strides allow, else one contiguous copy
+        shape = a.shape[:-1] + (b.shape[1],)
+        if out is None:
+            return np.matmul(flat, b).reshape(shape)
+        if out.flags.c_contiguous:
             np.matmul(flat, b, out=out.reshape(-1, b.shape[1]))
-            return out
-        return np.matmul(flat, b).reshape(a.shape[:-1] + (b.shape[1],))
+        else:
+            np.copyto(out, np.matmul(flat, b).reshape(shape))
+        return out
     if out is not None:
         return np.matmul(a, b, out=out)
     return np.matmul(a, b)
@@ -74,27 +84,37 @@ def _block_of(operand, out) -> np.ndarray | None:
 def _gelu_run(ops, out_info) -> RunFn:
     shape, dtype = tuple(out_info.shape), out_info.dtype
     n = shape[-1]
+    rows_per_block = max(1, BLOCK // max(1, n))
+    # NOTE: the Gelu's three temporaries live in this thread's scratch: allocated per block (256 KB each,
+    # past malloc's mmap threshold) they were page-faulted in again every time; bias + Gelu of ViT's
+    # 197x3072 product took 4.2 ms that way, 1.8 ms as one pass over the whole product, 1.5 ms this way
+    parts = (((rows_per_block * n,), np.dtype(np.float32)),) * 3
+    _scratch.reserve(_scratch.nbytes_of(*parts))
 
     def run(inputs, outputs):
         a, b = inputs[0], inputs[1]
         y = outputs[0] if outputs[0] is not None else np.empty(shape, dtype)
-        if b.ndim != 2 or not y.flags.c_contiguous:
-            y = matmul(a, b, y)
+        y = matmul(a, b, y)
+        if not y.flags.c_contiguous:
             for ufunc, k in ops:
                 ufunc(y, inputs[k], out=y)
             gelu_inplace(y)
             return (y,)
-        a2 = a.reshape(-1, a.shape[-1])
         y2 = y.reshape(-1, n)
+        tmp, xc, t = _scratch.scratch(*parts)
         operands = [(ufunc, np.broadcast_to(inputs[k], shape).reshape(-1, n)) for ufunc, k in ops]
-        # one thread: these blocks split over Python threads (single-threaded BLAS each) measured ~20%
-        # slower on the whole encoder at batch 8 (OpenBLAS's idle workers spin against the pool thread)
-        for lo in range(0, y2.shape[0], ROWS):
-            ys = y2[lo:lo + ROWS]
-            np.matmul(a2[lo:lo + ROWS], b, out=ys)
+        # NOTE: one GEMM for the whole product, then the epilogue and Gelu per block of rows while it is in
+        # cache. GEMMs of 256-row blocks (the former scheme) thread badly: at 2 threads, ConvNeXt's
+        # 3136x96 @ 96x384 + Gelu took 36-200 ms in 256..1024-row blocks against 7.8 ms this way, and
+        # ViT's 1576x768 @ 768x3072 + Gelu 121-191 ms against 108 (a loaded machine, min of 7 runs).
+        # The Gelu blocks stay on this thread: split over Python threads they measured ~20% slower on the
+        # BERT encoder at batch 8 (OpenBLAS's idle workers spin against the pool thread).
+        for lo in range(0, y2.shape[0], rows_per_block):
+            ys = y2[lo:lo + rows_per_block]
             for ufunc, operand in operands:
-                ufunc(ys, operand[lo:lo + ROWS], out=ys)
-            gelu_inplace(ys)
+                ufunc(ys, operand[lo:lo + rows_per_block], out=ys)
+            flat, k = ys.reshape(-1), ys.size
+            gelu_chunk(flat, flat, tmp[:k], xc[:k], t[:k])
         return (y,)
 
     return run

@@ -1,10 +1,10 @@
 """Softmax on the CPU.
 
 reference: the shared stable softmax. fast (float32/float64, static shape,
-softmax over the last axis only): exp(x - global max) in cache-sized bands of
-rows in the output buffer, divided by the row sums; rows whose sum is tiny (their
-own maximum far below the global one) are redone with their own maximum, and a
-non-finite maximum sends the whole tensor to the reference.
+softmax over the last axis only): per cache-sized band of rows, exp(x - the band's
+max) in a scratch band, the row sums as one BLAS product with a vector of ones,
+times their reciprocals into the output; a band with a row whose sum is tiny (its
+own maximum far below the band's) or a non-finite maximum goes to the reference.
 """
 from __future__ import annotations
 
@@ -18,14 +18,6 @@ from nnhal.operator._reduce import softmax_axes
 class SoftmaxKernel(SoftmaxFamilyKernel):
     op_type = "Softmax"
     function = softmax
-
-
-def _reference(x: np.ndarray, out: np.ndarray | None) -> np.ndarray:
-    y = softmax(x, (x.ndim - 1,))
-    if out is None:
-        return (y,)
-    np.copyto(out, y)
-    return (out,)
 
 
 class SoftmaxFast(Kernel):
@@ -44,32 +36,40 @@ class SoftmaxFast(Kernel):
     def prepare(self, node, ins, outs) -> RunFn:
         shape, dtype = tuple(ins[0].shape), ins[0].dtype
         width = shape[-1]
-        band = max(1, (1 << 15) // max(1, width))   # rows per band: the passes stay in cache
-        # exp(x - global max) keeps full precision while a row's own maximum is above e^-60 of it
+        # NOTE: rows per band: 2^17 elements (512 KB of float32) stay in L2 across the passes; 4x larger
+        # than the former 2^15 and a per-band maximum (read while the band comes into cache, not one
+        # more pass over the tensor) measured 1.51 -> 1.35 ms on (1, 6, 500, 500) and 5.2 -> 3.9 ms on
+        # (8, 12, 197, 197) at 2 threads
+        band = max(1, (1 << 17) // max(1, width))
+        ones = np.ones(width, dtype)       # row sums as a BLAS product: 0.13 ms against einsum's 0.30
+        # exp(x - band max) keeps full precision while a row's own maximum is above e^-60 of it
         tiny = dtype.type(np.exp(-60.0))
 
         def run(inputs, outputs):
             x = inputs[0]
-            top = np.max(x)
-            if not np.isfinite(top):
-                return _reference(x, outputs[0])
             given = outputs[0]
             y = given if given is not None and given.flags.c_contiguous else np.empty(shape, dtype)
-            # y is contiguous, so y2 is a view; x2 may be a copy of a strided x (then y cannot alias x)
+            # y is contiguous, so y2 is a view; x2 may be a copy of a strided x. y may alias x: each band
+            # is read into tmp before its rows of y are written.
             x2, y2 = x.reshape(-1, width), y.reshape(-1, width)
             rows = y2.shape[0]
             tmp = np.empty((min(rows, band), width), dtype)
             for i in range(0, rows, band):
                 j = min(rows, i + band)
                 xb, tb = x2[i:j], tmp[:j - i]
+                top = xb.max()
+                if not np.isfinite(top):
+                    y2[i:j] = softmax(xb, (1,))
+                    continue
                 np.subtract(xb, top, out=tb)
                 np.exp(tb, out=tb)
-                sums = np.einsum("ij->i", tb)
+                sums = np.matmul(tb, ones)
                 if sums.min() < tiny:
-                    # rows far below the global maximum: this band with each row's own maximum
+                    # rows far below the band's maximum: this band with each row's own maximum
                     y2[i:j] = softmax(xb, (1,))
                 else:
-                    np.divide(tb, sums[:, None], out=y2[i:j])
+                    np.reciprocal(sums, out=sums)
+                    np.multiply(tb, sums[:, None], out=y2[i:j])
             if given is not None and given is not y:
                 np.copyto(given, y)
                 y = given

@@ -1,7 +1,7 @@
 """The compiled-model cache: an imported graph saved once, loaded again without protobuf parsing.
 
 ``load_cached(source, directory)`` returns what ``load_onnx(source)`` returns. An entry is keyed by the
-SHA-256 of the model's bytes, the cache format and the versions of nnhal, onnx, numpy and Python (what
+tree SHA-256 (_checksum) of the model's bytes, the cache format and the versions of nnhal, onnx, numpy and Python (what
 the import depends on; options apply after import, at prerun, so they do not key it). A model given by
 path is hashed once per (path, size, mtime, inode): a small index file remembers the digest of the file
 as it was, as git's index does; a changed file is hashed again.
@@ -9,7 +9,7 @@ as it was, as git's index does; a changed file is hashed again.
 Trust model. An entry is a pickle (of nnhal's own Graph objects) plus the raw weight buffers, so it must
 only ever be read from a directory the user alone controls: the directory must be owned by the current
 user and not writable by group or others, else the cache is not used (a warning says why). Each entry
-carries a SHA-256 checksum of everything after its header and the full key; an entry whose header, key,
+carries a SHA-256 tree checksum of everything after its header (_checksum) and the full key; an entry whose header, key,
 versions or checksum do not match, or that fails to load, is ignored with a warning and rewritten; it is
 never trusted blindly. The checksum guards against corruption and stale entries, not against an attacker
 who can write to the directory: that is what the ownership check is for.
@@ -31,6 +31,7 @@ import struct
 import sys
 import threading
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -39,9 +40,10 @@ import onnx
 
 from nnhal.graph.graph import Graph
 
-FORMAT = 1
-MAGIC = b"NNHALC1\n"
+FORMAT = 2
+MAGIC = b"NNHALC2\n"
 ALIGN = 64
+PIECE = 1 << 24     # bytes per leaf of the checksum tree
 
 
 class CacheWarning(UserWarning):
@@ -86,27 +88,31 @@ def trusted_directory(directory: Path) -> str | None:
 
 
 def model_digest(source: Any, directory: Path) -> str:
-    """SHA-256 of the model's bytes; for a path, remembered per (path, size, mtime, inode)."""
+    """The tree SHA-256 (_checksum) of the model's bytes; for a path, remembered per (path, size, mtime,
+    inode)."""
     if isinstance(source, (bytes, bytearray, memoryview)):
-        return hashlib.sha256(source).hexdigest()
+        return _checksum(memoryview(source).cast("B"))
     if isinstance(source, onnx.ModelProto):
-        return hashlib.sha256(source.SerializeToString()).hexdigest()
+        return _checksum(memoryview(source.SerializeToString()))
     path = Path(source).resolve()
     st = path.stat()
     mark = [str(path), st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev]
     index = directory / f"path-{hashlib.sha256(str(path).encode()).hexdigest()[:32]}.json"
     try:
         known = json.loads(index.read_text())
-        if known.get("mark") == mark and isinstance(known.get("sha256"), str):
-            return known["sha256"]
+        if known.get("mark") == mark and known.get("format") == FORMAT and isinstance(known.get("digest"), str):
+            return known["digest"]
     except (OSError, ValueError):
         pass
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        while chunk := f.read(1 << 24):
-            h.update(chunk)
-    digest = h.hexdigest()
-    _write_atomic(index, json.dumps({"mark": mark, "sha256": digest}).encode())
+        if os.fstat(f.fileno()).st_size == 0:
+            digest = _checksum(memoryview(b""))
+        else:
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+                view = memoryview(mapped)
+                digest = _checksum(view)
+                view.release()
+    _write_atomic(index, json.dumps({"mark": mark, "format": FORMAT, "digest": digest}).encode())
     return digest
 
 
@@ -140,8 +146,8 @@ def load_cached(source: Any, directory: str | os.PathLike, load) -> Graph:
 
 # ------------------------------------------------------------------ entry format
 # MAGIC, u64 header length, header JSON, padding to ALIGN, the pickle, then each out-of-band buffer at an
-# ALIGN-ed offset. The header holds the key, the pickle's and buffers' (offset, length) and the SHA-256
-# of every byte after the header.
+# ALIGN-ed offset. The header holds the key, the pickle's and buffers' (offset, length) and the tree
+# checksum (_checksum) of every byte after the header.
 def write_entry(entry: Path, key: dict, graph: Graph) -> None:
     buffers: list[pickle.PickleBuffer] = []
     body = pickle.dumps(graph, protocol=5, buffer_callback=buffers.append)
@@ -151,7 +157,6 @@ def write_entry(entry: Path, key: dict, graph: Graph) -> None:
         spans.append((offset, raw.nbytes))
         offset = _align(offset + raw.nbytes)
     total = offset
-    h = hashlib.sha256()
     parts: list[bytes | memoryview] = []
     cursor = 0
     for data, (start, _) in zip([memoryview(body)] + raws, [(0, len(body))] + spans):
@@ -161,10 +166,8 @@ def write_entry(entry: Path, key: dict, graph: Graph) -> None:
         cursor = start + data.nbytes
     if total > cursor:
         parts.append(bytes(total - cursor))
-    for p in parts:
-        h.update(p)
     header = json.dumps({"key": key, "pickle": len(body), "buffers": spans, "size": total,
-                         "sha256": h.hexdigest()}).encode()
+                         "checksum": _checksum_of_parts(parts)}).encode()
     head = MAGIC + struct.pack("<Q", len(header)) + header
     head += bytes(_align(len(head)) - len(head))
     _write_atomic(entry, head, parts)
@@ -188,13 +191,57 @@ def read_entry(entry: Path, key: dict) -> Graph:
             raise ValueError(f"truncated or padded: {st.st_size} bytes, the header says {start + header['size']}")
         mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
     view = memoryview(mapped)[start:]
-    if hashlib.sha256(view).hexdigest() != header["sha256"]:
+    if _checksum(view) != header.get("checksum"):
         raise ValueError("checksum mismatch (corrupted)")
     buffers = [view[o:o + n] for o, n in header["buffers"]]
     graph = pickle.loads(view[:header["pickle"]], buffers=buffers)
     if not isinstance(graph, Graph):
         raise ValueError(f"holds a {type(graph).__name__}, not a Graph")
     return graph
+
+
+def _checksum(view: memoryview) -> str:
+    """SHA-256 over the SHA-256 digests of the PIECE-byte pieces of ``view`` (and its length), the pieces
+    hashed on up to 4 threads.
+
+    NOTE: a flat SHA-256 runs on one core (~0.9 GB/s here: 0.6 s of VGG19's 1.35 s cached prepare for its
+    548 MB of weights); hashlib releases the GIL on large buffers, so the pieces hash in parallel. The
+    tree keeps SHA-256's collision resistance: a changed byte changes its piece's digest, hence the root.
+    Reading the mapped pages in the hashing threads also faults them in on several cores."""
+    n = view.nbytes
+    starts = range(0, n, PIECE)
+    if len(starts) <= 1:
+        digests = [hashlib.sha256(view).digest()]
+    else:
+        with ThreadPoolExecutor(max_workers=min(4, len(starts), os.cpu_count() or 1)) as pool:
+            digests = list(pool.map(lambda lo: hashlib.sha256(view[lo:lo + PIECE]).digest(), starts))
+    return _root(n, digests)
+
+
+def _checksum_of_parts(parts: list) -> str:
+    """_checksum of the concatenation of ``parts``, computed piece by piece on this thread (writing an
+    entry happens once per model; joining the parts would copy every weight)."""
+    digests, piece, filled, n = [], hashlib.sha256(), 0, 0
+    for part in parts:
+        data = memoryview(part).cast("B")
+        n += data.nbytes
+        while data.nbytes:
+            take = min(PIECE - filled, data.nbytes)
+            piece.update(data[:take])
+            data, filled = data[take:], filled + take
+            if filled == PIECE:
+                digests.append(piece.digest())
+                piece, filled = hashlib.sha256(), 0
+    if filled or not digests:
+        digests.append(piece.digest())
+    return _root(n, digests)
+
+
+def _root(n: int, digests: list[bytes]) -> str:
+    root = hashlib.sha256(struct.pack("<QQ", n, PIECE))
+    for d in digests:
+        root.update(d)
+    return root.hexdigest()
 
 
 def _align(n: int) -> int:

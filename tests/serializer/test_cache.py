@@ -123,3 +123,30 @@ def test_a_directory_others_can_write_is_not_used(tmp_path, model_path):
     with pytest.warns(cache.CacheWarning, match="writable by group or others"):
         g = cache.load_cached(model_path, d, load)
     assert load.calls == 1 and g.tensors["w"].value[0, 0] == 0.5 and not entries(d)
+
+
+@pytest.mark.parametrize("size", [0, 1, 63, 64, 65, 64 * 5, 64 * 5 + 17])
+def test_the_tree_checksum_is_the_same_written_in_parts_and_read_in_threads(monkeypatch, size):
+    monkeypatch.setattr(cache, "PIECE", 64)     # many pieces, boundaries inside and between the parts
+    data = bytes(np.random.default_rng(size).integers(0, 256, size, dtype=np.uint8))
+    parts = [data[:size // 3], b"", data[size // 3:size // 2], data[size // 2:]]
+    whole = cache._checksum(memoryview(data))
+    assert cache._checksum_of_parts(parts) == whole
+    for at in {0, size // 2, size - 1} if size else ():
+        flipped = bytearray(data)
+        flipped[at] ^= 1
+        assert cache._checksum(memoryview(bytes(flipped))) != whole
+    assert cache._checksum(memoryview(data + b"\0")) != whole
+
+
+def test_a_byte_flipped_in_a_late_piece_is_refused(cache_dir, model_path, monkeypatch):
+    monkeypatch.setattr(cache, "PIECE", 64)     # the entry spans several pieces, hashed on threads
+    load = CountingImporter()
+    cache.load_cached(model_path, cache_dir, load)
+    (entry,) = entries(cache_dir)
+    data = bytearray(entry.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    entry.write_bytes(bytes(data))
+    with pytest.warns(cache.CacheWarning, match="ignoring compiled cache entry"):
+        cache.load_cached(model_path, cache_dir, load)
+    assert load.calls == 2
