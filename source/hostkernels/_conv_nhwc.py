@@ -30,9 +30,9 @@ from collections.abc import Callable
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from nnhal.hostkernels import _conv2d, _scratch
+from nnhal.hostkernels import _conv2d, _scratch, native, threads
 from nnhal.hostkernels.base import Kernel, RunFn
-from nnhal.hostkernels.fused import activation_of
+from nnhal.hostkernels.fused import Activation, activation_of
 from nnhal.graph.node import Node
 from nnhal.operator.base import Info
 
@@ -146,6 +146,39 @@ def nhwc_depthwise(s: _conv2d.Conv2d, wv: np.ndarray, finish: Callable[[np.ndarr
     return run_dw
 
 
+def native_depthwise(s: _conv2d.Conv2d, wv: np.ndarray, bias: np.ndarray | None, act: Activation | None) \
+        -> RunFn | None:
+    """The native kernel's depthwise convolution (float32, channel multiplier 1): every tap, the bias and
+    the activation in one pass over the output, on the session's threads; None when it does not apply
+    (not built, NNHAL_NATIVE=0, another dtype or multiplier): nhwc_depthwise runs it in numpy."""
+    if not native.available() or s.dtype != np.float32 or s.mg != 1:
+        return None
+    (kh, kw), (sh, sw), (dh, dw) = s.kernel, s.strides, s.dilations
+    wk = np.ascontiguousarray(wv.reshape(s.m, kh, kw).transpose(1, 2, 0), dtype=np.float32)   # (KH, KW, C)
+    b = None if bias is None else np.ascontiguousarray(bias, dtype=np.float32)
+    record = native.make_act(None) if act is None else native.make_act(
+        act.kind, None if act.lo is None else float(act.lo), None if act.hi is None else float(act.hi),
+        act.alpha, act.beta)
+    out_shape = (s.n, s.oh, s.ow, s.m)
+    params = native.DwParams(s.n, s.h, s.w, s.c, s.oh, s.ow, kh, kw, sh, sw, dh, dw, s.pads[0], s.pads[1],
+                             1, record)
+
+    def run_native_dw(inputs, outputs):
+        x = inputs[0]
+        if not x.flags.c_contiguous or x.dtype != np.float32:
+            x = np.ascontiguousarray(x, dtype=np.float32)
+        y = outputs[0]
+        if y is None or not y.flags.c_contiguous:
+            y = np.empty(out_shape, np.float32)
+        # NOTE: a per-call copy of the record: a shared Session runs this from several threads at once
+        p = native.DwParams.from_buffer_copy(params)
+        p.threads = threads.current()
+        native.dwconv_nhwc(x, y, wk, b, p)
+        return (y,)
+
+    return run_native_dw
+
+
 def nhwc_1x1(s: _conv2d.Conv2d, wv: np.ndarray, finish: Callable[[np.ndarray], None]) -> RunFn:
     """Unpadded 1x1: one GEMM (N*H*W, C) @ (C, M) straight from the input into the output (a strided copy
     first when strided; grouped ones one GEMM batched over groups on strided views)."""
@@ -253,7 +286,8 @@ class ConvGemmNHWC(Kernel):
         s = _conv2d.conv2d(node, ins, outs)
         wv, finish = ins[1].value, _epilogue(node, ins, s.dtype, s.ow * s.m)
         if s.cg == 1:
-            return nhwc_depthwise(s, wv, finish)
+            bias = ins[2].value if len(ins) > 2 and ins[2] is not None else None
+            return native_depthwise(s, wv, bias, activation_of(node)) or nhwc_depthwise(s, wv, finish)
         if s.kernel == (1, 1) and not s.padded:
             return nhwc_1x1(s, wv, finish)
         return nhwc_im2col(s, wv, finish)

@@ -67,6 +67,7 @@ NN_API int nn_abi_version(void) { return 1; }
 #define NN_CLAMP(v, lo, hi) NN_MIN(NN_MAX(v, lo), hi)
 
 static inline float nn_expf(float x) {
+    const float big = x > 88.72f ? INFINITY : 1.0f;   /* overflow to inf, as expf and numpy do */
     x = NN_CLAMP(x, -87.3f, 88.3f);
     /* round to nearest by the 1.5 * 2^23 trick: vectorizes where nearbyintf may not */
     float k = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
@@ -81,10 +82,11 @@ static inline float nn_expf(float x) {
     p = p * r * r + r + 1.0f;
     union { float f; int32_t i; } scale;
     scale.i = ((int32_t)k + 127) << 23;
-    return p * scale.f;
+    return p * scale.f * big;
 }
 
-static inline float nn_sigmoid(float x) { return 1.0f / (1.0f + nn_expf(-x)); }
+/* NaN in, NaN out (the clamps inside nn_expf would turn it into a number) */
+static inline float nn_sigmoid(float x) { return x != x ? x : 1.0f / (1.0f + nn_expf(-x)); }
 
 /* The activation of one contiguous run, in place. */
 static inline void nn_apply(float *restrict y, int64_t len, const nn_act *act) {
@@ -100,7 +102,7 @@ static inline void nn_apply(float *restrict y, int64_t len, const nn_act *act) {
         break;
     case NN_ACT_HARDSIGMOID:
 #pragma omp simd
-        for (int64_t i = 0; i < len; i++) y[i] = NN_CLAMP(alpha * y[i] + beta, 0.0f, 1.0f);
+        for (int64_t i = 0; i < len; i++) y[i] = y[i] != y[i] ? y[i] : NN_CLAMP(alpha * y[i] + beta, 0.0f, 1.0f);
         break;
     case NN_ACT_HARDSWISH:
 #pragma omp simd
@@ -126,7 +128,7 @@ static inline void nn_apply(float *restrict y, int64_t len, const nn_act *act) {
 NN_API NN_CLONES void nn_activation_f32(const float *x, float *y, int64_t len, const nn_act *act,
                                         int32_t threads) {
     int64_t chunks = (len + NN_CHUNK - 1) / NN_CHUNK;
-    int nt = threads > 1 && chunks > 1 ? (int)(threads < chunks ? threads : chunks) : 1;
+    int nt = threads > 1 && chunks >= 4 ? (int)(threads < chunks ? threads : chunks) : 1;
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
     for (int64_t k = 0; k < chunks; k++) {
         int64_t lo = k * NN_CHUNK, n = len - lo < NN_CHUNK ? len - lo : NN_CHUNK;
@@ -220,9 +222,10 @@ static inline void nn_dw_row(const float *restrict x, float *restrict y, const f
 NN_API NN_CLONES void nn_dwconv_nhwc_f32(const float *x, float *y, const float *wt, const float *bias,
                                          const nn_dw_params *p) {
     const int64_t rows = p->n * p->oh;
-    /* a thread is worth its wake-up only with enough multiply-adds */
+    /* a thread is worth its wake-up (tens of microseconds for a sleeping OpenMP worker) only with a
+     * million multiply-adds or more */
     const int64_t work = rows * p->ow * p->c * p->kh * p->kw;
-    int nt = p->threads > 1 && work >= 65536 && rows > 1 ? (int)(p->threads < rows ? p->threads : rows) : 1;
+    int nt = p->threads > 1 && work >= (1 << 20) && rows > 1 ? (int)(p->threads < rows ? p->threads : rows) : 1;
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
     for (int64_t r = 0; r < rows; r++) nn_dw_row(x, y, wt, bias, p, r / p->oh, r % p->oh);
 }

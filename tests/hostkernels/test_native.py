@@ -1,0 +1,131 @@
+"""The native (C) host kernels against numpy: each native path and the numpy path it replaces give the
+same results, and the numpy paths stay covered with the native kernels switched off.
+
+CI sets NNHAL_REQUIRE_NATIVE=1 (.ci/run): there the library must have been built and loaded."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from nnhal.hostkernels import _blocks, native, threads
+from nnhal.hostkernels.fused import Activation
+from tests.device import test_nhwc_conv as nhwc
+
+needs_native = pytest.mark.skipif(not native.available(), reason=f"native kernels: {native.status().reason}")
+
+DEPTHWISE = [name for name, case in nhwc.CASES.items() if case[1] == case[9]]     # C == group
+# wider channel counts than nhwc.CASES: full 32-channel blocks, a tail, strides, dilation, batch 2
+# NOTE: added to the shared CASES table so that nhwc.make and nhwc.check take them by name; the
+# device tests collected before this module keep their own parametrization
+nhwc.CASES.update({
+    "dw-c40-s2": (2, 40, 13, 12, 40, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 40, "nhwc-gemm"),
+    "dw-c96-7x7": (1, 96, 14, 14, 96, (7, 7), (1, 1), (3, 3, 3, 3), (1, 1), 96, "nhwc-gemm"),
+    "dw-c64-5x5-dil2-asym": (1, 64, 12, 11, 64, (5, 5), (1, 2), (4, 3, 2, 4), (2, 2), 64, "nhwc-gemm"),
+    "dw-c240-5x5": (1, 240, 14, 14, 240, (5, 5), (1, 1), (2, 2, 2, 2), (1, 1), 240, "nhwc-gemm"),
+})
+WIDE = ["dw-c40-s2", "dw-c96-7x7", "dw-c64-5x5-dil2-asym", "dw-c240-5x5"]
+ACTS = {**nhwc.ACTIVATIONS, "hardsigmoid": Activation("hardsigmoid", alpha=0.25, beta=0.4),
+        "sigmoid": Activation("sigmoid")}
+
+
+def _reference_activation(y: np.ndarray, act: Activation) -> np.ndarray:
+    y64 = y.astype(np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        sig = 1 / (1 + np.exp(-y64))
+        return {"hardsigmoid": lambda: np.clip(act.alpha * y64 + act.beta, 0, 1), "sigmoid": lambda: sig,
+                "silu": lambda: y64 * sig, "hardswish": lambda: y64 * np.clip(y64 / 6 + 0.5, 0, 1)}[act.kind]()
+
+
+def test_native_built_where_required():
+    if os.environ.get("NNHAL_REQUIRE_NATIVE") != "1":
+        pytest.skip("NNHAL_REQUIRE_NATIVE is not 1 (only CI requires the native kernels to be built)")
+    assert native.available(), native.status().reason
+
+
+@needs_native
+@pytest.mark.parametrize("act", list(ACTS))
+@pytest.mark.parametrize("name", DEPTHWISE + WIDE)
+def test_native_depthwise_matches_reference(monkeypatch, name, act):
+    """The native depthwise kernel (selected whenever it is built) with bias and every activation kind."""
+    if act in ("hardsigmoid", "sigmoid"):
+        monkeypatch.setattr(nhwc, "reference", _with_gates(nhwc.reference))
+    nhwc.check(name, True, ACTS[act])
+
+
+@pytest.mark.parametrize("act", ["none", "relu", "silu"])
+@pytest.mark.parametrize("name", DEPTHWISE + WIDE)
+def test_numpy_depthwise_without_native(monkeypatch, name, act):
+    """With the native kernels off (as on a machine without a C compiler) numpy computes the same."""
+    monkeypatch.setattr(native, "available", lambda: False)
+    nhwc.check(name, True, ACTS[act])
+
+
+@needs_native
+def test_native_depthwise_threads_give_identical_results(monkeypatch):
+    """Rows split over two OpenMP threads: bit-identical to one thread (each row is summed by one thread)."""
+    node, ins, outs, x, wv, bv = nhwc.make("dw-c240-5x5", True, ACTS["silu"])
+    kernel = nhwc.select(node, ins, outs, layout="NHWC")
+    xt = np.ascontiguousarray(np.tile(x, (4, 1, 1, 1)).transpose(0, 2, 3, 1))   # enough work to thread
+    node4, ins4, outs4, *_ = nhwc.make("dw-c240-5x5", True, ACTS["silu"])
+    from nnhal.operator.base import Info
+    from nnhal.operator.table import get_prototype
+    ins4 = [Info(x.dtype, (4,) + x.shape[1:]), ins[1], ins[2]]
+    outs4 = get_prototype("", "Conv").infer(node4, ins4)
+    run = kernel.prepare(node4, ins4, outs4)
+    got = {}
+    for n in (1, 2):
+        monkeypatch.setattr(threads, "current", lambda n=n: n)
+        (got[n],) = run([xt, wv, bv], [None])
+    np.testing.assert_array_equal(got[1], got[2])
+
+
+def _with_gates(reference):
+    def ref(node, ins, outs, x, wv, bv):
+        act = nhwc.activation_of(node)
+        plain = nhwc.FusedNode(**{f: getattr(node, f) for f in vars(node) if f != "activation"}, activation=None)
+        return _reference_activation(reference(plain, ins, outs, x, wv, bv), act).astype(x.dtype)
+    return ref
+
+
+EXTREMES = np.array([0.0, -0.0, 1e-30, -1e-30, 3.0, -3.0, 2.5, -2.5, 6.0, -6.0, 40.0, -40.0, 87.0, -87.0,
+                     88.5, -88.5, 100.0, -100.0, 1e30, -1e30, np.inf, -np.inf, np.nan], np.float32)
+GATES = {"sigmoid": _blocks.sigmoid_, "silu": _blocks.silu_, "hardswish": _blocks.hardswish_,
+         "hardsigmoid": lambda y: _blocks.hardsigmoid_(y, 0.2, 0.5)}
+
+
+@needs_native
+@pytest.mark.parametrize("kind", list(GATES))
+@pytest.mark.parametrize("size", [1, 7, 16384, 70001], ids=lambda s: f"n{s}")
+def test_native_gates_match_numpy(monkeypatch, kind, size):
+    """The in-place gates on float32, native against numpy: within 2 float32 ulps of the value's scale
+    on ordinary values; the same NaN and the same infinities on extreme ones."""
+    rng = np.random.default_rng(size)
+    x = (rng.standard_normal(size) * 8).astype(np.float32)
+    x[:min(size, EXTREMES.size)] = EXTREMES[:min(size, EXTREMES.size)]
+    got = x.copy()
+    GATES[kind](got)
+    monkeypatch.setattr(native, "available", lambda: False)
+    want = x.copy()
+    with np.errstate(invalid="ignore"):
+        GATES[kind](want)
+    finite = np.isfinite(want)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(got[~finite & ~np.isnan(want)], want[~finite & ~np.isnan(want)])
+    scale = np.maximum(np.abs(want[finite]), 1.0)
+    assert np.all(np.abs(got[finite] - want[finite]) <= 4 * np.finfo(np.float32).eps * scale)
+
+
+@needs_native
+def test_native_gates_leave_float64_and_strided_to_numpy():
+    y = np.linspace(-5, 5, 101)
+    want = 1 / (1 + np.exp(-y))
+    _blocks.sigmoid_(y)
+    np.testing.assert_allclose(y, want, rtol=1e-15)
+    z = np.linspace(-5, 5, 202).astype(np.float32)
+    view = z[::2]
+    expect = (view.astype(np.float64) / (1 + np.exp(-view.astype(np.float64)))).astype(np.float32)
+    _blocks.silu_(view)
+    np.testing.assert_allclose(view, expect, rtol=1e-6, atol=1e-7)
+    assert np.all(z[1::2] == np.linspace(-5, 5, 202).astype(np.float32)[1::2])
