@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 
+from nnhal.hostkernels import native, threads
 from nnhal.hostkernels._unary import FormulaKernel, erf
 from nnhal.hostkernels.base import Kernel, RunFn
 from nnhal.hostkernels.op_erf import erf_chunk
@@ -67,7 +68,10 @@ class GeluFast(Kernel):
 
 def gelu_chunk(x: np.ndarray, out: np.ndarray, tmp: np.ndarray, xc: np.ndarray, t: np.ndarray) -> np.ndarray:
     """Exact float32 Gelu of the 1-d ``x`` into ``out`` (may alias x) as torch.onnx's Div/Erf/Add/Mul/Mul
-    computes it; tmp, xc and t are scratch of x's size."""
+    computes it; tmp, xc and t are scratch of x's size. The native kernel, when built, in one pass."""
+    if native.available():
+        native.activation(x, out, _NATIVE_GELU, threads.current())
+        return out
     np.divide(x, _SQRT2, out=t)
     erf_chunk(t, tmp, xc, t)
     t += _ONE
@@ -77,6 +81,9 @@ def gelu_chunk(x: np.ndarray, out: np.ndarray, tmp: np.ndarray, xc: np.ndarray, 
 
 def _gelu_into(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Exact float32 Gelu of the contiguous ``x`` into the contiguous ``y`` (may be x), in cache-sized chunks."""
+    if native.available():
+        native.activation(x, y, _NATIVE_GELU, threads.current())
+        return y
     flat_x, flat_y = x.reshape(-1), y.reshape(-1)
     n = flat_x.size
     m = min(n, CHUNK)
@@ -96,5 +103,7 @@ CHUNK = 1 << 16
 _SQRT2 = np.float32(1.4142135381698608)
 _ONE = np.float32(1.0)
 _HALF = np.float32(0.5)
+
+_NATIVE_GELU = native.make_act("gelu")
 
 IMPLEMENTATIONS = (GeluKernel, GeluFast)

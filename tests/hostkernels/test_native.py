@@ -9,7 +9,7 @@ import os
 import numpy as np
 import pytest
 
-from nnhal.hostkernels import _blocks, native, threads
+from nnhal.hostkernels import _blocks, native, op_gelu, threads
 from nnhal.hostkernels.fused import Activation
 from tests.device import test_nhwc_conv as nhwc
 
@@ -92,7 +92,7 @@ def _with_gates(reference):
 EXTREMES = np.array([0.0, -0.0, 1e-30, -1e-30, 3.0, -3.0, 2.5, -2.5, 6.0, -6.0, 40.0, -40.0, 87.0, -87.0,
                      88.5, -88.5, 100.0, -100.0, 1e30, -1e30, np.inf, -np.inf, np.nan], np.float32)
 GATES = {"sigmoid": _blocks.sigmoid_, "silu": _blocks.silu_, "hardswish": _blocks.hardswish_,
-         "hardsigmoid": lambda y: _blocks.hardsigmoid_(y, 0.2, 0.5)}
+         "hardsigmoid": lambda y: _blocks.hardsigmoid_(y, 0.2, 0.5), "gelu": op_gelu.gelu_inplace}
 
 
 @needs_native

@@ -9,7 +9,8 @@ run both and compare them. ``NNHAL_NATIVE=0`` in the environment switches the na
 What is native (the loops numpy cannot run in one pass over memory):
 
 * :func:`dwconv_nhwc`: depthwise 2-D convolution, channels last, with bias and activation fused;
-* :func:`activation`: Relu, Clip, HardSigmoid, HardSwish, Sigmoid and SiLU in one pass.
+* :func:`activation`: Relu, Clip, HardSigmoid, HardSwish, Sigmoid, SiLU and the exact Gelu (erf by the
+  numpy fast Erf's rational approximation) in one pass.
 
 Both may split their work over ``threads`` OpenMP threads (the session's ``num_thread``) when it is large
 enough to repay waking them (a million multiply-adds, four 16K-element chunks); the workers sleep between
@@ -27,7 +28,7 @@ import numpy as np
 ABI_VERSION = 1
 
 # Activation kinds, as numbered in kernels.c
-ACTIVATIONS = {"relu": 1, "clip": 2, "hardsigmoid": 3, "hardswish": 4, "sigmoid": 5, "silu": 6}
+ACTIVATIONS = {"relu": 1, "clip": 2, "hardsigmoid": 3, "hardswish": 4, "sigmoid": 5, "silu": 6, "gelu": 7}
 
 
 class Act(ctypes.Structure):

@@ -8,7 +8,7 @@
  *
  * - nn_dwconv_nhwc_f32: depthwise 2-D convolution (one input channel per group), channels last, with
  *   the bias and the fused activation applied while an output pixel's channels are still in L1.
- * - nn_activation_f32: an element-wise activation (Relu, Clip, HardSigmoid, HardSwish, Sigmoid, SiLU).
+ * - nn_activation_f32: an element-wise activation (Relu, Clip, HardSigmoid, HardSwish, Sigmoid, SiLU, Gelu).
  *
  * Hot loops are compiled for several x86-64 levels (GCC target_clones: the loader picks the best one the
  * CPU has), so the library may be built on one machine and run on another.
@@ -30,6 +30,9 @@
 #endif
 
 #define NN_API __attribute__((visibility("default")))
+/* Helpers are forced inline: a helper left out of line is compiled for the baseline target only, and the
+ * target_clones copies of its callers would call that scalar SSE2 code (measured: sigmoid 10x slower). */
+#define NN_INLINE static inline __attribute__((always_inline))
 
 /* Activation kinds: the same numbers as ACTIVATIONS in __init__.py. */
 enum {
@@ -40,6 +43,7 @@ enum {
     NN_ACT_HARDSWISH = 4,   /* x * max(0, min(1, x / 6 + 1 / 2)) */
     NN_ACT_SIGMOID = 5,
     NN_ACT_SILU = 6,        /* x * sigmoid(x) */
+    NN_ACT_GELU = 7,        /* x * (1 + erf(x / sqrt 2)) / 2, the exact Gelu */
 };
 
 typedef struct {
@@ -66,7 +70,7 @@ NN_API int nn_abi_version(void) { return 1; }
 #define NN_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define NN_CLAMP(v, lo, hi) NN_MIN(NN_MAX(v, lo), hi)
 
-static inline float nn_expf(float x) {
+NN_INLINE float nn_expf(float x) {
     const float big = x > 88.72f ? INFINITY : 1.0f;   /* overflow to inf, as expf and numpy do */
     x = NN_CLAMP(x, -87.3f, 88.3f);
     /* round to nearest by the 1.5 * 2^23 trick: vectorizes where nearbyintf may not */
@@ -86,10 +90,29 @@ static inline float nn_expf(float x) {
 }
 
 /* NaN in, NaN out (the clamps inside nn_expf would turn it into a number) */
-static inline float nn_sigmoid(float x) { return x != x ? x : 1.0f / (1.0f + nn_expf(-x)); }
+NN_INLINE float nn_sigmoid(float x) { return x != x ? x : 1.0f / (1.0f + nn_expf(-x)); }
+
+/* erf(x) by the rational approximation the numpy fast Erf uses (hostkernels/op_erf.py, the same
+ * coefficients and order): x * P(x^2) / Q(x^2) on x clamped to [-4, 4]. */
+NN_INLINE float nn_erff(float x) {
+    const float xc = NN_CLAMP(x, -4.0f, 4.0f), x2 = xc * xc;
+    float p = -2.72614225801306e-10f;
+    p = p * x2 + 2.77068142495902e-08f;
+    p = p * x2 + -2.10102402082508e-06f;
+    p = p * x2 + -5.69250639462346e-05f;
+    p = p * x2 + -7.34990630326855e-04f;
+    p = p * x2 + -2.95459980854025e-03f;
+    p = p * x2 + -1.60960333262415e-02f;
+    float q = -1.45660718464996e-05f;
+    q = q * x2 + -2.13374055278905e-04f;
+    q = q * x2 + -1.68282697438203e-03f;
+    q = q * x2 + -7.37332916720468e-03f;
+    q = q * x2 + -1.42647390514189e-02f;
+    return x != x ? x : p * xc / q;
+}
 
 /* The activation of one contiguous run, in place. */
-static inline void nn_apply(float *restrict y, int64_t len, const nn_act *act) {
+NN_INLINE void nn_apply(float *restrict y, int64_t len, const nn_act *act) {
     const float lo = act->lo, hi = act->hi, alpha = act->alpha, beta = act->beta;
     switch (act->kind) {
     case NN_ACT_RELU:
@@ -116,6 +139,10 @@ static inline void nn_apply(float *restrict y, int64_t len, const nn_act *act) {
     case NN_ACT_SILU:
 #pragma omp simd
         for (int64_t i = 0; i < len; i++) y[i] = y[i] * nn_sigmoid(y[i]);
+        break;
+    case NN_ACT_GELU:
+#pragma omp simd
+        for (int64_t i = 0; i < len; i++) y[i] = y[i] * (1.0f + nn_erff(y[i] / 1.41421353816986083984f)) * 0.5f;
         break;
     default:
         break;
@@ -146,7 +173,7 @@ NN_API NN_CLONES void nn_activation_f32(const float *x, float *y, int64_t len, c
 typedef float nn_v8 __attribute__((vector_size(32), aligned(4), may_alias));
 
 /* One pixel's full block of NN_DW_BLOCK channels at c0, the accumulator in four vector registers. */
-static inline void nn_dw_pixel_block(const float *restrict ximg, float *restrict yp, const float *restrict wt,
+NN_INLINE void nn_dw_pixel_block(const float *restrict ximg, float *restrict yp, const float *restrict wt,
                                      const float *restrict bias, const nn_dw_params *p, int64_t top,
                                      int64_t left, int64_t c0) {
     const int64_t h = p->h, w = p->w, c = p->c, kh = p->kh, kw = p->kw;
@@ -179,7 +206,7 @@ static inline void nn_dw_pixel_block(const float *restrict ximg, float *restrict
 }
 
 /* The last ``cb`` < NN_DW_BLOCK channels at c0 of one pixel: the same sum with a run-time width. */
-static inline void nn_dw_pixel_tail(const float *restrict ximg, float *restrict yp, const float *restrict wt,
+NN_INLINE void nn_dw_pixel_tail(const float *restrict ximg, float *restrict yp, const float *restrict wt,
                                     const float *restrict bias, const nn_dw_params *p, int64_t top,
                                     int64_t left, int64_t c0, int64_t cb) {
     const int64_t h = p->h, w = p->w, c = p->c, kh = p->kh, kw = p->kw;
@@ -204,7 +231,7 @@ static inline void nn_dw_pixel_tail(const float *restrict ximg, float *restrict 
 }
 
 /* One output row (image b, row i): every pixel's channels in blocks. */
-static inline void nn_dw_row(const float *restrict x, float *restrict y, const float *restrict wt,
+NN_INLINE void nn_dw_row(const float *restrict x, float *restrict y, const float *restrict wt,
                              const float *restrict bias, const nn_dw_params *p, int64_t b, int64_t i) {
     const int64_t c = p->c, ow = p->ow, full = c - c % NN_DW_BLOCK;
     float *yrow = y + (b * p->oh + i) * ow * c;
