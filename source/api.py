@@ -363,7 +363,18 @@ def set_graph_input(g: GraphHandle, key: str | int, value: Any) -> None:
     g.inputs[name] = array
 
 
-def _plan(g: GraphHandle, options: Options) -> tuple[Graph, list, list[Device], list[str]]:
+@dataclass
+class _Calibrated:
+    """What a mixed-precision search calibrates once on the graph's inputs and every later prepare reuses:
+    the per-channel extremes smoothing reads and the activation ranges (its probes and the final prepare
+    rewrite the same graph on the same inputs, so both are the same each time)."""
+
+    channels: dict[str, tuple] | None = None
+    ranges: dict[str, tuple[float, float]] | None = None
+
+
+def _plan(g: GraphHandle, options: Options, memo: _Calibrated | None = None
+          ) -> tuple[Graph, list, list[Device], list[str]]:
     """Infer, run passes, place, apply the group-size policy and split (nothing compiled yet)."""
     graph = g.graph.copy()
     for name in graph.inputs:
@@ -378,9 +389,15 @@ def _plan(g: GraphHandle, options: Options) -> tuple[Graph, list, list[Device], 
     g.int8_plan = None
     if options.precision in QUANTIZED:
         # smoothing reads per-channel extremes: the table's, else those of the inputs that calibrate
-        channels = getattr(options.calibration, "channels", {}) if options.calibration is not None else \
-            (channel_extremes(graph, g.inputs, token_activations(graph))
-             if all(n in g.inputs for n in graph.inputs) else {})
+        if options.calibration is not None:
+            channels = getattr(options.calibration, "channels", {})
+        elif memo is not None and memo.channels is not None:
+            channels = memo.channels
+        else:
+            channels = channel_extremes(graph, g.inputs, token_activations(graph)) \
+                if all(n in g.inputs for n in graph.inputs) else {}
+            if memo is not None:
+                memo.channels = channels
         g.int8_plan = plan_int8(graph, channels)
     check_budget(graph, options.max_graph_bytes, folded)
     ctx = g.context
@@ -418,7 +435,7 @@ def prerun_graph(g: GraphHandle, options: Options | None = None) -> None:
         _prerun_locked(g, options or Options())
 
 
-def _prerun_locked(g: GraphHandle, options: Options) -> None:
+def _prerun_locked(g: GraphHandle, options: Options, memo: _Calibrated | None = None) -> None:
     if g.state in (GraphState.PREPARED, GraphState.DONE):
         _postrun(g)
     _release_device_graphs(g)
@@ -426,10 +443,14 @@ def _prerun_locked(g: GraphHandle, options: Options) -> None:
         missing = [n for n in g.graph.inputs if n not in g.inputs]
         if missing:
             raise InputError(f"precision 'mixed' measures errors on real inputs: set {missing} before prerun_graph")
+        # NOTE: the search's probes and this prepare calibrate the same rewritten graph on the same inputs:
+        # once is enough (calibration was two thirds of each probe's prepare on MiniLM)
+        memo = _Calibrated()
         with _out_of_memory("choosing mixed precisions"):
-            options, g.mixed_report = choose_mixed(g.graph, options, lambda opts: _probe(g, opts), dict(g.inputs))
+            options, g.mixed_report = choose_mixed(g.graph, options, lambda opts: _probe(g, opts, memo),
+                                                   dict(g.inputs))
     with _out_of_memory("planning (inference, folding, placement, split)"):
-        graph, subgraphs, devices, moved = _plan(g, options)
+        graph, subgraphs, devices, moved = _plan(g, options, memo)
     ranges = options.calibration
     for sg in subgraphs:
         sg.keep_fp32 = options.keep_fp32
@@ -438,8 +459,12 @@ def _prerun_locked(g: GraphHandle, options: Options) -> None:
     if ranges is not None and g.int8_plan is not None:
         ranges = {**ranges, **g.int8_plan.ranges}
         ranges.update({new: ranges[old] for new, old in g.int8_plan.aliases.items() if old in ranges})
+    if ranges is None and memo is not None:
+        ranges = memo.ranges
     with _out_of_memory("calibration"):
-        quantize_activations(graph, subgraphs, options.precision, g.inputs, ranges)
+        table = quantize_activations(graph, subgraphs, options.precision, g.inputs, ranges)
+    if memo is not None and memo.ranges is None and table:
+        memo.ranges = table
     ex = Execution(subgraphs, {d.name: d for d in devices}, options, graph=graph, fallback=g.context.fallback)
     g.execution = ex
     try:
@@ -486,12 +511,14 @@ def _release_execution(ex: Execution) -> None:
         log.warning("nnhal: releasing after a failed prerun: device '%s' hook %s raised %s", device, hook, error)
 
 
-def _probe(g: GraphHandle, options: Options) -> tuple[list[np.ndarray], Graph | None, Int8Plan | None]:
+def _probe(g: GraphHandle, options: Options, memo: _Calibrated | None = None
+           ) -> tuple[list[np.ndarray], Graph | None, Int8Plan | None]:
     """Outputs of the graph's current inputs under ``options`` (in a throwaway handle), with its prepared
-    graph and int8 plan."""
+    graph and int8 plan; ``memo`` carries calibration from one probe to the next."""
     probe = GraphHandle(g.context, g.graph, inputs=dict(g.inputs))
     try:
-        prerun_graph(probe, options)
+        with probe.lock.write():
+            _prerun_locked(probe, options, memo)
         run_graph(probe)
         return ([get_graph_output(probe, i) for i in range(len(probe.graph.outputs))], probe.prepared_graph,
                 probe.int8_plan)
