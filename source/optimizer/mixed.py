@@ -175,7 +175,7 @@ def sensitivities(graph: Graph, plan: Any, feeds: dict[str, np.ndarray], bar=Non
     (see the module doc)."""
     from nnhal.hostkernels.graphrun import compile_nodes
     from nnhal.graph.tensor import constant
-    from nnhal.optimizer.quantize import per_channel_int8
+    from nnhal.optimizer.quantize import dynamic_block, per_block_int8, per_channel_int8
 
     names = [o for n in graph.nodes for o in n.outputs if o]
     values = dict(feeds)
@@ -196,10 +196,16 @@ def sensitivities(graph: Graph, plan: Any, feeds: dict[str, np.ndarray], bar=Non
         matrix = w.value.T if transposed and w.value.ndim == 2 else w.value
         if transposed and w.value.ndim != 2:
             continue
-        wq, ws = per_channel_int8(matrix)
-        deq = (wq.astype(np.float32) * ws.reshape(-1, *[1] * (wq.ndim - 1))).astype(np.float32)
+        per_token = node.name in dynamic
+        block = dynamic_block(matrix.shape[1]) if per_token and matrix.ndim == 2 else 0
+        if block:
+            wq, ws = per_block_int8(matrix, block)
+            deq = (wq.reshape(wq.shape[0], -1, block) * ws[:, :, None]).reshape(wq.shape).astype(np.float32)
+        else:
+            wq, ws = per_channel_int8(matrix)
+            deq = (wq.astype(np.float32) * ws.reshape(-1, *[1] * (wq.ndim - 1))).astype(np.float32)
         xv = values[node.inputs[0]]
-        xq = _fake_quantize(xv, x.quant, node.name in dynamic)
+        xq = _fake_quantize(xv, x.quant, per_token, block)
         if xq is None:
             continue
         local = graph.copy()
@@ -237,15 +243,13 @@ def _downstream_error(graph: Graph, at: int, name: str, value: np.ndarray, value
     return relative_error(got, reference)
 
 
-def _fake_quantize(x: np.ndarray, quant, per_token: bool) -> np.ndarray | None:
-    """``x`` through 8-bit quantization and back: per row (token) when ``per_token``, else the tensor's own
-    calibrated parameters; None when the tensor has none (the device would not quantize it)."""
-    if per_token:          # as the CPU's DynamicQuantizeGemm at uint8: each row asymmetric over its range
-        rows = x.reshape(-1, x.shape[-1]).astype(np.float64)
-        lo, hi = np.minimum(rows.min(axis=1, keepdims=True), 0), np.maximum(rows.max(axis=1, keepdims=True), 0)
-        scale = np.where(hi > lo, (hi - lo) / 255.0, 1.0)
-        zero = np.rint(-lo / scale)
-        return ((np.clip(np.rint(rows / scale) + zero, 0, 255) - zero) * scale).reshape(x.shape).astype(np.float32)
+def _fake_quantize(x: np.ndarray, quant, per_token: bool, block: int = 0) -> np.ndarray | None:
+    """``x`` through 8-bit quantization and back: per row (token) and ``block`` when ``per_token``, else the
+    tensor's own calibrated parameters; None when the tensor has none (the device would not quantize it)."""
+    from nnhal.optimizer.quantize import fake_quantize_rows
+
+    if per_token:          # as the CPU's DynamicQuantizeGemm at uint8: each row (block) asymmetric over its range
+        return fake_quantize_rows(x, False, block)
     if quant is None:
         return None
     scale = float(np.ravel(quant.scale)[0])
