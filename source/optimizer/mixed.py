@@ -40,7 +40,11 @@ import numpy as np
 from nnhal.graph.graph import Graph
 from nnhal.options import Options
 
-ROUNDS = 2
+ROUNDS = 3
+# NOTE: the search measures on the inputs it is prepared with; unseen inputs err more (MiniLM, 16 calibration
+# sentences: held-out batches measured 0.93-1.39% where calibration measured 0.85%), so it aims at and
+# accepts MARGIN x the bound on the calibration inputs
+MARGIN = 0.75
 WEIGHTED = ("Conv", "Gemm", "MatMul")
 Probe = Callable[[Options], tuple[list[np.ndarray], Graph | None, Any]]
 
@@ -112,7 +116,8 @@ def choose_mixed(graph: Graph, options: Options, probe: Probe, feeds: dict[str, 
         reference, nodes = probe(with_(options, precision="fp32"))[0], []
     err = relative_error(got, reference)
     tried.append(("uint8", err))
-    if err <= options.mixed_tolerance:
+    target = options.mixed_tolerance * MARGIN
+    if err <= target:
         for n in nodes:
             n.why = "uint8 everywhere keeps the bound"
         bar.close()
@@ -121,41 +126,58 @@ def choose_mixed(graph: Graph, options: Options, probe: Probe, feeds: dict[str, 
     noise = sum(n.error ** 2 for n in quantized)
     gain = err ** 2 / noise if noise > 0 else np.inf
     order = sorted(quantized, key=lambda n: -(n.error ** 2) / max(n.macs, 1))
-    kept: list[NodeSensitivity] = []
+    budget = target ** 2 * 0.9             # aim under the target: the noise model is approximate
+    best: tuple[list[NodeSensitivity], Options] | None = None
+    measured: set[int] = set()
+    kept = _cheapest(order, noise, gain, budget)
     for _ in range(ROUNDS):
-        budget = options.mixed_tolerance ** 2 * 0.8         # aim under the bound: the model is approximate
-        left = noise - sum(n.error ** 2 for n in kept)
-        for n in order:
-            if gain * left <= budget or len(kept) >= len(order) - 1:     # all in fp32 would be fp32 itself
-                break
-            if n not in kept:
-                kept.append(n)
-                left -= n.error ** 2
-        names = frozenset(n.node for n in kept)
-        trial = with_(base, keep_fp32=names | options.keep_fp32)
+        measured.add(len(kept))
+        trial = with_(base, keep_fp32=frozenset(n.node for n in kept) | options.keep_fp32)
         got, _, _ = probe(trial)
         bar.step()
         err = relative_error(got, reference)
         tried.append((f"uint8 with {len(kept)} layer(s) in fp32", err))
-        if err <= options.mixed_tolerance:
-            _explain(nodes, kept, "uint8")
-            bar.close()
-            return trial, MixedReport("uint8", sorted(names), tried, nodes)
-        if left > 0 and len(kept) < len(order) - 1:
-            gain = err ** 2 / left           # refit on what was measured
-        else:
+        if err <= target and (best is None or len(kept) < len(best[0])):
+            best = (kept, trial)
+        left = noise - sum(n.error ** 2 for n in kept)
+        if left <= 0:
             break
+        # refit on what was measured: more nodes back to fp32 after a miss, fewer after a pass with room left
+        gain = err ** 2 / left
+        kept = _cheapest(order, noise, gain, budget)
+        if best is None and len(kept) <= max(measured):        # a miss must move nodes back to fp32
+            kept = order[:min(max(measured) + 1, len(order) - 1)]
+        if len(kept) in measured or (best is not None and len(kept) > len(best[0])):
+            break
+    if best is not None:
+        kept, trial = best
+        _explain(nodes, kept, "uint8")
+        bar.close()
+        return trial, MixedReport("uint8", sorted(n.node for n in kept), tried, nodes)
     fp16 = with_(options, precision="fp16")
     got, _, _ = probe(fp16)
     bar.step()
     err = relative_error(got, reference)
     tried.append(("fp16", err))
     bar.close()
-    if err <= options.mixed_tolerance:
+    if err <= target:
         _explain(nodes, nodes, "fp16")
         return fp16, MixedReport("fp16", [], tried, nodes)
     _explain(nodes, nodes, "fp32")
     return with_(options, precision="fp32"), MixedReport("fp32", [], tried, nodes)
+
+
+def _cheapest(order: list[NodeSensitivity], noise: float, gain: float, budget: float) -> list[NodeSensitivity]:
+    """The shortest prefix of ``order`` (most error per multiply-add first) to keep in fp32 so that the
+    predicted error ``gain * (noise - its e_i^2)`` fits ``budget``; never every node (that is fp32 itself)."""
+    kept: list[NodeSensitivity] = []
+    left = noise
+    for n in order:
+        if gain * left <= budget or len(kept) >= len(order) - 1:
+            break
+        kept.append(n)
+        left -= n.error ** 2
+    return kept
 
 
 def _explain(nodes: list[NodeSensitivity], kept: list[NodeSensitivity], precision: str) -> None:
