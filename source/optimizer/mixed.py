@@ -9,23 +9,31 @@
    run of that prepared graph (the same function) is the reference.
 2. Sensitivity, per node, its own: every weighted node (Conv, Gemm, MatMul
    with constant weights) is evaluated alone on the fp32 values of its inputs
-   (one fp32 run of the prepared graph keeps every tensor), with its weights
-   quantized per output channel and its input quantized as the device will
-   (per token when dynamic, else with the tensor's calibrated scale); that
+   (one fp32 run of the prepared graph keeps every tensor), quantized as the
+   device will: a dynamic Gemm per token and per block of
+   ``quantize.BLOCK`` columns (weights per output channel and block), others
+   with weights per output channel and the tensor's calibrated scale; that
    output alone is then carried through the rest of the graph in fp32, and
    its error is the graph outputs' relative L2 error. Errors of other nodes do
    not leak into a node's number.
 3. Cheapest assignment: independent noise adds up, so the output error is
    modelled as E^2 = c * sum of the quantized nodes' e_i^2, c fitted on step
-   1's uint8 error. Nodes go back to fp32 by the most error removed per multiply-add
-   (e_i^2 / MACs) until the model predicts the bound; the result is measured;
-   if it misses, c is refitted on that measurement and more nodes follow (at
-   most ``ROUNDS`` measurements). If even that fails: fp16, then fp32.
+   1's uint8 error. Nodes go back to fp32 by the most error removed per
+   multiply-add (e_i^2 / MACs) until the model predicts the target
+   (``MARGIN`` x the bound: unseen inputs err more than the calibration
+   ones); the result is measured, c is refitted on the measurement, and the
+   refitted model's assignment is measured too (more nodes in fp32 after a
+   miss, fewer after a pass with room left), at most ``ROUNDS`` measurements;
+   the passing assignment with the fewest fp32 nodes wins. If none passes:
+   fp16, then fp32.
 
 Every step, and per node what it chose and why, goes in the MixedReport. The
-search costs two or three quantized prepares and, per weighted node, one fp32
-run of the graph after it (on MiniLM: 5-7x a uint8 prepare in all); a
-progress bar shows on a TTY stderr unless ``Options(progress=False)``.
+search costs two to four quantized prepares, which share one calibration (the
+core's ``_Calibrated``) and the lowered weights (``quantize.per_block_int8``
+caches them), and, per weighted node, one fp32 run of the graph after it; on
+MiniLM 2.5-5x a uint8 prepare in all, depending on the machine's load
+(benchmarks/results/int8_minilm.txt). A progress bar shows on a TTY stderr
+unless ``Options(progress=False)``.
 """
 from __future__ import annotations
 
