@@ -371,6 +371,25 @@ class _Calibrated:
 
     channels: dict[str, tuple] | None = None
     ranges: dict[str, tuple[float, float]] | None = None
+    # the last probe, still prepared, and its options: the final prepare adopts it when mixed chose those
+    last: tuple[Options, "GraphHandle"] | None = None
+
+    def keep(self, options: Options, probe: "GraphHandle") -> None:
+        """Hold ``probe`` (prepared under ``options``), destroying the one held before."""
+        self.release()
+        self.last = (options, probe)
+
+    def take(self, options: Options) -> "GraphHandle | None":
+        """The held probe if it was prepared under ``options`` (then no longer held); else None."""
+        if self.last is not None and self.last[0] == options:
+            probe, self.last = self.last[1], None
+            return probe
+        return None
+
+    def release(self) -> None:
+        if self.last is not None:
+            probe, self.last = self.last[1], None
+            destroy_graph(probe)
 
 
 def _plan(g: GraphHandle, options: Options, memo: _Calibrated | None = None
@@ -446,9 +465,16 @@ def _prerun_locked(g: GraphHandle, options: Options, memo: _Calibrated | None = 
         # NOTE: the search's probes and this prepare calibrate the same rewritten graph on the same inputs:
         # once is enough (calibration was two thirds of each probe's prepare on MiniLM)
         memo = _Calibrated()
-        with _out_of_memory("choosing mixed precisions"):
-            options, g.mixed_report = choose_mixed(g.graph, options, lambda opts: _probe(g, opts, memo),
-                                                   dict(g.inputs))
+        try:
+            with _out_of_memory("choosing mixed precisions"):
+                options, g.mixed_report = choose_mixed(g.graph, options, lambda opts: _probe(g, opts, memo),
+                                                       dict(g.inputs))
+            chosen = memo.take(options)
+        finally:
+            memo.release()
+        if chosen is not None:          # the search's last probe is the prepare it chose: adopt, not redo
+            _adopt(g, chosen)
+            return
     with _out_of_memory("planning (inference, folding, placement, split)"):
         graph, subgraphs, devices, moved = _plan(g, options, memo)
     ranges = options.calibration
@@ -516,14 +542,30 @@ def _probe(g: GraphHandle, options: Options, memo: _Calibrated | None = None
     """Outputs of the graph's current inputs under ``options`` (in a throwaway handle), with its prepared
     graph and int8 plan; ``memo`` carries calibration from one probe to the next."""
     probe = GraphHandle(g.context, g.graph, inputs=dict(g.inputs))
+    held = False
     try:
         with probe.lock.write():
             _prerun_locked(probe, options, memo)
         run_graph(probe)
-        return ([get_graph_output(probe, i) for i in range(len(probe.graph.outputs))], probe.prepared_graph,
-                probe.int8_plan)
+        outputs = [get_graph_output(probe, i) for i in range(len(probe.graph.outputs))]
+        if memo is not None:
+            memo.keep(options, probe)
+            held = True
+        return outputs, probe.prepared_graph, probe.int8_plan
     finally:
-        destroy_graph(probe)
+        if not held:
+            destroy_graph(probe)
+
+
+def _adopt(g: GraphHandle, probe: GraphHandle) -> None:
+    """Make ``g`` prepared with what ``probe`` (the same graph and inputs) prepared; ``probe`` is destroyed."""
+    for name in ("execution", "scheduler", "placement", "prepared_shapes", "prepared_graph", "pass_report",
+                 "moved_by_min_group", "int8_plan", "options"):
+        setattr(g, name, getattr(probe, name))
+    g.outputs, g.run = {}, None
+    g.state = GraphState.PREPARED
+    probe.execution, probe.state = None, GraphState.CREATED
+    destroy_graph(probe)
 
 
 @_typed
