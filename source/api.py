@@ -363,7 +363,37 @@ def set_graph_input(g: GraphHandle, key: str | int, value: Any) -> None:
     g.inputs[name] = array
 
 
-def _plan(g: GraphHandle, options: Options) -> tuple[Graph, list, list[Device], list[str]]:
+@dataclass
+class _Calibrated:
+    """What a mixed-precision search calibrates once on the graph's inputs and every later prepare reuses:
+    the per-channel extremes smoothing reads and the activation ranges (its probes and the final prepare
+    rewrite the same graph on the same inputs, so both are the same each time)."""
+
+    channels: dict[str, tuple] | None = None
+    ranges: dict[str, tuple[float, float]] | None = None
+    # the last probe, still prepared, and its options: the final prepare adopts it when mixed chose those
+    last: tuple[Options, "GraphHandle"] | None = None
+
+    def keep(self, options: Options, probe: "GraphHandle") -> None:
+        """Hold ``probe`` (prepared under ``options``), destroying the one held before."""
+        self.release()
+        self.last = (options, probe)
+
+    def take(self, options: Options) -> "GraphHandle | None":
+        """The held probe if it was prepared under ``options`` (then no longer held); else None."""
+        if self.last is not None and self.last[0] == options:
+            probe, self.last = self.last[1], None
+            return probe
+        return None
+
+    def release(self) -> None:
+        if self.last is not None:
+            probe, self.last = self.last[1], None
+            destroy_graph(probe)
+
+
+def _plan(g: GraphHandle, options: Options, memo: _Calibrated | None = None
+          ) -> tuple[Graph, list, list[Device], list[str]]:
     """Infer, run passes, place, apply the group-size policy and split (nothing compiled yet)."""
     graph = g.graph.copy()
     for name in graph.inputs:
@@ -378,9 +408,15 @@ def _plan(g: GraphHandle, options: Options) -> tuple[Graph, list, list[Device], 
     g.int8_plan = None
     if options.precision in QUANTIZED:
         # smoothing reads per-channel extremes: the table's, else those of the inputs that calibrate
-        channels = getattr(options.calibration, "channels", {}) if options.calibration is not None else \
-            (channel_extremes(graph, g.inputs, token_activations(graph))
-             if all(n in g.inputs for n in graph.inputs) else {})
+        if options.calibration is not None:
+            channels = getattr(options.calibration, "channels", {})
+        elif memo is not None and memo.channels is not None:
+            channels = memo.channels
+        else:
+            channels = channel_extremes(graph, g.inputs, token_activations(graph)) \
+                if all(n in g.inputs for n in graph.inputs) else {}
+            if memo is not None:
+                memo.channels = channels
         g.int8_plan = plan_int8(graph, channels)
     check_budget(graph, options.max_graph_bytes, folded)
     ctx = g.context
@@ -418,7 +454,7 @@ def prerun_graph(g: GraphHandle, options: Options | None = None) -> None:
         _prerun_locked(g, options or Options())
 
 
-def _prerun_locked(g: GraphHandle, options: Options) -> None:
+def _prerun_locked(g: GraphHandle, options: Options, memo: _Calibrated | None = None) -> None:
     if g.state in (GraphState.PREPARED, GraphState.DONE):
         _postrun(g)
     _release_device_graphs(g)
@@ -426,10 +462,21 @@ def _prerun_locked(g: GraphHandle, options: Options) -> None:
         missing = [n for n in g.graph.inputs if n not in g.inputs]
         if missing:
             raise InputError(f"precision 'mixed' measures errors on real inputs: set {missing} before prerun_graph")
-        with _out_of_memory("choosing mixed precisions"):
-            options, g.mixed_report = choose_mixed(g.graph, options, lambda opts: _probe(g, opts), dict(g.inputs))
+        # NOTE: the search's probes and this prepare calibrate the same rewritten graph on the same inputs:
+        # once is enough (calibration was two thirds of each probe's prepare on MiniLM)
+        memo = _Calibrated()
+        try:
+            with _out_of_memory("choosing mixed precisions"):
+                options, g.mixed_report = choose_mixed(g.graph, options, lambda opts: _probe(g, opts, memo),
+                                                       dict(g.inputs), lambda opts: _plan_rows(g, opts, memo))
+            chosen = memo.take(options)
+        finally:
+            memo.release()
+        if chosen is not None:          # the search's last probe is the prepare it chose: adopt, not redo
+            _adopt(g, chosen)
+            return
     with _out_of_memory("planning (inference, folding, placement, split)"):
-        graph, subgraphs, devices, moved = _plan(g, options)
+        graph, subgraphs, devices, moved = _plan(g, options, memo)
     ranges = options.calibration
     for sg in subgraphs:
         sg.keep_fp32 = options.keep_fp32
@@ -438,8 +485,12 @@ def _prerun_locked(g: GraphHandle, options: Options) -> None:
     if ranges is not None and g.int8_plan is not None:
         ranges = {**ranges, **g.int8_plan.ranges}
         ranges.update({new: ranges[old] for new, old in g.int8_plan.aliases.items() if old in ranges})
+    if ranges is None and memo is not None:
+        ranges = memo.ranges
     with _out_of_memory("calibration"):
-        quantize_activations(graph, subgraphs, options.precision, g.inputs, ranges)
+        table = quantize_activations(graph, subgraphs, options.precision, g.inputs, ranges)
+    if memo is not None and memo.ranges is None and table:
+        memo.ranges = table
     ex = Execution(subgraphs, {d.name: d for d in devices}, options, graph=graph, fallback=g.context.fallback)
     g.execution = ex
     try:
@@ -486,17 +537,62 @@ def _release_execution(ex: Execution) -> None:
         log.warning("nnhal: releasing after a failed prerun: device '%s' hook %s raised %s", device, hook, error)
 
 
-def _probe(g: GraphHandle, options: Options) -> tuple[list[np.ndarray], Graph | None, Int8Plan | None]:
+def _probe(g: GraphHandle, options: Options, memo: _Calibrated | None = None
+           ) -> tuple[list[np.ndarray], Graph | None, Int8Plan | None]:
     """Outputs of the graph's current inputs under ``options`` (in a throwaway handle), with its prepared
-    graph and int8 plan."""
+    graph and int8 plan; ``memo`` carries calibration from one probe to the next."""
     probe = GraphHandle(g.context, g.graph, inputs=dict(g.inputs))
+    held = False
     try:
-        prerun_graph(probe, options)
+        with probe.lock.write():
+            _prerun_locked(probe, options, memo)
         run_graph(probe)
-        return ([get_graph_output(probe, i) for i in range(len(probe.graph.outputs))], probe.prepared_graph,
-                probe.int8_plan)
+        outputs = [get_graph_output(probe, i) for i in range(len(probe.graph.outputs))]
+        if memo is not None:
+            memo.keep(options, probe)
+            held = True
+        return outputs, probe.prepared_graph, probe.int8_plan
     finally:
-        destroy_graph(probe)
+        if not held:
+            destroy_graph(probe)
+
+
+# NOTE: mixed measures per-node sensitivities on the first half of a batch of at least SENSITIVITY_ROWS rows:
+# each node's own error is a ratio of norms, stable over 8 of 16 sentences (MiniLM), and the search's fp32
+# runs of the rest of the graph after each node were most of its time
+SENSITIVITY_ROWS = 8
+
+
+def _plan_rows(g: GraphHandle, options: Options, memo: _Calibrated
+               ) -> tuple[Graph, Int8Plan | None, dict[str, np.ndarray]] | None:
+    """The quantized rewrite of ``g``'s graph planned (and its activations calibrated from ``memo``, not
+    compiled) on the first half of its input rows; None when the batch is small, the inputs do not share
+    a leading batch axis, or the graph does not plan on fewer rows (fixed shapes)."""
+    sizes = {a.shape[0] if a.ndim else 0 for a in g.inputs.values()}
+    if len(sizes) != 1 or min(sizes) < SENSITIVITY_ROWS or memo.ranges is None:
+        return None
+    rows = min(sizes) // 2
+    feeds = {n: a[:rows] for n, a in g.inputs.items()}
+    sub = GraphHandle(g.context, g.graph, inputs=feeds)
+    try:
+        graph, subgraphs, _, _ = _plan(sub, options, memo)
+        for sg in subgraphs:
+            sg.keep_fp32 = options.keep_fp32
+        quantize_activations(graph, subgraphs, options.precision, feeds, memo.ranges)
+    except NnhalError:
+        return None
+    return graph, sub.int8_plan, feeds
+
+
+def _adopt(g: GraphHandle, probe: GraphHandle) -> None:
+    """Make ``g`` prepared with what ``probe`` (the same graph and inputs) prepared; ``probe`` is destroyed."""
+    for name in ("execution", "scheduler", "placement", "prepared_shapes", "prepared_graph", "pass_report",
+                 "moved_by_min_group", "int8_plan", "options"):
+        setattr(g, name, getattr(probe, name))
+    g.outputs, g.run = {}, None
+    g.state = GraphState.PREPARED
+    probe.execution, probe.state = None, GraphState.CREATED
+    destroy_graph(probe)
 
 
 @_typed

@@ -1,5 +1,5 @@
-"""DynamicQuantizeGemm (ai.nnhal), host kernel: per-row activation scales, float32 BLAS on integer values
-(exact sums up to K = 518, rounded at 2^-24 beyond)."""
+"""DynamicQuantizeGemm (ai.nnhal), host kernel: per-row (or per row and block) activation scales, float32 BLAS
+on integer values (exact sums up to K = 518, rounded at 2^-24 beyond) or on the dequantized blocks."""
 from __future__ import annotations
 
 import numpy as np
@@ -22,10 +22,40 @@ class DynamicQuantizeGemmKernel(Kernel):
         wt = np.ascontiguousarray(w.astype(acc).T)                  # [K, N]
         w_col = np.asarray(w_scale, np.float32).reshape(1, -1)
         bias32 = None if bias is None else np.asarray(bias, np.float32).reshape(1, -1)
+        block = int(node.attrs.get("block") or 0)
         columns = np.asarray(node.attrs["float_columns"] or [], np.int64)
         w_float = np.ascontiguousarray(ins[4].value.T, np.float32) if columns.size else None     # [K, C]
         bias_cols = None if bias32 is None or not columns.size else bias32[:, columns]
         col_sum = wt.sum(axis=0, dtype=np.float64).astype(acc)[None, :]
+        if block:
+            # NOTE: per-block scales differ along K, so the block sums cannot share one integer product; the
+            # blocks are dequantized (8-bit values times their scales, exact in float32 up to 2^-24) and
+            # summed by one float32 BLAS call, as a native kernel sums each block in int32 and scales it.
+            n, k = w.shape
+            wt = np.ascontiguousarray((w.reshape(n, k // block, block).astype(np.float32)
+                                       * np.asarray(w_scale, np.float32)[:, :, None]).reshape(n, k).T)
+
+        def run_blocks(inputs: list, outputs: list):
+            x = inputs[0]
+            m, k = x.shape
+            rows = x.reshape(m, k // block, block)
+            if signed:
+                peak = np.abs(rows).max(axis=2, keepdims=True)
+                scale = np.where(peak > 0, peak / levels, np.float32(1.0)).astype(np.float32)
+                xq = np.clip(np.rint(rows / scale), -levels, levels)
+            else:
+                lo = np.minimum(rows.min(axis=2, keepdims=True), 0)
+                hi = np.maximum(rows.max(axis=2, keepdims=True), 0)
+                scale = np.where(hi > lo, (hi - lo) / levels, np.float32(1.0)).astype(np.float32)
+                zero = np.rint(-lo / scale)
+                xq = np.clip(np.rint(rows / scale) + zero, 0, 255) - zero
+            xq *= scale
+            y = (xq.reshape(m, k) @ wt).astype(np.float32, copy=False)
+            if bias32 is not None:
+                y += bias32
+            if w_float is not None:
+                y[:, columns] = x @ w_float if bias_cols is None else x @ w_float + bias_cols
+            return (store(y, outputs[0]),)
 
         def run(inputs: list, outputs: list):
             x = inputs[0]
@@ -49,7 +79,7 @@ class DynamicQuantizeGemmKernel(Kernel):
                 y[:, columns] = x @ w_float if bias_cols is None else x @ w_float + bias_cols
             return (store(y, outputs[0]),)
 
-        return run
+        return run_blocks if block else run
 
 
 IMPLEMENTATIONS = (DynamicQuantizeGemmKernel,)

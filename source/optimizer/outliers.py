@@ -20,8 +20,9 @@ reported per node:
 3. dynamic per-token activations: those Gemms are marked ``dynamic`` (with the
    few outlier output columns, if any, to compute in float); a device
    whose Description lists "dynamic" in ``activation_quantization`` (the CPU)
-   quantizes each row with its own scale at run time; others (the vnpu) use
-   the calibrated per-tensor scale of the smoothed activation.
+   quantizes each row at run time with its own scale per block of 16 columns
+   (``quantize.BLOCK``; the weights per output channel and block); others
+   (the vnpu) use the calibrated per-tensor scale of the smoothed activation.
 4. what stays higher: normalizations, softmax, GELU/Erf, reductions, and
    every elementwise Add/Sub/Mul/Div connected to them (residual adds into
    LayerNorm, the attention mask add, GELU's arithmetic, the smoothing Muls);

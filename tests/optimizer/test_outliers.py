@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 import nnhal
-from nnhal.errors import ModelError
+from nnhal.errors import ModelError, ShapeError
 from nnhal.graph.node import Node
 from nnhal.operator.base import Info
+from nnhal.operator.table import get_prototype
 from nnhal.optimizer.infer import infer_graph
 from nnhal.optimizer.outliers import plan_int8
 from nnhal.serializer.onnx_import import load_onnx
@@ -52,6 +53,44 @@ def test_dynamic_gemm_quantizes_each_row_with_its_own_scale(activation):
     exact = x.astype(np.float64) @ (wq.astype(np.float64) * ws[:, None]).T + bias
     rel = np.linalg.norm(y - exact, axis=1) / np.linalg.norm(exact - bias, axis=1)
     assert rel.max() < 0.02
+
+
+@pytest.mark.parametrize("activation", ["int8", "uint8"])
+def test_dynamic_gemm_in_blocks_scales_each_block_and_beats_whole_rows(activation):
+    from nnhal.optimizer.quantize import fake_quantize_rows, per_block_int8
+
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((8, 64)).astype(np.float32)
+    x[:, 5] *= 40                                   # one outlier channel, as a transformer's residual stream has
+    w = rng.standard_normal((6, 64)).astype(np.float32)
+    bias = rng.standard_normal(6).astype(np.float32)
+    wq, ws = per_block_int8(w, 16)
+    assert wq.shape == (6, 64) and ws.shape == (6, 4)
+    _, run = _kernel({"activation": activation, "block": 16}, [x, wq, ws, bias])
+    y = run([x, wq, ws, bias], [None])[0]
+    deq = (wq.reshape(6, 4, 16).astype(np.float64) * ws[:, :, None]).reshape(6, 64)
+    want = fake_quantize_rows(x, activation == "int8", 16).astype(np.float64) @ deq.T + bias
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-4)
+    for k in range(4):                              # the definition: each block of a row has its own scale
+        block = x[:, 16 * k:16 * (k + 1)].astype(np.float64)
+        if activation == "int8":
+            scale = np.abs(block).max(axis=1, keepdims=True) / 127
+            np.testing.assert_allclose(fake_quantize_rows(x, True, 16)[:, 16 * k:16 * (k + 1)],
+                                       np.rint(block / scale) * scale, rtol=1e-6, atol=1e-6)
+    exact = x.astype(np.float64) @ w.T.astype(np.float64) + bias
+    rows_q, rows_s = per_block_int8(w, 0)
+    _, whole = _kernel({"activation": activation}, [x, rows_q, rows_s, bias])
+    whole_err = np.linalg.norm(whole([x, rows_q, rows_s, bias], [None])[0] - exact)
+    assert np.linalg.norm(y - exact) < 0.8 * whole_err        # the outlier coarsens only its own block
+    node, _ = _kernel({"activation": activation, "block": 16}, [x, wq, ws, bias])
+    proto = get_prototype("ai.nnhal", "DynamicQuantizeGemm")
+    with pytest.raises(ShapeError, match="w_scale"):
+        proto.infer(node, [Info(np.dtype(np.float32), (8, 64)), Info(np.dtype(np.int8), (6, 64)),
+                           Info(np.dtype(np.float32), (6,)), None])
+    node.attrs["block"] = 24
+    with pytest.raises(ShapeError, match="divisor"):
+        proto.infer(node, [Info(np.dtype(np.float32), (8, 64)), Info(np.dtype(np.int8), (6, 64)),
+                           Info(np.dtype(np.float32), (6, 4)), None])
 
 
 def test_dynamic_gemm_computes_float_columns_in_float():
