@@ -18,7 +18,7 @@ import threading
 
 import numpy as np
 
-from nnhal.hostkernels import native, threads
+from nnhal.hostkernels import native
 
 # length of the repeated blocks (16K measured as fast as 64K, and fastest for channels-last BatchNormalization)
 BLOCK = 1 << 14
@@ -115,11 +115,11 @@ def _chunks(y: np.ndarray):
 
 
 def _native_gate(y: np.ndarray, kind: str, alpha: float = 0.2, beta: float = 0.5) -> bool:
-    """Run the gate ``kind`` in place by the native kernel (one pass, on the session's threads) when it is
+    """Run the gate ``kind`` in place by the native kernel (one pass) when it is
     built and ``y`` is contiguous float32; False when numpy must (float64, strided, NNHAL_NATIVE=0)."""
     if y.dtype != np.float32 or not y.flags.c_contiguous or not native.available():
         return False
-    native.activation(y, y, native.make_act(kind, alpha=alpha, beta=beta), threads.current())
+    native.activation(y, y, native.make_act(kind, alpha=alpha, beta=beta))
     return True
 
 

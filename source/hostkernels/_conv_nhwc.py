@@ -30,7 +30,7 @@ from collections.abc import Callable
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from nnhal.hostkernels import _conv2d, _scratch, native, threads
+from nnhal.hostkernels import _conv2d, _scratch, native
 from nnhal.hostkernels.base import Kernel, RunFn
 from nnhal.hostkernels.fused import Activation, activation_of
 from nnhal.graph.node import Node
@@ -149,7 +149,7 @@ def nhwc_depthwise(s: _conv2d.Conv2d, wv: np.ndarray, finish: Callable[[np.ndarr
 def native_depthwise(s: _conv2d.Conv2d, wv: np.ndarray, bias: np.ndarray | None, act: Activation | None) \
         -> RunFn | None:
     """The native kernel's depthwise convolution (float32, channel multiplier 1): every tap, the bias and
-    the activation in one pass over the output, on the session's threads; None when it does not apply
+    the activation in one pass over the output; None when it does not apply
     (not built, NNHAL_NATIVE=0, another dtype or multiplier): nhwc_depthwise runs it in numpy."""
     if not native.available() or s.dtype != np.float32 or s.mg != 1:
         return None
@@ -161,7 +161,7 @@ def native_depthwise(s: _conv2d.Conv2d, wv: np.ndarray, bias: np.ndarray | None,
         act.alpha, act.beta)
     out_shape = (s.n, s.oh, s.ow, s.m)
     params = native.DwParams(s.n, s.h, s.w, s.c, s.oh, s.ow, kh, kw, sh, sw, dh, dw, s.pads[0], s.pads[1],
-                             1, record)
+                             record)
 
     def run_native_dw(inputs, outputs):
         x = inputs[0]
@@ -170,10 +170,7 @@ def native_depthwise(s: _conv2d.Conv2d, wv: np.ndarray, bias: np.ndarray | None,
         y = outputs[0]
         if y is None or not y.flags.c_contiguous:
             y = np.empty(out_shape, np.float32)
-        # NOTE: a per-call copy of the record: a shared Session runs this from several threads at once
-        p = native.DwParams.from_buffer_copy(params)
-        p.threads = threads.current()
-        native.dwconv_nhwc(x, y, wk, b, p)
+        native.dwconv_nhwc(x, y, wk, b, params)
         return (y,)
 
     return run_native_dw

@@ -27,12 +27,6 @@ def set_blas_threads(n: int) -> None:
     _current = n
 
 
-def current() -> int:
-    """The thread count the kernels were last set to (1 before any session set it): native kernels split
-    their work over as many."""
-    return _current or 1
-
-
 def blas_info() -> list[dict]:
     """The BLAS libraries numpy uses, with their kernel (``architecture``) and threads."""
     from threadpoolctl import threadpool_info

@@ -12,9 +12,7 @@ What is native (the loops numpy cannot run in one pass over memory):
 * :func:`activation`: Relu, Clip, HardSigmoid, HardSwish, Sigmoid, SiLU and the exact Gelu (erf by the
   numpy fast Erf's rational approximation) in one pass.
 
-Both may split their work over ``threads`` OpenMP threads (the session's ``num_thread``) when it is large
-enough to repay waking them (a million multiply-adds, four 16K-element chunks); the workers sleep between
-kernels (OMP_WAIT_POLICY=PASSIVE unless set) so they never spin against OpenBLAS's.
+Both run on the calling thread (kernels.c says why: OpenMP workers spun against OpenBLAS's).
 """
 from __future__ import annotations
 
@@ -25,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 # Activation kinds, as numbered in kernels.c
 ACTIVATIONS = {"relu": 1, "clip": 2, "hardsigmoid": 3, "hardswish": 4, "sigmoid": 5, "silu": 6, "gelu": 7}
@@ -43,7 +41,7 @@ class DwParams(ctypes.Structure):
 
     _fields_ = [(name, ctypes.c_int64) for name in
                 ("n", "h", "w", "c", "oh", "ow", "kh", "kw", "sh", "sw", "dh", "dw", "pad_top", "pad_left")] \
-        + [("threads", ctypes.c_int32), ("act", Act)]
+        + [("act", Act)]
 
 
 @dataclass(frozen=True)
@@ -65,10 +63,6 @@ def _load() -> tuple[ctypes.CDLL | None, Status]:
     if spec is None or not spec.origin:
         return None, Status(False, "not built (no C compiler or Python headers at install, or "
                                    "NNHAL_NATIVE_KERNELS=OFF): numpy runs every kernel")
-    # NOTE: OpenMP workers that spin between kernels steal the second core from OpenBLAS's spinning
-    # workers and the reverse (MobileNetV3-small at 2 threads: 104 ms spinning, 4.4 ms sleeping); libgomp
-    # reads this once, when it loads with this library. A value the user set is kept.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     try:
         lib = ctypes.CDLL(spec.origin)
         version = lib.nn_abi_version()
@@ -78,7 +72,7 @@ def _load() -> tuple[ctypes.CDLL | None, Status]:
         return None, Status(False, f"{spec.origin} has ABI {version}, this nnhal needs {ABI_VERSION}: "
                                    "reinstall nnhal", spec.origin)
     f32 = ctypes.c_void_p
-    lib.nn_activation_f32.argtypes = [f32, f32, ctypes.c_int64, ctypes.POINTER(Act), ctypes.c_int32]
+    lib.nn_activation_f32.argtypes = [f32, f32, ctypes.c_int64, ctypes.POINTER(Act)]
     lib.nn_activation_f32.restype = None
     lib.nn_dwconv_nhwc_f32.argtypes = [f32, f32, f32, f32, ctypes.POINTER(DwParams)]
     lib.nn_dwconv_nhwc_f32.restype = None
@@ -108,9 +102,9 @@ def make_act(kind: str | None, lo: float | None = None, hi: float | None = None,
                np.inf if hi is None else float(hi), float(alpha), float(beta))
 
 
-def activation(x: np.ndarray, y: np.ndarray, act: Act, threads: int = 1) -> None:
+def activation(x: np.ndarray, y: np.ndarray, act: Act) -> None:
     """y = act(x) for C-contiguous float32 ``x`` and ``y`` of one size (``y`` may be ``x``)."""
-    _lib.nn_activation_f32(_ptr(x), _ptr(y), x.size, ctypes.byref(act), threads)
+    _lib.nn_activation_f32(_ptr(x), _ptr(y), x.size, ctypes.byref(act))
 
 
 def dwconv_nhwc(x: np.ndarray, y: np.ndarray, weights: np.ndarray, bias: np.ndarray | None,

@@ -10,6 +10,11 @@
  *   the bias and the fused activation applied while an output pixel's channels are still in L1.
  * - nn_activation_f32: an element-wise activation (Relu, Clip, HardSigmoid, HardSwish, Sigmoid, SiLU, Gelu).
  *
+ * Everything runs on the calling thread. NOTE: OpenMP threads were tried and removed: an OpenMP runtime
+ * already loaded by another library (torch's import brings one that reads OMP_WAIT_POLICY before nnhal can
+ * set it) spins between kernels against OpenBLAS's spinning workers; MobileNetV3-small at 2 threads went
+ * from 3.6 to 36 ms that way. ``#pragma omp simd`` needs only -fopenmp-simd, no runtime.
+ *
  * Hot loops are compiled for several x86-64 levels (GCC target_clones: the loader picks the best one the
  * CPU has), so the library may be built on one machine and run on another.
  */
@@ -18,10 +23,6 @@
 #include <string.h>
 
 #include <Python.h>
-
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define NN_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
@@ -56,11 +57,10 @@ typedef struct {
 typedef struct {
     int64_t n, h, w, c, oh, ow;
     int64_t kh, kw, sh, sw, dh, dw, pad_top, pad_left;
-    int32_t threads;
     nn_act act;
 } nn_dw_params;
 
-NN_API int nn_abi_version(void) { return 1; }
+NN_API int nn_abi_version(void) { return 2; }
 
 /* exp(x) for float32 to about 2 ulp: x = k ln2 + r, |r| <= ln2 / 2, exp(r) by a degree-6 polynomial,
  * 2^k put into the exponent bits. Written with plain arithmetic so that the loops calling it vectorize. */
@@ -149,16 +149,13 @@ NN_INLINE void nn_apply(float *restrict y, int64_t len, const nn_act *act) {
     }
 }
 
-/* Runs of at most this many elements per task of the element-wise kernel: one L2-sized piece. */
+/* Runs of at most this many elements per step of the element-wise kernel: copied (when not in place)
+ * and transformed while in L2. */
 #define NN_CHUNK 16384
 
-NN_API NN_CLONES void nn_activation_f32(const float *x, float *y, int64_t len, const nn_act *act,
-                                        int32_t threads) {
-    int64_t chunks = (len + NN_CHUNK - 1) / NN_CHUNK;
-    int nt = threads > 1 && chunks >= 4 ? (int)(threads < chunks ? threads : chunks) : 1;
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
-    for (int64_t k = 0; k < chunks; k++) {
-        int64_t lo = k * NN_CHUNK, n = len - lo < NN_CHUNK ? len - lo : NN_CHUNK;
+NN_API NN_CLONES void nn_activation_f32(const float *x, float *y, int64_t len, const nn_act *act) {
+    for (int64_t lo = 0; lo < len; lo += NN_CHUNK) {
+        const int64_t n = len - lo < NN_CHUNK ? len - lo : NN_CHUNK;
         if (x != y) memcpy(y + lo, x + lo, (size_t)n * sizeof(float));
         nn_apply(y + lo, n, act);
     }
@@ -248,13 +245,7 @@ NN_INLINE void nn_dw_row(const float *restrict x, float *restrict y, const float
 
 NN_API NN_CLONES void nn_dwconv_nhwc_f32(const float *x, float *y, const float *wt, const float *bias,
                                          const nn_dw_params *p) {
-    const int64_t rows = p->n * p->oh;
-    /* a thread is worth its wake-up (tens of microseconds for a sleeping OpenMP worker) only with a
-     * million multiply-adds or more */
-    const int64_t work = rows * p->ow * p->c * p->kh * p->kw;
-    int nt = p->threads > 1 && work >= (1 << 20) && rows > 1 ? (int)(p->threads < rows ? p->threads : rows) : 1;
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
-    for (int64_t r = 0; r < rows; r++) nn_dw_row(x, y, wt, bias, p, r / p->oh, r % p->oh);
+    for (int64_t r = 0; r < p->n * p->oh; r++) nn_dw_row(x, y, wt, bias, p, r / p->oh, r % p->oh);
 }
 
 /* The module itself only has to import: Python reaches the functions above through ctypes. */
