@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from nnhal.hostkernels import native
 from nnhal.hostkernels.base import Kernel, RunFn, store
 
 
@@ -38,6 +39,10 @@ class DynamicQuantizeGemmKernel(Kernel):
         def run_blocks(inputs: list, outputs: list):
             x = inputs[0]
             m, k = x.shape
+            if native.available() and x.dtype == np.float32 and x.flags.c_contiguous:
+                xq = np.empty_like(x)
+                native.fake_quantize_blocks(x, xq, block, signed)     # the steps below, in one pass
+                return finish(x, xq @ wt, outputs)
             rows = x.reshape(m, k // block, block)
             if signed:
                 peak = np.abs(rows).max(axis=2, keepdims=True)
@@ -50,7 +55,10 @@ class DynamicQuantizeGemmKernel(Kernel):
                 zero = np.rint(-lo / scale)
                 xq = np.clip(np.rint(rows / scale) + zero, 0, 255) - zero
             xq *= scale
-            y = (xq.reshape(m, k) @ wt).astype(np.float32, copy=False)
+            return finish(x, xq.reshape(m, k) @ wt, outputs)
+
+        def finish(x, y, outputs):
+            y = y.astype(np.float32, copy=False)
             if bias32 is not None:
                 y += bias32
             if w_float is not None:

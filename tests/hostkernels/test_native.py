@@ -129,3 +129,46 @@ def test_native_gates_leave_float64_and_strided_to_numpy():
     _blocks.silu_(view)
     np.testing.assert_allclose(view, expect, rtol=1e-6, atol=1e-7)
     assert np.all(z[1::2] == np.linspace(-5, 5, 202).astype(np.float32)[1::2])
+
+
+def _numpy_fake_quantize(x: np.ndarray, block: int, signed: bool) -> np.ndarray:
+    """hostkernels/nn_dynamic_quantize_gemm.py's numpy steps for per-block activation quantization."""
+    m, k = x.shape
+    rows = x.reshape(m, k // block, block)
+    if signed:
+        peak = np.abs(rows).max(axis=2, keepdims=True)
+        scale = np.where(peak > 0, peak / 127.0, np.float32(1.0)).astype(np.float32)
+        xq = np.clip(np.rint(rows / scale), -127.0, 127.0)
+    else:
+        lo = np.minimum(rows.min(axis=2, keepdims=True), 0)
+        hi = np.maximum(rows.max(axis=2, keepdims=True), 0)
+        scale = np.where(hi > lo, (hi - lo) / 255.0, np.float32(1.0)).astype(np.float32)
+        zero = np.rint(-lo / scale)
+        xq = np.clip(np.rint(rows / scale) + zero, 0, 255) - zero
+    xq *= scale
+    return xq.reshape(m, k)
+
+
+@needs_native
+@pytest.mark.parametrize("signed", [True, False], ids=["int8", "uint8"])
+@pytest.mark.parametrize("block", [16, 32])
+def test_native_fake_quantize_blocks_is_numpy_bit_for_bit(signed, block):
+    """Outlier channels, an all-zero block, an all-positive and an all-negative row: the same bits."""
+    rng = np.random.default_rng(block + signed)
+    x = (rng.standard_normal((37, 8 * block)) * rng.standard_normal((1, 8 * block)) * 4).astype(np.float32)
+    x[:, 5] *= 60                              # an outlier channel
+    x[3, :block] = 0                           # a block of zeros (scale 1)
+    x[4] = np.abs(x[4])
+    x[5] = -np.abs(x[5])
+    got = np.empty_like(x)
+    native.fake_quantize_blocks(x, got, block, signed)
+    np.testing.assert_array_equal(got, _numpy_fake_quantize(x, block, signed))
+
+
+@pytest.mark.parametrize("activation", ["int8", "uint8"])
+def test_dynamic_gemm_blocks_without_native(monkeypatch, activation):
+    """The DynamicQuantizeGemm kernel's numpy path (no native kernels) passes the same checks."""
+    from tests.optimizer.test_outliers import test_dynamic_gemm_in_blocks_scales_each_block_and_beats_whole_rows
+
+    monkeypatch.setattr(native, "available", lambda: False)
+    test_dynamic_gemm_in_blocks_scales_each_block_and_beats_whole_rows(activation)

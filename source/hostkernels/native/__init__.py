@@ -9,6 +9,7 @@ run both and compare them. ``NNHAL_NATIVE=0`` in the environment switches the na
 What is native (the loops numpy cannot run in one pass over memory):
 
 * :func:`dwconv_nhwc`: depthwise 2-D convolution, channels last, with bias and activation fused;
+* :func:`fake_quantize_blocks`: per-block dynamic int8/uint8 quantization of activations, dequantized;
 * :func:`activation`: Relu, Clip, HardSigmoid, HardSwish, Sigmoid, SiLU and the exact Gelu (erf by the
   numpy fast Erf's rational approximation) in one pass.
 
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-ABI_VERSION = 2
+ABI_VERSION = 3
 
 # Activation kinds, as numbered in kernels.c
 ACTIVATIONS = {"relu": 1, "clip": 2, "hardsigmoid": 3, "hardswish": 4, "sigmoid": 5, "silu": 6, "gelu": 7}
@@ -76,6 +77,9 @@ def _load() -> tuple[ctypes.CDLL | None, Status]:
     lib.nn_activation_f32.restype = None
     lib.nn_dwconv_nhwc_f32.argtypes = [f32, f32, f32, f32, ctypes.POINTER(DwParams)]
     lib.nn_dwconv_nhwc_f32.restype = None
+    lib.nn_fake_quantize_blocks_f32.argtypes = [f32, f32, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
+                                                ctypes.c_int32]
+    lib.nn_fake_quantize_blocks_f32.restype = None
     return lib, Status(True, "loaded", spec.origin)
 
 
@@ -113,3 +117,10 @@ def dwconv_nhwc(x: np.ndarray, y: np.ndarray, weights: np.ndarray, bias: np.ndar
     (KH, KW, C) and ``bias`` (C,) C-contiguous float32. ``params`` holds the geometry and is read only."""
     _lib.nn_dwconv_nhwc_f32(_ptr(x), _ptr(y), _ptr(weights), None if bias is None else _ptr(bias),
                             ctypes.byref(params))
+
+
+def fake_quantize_blocks(x: np.ndarray, y: np.ndarray, block: int, signed: bool) -> None:
+    """y = x quantized per row and block of ``block`` columns (int8: peak / 127; uint8: range / 255 with a
+    zero point) and dequantized, for C-contiguous float32 (m, k) ``x`` and ``y``, k a multiple of block."""
+    m, k = x.shape
+    _lib.nn_fake_quantize_blocks_f32(_ptr(x), _ptr(y), m, k, block, int(signed))

@@ -8,6 +8,7 @@
  *
  * - nn_dwconv_nhwc_f32: depthwise 2-D convolution (one input channel per group), channels last, with
  *   the bias and the fused activation applied while an output pixel's channels are still in L1.
+ * - nn_fake_quantize_blocks_f32: per-block dynamic int8/uint8 quantization of activations, dequantized.
  * - nn_activation_f32: an element-wise activation (Relu, Clip, HardSigmoid, HardSwish, Sigmoid, SiLU, Gelu).
  *
  * Everything runs on the calling thread. NOTE: OpenMP threads were tried and removed: an OpenMP runtime
@@ -60,7 +61,7 @@ typedef struct {
     nn_act act;
 } nn_dw_params;
 
-NN_API int nn_abi_version(void) { return 2; }
+NN_API int nn_abi_version(void) { return 3; }
 
 /* exp(x) for float32 to about 2 ulp: x = k ln2 + r, |r| <= ln2 / 2, exp(r) by a degree-6 polynomial,
  * 2^k put into the exponent bits. Written with plain arithmetic so that the loops calling it vectorize. */
@@ -246,6 +247,46 @@ NN_INLINE void nn_dw_row(const float *restrict x, float *restrict y, const float
 NN_API NN_CLONES void nn_dwconv_nhwc_f32(const float *x, float *y, const float *wt, const float *bias,
                                          const nn_dw_params *p) {
     for (int64_t r = 0; r < p->n * p->oh; r++) nn_dw_row(x, y, wt, bias, p, r / p->oh, r % p->oh);
+}
+
+/* Per-block dynamic quantization of activations, quantized and dequantized in one pass (what the
+ * DynamicQuantizeGemm host kernel multiplies by its dequantized weights): x is (m, k) row-major, each row
+ * cut into blocks of ``block``; a block's scale is its peak |x| / 127 (signed) or its range including 0
+ * / 255 (unsigned, with an integer zero point). The float32 steps are numpy's in
+ * hostkernels/nn_dynamic_quantize_gemm.py, one for one (a division, rint, clip, a product), so the
+ * results are the same bits. */
+NN_API NN_CLONES void nn_fake_quantize_blocks_f32(const float *x, float *y, int64_t m, int64_t k,
+                                                  int64_t block, int32_t is_signed) {
+    for (int64_t r = 0; r < m; r++) {
+        for (int64_t b0 = 0; b0 < k; b0 += block) {
+            const float *xb = x + r * k + b0;
+            float *yb = y + r * k + b0;
+            if (is_signed) {
+                float peak = 0.0f;
+                for (int64_t i = 0; i < block; i++) {
+                    const float a = fabsf(xb[i]);
+                    peak = a > peak ? a : peak;
+                }
+                const float scale = peak > 0.0f ? peak / 127.0f : 1.0f;
+                for (int64_t i = 0; i < block; i++) {
+                    const float q = rintf(xb[i] / scale);
+                    yb[i] = NN_CLAMP(q, -127.0f, 127.0f) * scale;
+                }
+            } else {
+                float lo = 0.0f, hi = 0.0f;
+                for (int64_t i = 0; i < block; i++) {
+                    lo = xb[i] < lo ? xb[i] : lo;
+                    hi = xb[i] > hi ? xb[i] : hi;
+                }
+                const float scale = hi > lo ? (hi - lo) / 255.0f : 1.0f;
+                const float zero = rintf(-lo / scale);
+                for (int64_t i = 0; i < block; i++) {
+                    const float q = rintf(xb[i] / scale) + zero;
+                    yb[i] = (NN_CLAMP(q, 0.0f, 255.0f) - zero) * scale;
+                }
+            }
+        }
+    }
 }
 
 /* The module itself only has to import: Python reaches the functions above through ctypes. */
