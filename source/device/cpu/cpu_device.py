@@ -10,6 +10,7 @@ from nnhal.device.device import (Allocator, Candidate, Description, Device, Inte
                                  Performance, Verdict)
 from nnhal.device.manager import register_device, unregister_device
 from nnhal.graph.subgraph import Subgraph
+from nnhal.hostkernels import native
 from nnhal.hostkernels.graphrun import install_compiler
 from nnhal.hostkernels.select import implementations
 from nnhal.hostkernels.table import DOMAINS
@@ -49,12 +50,19 @@ def cpu_profile(device: Device, subgraph: Subgraph, enable: bool) -> list[NodeTi
             for step, t in zip(plan.steps, timings or ())]
 
 
+def _native_state() -> str:
+    """Whether the native kernels (hostkernels/native) run, and why not, for ``nnhal devices``."""
+    status = native.status()
+    return "loaded (depthwise conv, gates, Gelu, block quantization)" if status.available else \
+        f"off: {status.reason}"
+
+
 def cpu_describe(device: Device) -> Description:
     return Description(
         ops=frozenset(op for table in DOMAINS.values() for op in table),
         precisions=("fp32", "fp16", "int8", "uint8"),
         performance={"fp32": Performance(1.0, 1.0)},
-        summary=f"numpy reference and fast kernels; takes what no other device can; fp16 is {COMPUTE}",
+        summary=f"numpy reference and fast kernels, native C kernels {_native_state()}; fp16 is {COMPUTE}",
         # NOTE: numpy has no float16 matrix product; fp16 computed in float16 ran 4x-16x slower than fp32.
         compute={"fp16": COMPUTE},
         reentrant=True,         # a plan's run takes its own arena from a pool (plan.py)
