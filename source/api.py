@@ -21,6 +21,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any, Callable
 
 import numpy as np
@@ -66,7 +67,9 @@ from nnhal.serializer.onnx_import import load_onnx
 log = logging.getLogger("nnhal")
 _lock = threading.RLock()
 _registered: list[tuple[str, Callable[[], None]]] = []   # (device, how to unregister it), in init() order
-_initialised = False
+_initialised = False          # every device registered (init() without a device list)
+_attempted: set[str] = set()   # built-in registry entries init() has tried to register
+_plugins_tried = False         # out-of-tree devices looked for
 
 
 def _typed(fn):
@@ -89,14 +92,19 @@ def _typed(fn):
 
 
 # ------------------------------------------------------------------ init/release
-def init() -> None:
+def init(devices: Sequence[str] | None = None) -> None:
     """Register the devices of the generated registry, then the out-of-tree ones (idempotent).
 
     A device that cannot be registered (a missing package, an import error, a
     plugin's API version, an init hook that raises) is recorded as unavailable
     with the reason (see ``nnhal devices``); the others are registered.
+
+    ``devices`` (names) registers only those built-in devices and the fallback for now, and looks for
+    plugins only when a name is not built in; a later ``init()`` registers the rest. Sessions and
+    contexts pass the devices they name: a CPU-only session then never opens a GPU adapter (the webgpu
+    device's costs ~95 MB and ~0.7 s on lavapipe).
     """
-    global _initialised
+    global _initialised, _plugins_tried
     with _lock:
         if _initialised:
             return
@@ -105,11 +113,27 @@ def init() -> None:
         except ImportError as exc:
             raise RegistryError("nnhal.registry is missing: the package was not built. Install it with "
                                 "'pip install .' (or 'pip install -e .') so CMake renders the registry") from exc
+        wanted = None if devices is None else {*devices, FALLBACK_DEVICE}
         for entry in registry.DEVICES:
-            _register_builtin(entry)
-        for plugin in discover_plugins():
-            _register_plugin(plugin)
-        _initialised = True
+            if entry.name not in _attempted and (wanted is None or entry.name in wanted):
+                _attempted.add(entry.name)
+                _register_builtin(entry)
+        if not _plugins_tried and (wanted is None or wanted - {e.name for e in registry.DEVICES}):
+            _plugins_tried = True
+            for plugin in discover_plugins():
+                _register_plugin(plugin)
+        _initialised = wanted is None
+
+
+def _init_for(devices: Any) -> None:
+    """init() for a context over ``devices``: only those (and the fallback) when it is a list of names;
+    everything otherwise (the caller then reports what is wrong with it)."""
+    if devices is None:
+        init([])
+    elif isinstance(devices, (list, tuple)) and all(isinstance(d, str) for d in devices):
+        init(devices)
+    else:
+        init()
 
 
 def _register_builtin(entry: Any) -> None:
@@ -153,13 +177,14 @@ def _register_plugin(plugin: Any) -> None:
 
 def release() -> None:
     """Unregister the devices init() registered, in reverse order, and forget the unavailable ones."""
-    global _initialised
+    global _initialised, _plugins_tried
     with _lock:
         while _registered:
             _, unregister = _registered.pop()
             unregister()
         clear_unavailable()
-        _initialised = False
+        _attempted.clear()
+        _initialised = _plugins_tried = False
 
 
 def device_status() -> list[DeviceStatus]:
@@ -204,7 +229,7 @@ def create_context(name: str = "default", devices: list[str] | None = None,
                    device_options: dict[str, dict] | None = None, strict: bool = False,
                    pins: dict[str, str] | None = None, deny: dict[str, list[str]] | None = None) -> Context:
     """A context over ``devices`` (names, in priority order). Unknown names raise DeviceError."""
-    _require_init()
+    _init_for(devices)
     if not isinstance(name, str):
         raise OptionsError(f"the context name must be a str, got {name!r}")
     if not isinstance(strict, bool):
@@ -213,7 +238,11 @@ def create_context(name: str = "default", devices: list[str] | None = None,
     if not names:
         raise OptionsError("devices is empty; name at least one device (e.g. ['{FALLBACK_DEVICE}'])")
     for n in names:
-        find_device(n)
+        try:
+            find_device(n)
+        except DeviceError:
+            init()              # every device registered, so the error lists them all
+            find_device(n)
     if len(set(names)) != len(names):
         raise DeviceError(f"device list {names} names a device twice")
     if not strict and FALLBACK_DEVICE not in names:
