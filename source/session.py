@@ -68,7 +68,6 @@ class Session:
                  name: str = "session", prefer: str = "order", base_dir: str | None = None,
                  max_fold_bytes: int = MAX_FOLD_BYTES, max_loop_trips: int = MAX_LOOP_TRIPS,
                  max_graph_bytes: int = MAX_GRAPH_BYTES, compiled_cache: str | os.PathLike | None = None) -> None:
-        api._init_for(devices)
         if isinstance(model, str) and model.startswith("zoo:"):
             from nnhal.zoo import resolve
 

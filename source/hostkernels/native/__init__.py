@@ -18,6 +18,7 @@ Both run on the calling thread (kernels.c says why: OpenMP workers spun against 
 from __future__ import annotations
 
 import ctypes
+import functools
 import importlib.util
 import os
 from dataclasses import dataclass
@@ -99,9 +100,11 @@ def _ptr(a: np.ndarray) -> int:
     return a.__array_interface__["data"][0]
 
 
+@functools.lru_cache(maxsize=256)
 def make_act(kind: str | None, lo: float | None = None, hi: float | None = None,
              alpha: float = 0.2, beta: float = 0.5) -> Act:
-    """The nn_act record of an activation kind (None: no activation)."""
+    """The nn_act record of an activation kind (None: no activation); one shared record per set of
+    arguments (the kernels only read it)."""
     return Act(ACTIVATIONS[kind] if kind else 0, -np.inf if lo is None else float(lo),
                np.inf if hi is None else float(hi), float(alpha), float(beta))
 

@@ -170,16 +170,17 @@ NN_API NN_CLONES void nn_activation_f32(const float *x, float *y, int64_t len, c
 /* 8 floats as one value (GCC vector extension); aligned(4) makes a dereference an unaligned load */
 typedef float nn_v8 __attribute__((vector_size(32), aligned(4), may_alias));
 
-/* One pixel's full block of NN_DW_BLOCK channels at c0, the accumulator in four vector registers. */
-NN_INLINE void nn_dw_pixel_block(const float *restrict ximg, float *restrict yp, const float *restrict wt,
-                                     const float *restrict bias, const nn_dw_params *p, int64_t top,
-                                     int64_t left, int64_t c0) {
+/* One pixel's block of ``cb`` <= NN_DW_BLOCK channels at c0: bias, every in-bounds tap, activation, store.
+ * A full block (cb == NN_DW_BLOCK, a constant at the inlined call) accumulates in four vector registers;
+ * the narrower last block of a channel count that is not a multiple, in a stack array. */
+NN_INLINE void nn_dw_pixel(const float *restrict ximg, float *restrict yp, const float *restrict wt,
+                           const float *restrict bias, const nn_dw_params *p, int64_t top, int64_t left,
+                           int64_t c0, int64_t cb) {
     const int64_t h = p->h, w = p->w, c = p->c, kh = p->kh, kw = p->kw;
+    const int full = cb == NN_DW_BLOCK;
+    float acc[NN_DW_BLOCK] __attribute__((aligned(64)));
     nn_v8 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
-    if (bias) {
-        const nn_v8 *bp = (const nn_v8 *)(bias + c0);
-        a0 = bp[0], a1 = bp[1], a2 = bp[2], a3 = bp[3];
-    }
+    for (int64_t ch = 0; ch < NN_DW_BLOCK; ch++) acc[ch] = bias && ch < cb ? bias[c0 + ch] : 0.0f;
     for (int64_t ki = 0; ki < kh; ki++) {
         const int64_t ih = top + ki * p->dh;
         if (ih < 0 || ih >= h) continue;
@@ -188,41 +189,23 @@ NN_INLINE void nn_dw_pixel_block(const float *restrict ximg, float *restrict yp,
         for (int64_t kj = 0; kj < kw; kj++) {
             const int64_t iw = left + kj * p->dw;
             if (iw < 0 || iw >= w) continue;
-            const nn_v8 *xp = (const nn_v8 *)(xr + iw * c);
-            const nn_v8 *wp = (const nn_v8 *)(wr + kj * c);
-            a0 += xp[0] * wp[0];
-            a1 += xp[1] * wp[1];
-            a2 += xp[2] * wp[2];
-            a3 += xp[3] * wp[3];
-        }
-    }
-    float acc[NN_DW_BLOCK] __attribute__((aligned(64)));
-    nn_v8 *ap = (nn_v8 *)acc;
-    ap[0] = a0, ap[1] = a1, ap[2] = a2, ap[3] = a3;
-    nn_apply(acc, NN_DW_BLOCK, &p->act);
-    memcpy(yp + c0, acc, sizeof acc);
-}
-
-/* The last ``cb`` < NN_DW_BLOCK channels at c0 of one pixel: the same sum with a run-time width. */
-NN_INLINE void nn_dw_pixel_tail(const float *restrict ximg, float *restrict yp, const float *restrict wt,
-                                    const float *restrict bias, const nn_dw_params *p, int64_t top,
-                                    int64_t left, int64_t c0, int64_t cb) {
-    const int64_t h = p->h, w = p->w, c = p->c, kh = p->kh, kw = p->kw;
-    float acc[NN_DW_BLOCK] __attribute__((aligned(64)));
-    for (int64_t ch = 0; ch < cb; ch++) acc[ch] = bias ? bias[c0 + ch] : 0.0f;
-    for (int64_t ki = 0; ki < kh; ki++) {
-        const int64_t ih = top + ki * p->dh;
-        if (ih < 0 || ih >= h) continue;
-        const float *xr = ximg + ih * w * c + c0;
-        const float *wr = wt + ki * kw * c + c0;
-        for (int64_t kj = 0; kj < kw; kj++) {
-            const int64_t iw = left + kj * p->dw;
-            if (iw < 0 || iw >= w) continue;
-            const float *restrict xp = xr + iw * c;
-            const float *restrict wp = wr + kj * c;
+            const float *restrict xs = xr + iw * c;
+            const float *restrict ws = wr + kj * c;
+            if (full) {
+                const nn_v8 *xp = (const nn_v8 *)xs, *wp = (const nn_v8 *)ws;
+                a0 += xp[0] * wp[0];
+                a1 += xp[1] * wp[1];
+                a2 += xp[2] * wp[2];
+                a3 += xp[3] * wp[3];
+            } else {
 #pragma omp simd aligned(acc : 64)
-            for (int64_t ch = 0; ch < cb; ch++) acc[ch] += xp[ch] * wp[ch];
+                for (int64_t ch = 0; ch < cb; ch++) acc[ch] += xs[ch] * ws[ch];
+            }
         }
+    }
+    if (full) {
+        nn_v8 *ap = (nn_v8 *)acc;
+        ap[0] += a0, ap[1] += a1, ap[2] += a2, ap[3] += a3;
     }
     nn_apply(acc, cb, &p->act);
     memcpy(yp + c0, acc, (size_t)cb * sizeof(float));
@@ -239,8 +222,8 @@ NN_INLINE void nn_dw_row(const float *restrict x, float *restrict y, const float
         const int64_t left = j * p->sw - p->pad_left;
         float *yp = yrow + j * c;
         for (int64_t c0 = 0; c0 < full; c0 += NN_DW_BLOCK)
-            nn_dw_pixel_block(ximg, yp, wt, bias, p, top, left, c0);
-        if (full < c) nn_dw_pixel_tail(ximg, yp, wt, bias, p, top, left, full, c - full);
+            nn_dw_pixel(ximg, yp, wt, bias, p, top, left, c0, NN_DW_BLOCK);
+        if (full < c) nn_dw_pixel(ximg, yp, wt, bias, p, top, left, full, c - full);
     }
 }
 
