@@ -18,7 +18,7 @@ import threading
 
 import numpy as np
 
-from nnhal.hostkernels import native
+from nnhal.hostkernels import native, parallel
 
 # length of the repeated blocks (16K measured as fast as 64K, and fastest for channels-last BatchNormalization)
 BLOCK = 1 << 14
@@ -119,7 +119,8 @@ def _native_gate(y: np.ndarray, kind: str, alpha: float = 0.2, beta: float = 0.5
     built and ``y`` is contiguous float32; False when numpy must (float64, strided, NNHAL_NATIVE=0)."""
     if y.dtype != np.float32 or not y.flags.c_contiguous or not native.available():
         return False
-    native.activation(y, y, native.make_act(kind, alpha=alpha, beta=beta))
+    act, flat = native.make_act(kind, alpha=alpha, beta=beta), y.reshape(-1)
+    parallel.for_ranges(flat.size, flat.size, lambda a, b: native.activation(flat[a:b], flat[a:b], act), 16)
     return True
 
 

@@ -30,7 +30,7 @@ from collections.abc import Callable
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from nnhal.hostkernels import _conv2d, _scratch, native
+from nnhal.hostkernels import _conv2d, _scratch, native, parallel
 from nnhal.hostkernels.base import Kernel, RunFn
 from nnhal.hostkernels.fused import Activation, activation_of
 from nnhal.graph.node import Node
@@ -92,6 +92,35 @@ def _bands(n: int, rows: int, row_bytes: int, budget: int) -> tuple[int, int, li
         imgs = min(n, per // rows)
         return imgs, rows, [(b0, min(n, b0 + imgs), 0, rows) for b0 in range(0, n, imgs)]
     return 1, per, [(b, b + 1, r0, min(rows, r0 + per)) for b in range(n) for r0 in range(0, rows, per)]
+
+
+class _Split:
+    """The bands of a banded kernel spread over the pool's threads: each thread runs a contiguous group of
+    bands with its own scratch. When there are fewer bands than threads the work is cut into smaller
+    bands (of about 1/threads of the whole), made once per thread count."""
+
+    def __init__(self, bands: list, n: int, rows: int, row_bytes: int, budget: int, work: int) -> None:
+        self.bands, self.n, self.rows, self.row_bytes, self.budget, self.work = bands, n, rows, row_bytes, budget, work
+        self._finer: dict[int, list] = {}
+
+    def groups(self, threads: int) -> list[list]:
+        parts = parallel.parts_for(self.work, self.n * self.rows, threads)
+        if parts <= 1:
+            return [self.bands]
+        bands = self.bands
+        if len(bands) < parts:
+            bands = self._finer.get(parts)
+            if bands is None:
+                share = -(-self.n * self.rows * self.row_bytes // parts)
+                bands = self._finer[parts] = _bands(self.n, self.rows, self.row_bytes, min(self.budget, share))[2]
+        return [bands[a:b] for a, b in parallel.ranges(len(bands), min(parts, len(bands)))]
+
+    def run(self, fn: Callable[[list], None]) -> None:
+        groups = self.groups(parallel.threads())
+        if len(groups) == 1:
+            fn(groups[0])
+        else:
+            parallel.run_parts([lambda g=g: fn(g) for g in groups])
 
 
 def nhwc_depthwise(s: _conv2d.Conv2d, wv: np.ndarray, finish: Callable[[np.ndarray], None]) -> RunFn:
@@ -162,6 +191,8 @@ def native_depthwise(s: _conv2d.Conv2d, wv: np.ndarray, bias: np.ndarray | None,
     out_shape = (s.n, s.oh, s.ow, s.m)
     params = native.DwParams(s.n, s.h, s.w, s.c, s.oh, s.ow, kh, kw, sh, sw, dh, dw, s.pads[0], s.pads[1],
                              record)
+    # a tap's multiply-add over a channel vector runs about as fast as a copied element
+    rows, work = s.n * s.oh, s.n * s.oh * s.ow * s.m * kh * kw // 4
 
     def run_native_dw(inputs, outputs):
         x = inputs[0]
@@ -170,7 +201,7 @@ def native_depthwise(s: _conv2d.Conv2d, wv: np.ndarray, bias: np.ndarray | None,
         y = outputs[0]
         if y is None or not y.flags.c_contiguous:
             y = np.empty(out_shape, np.float32)
-        native.dwconv_nhwc(x, y, wk, b, params)
+        parallel.for_ranges(rows, work, lambda r0, r1: native.dwconv_nhwc(x, y, wk, b, params, (r0, r1)))
         return (y,)
 
     return run_native_dw
@@ -185,6 +216,7 @@ def nhwc_1x1(s: _conv2d.Conv2d, wv: np.ndarray, finish: Callable[[np.ndarray], N
     p = n * oh * ow
     wt = np.ascontiguousarray(wv.reshape(group, mg, cg).transpose(0, 2, 1))    # (G, C/G, M/G)
     strided = (sh, sw) != (1, 1)
+    work = parallel.gemm_work(p * c * mg) + p * m           # the GEMM, then the epilogue over the output
     parts = [((n, oh, ow, c), dtype)] if strided else []
     _scratch.reserve(_scratch.nbytes_of(*parts))
 
@@ -195,13 +227,20 @@ def nhwc_1x1(s: _conv2d.Conv2d, wv: np.ndarray, finish: Callable[[np.ndarray], N
             (xs,) = _scratch.scratch(*parts)
             np.copyto(xs, x[:, :(oh - 1) * sh + 1:sh, :(ow - 1) * sw + 1:sw])
             x = xs
-        if group == 1:
-            np.matmul(x.reshape(p, c), wt[0], out=y.reshape(p, m))
-        else:
-            # group g's pixels x channels are a (P, C/G) matrix with row stride C: BLAS reads it in place
-            np.matmul(x.reshape(p, group, cg).transpose(1, 0, 2), wt,
-                      out=y.reshape(p, group, mg).transpose(1, 0, 2))
-        finish(y)
+        xf, yf = x.reshape(p, c), y.reshape(p, m)
+
+        def part(r0: int, r1: int) -> None:
+            # output rows r0:r1 (OW pixels each): their GEMM, then bias and activation while in cache
+            a, b = r0 * ow, r1 * ow
+            if group == 1:
+                np.matmul(xf[a:b], wt[0], out=yf[a:b])
+            else:
+                # group g's pixels x channels are a (P, C/G) matrix with row stride C: BLAS reads it in place
+                np.matmul(xf[a:b].reshape(b - a, group, cg).transpose(1, 0, 2), wt,
+                          out=yf[a:b].reshape(b - a, group, mg).transpose(1, 0, 2))
+            finish(yf[a:b])
+
+        parallel.for_ranges(n * oh, work, part)
         return (y,)
 
     return run_1x1
@@ -229,17 +268,26 @@ def nhwc_im2col(s: _conv2d.Conv2d, wv: np.ndarray, finish: Callable[[np.ndarray]
     imgs, rows, bands = _bands(n, oh, ow * ld * dtype.itemsize, BAND_BYTES)
     parts = ([((imgs, hp, wpad, c), dtype)] if padded else []) + [((imgs * rows * ow * ld,), dtype)]
     _scratch.reserve(_scratch.nbytes_of(*parts))
+    # work: the gather of the columns, the GEMM, the epilogue over the output
+    split = _Split(bands, n, oh, ow * ld * dtype.itemsize, BAND_BYTES,
+                   n * oh * ow * (kk * sg + m) + parallel.gemm_work(n * oh * ow * kk * ms * sg))
 
     def run_im2col(inputs, outputs):
         x = inputs[0]
         y = outputs[0] if outputs[0] is not None else np.empty(out_shape, dtype)
-        bufs = _scratch.scratch(*parts)
+        split.run(lambda group: im2col_bands(x, y, group))
+        return (y,)
+
+    def im2col_bands(x, y, group):
+        bufs = _scratch.scratch(*parts)     # the scratch of the thread running this group of bands
         cols_all = bufs[-1]
-        for b0, b1, r0, r1 in bands:
+        pad_for = None
+        for b0, b1, r0, r1 in group:
             xb = x[b0:b1]
             if padded:
-                if r0 == 0:
+                if pad_for != (b0, b1):
                     _conv2d.pad_into(bufs[0][:b1 - b0], xb, pads, True)
+                    pad_for = (b0, b1)
                 xb = bufs[0][:b1 - b0]
             si, s0, s1, s2 = xb.strides
             q = (b1 - b0) * (r1 - r0) * ow
@@ -262,7 +310,6 @@ def nhwc_im2col(s: _conv2d.Conv2d, wv: np.ndarray, finish: Callable[[np.ndarray]
                 np.matmul(cols.reshape(q, sg, kk).transpose(1, 0, 2), wk,
                           out=yr.reshape(q, sg, ms).transpose(1, 0, 2))
             finish(y[b0:b1, r0:r1])
-        return (y,)
 
     return run_im2col
 
@@ -318,22 +365,31 @@ class ConvWinogradNHWC(Kernel):
         out_shape = (n, oh, ow, m)
         finish = _epilogue(node, ins, dtype, ow * m)
         item = np.dtype(dtype).itemsize
-        imgs, rows, bands = _bands(n, th, 36 * max(c, m) * tw * item, WINOGRAD_BAND_BYTES)
+        row_bytes = 36 * max(c, m) * tw * item
+        imgs, rows, bands = _bands(n, th, row_bytes, WINOGRAD_BAND_BYTES)
         nt = imgs * rows * tw
         # two buffers in turn: input tiles (a) -> transformed (b) -> products (a) -> output tiles (b) -> cropped (a)
         parts = [((imgs, hp, wpad, c), dtype), ((36 * nt * max(c, m),), dtype), ((nt * max(36 * c, 16 * m),), dtype)]
         _scratch.reserve(_scratch.nbytes_of(*parts))
+        split = _Split(bands, n, th, row_bytes, WINOGRAD_BAND_BYTES,
+                       n * th * tw * 36 * (c + m) + parallel.gemm_work(n * th * tw * 36 * c * m))
 
         def run_winograd(inputs, outputs):
             x = inputs[0]
             y = outputs[0] if outputs[0] is not None else np.empty(out_shape, dtype)
-            xp_all, abuf, bbuf = _scratch.scratch(*parts)
+            split.run(lambda group: winograd_bands(x, y, group))
+            return (y,)
+
+        def winograd_bands(x, y, group):
+            xp_all, abuf, bbuf = _scratch.scratch(*parts)   # the scratch of the thread running this group
             yi, ys0, ys1, ys2 = y.strides
-            for b0, b1, t0, t1 in bands:
+            pad_for = None
+            for b0, b1, t0, t1 in group:
                 nb, nr = b1 - b0, t1 - t0
                 xp = xp_all[:nb]
-                if t0 == 0:
+                if pad_for != (b0, b1):
                     _conv2d.pad_into(xp, x[b0:b1], pads, True)
+                    pad_for = (b0, b1)
                 si, s0, s1, s2 = xp.strides
                 k = nb * nr * tw
                 r0, r1 = 4 * t0, min(oh, 4 * t1)
@@ -359,6 +415,5 @@ class ConvWinogradNHWC(Kernel):
                                      strides=(yi, 4 * ys0, ys0, 4 * ys1, ys1, ys2))
                     np.copyto(dst, tiles)
                 finish(y[b0:b1, r0:r1])
-            return (y,)
 
         return run_winograd

@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from nnhal.hostkernels import parallel
 from nnhal.hostkernels.graphrun import compile_nodes
 from nnhal.hostkernels.op_conv import im2col
 from nnhal.errors import ShapeError, where
@@ -86,7 +87,7 @@ def integer_conv(node: Node, x: np.ndarray, w: np.ndarray) -> np.ndarray:
     perm = (0, 1, *range(2 + n, 2 + 2 * n), *range(2, 2 + n))
     cols = np.ascontiguousarray(win.transpose(perm)).reshape(nb, group, -1, int(np.prod(out_sizes)))
     wg = w.reshape(group, w.shape[0] // group, -1)
-    y = np.matmul(wg[None], cols)
+    y = parallel.matmul(wg[None], cols)
     return y.reshape(nb, w.shape[0], *out_sizes)
 
 
@@ -224,7 +225,7 @@ class Recurrence:
 
     def project(self, w: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
         """X W^T (+ bias) for every time step at once: (T, B, rows of W)."""
-        xw = np.matmul(self.x, w.astype(self.dtype, copy=False).T)
+        xw = parallel.matmul(self.x, w.astype(self.dtype, copy=False).T)
         if bias is not None:
             xw += bias.astype(self.dtype, copy=False)
         return xw

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from nnhal.hostkernels import parallel
 from nnhal.hostkernels._msq import to_quantized
 from nnhal.hostkernels.base import FunctionKernel
 
@@ -18,7 +19,7 @@ class QGemmKernel(FunctionKernel):
             aa = aa.T
         if node.attrs["transB"]:
             bb = bb.T
-        acc = aa @ bb
+        acc = parallel.matmul(aa, bb)
         if c is not None:
             acc = acc + c.astype(np.float64)
         scale = np.float32(node.attrs["alpha"]) * np.asarray(a_scale, np.float32) * np.asarray(b_scale, np.float32)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from nnhal.hostkernels import parallel
 from nnhal.hostkernels.base import Kernel, RunFn, store
 from nnhal.errors import ShapeError, where
 from nnhal.operator.op_attention import softmax_dtype
@@ -103,7 +104,7 @@ def attend(node, inputs: list) -> list[np.ndarray]:
     keys = np.repeat(present_k, groups, axis=1) if groups > 1 else present_k
     values = np.repeat(present_v, groups, axis=1) if groups > 1 else present_v
     # NOTE: Q and K are each scaled by sqrt(scale) before the product, as the spec says.
-    qk = np.matmul(q * root, np.swapaxes(keys * root, -1, -2)).astype(dtype, copy=False)
+    qk = parallel.matmul(q * root, np.swapaxes(keys * root, -1, -2)).astype(dtype, copy=False)
     softcap = float(node.attrs["softcap"])
     capped = softcap * np.tanh(qk / softcap) if softcap > 0 else qk
     past_len = 0 if past_k is None else past_k.shape[2]
@@ -111,7 +112,7 @@ def attend(node, inputs: list) -> list[np.ndarray]:
     logits = capped if bias is None else capped + bias
     masked_rows = None if bias is None else np.isneginf(np.max(bias, axis=-1, keepdims=True))
     probs = guarded_softmax(logits.astype(softmax_dtype(node, logits.dtype)), masked_rows)
-    y = np.matmul(probs.astype(dtype), values)
+    y = parallel.matmul(probs.astype(dtype), values)
     if three_d:
         y = merge_heads(y)
     return [y, present_k, present_v, (qk, capped, logits, probs)[node.attrs["qk_matmul_output_mode"]]]

@@ -26,7 +26,7 @@ from collections.abc import Callable
 import numpy as np
 from numpy.lib.stride_tricks import as_strided, sliding_window_view
 
-from nnhal.hostkernels import _conv2d, _scratch
+from nnhal.hostkernels import _conv2d, _scratch, parallel
 from nnhal.hostkernels._conv_nhwc import ConvGemmNHWC, ConvWinogradNHWC
 from nnhal.hostkernels.base import Kernel, RunFn, store
 from nnhal.hostkernels.fused import activation_of
@@ -74,7 +74,7 @@ class ConvIm2col(Kernel):
             # (N, C, *out, *k) -> (N, G, C/G * prod(k), prod(out))
             perm = (0, 1, *range(2 + nsp, 2 + 2 * nsp), *range(2, 2 + nsp))
             cols = np.ascontiguousarray(win.transpose(perm)).reshape(nb, group, -1, int(np.prod(out_sizes)))
-            y = np.matmul(wg[None], cols)  # (N, G, M/G, P)
+            y = parallel.matmul(wg[None], cols)  # (N, G, M/G, P)
             y = y.reshape(nb, w.shape[0], *out_sizes)
             if has_bias:
                 y += inputs[2].reshape((1, -1) + (1,) * nsp)
@@ -148,11 +148,11 @@ def gemm_1x1(s: _conv2d.Conv2d, wv: np.ndarray, finish: Finish) -> RunFn:
             np.copyto(xs, x[:, :, :(s.oh - 1) * sh + 1:sh, :(s.ow - 1) * sw + 1:sw])
             x = xs
         if group > 1:
-            np.matmul(wp, x.reshape(n, group, s.cg, p), out=y.reshape(n, group, s.mg, p))
+            parallel.matmul(wp, x.reshape(n, group, s.cg, p), out=y.reshape(n, group, s.mg, p))
         elif n == 1:
-            np.matmul(wp[0], x.reshape(c, p), out=y.reshape(m, p))
+            parallel.matmul(wp[0], x.reshape(c, p), out=y.reshape(m, p))
         else:
-            np.matmul(wp[0], x.reshape(n, c, p), out=y.reshape(n, m, p))
+            parallel.matmul(wp[0], x.reshape(n, c, p), out=y.reshape(n, m, p))
         return finish(y)
 
     return run_1x1
@@ -211,7 +211,7 @@ def gemm_shift(s: _conv2d.Conv2d, wv: np.ndarray, finish: Finish) -> RunFn:
             if s.padded:
                 _conv2d.pad_into(bufs[0], xb, s.pads)
                 xb = bufs[0]
-            np.matmul(wt, xb.reshape(c, hp * wpad), out=z.reshape(kh * kw * m, hp * wpad))
+            parallel.matmul(wt, xb.reshape(c, hp * wpad), out=z.reshape(kh * kw * m, hp * wpad))
             yb = y[b]
             (t0, r0, c0), (t1, r1, c1) = shifts[:2]
             np.add(z[t0, :, r0, c0], z[t1, :, r1, c1], out=yb)
@@ -252,9 +252,9 @@ def gemm_im2col(s: _conv2d.Conv2d, wv: np.ndarray, finish: Finish) -> RunFn:
                 for i, j, index in taps:
                     np.copyto(cols5[:, i, j], xb[index])
                 if group == 1:
-                    np.matmul(wp[0], cols.reshape(kk, q), out=yb[0, :, r0 * ow:r1 * ow])
+                    parallel.matmul(wp[0], cols.reshape(kk, q), out=yb[0, :, r0 * ow:r1 * ow])
                 else:
-                    np.matmul(wp, cols.reshape(group, kk, q), out=yb[:, :, r0 * ow:r1 * ow])
+                    parallel.matmul(wp, cols.reshape(group, kk, q), out=yb[:, :, r0 * ow:r1 * ow])
         return finish(y)
 
     return run_im2col
@@ -340,11 +340,11 @@ class ConvWinograd(ConvGemm):
                                      strides=(s0, s1, sc, 4 * s0, 4 * s1), writeable=False)
                     np.copyto(d, src)
                     v = vbuf[:36 * c * k].reshape(36, c * k)
-                    np.matmul(kb, d.reshape(36, c * k), out=v)
+                    parallel.matmul(kb, d.reshape(36, c * k), out=v)
                     z = zbuf[:36 * m * k].reshape(36, m, k)
-                    np.matmul(u, v.reshape(36, c, k), out=z)
+                    parallel.matmul(u, v.reshape(36, c, k), out=z)
                     o = obuf[:16 * m * k].reshape(16, m * k)
-                    np.matmul(ka, z.reshape(36, m * k), out=o)
+                    parallel.matmul(ka, z.reshape(36, m * k), out=o)
                     _store_tiles(yb, o.reshape(4, 4, m, nr, tw).transpose(2, 3, 0, 4, 1), r0, r1, t1,
                                  bufs[5][:16 * m * k] if cropped else None)
                     finish(yb[:, r0:r1, :])

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from nnhal.hostkernels import parallel
 from nnhal.hostkernels._scratch import fused
 from nnhal.hostkernels.base import Kernel, RunFn, store
 
@@ -38,12 +39,12 @@ class GemmKernel(Kernel):
             a = inputs[0].T if trans_a else inputs[0]
             b = b_packed if b_packed is not None else (inputs[1].T if trans_b else inputs[1])
             if not exact and (alpha != 1 or beta != 1):
-                y = alpha * np.matmul(a, b).astype(np.float64)
+                y = alpha * parallel.matmul(a, b).astype(np.float64)
                 if has_c:
                     y += beta * inputs[2].astype(np.float64)
                 return (store(y, outputs[0], dtype),)
             out = outputs[0]
-            y = np.matmul(a, b, out=out) if out is not None else np.matmul(a, b)
+            y = parallel.matmul(a, b, out=out) if out is not None else parallel.matmul(a, b)
             if alpha != 1 and not scale_b:
                 y *= dtype.type(alpha)
             if has_c:

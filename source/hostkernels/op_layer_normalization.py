@@ -3,13 +3,14 @@
 fast: float32 input and stash, normalizing the last axis, only Y wanted, static
 shape: the row means are one BLAS product, the centered input is built in the
 output buffer, the variance is one einsum (no squared temporary), then scale
-and bias in place (as repeated blocks when constant).
+and bias in place (as repeated blocks when constant); blocks of rows spread
+over the cpu device's pool (parallel.py).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from nnhal.hostkernels import _blocks
+from nnhal.hostkernels import _blocks, parallel
 from nnhal.hostkernels.base import Kernel, RunFn, store
 from nnhal.operator._nn import STASH_TYPES
 
@@ -82,22 +83,29 @@ class LayerNormalizationFast(Kernel):
             x = inputs[0]
             if not x.flags.c_contiguous:
                 x = np.ascontiguousarray(x)
-            rows = x.reshape(-1, width)
-            mean = np.matmul(rows, averager).reshape(shape[:-1] + (1,))
             y = outputs[0] if outputs[0] is not None else np.empty(shape, np.float32)
-            d = np.subtract(x, mean, out=y)
-            var = np.einsum("...i,...i->...", d, d)[..., None]
-            var /= np.float32(width)
-            var += eps
-            inv = np.sqrt(var, out=var)
-            np.reciprocal(inv, out=inv)
-            d *= inv
-            flat = y.reshape(-1)
-            for ufunc, k, block in steps:
-                if block is not None:
-                    _blocks.blockwise(ufunc, flat, block, flat)
-                else:
-                    ufunc(d, inputs[k], out=d)
+            xr, yr = x.reshape(-1, width), y.reshape(-1, width)
+            operands = [(ufunc, None if block is not None else np.broadcast_to(inputs[k], shape).reshape(-1, width),
+                         block) for ufunc, k, block in steps]
+
+            def part(r0: int, r1: int) -> None:
+                rows, d = xr[r0:r1], yr[r0:r1]
+                mean = np.matmul(rows, averager)[:, None]
+                np.subtract(rows, mean, out=d)
+                var = np.einsum("ij,ij->i", d, d)[:, None]
+                var /= np.float32(width)
+                var += eps
+                inv = np.sqrt(var, out=var)
+                np.reciprocal(inv, out=inv)
+                d *= inv
+                flat = d.reshape(-1)
+                for ufunc, operand, block in operands:
+                    if block is not None:
+                        _blocks.blockwise(ufunc, flat, block, flat)
+                    else:
+                        ufunc(d, operand[r0:r1], out=d)
+
+            parallel.for_ranges(xr.shape[0], x.size * 4, part)
             return (y,) + (None,) * (n_out - 1)
 
         return run

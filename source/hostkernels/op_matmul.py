@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnhal.hostkernels import _blocks, _scratch
+from nnhal.hostkernels import _blocks, _scratch, parallel
 from nnhal.hostkernels._scratch import fused
 from nnhal.hostkernels.base import Kernel, RunFn
 from nnhal.hostkernels.fused import epilogue_of
@@ -32,15 +32,15 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None) -> np.ndarray:
         flat = a.reshape(-1, a.shape[-1])   # a view when a's strides allow, else one contiguous copy
         shape = a.shape[:-1] + (b.shape[1],)
         if out is None:
-            return np.matmul(flat, b).reshape(shape)
+            return parallel.matmul(flat, b).reshape(shape)
         if out.flags.c_contiguous:
-            np.matmul(flat, b, out=out.reshape(-1, b.shape[1]))
+            parallel.matmul(flat, b, out=out.reshape(-1, b.shape[1]))
         else:
-            np.copyto(out, np.matmul(flat, b).reshape(shape))
+            np.copyto(out, parallel.matmul(flat, b).reshape(shape))
         return out
     if out is not None:
-        return np.matmul(a, b, out=out)
-    return np.matmul(a, b)
+        return parallel.matmul(a, b, out=out)
+    return parallel.matmul(a, b)
 
 
 class MatMulKernel(Kernel):
@@ -101,20 +101,23 @@ def _gelu_run(ops, out_info) -> RunFn:
             gelu_inplace(y)
             return (y,)
         y2 = y.reshape(-1, n)
-        tmp, xc, t = _scratch.scratch(*parts)
         operands = [(ufunc, np.broadcast_to(inputs[k], shape).reshape(-1, n)) for ufunc, k in ops]
         # NOTE: one GEMM for the whole product, then the epilogue and Gelu per block of rows while it is in
         # cache. GEMMs of 256-row blocks (the former scheme) thread badly: at 2 threads, ConvNeXt's
         # 3136x96 @ 96x384 + Gelu took 36-200 ms in 256..1024-row blocks against 7.8 ms this way, and
         # ViT's 1576x768 @ 768x3072 + Gelu 121-191 ms against 108 (a loaded machine, min of 7 runs).
-        # The Gelu blocks stay on this thread: split over Python threads they measured ~20% slower on the
-        # BERT encoder at batch 8 (OpenBLAS's idle workers spin against the pool thread).
-        for lo in range(0, y2.shape[0], rows_per_block):
-            ys = y2[lo:lo + rows_per_block]
-            for ufunc, operand in operands:
-                ufunc(ys, operand[lo:lo + rows_per_block], out=ys)
-            flat, k = ys.reshape(-1), ys.size
-            gelu_chunk(flat, flat, tmp[:k], xc[:k], t[:k])
+        # The blocks are spread over the pool (parallel.py), each thread with its own temporaries.
+        def blocks(r0: int, r1: int) -> None:
+            tmp, xc, t = _scratch.scratch(*parts)
+            for lo in range(r0, r1, rows_per_block):
+                hi = min(r1, lo + rows_per_block)
+                ys = y2[lo:hi]
+                for ufunc, operand in operands:
+                    ufunc(ys, operand[lo:hi], out=ys)
+                flat, k = ys.reshape(-1), ys.size
+                gelu_chunk(flat, flat, tmp[:k], xc[:k], t[:k])
+
+        parallel.for_ranges(y2.shape[0], y2.size * 8, blocks, rows_per_block)
         return (y,)
 
     return run

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from nnhal.hostkernels import parallel
 from nnhal.hostkernels._qrc import col_param, row_param, shifted
 from nnhal.hostkernels.base import FunctionKernel
 
@@ -12,7 +13,7 @@ class MatMulIntegerKernel(FunctionKernel):
 
     def compute(self, node, a, b, a_zero=None, b_zero=None):
         # NOTE: |a - za| * |b - zb| <= 2^16, so float64 sums are exact for K < 2^37.
-        y = np.matmul(shifted(a, row_param(a_zero, a.shape)), shifted(b, col_param(b_zero)))
+        y = parallel.matmul(shifted(a, row_param(a_zero, a.shape)), shifted(b, col_param(b_zero)))
         return y.astype(np.int32)
 
 

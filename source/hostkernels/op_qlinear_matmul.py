@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from nnhal.hostkernels import parallel
 from nnhal.hostkernels._qrc import col_param, requantize, row_param, shifted
 from nnhal.hostkernels.base import FunctionKernel
 
@@ -11,7 +12,7 @@ class QLinearMatMulKernel(FunctionKernel):
     op_type = "QLinearMatMul"
 
     def compute(self, node, a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero):
-        acc = np.matmul(shifted(a, row_param(a_zero, a.shape)), shifted(b, col_param(b_zero)))
+        acc = parallel.matmul(shifted(a, row_param(a_zero, a.shape)), shifted(b, col_param(b_zero)))
         # NOTE: the combined scale is formed in the scales' own type, as ONNX defines it.
         factor = row_param(a_scale, a.shape) * col_param(b_scale) / np.asarray(y_scale).reshape(())
         return requantize(acc, factor, y_zero, y_zero.dtype)

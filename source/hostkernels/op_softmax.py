@@ -5,11 +5,13 @@ softmax over the last axis only): per cache-sized band of rows, exp(x - the band
 max) in a scratch band, the row sums as one BLAS product with a vector of ones,
 times their reciprocals into the output; a band with a row whose sum is tiny (its
 own maximum far below the band's) or a non-finite maximum goes to the reference.
+Bands spread over the cpu device's pool (parallel.py).
 """
 from __future__ import annotations
 
 import numpy as np
 
+from nnhal.hostkernels import parallel
 from nnhal.hostkernels._reduce import SoftmaxFamilyKernel, softmax
 from nnhal.hostkernels.base import Kernel, RunFn
 from nnhal.operator._reduce import softmax_axes
@@ -53,23 +55,27 @@ class SoftmaxFast(Kernel):
             # is read into tmp before its rows of y are written.
             x2, y2 = x.reshape(-1, width), y.reshape(-1, width)
             rows = y2.shape[0]
-            tmp = np.empty((min(rows, band), width), dtype)
-            for i in range(0, rows, band):
-                j = min(rows, i + band)
-                xb, tb = x2[i:j], tmp[:j - i]
-                top = xb.max()
-                if not np.isfinite(top):
-                    y2[i:j] = softmax(xb, (1,))
-                    continue
-                np.subtract(xb, top, out=tb)
-                np.exp(tb, out=tb)
-                sums = np.matmul(tb, ones)
-                if sums.min() < tiny:
-                    # rows far below the band's maximum: this band with each row's own maximum
-                    y2[i:j] = softmax(xb, (1,))
-                else:
-                    np.reciprocal(sums, out=sums)
-                    np.multiply(tb, sums[:, None], out=y2[i:j])
+
+            def bands(r0: int, r1: int) -> None:
+                tmp = np.empty((min(r1 - r0, band), width), dtype)
+                for i in range(r0, r1, band):
+                    j = min(r1, i + band)
+                    xb, tb = x2[i:j], tmp[:j - i]
+                    top = xb.max()
+                    if not np.isfinite(top):
+                        y2[i:j] = softmax(xb, (1,))
+                        continue
+                    np.subtract(xb, top, out=tb)
+                    np.exp(tb, out=tb)
+                    sums = np.matmul(tb, ones)
+                    if sums.min() < tiny:
+                        # rows far below the band's maximum: this band with each row's own maximum
+                        y2[i:j] = softmax(xb, (1,))
+                    else:
+                        np.reciprocal(sums, out=sums)
+                        np.multiply(tb, sums[:, None], out=y2[i:j])
+
+            parallel.for_ranges(rows, x2.size * 8, bands, band)
             if given is not None and given is not y:
                 np.copyto(given, y)
                 y = given

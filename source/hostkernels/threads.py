@@ -1,22 +1,22 @@
-"""BLAS thread control for the host kernels (threadpoolctl), changed only when it differs.
+"""Thread control for the host kernels: nnhal's pool (parallel.py) and BLAS (threadpoolctl), changed only
+when it differs.
 
-NOTE: the kernels run each GEMM on BLAS's own threads. Splitting a kernel's parts over a pool of
-Python threads on single-threaded BLAS was measured on the 2-core benchmark machine and lost when the
-machine was idle (OpenBLAS's idle workers spin against the pool thread), winning only under load, so
-that path was removed (see op_conv.py).
+With the pool on (the default) a run of ``n`` threads splits each large kernel into parts over the pool
+and BLAS runs one thread inside each part; with NNHAL_CPU_POOL=0 BLAS gets the ``n`` threads itself and
+kernels run unsplit (parallel.py says why the pool is the default).
 """
 from __future__ import annotations
 
 import os
 
+from nnhal.hostkernels import parallel
+
 _current: int | None = None
 _controller = None
 
 
-def set_blas_threads(n: int) -> None:
-    """Limit BLAS (OpenBLAS/MKL) to ``n`` threads; 0 means one per core."""
+def _limit_blas(n: int) -> None:
     global _current, _controller
-    n = n or (os.cpu_count() or 1)
     if n == _current:
         return
     from threadpoolctl import ThreadpoolController
@@ -25,6 +25,18 @@ def set_blas_threads(n: int) -> None:
         _controller = ThreadpoolController()
     _controller.limit(limits=n, user_api="blas")
     _current = n
+
+
+def use_threads(n: int) -> None:
+    """Run the host kernels on ``n`` threads (0 means one per core): the pool's, or BLAS's when the pool
+    is off."""
+    n = n or (os.cpu_count() or 1)
+    if parallel.enabled():
+        parallel.set_threads(n)
+        _limit_blas(1)
+    else:
+        parallel.set_threads(1)
+        _limit_blas(n)
 
 
 def blas_info() -> list[dict]:

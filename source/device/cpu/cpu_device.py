@@ -14,7 +14,7 @@ from nnhal.hostkernels import native
 from nnhal.hostkernels.graphrun import install_compiler
 from nnhal.hostkernels.select import implementations
 from nnhal.hostkernels.table import DOMAINS
-from nnhal.hostkernels.threads import set_blas_threads
+from nnhal.hostkernels.threads import use_threads
 from nnhal.optimizer.fp16 import COMPUTE, to_fp16_storage
 from nnhal.optimizer.precision import to_quantized
 
@@ -30,7 +30,7 @@ def cpu_pre_run(device: Device, subgraph: Subgraph, options) -> None:
 def cpu_run(device: Device, subgraph: Subgraph) -> None:
     """Run the plan: inputs from subgraph.values, outputs into it."""
     plan: Plan = subgraph.device_graph
-    set_blas_threads(subgraph.stats.get("num_thread", 0))
+    use_threads(subgraph.stats.get("num_thread", 0))
     plan.run(subgraph.values)
 
 

@@ -17,6 +17,8 @@ from types import CodeType
 
 import numpy as np
 
+from nnhal.hostkernels import parallel
+
 CHUNK = 256           # steps per generated function
 FIRST_STEP_LINE = 3   # line of a chunk's first step (after the def line and the bindings line)
 
@@ -124,6 +126,8 @@ def _direct_ufunc(step):
     if ufunc is None or step.fresh or len(step.outs) != 1 or step.buffers[0] is None \
             or ufunc.nin != len(step.ins) or 0 in step.ins or step.outs[0] == 1:
         return None
+    if step.buffers[0].size >= 2 * parallel.MIN_PART_WORK:
+        return parallel.elementwise(ufunc)     # split over the pool when it runs (hostkernels/parallel.py)
     return ufunc
 
 

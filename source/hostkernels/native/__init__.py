@@ -13,7 +13,9 @@ What is native (the loops numpy cannot run in one pass over memory):
 * :func:`activation`: Relu, Clip, HardSigmoid, HardSwish, Sigmoid, SiLU and the exact Gelu (erf by the
   numpy fast Erf's rational approximation) in one pass.
 
-Both run on the calling thread (kernels.c says why: OpenMP workers spun against OpenBLAS's).
+Each runs on the calling thread (kernels.c says why: OpenMP workers spun against OpenBLAS's); the cpu device
+splits large calls over its own pool (hostkernels/parallel.py): the depthwise convolution takes a range of
+output rows for that.
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-ABI_VERSION = 3
+ABI_VERSION = 4
 
 # Activation kinds, as numbered in kernels.c
 ACTIVATIONS = {"relu": 1, "clip": 2, "hardsigmoid": 3, "hardswish": 4, "sigmoid": 5, "silu": 6, "gelu": 7}
@@ -76,7 +78,8 @@ def _load() -> tuple[ctypes.CDLL | None, Status]:
     f32 = ctypes.c_void_p
     lib.nn_activation_f32.argtypes = [f32, f32, ctypes.c_int64, ctypes.POINTER(Act)]
     lib.nn_activation_f32.restype = None
-    lib.nn_dwconv_nhwc_f32.argtypes = [f32, f32, f32, f32, ctypes.POINTER(DwParams)]
+    lib.nn_dwconv_nhwc_f32.argtypes = [f32, f32, f32, f32, ctypes.POINTER(DwParams), ctypes.c_int64,
+                                       ctypes.c_int64]
     lib.nn_dwconv_nhwc_f32.restype = None
     lib.nn_fake_quantize_blocks_f32.argtypes = [f32, f32, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
                                                 ctypes.c_int32]
@@ -115,11 +118,13 @@ def activation(x: np.ndarray, y: np.ndarray, act: Act) -> None:
 
 
 def dwconv_nhwc(x: np.ndarray, y: np.ndarray, weights: np.ndarray, bias: np.ndarray | None,
-                params: DwParams) -> None:
+                params: DwParams, rows: tuple[int, int] | None = None) -> None:
     """Depthwise convolution of C-contiguous float32 NHWC ``x`` into ``y`` (N, OH, OW, C); ``weights``
-    (KH, KW, C) and ``bias`` (C,) C-contiguous float32. ``params`` holds the geometry and is read only."""
+    (KH, KW, C) and ``bias`` (C,) C-contiguous float32. ``params`` holds the geometry and is read only.
+    ``rows``: only output rows [r0, r1) of the flattened N * OH rows (default all)."""
+    r0, r1 = rows if rows is not None else (0, params.n * params.oh)
     _lib.nn_dwconv_nhwc_f32(_ptr(x), _ptr(y), _ptr(weights), None if bias is None else _ptr(bias),
-                            ctypes.byref(params))
+                            ctypes.byref(params), r0, r1)
 
 
 def fake_quantize_blocks(x: np.ndarray, y: np.ndarray, block: int, signed: bool) -> None:

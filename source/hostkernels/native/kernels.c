@@ -61,7 +61,7 @@ typedef struct {
     nn_act act;
 } nn_dw_params;
 
-NN_API int nn_abi_version(void) { return 3; }
+NN_API int nn_abi_version(void) { return 4; }
 
 /* exp(x) for float32 to about 2 ulp: x = k ln2 + r, |r| <= ln2 / 2, exp(r) by a degree-6 polynomial,
  * 2^k put into the exponent bits. Written with plain arithmetic so that the loops calling it vectorize. */
@@ -227,9 +227,11 @@ NN_INLINE void nn_dw_row(const float *restrict x, float *restrict y, const float
     }
 }
 
+/* Output rows [r0, r1) of the flattened (N * OH) rows: the caller's thread pool splits a convolution
+ * into row ranges. */
 NN_API NN_CLONES void nn_dwconv_nhwc_f32(const float *x, float *y, const float *wt, const float *bias,
-                                         const nn_dw_params *p) {
-    for (int64_t r = 0; r < p->n * p->oh; r++) nn_dw_row(x, y, wt, bias, p, r / p->oh, r % p->oh);
+                                         const nn_dw_params *p, int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; r++) nn_dw_row(x, y, wt, bias, p, r / p->oh, r % p->oh);
 }
 
 /* Per-block dynamic quantization of activations, quantized and dequantized in one pass (what the

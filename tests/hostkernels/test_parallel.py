@@ -1,0 +1,171 @@
+"""The cpu device's own thread pool (hostkernels/parallel.py): parts cover the work exactly once, errors
+come back to the caller, nested and concurrent use run inline, and split kernels give the bits of
+unsplit ones."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from nnhal.hostkernels import parallel
+
+
+@pytest.fixture
+def two_threads(monkeypatch):
+    monkeypatch.setenv("NNHAL_CPU_POOL", "1")
+    monkeypatch.setattr(parallel, "MIN_PART_WORK", 1)     # split even tiny work, so the tests split
+    before = parallel._pool.threads
+    parallel.set_threads(2)
+    yield
+    parallel.set_threads(before)
+
+
+@pytest.mark.parametrize("total,parts,align", [(10, 2, 1), (10, 3, 1), (7, 7, 1), (100, 2, 8), (9, 4, 8),
+                                               (1, 2, 1), (0, 2, 1), (65, 3, 16)])
+def test_ranges_cover_once(total, parts, align):
+    got = parallel.ranges(total, parts, align)
+    covered = [i for a, b in got for i in range(a, b)]
+    assert covered == list(range(total))
+    assert all(a % align == 0 for a, _ in got)
+    assert len(got) <= max(1, parts)
+
+
+def test_parts_run_on_two_threads_and_cover_all(two_threads):
+    seen, names = [], set()
+    lock = threading.Lock()
+
+    def fn(a, b):
+        with lock:
+            seen.extend(range(a, b))
+            names.add(threading.current_thread().name)
+
+    parallel.for_ranges(1000, 10**9, fn)
+    assert sorted(seen) == list(range(1000))
+    assert len(names) == 2          # the caller and one worker
+
+
+def test_error_in_a_worker_reaches_the_caller(two_threads):
+    def fn(a, b):
+        if a > 0:
+            raise ValueError(f"part {a}")
+
+    with pytest.raises(ValueError, match="part"):
+        parallel.for_ranges(100, 10**9, fn)
+    # the pool still works afterwards
+    out = []
+    parallel.for_ranges(100, 10**9, lambda a, b: out.append((a, b)))
+    assert sorted(out) == [(0, 50), (50, 100)]
+
+
+def test_nested_and_concurrent_use_runs_inline(two_threads):
+    results = []
+
+    def inner(a, b):
+        results.append(threading.current_thread().name)
+
+    def outer(a, b):
+        parallel.for_ranges(10, 10**9, inner)   # the pool is busy: runs on this thread
+
+    parallel.for_ranges(10, 10**9, outer)
+    assert len(results) == 4
+
+    errors = []
+
+    def user_thread():
+        try:
+            for _ in range(50):
+                x = np.arange(4096, dtype=np.float32).reshape(64, 64)
+                y = parallel.matmul(x, x)
+                np.testing.assert_array_equal(y, x @ x)
+        except BaseException as exc:  # noqa: BLE001 - collected and asserted below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=user_thread) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+
+
+@pytest.mark.parametrize("sa,sb", [((512, 64), (64, 256)), ((4, 512, 64), (64, 256)), ((12, 128, 64), (12, 64, 128)),
+                                   ((1, 768), (768, 3072)), ((2, 12, 128, 64), (2, 12, 64, 128)),
+                                   ((1, 12, 128, 64), (12, 64, 128)), ((3, 128, 64), (1, 64, 128)),
+                                   ((8, 1, 1, 600), (600, 1000)), ((5, 7), (7,)), ((7,), (7, 3))])
+def test_matmul_split_is_bit_identical(two_threads, sa, sb):
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal(sa).astype(np.float32), rng.standard_normal(sb).astype(np.float32)
+    want = np.matmul(a, b)
+    got = parallel.matmul(a, b)
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+    out = np.empty_like(want)
+    assert parallel.matmul(a, b, out) is out
+    np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize("sa,sb", [((8, 56, 56, 24), (8, 1, 1, 24)), ((1, 56, 56, 24), (24,)), ((64, 100), (1, 100)),
+                                   ((3, 4), ()), ((2, 5, 7), (2, 5, 7))])
+def test_elementwise_split(two_threads, sa, sb):
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal(sa).astype(np.float32), rng.standard_normal(sb).astype(np.float32)
+    want = np.multiply(a, b)
+    out = np.empty_like(want)
+    parallel.elementwise(np.multiply)(a, b, out=out)
+    np.testing.assert_array_equal(out, want)
+    want = np.add(a, b)
+    if want.shape == a.shape:
+        parallel.elementwise(np.add)(a, b, out=a)        # in place
+        np.testing.assert_array_equal(a, want)
+
+
+def test_pool_off_runs_inline(monkeypatch):
+    monkeypatch.setenv("NNHAL_CPU_POOL", "0")
+    names = set()
+    parallel.for_ranges(100, 10**9, lambda a, b: names.add(threading.current_thread().name))
+    assert names == {threading.current_thread().name}
+
+
+def _small_cnn():
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(2)
+
+    def w(name, *shape):
+        return numpy_helper.from_array((rng.standard_normal(shape) * 0.2).astype(np.float32), name)
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "wd", "bd"], ["c2"], pads=[1, 1, 1, 1], group=16),
+        helper.make_node("Sigmoid", ["c2"], ["s2"]),
+        helper.make_node("Mul", ["c2", "s2"], ["a2"]),
+        helper.make_node("Conv", ["a2", "w3"], ["c3"]),
+        helper.make_node("Add", ["c3", "c3"], ["d3"]),
+        helper.make_node("Conv", ["d3", "w4", "b4"], ["c4"], pads=[1, 1, 1, 1]),
+        helper.make_node("GlobalAveragePool", ["c4"], ["g"]),
+        helper.make_node("Flatten", ["g"], ["f"]),
+        helper.make_node("Gemm", ["f", "wf"], ["logits"], transB=1),
+        helper.make_node("Softmax", ["logits"], ["y"], axis=-1),
+    ]
+    inits = [w("w1", 16, 3, 3, 3), w("b1", 16), w("wd", 16, 1, 3, 3), w("bd", 16), w("w3", 32, 16, 1, 1),
+             w("w4", 64, 32, 3, 3), w("b4", 64), w("wf", 10, 64)]
+    graph = helper.make_graph(nodes, "small", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 3, 64, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 10])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_model_split_over_the_pool_matches_the_unsplit_run(monkeypatch):
+    import nnhal
+
+    monkeypatch.setattr(parallel, "MIN_PART_WORK", 1)
+    x = np.random.default_rng(3).standard_normal((4, 3, 64, 64)).astype(np.float32)
+    results = {}
+    for mode in ("0", "1"):
+        monkeypatch.setenv("NNHAL_CPU_POOL", mode)
+        with nnhal.Session(_small_cnn(), devices=["cpu"], num_thread=2) as s:
+            results[mode] = s.run({"x": x})[0]
+    # the same kernels on the same blocks; BLAS may pick another path for a split GEMM (fp32 rounding)
+    np.testing.assert_allclose(results["1"], results["0"], rtol=1e-5, atol=1e-7)
