@@ -339,7 +339,8 @@ def render_html(rows: list[dict], text: str) -> str:
 
 # ------------------------------------------------------------------ main
 def environment_lines() -> list[str]:
-    """What the benchmark's environment was: the removed OpenBLAS variables and the BLAS kernel in use."""
+    """What the benchmark's environment was: the removed OpenBLAS variables, the BLAS kernel in use and
+    where the cpu device's threads come from."""
     from threadpoolctl import threadpool_info
 
     removed = os.environ.get(_MARK)
@@ -349,6 +350,10 @@ def environment_lines() -> list[str]:
         if info.get("user_api") == "blas":
             lines.append(f"BLAS: {info.get('internal_api')} {info.get('version')} kernel={info.get('architecture')} "
                          f"threading={info.get('threading_layer')} ({os.path.basename(info.get('filepath', ''))})")
+    from nnhal.hostkernels import parallel
+
+    lines.append("nnhal cpu threads: " + ("its own pool, BLAS single-threaded inside (hostkernels/parallel.py)"
+                                          if parallel.enabled() else "BLAS's threads (NNHAL_CPU_POOL=0)"))
     return lines
 
 

@@ -119,8 +119,12 @@ def _native_gate(y: np.ndarray, kind: str, alpha: float = 0.2, beta: float = 0.5
     built and ``y`` is contiguous float32; False when numpy must (float64, strided, NNHAL_NATIVE=0)."""
     if y.dtype != np.float32 or not y.flags.c_contiguous or not native.available():
         return False
-    act, flat = native.make_act(kind, alpha=alpha, beta=beta), y.reshape(-1)
-    parallel.for_ranges(flat.size, flat.size, lambda a, b: native.activation(flat[a:b], flat[a:b], act), 16)
+    act = native.make_act(kind, alpha=alpha, beta=beta)
+    parts = parallel.native_parts(y.size * 2, y.size // 16) if parallel.native_pool() else 1
+    if parts > 1:
+        native.activation_parallel(y, y, act, parts)
+    else:
+        native.activation(y, y, act)
     return True
 
 

@@ -175,6 +175,14 @@ def nhwc_depthwise(s: _conv2d.Conv2d, wv: np.ndarray, finish: Callable[[np.ndarr
     return run_dw
 
 
+def act_record(act: Activation | None):
+    """The native kernels' record of a fused activation (None: no activation)."""
+    if act is None:
+        return native.make_act(None)
+    return native.make_act(act.kind, None if act.lo is None else float(act.lo),
+                           None if act.hi is None else float(act.hi), act.alpha, act.beta)
+
+
 def native_depthwise(s: _conv2d.Conv2d, wv: np.ndarray, bias: np.ndarray | None, act: Activation | None) \
         -> RunFn | None:
     """The native kernel's depthwise convolution (float32, channel multiplier 1): every tap, the bias and
@@ -185,9 +193,7 @@ def native_depthwise(s: _conv2d.Conv2d, wv: np.ndarray, bias: np.ndarray | None,
     (kh, kw), (sh, sw), (dh, dw) = s.kernel, s.strides, s.dilations
     wk = np.ascontiguousarray(wv.reshape(s.m, kh, kw).transpose(1, 2, 0), dtype=np.float32)   # (KH, KW, C)
     b = None if bias is None else np.ascontiguousarray(bias, dtype=np.float32)
-    record = native.make_act(None) if act is None else native.make_act(
-        act.kind, None if act.lo is None else float(act.lo), None if act.hi is None else float(act.hi),
-        act.alpha, act.beta)
+    record = act_record(act)
     out_shape = (s.n, s.oh, s.ow, s.m)
     params = native.DwParams(s.n, s.h, s.w, s.c, s.oh, s.ow, kh, kw, sh, sw, dh, dw, s.pads[0], s.pads[1],
                              record)
@@ -201,15 +207,21 @@ def native_depthwise(s: _conv2d.Conv2d, wv: np.ndarray, bias: np.ndarray | None,
         y = outputs[0]
         if y is None or not y.flags.c_contiguous:
             y = np.empty(out_shape, np.float32)
-        parallel.for_ranges(rows, work, lambda r0, r1: native.dwconv_nhwc(x, y, wk, b, params, (r0, r1)))
+        parts = parallel.native_parts(work, rows) if parallel.native_pool() else 1
+        if parts > 1:
+            native.dwconv_parallel(x, y, wk, b, params, parts)
+        else:
+            native.dwconv_nhwc(x, y, wk, b, params)
         return (y,)
 
     return run_native_dw
 
 
-def nhwc_1x1(s: _conv2d.Conv2d, wv: np.ndarray, finish: Callable[[np.ndarray], None]) -> RunFn:
+def nhwc_1x1(s: _conv2d.Conv2d, wv: np.ndarray, finish: Callable[[np.ndarray], None],
+             bias: np.ndarray | None = None, act: Activation | None = None) -> RunFn:
     """Unpadded 1x1: one GEMM (N*H*W, C) @ (C, M) straight from the input into the output (a strided copy
-    first when strided; grouped ones one GEMM batched over groups on strided views)."""
+    first when strided; grouped ones one GEMM batched over groups on strided views). Group 1 in float32
+    goes to the native pool (parallel.gemm): each thread its rows' GEMM, bias and activation."""
     dtype, n, c, m, group, cg, mg, oh, ow = s.dtype, s.n, s.c, s.m, s.group, s.cg, s.mg, s.oh, s.ow
     sh, sw = s.strides
     out_shape = (n, oh, ow, m)
@@ -219,6 +231,9 @@ def nhwc_1x1(s: _conv2d.Conv2d, wv: np.ndarray, finish: Callable[[np.ndarray], N
     work = parallel.gemm_work(p * c * mg) + p * m           # the GEMM, then the epilogue over the output
     parts = [((n, oh, ow, c), dtype)] if strided else []
     _scratch.reserve(_scratch.nbytes_of(*parts))
+    native_ok = group == 1 and dtype == np.float32
+    record = act_record(act) if native_ok else None
+    bias32 = None if bias is None or not native_ok else np.ascontiguousarray(bias, dtype=np.float32)
 
     def run_1x1(inputs, outputs):
         x = inputs[0]
@@ -228,15 +243,17 @@ def nhwc_1x1(s: _conv2d.Conv2d, wv: np.ndarray, finish: Callable[[np.ndarray], N
             np.copyto(xs, x[:, :(oh - 1) * sh + 1:sh, :(ow - 1) * sw + 1:sw])
             x = xs
         xf, yf = x.reshape(p, c), y.reshape(p, m)
+        if native_ok and parallel.gemm(xf, wt[0], yf, bias32, record, ow):
+            return (y,)
 
         def part(r0: int, r1: int) -> None:
             # output rows r0:r1 (OW pixels each): their GEMM, then bias and activation while in cache
             a, b = r0 * ow, r1 * ow
             if group == 1:
-                np.matmul(xf[a:b], wt[0], out=yf[a:b])
+                parallel.matmul(xf[a:b], wt[0], out=yf[a:b])
             else:
                 # group g's pixels x channels are a (P, C/G) matrix with row stride C: BLAS reads it in place
-                np.matmul(xf[a:b].reshape(b - a, group, cg).transpose(1, 0, 2), wt,
+                parallel.matmul(xf[a:b].reshape(b - a, group, cg).transpose(1, 0, 2), wt,
                           out=yf[a:b].reshape(b - a, group, mg).transpose(1, 0, 2))
             finish(yf[a:b])
 
@@ -246,9 +263,47 @@ def nhwc_1x1(s: _conv2d.Conv2d, wv: np.ndarray, finish: Callable[[np.ndarray], N
     return run_1x1
 
 
-def nhwc_im2col(s: _conv2d.Conv2d, wv: np.ndarray, finish: Callable[[np.ndarray], None]) -> RunFn:
+# output rows of a native im2col band: the band's columns stay within this many bytes (L2)
+NATIVE_BAND_BYTES = 1 << 20
+
+
+def native_im2col(s: _conv2d.Conv2d, wk: np.ndarray, ld: int, bias: np.ndarray | None, act: Activation | None):
+    """run(x, y) -> bool: a group-1 float32 convolution on the native pool (kernels.c nn_conv_im2col_f32:
+    each thread gathers its bands of columns, runs their GEMM and the epilogue); None when it does not
+    apply, and run returns False when the pool is off or the input is strided (numpy runs it then)."""
+    if s.dtype != np.float32 or s.group != 1 or not native.available():
+        return None
+    (kh, kw), (sh, sw), (dh, dw) = s.kernel, s.strides, s.dilations
+    kk = kh * kw * s.c
+    w = np.zeros((ld, s.m), np.float32)                 # rows past kk stay zero: the padded columns
+    w[:kk] = wk[0]
+    b = None if bias is None else np.ascontiguousarray(bias, dtype=np.float32)
+    band_rows = max(1, NATIVE_BAND_BYTES // (s.ow * ld * 4))
+    rows = s.n * s.oh
+    work = s.n * s.oh * s.ow * (kk + s.m) + parallel.gemm_work(s.n * s.oh * s.ow * kk * s.m)
+    args = native.ConvArgs(0, w.ctypes.data, None if b is None else b.ctypes.data, 0, 0,
+                           s.n, s.h, s.w, s.c, s.oh, s.ow, s.m, kh, kw, sh, sw, dh, dw, s.pads[0], s.pads[1], ld,
+                           band_rows, act_record(act))
+
+    def run(x: np.ndarray, y: np.ndarray) -> bool:
+        if not parallel.native_pool() or not x.flags.c_contiguous or not y.flags.c_contiguous:
+            return False
+        parts = parallel.native_parts(work, rows)
+        (cols,) = _scratch.scratch(((parts * band_rows * s.ow * ld,), np.float32))
+        call = native.ConvArgs.from_buffer_copy(args)      # per call: runs on several threads may overlap
+        call.x, call.y, call.scratch = x.ctypes.data, y.ctypes.data, cols.ctypes.data
+        native.conv_im2col(call, parts)
+        return True
+
+    run.arrays = (w, b)     # type: ignore[attr-defined]  # the args point into these: kept alive with run
+    return run
+
+
+def nhwc_im2col(s: _conv2d.Conv2d, wv: np.ndarray, finish: Callable[[np.ndarray], None],
+                bias: np.ndarray | None = None, act: Activation | None = None) -> RunFn:
     """im2col columns (output pixels x kh*kw*C/G, channels fastest) gathered by one strided copy per band,
-    one GEMM (batched over super-groups) per band into the output's rows."""
+    one GEMM (batched over super-groups) per band into the output's rows; group 1 in float32 runs on the
+    native pool instead (native_im2col)."""
     dtype, pads, padded = s.dtype, s.pads, s.padded
     n, c, m, group, cg, mg, oh, ow, hp, wpad = s.n, s.c, s.m, s.group, s.cg, s.mg, s.oh, s.ow, s.hp, s.wp
     (kh, kw), (sh, sw), (dh, dw) = s.kernel, s.strides, s.dilations
@@ -268,6 +323,7 @@ def nhwc_im2col(s: _conv2d.Conv2d, wv: np.ndarray, finish: Callable[[np.ndarray]
     imgs, rows, bands = _bands(n, oh, ow * ld * dtype.itemsize, BAND_BYTES)
     parts = ([((imgs, hp, wpad, c), dtype)] if padded else []) + [((imgs * rows * ow * ld,), dtype)]
     _scratch.reserve(_scratch.nbytes_of(*parts))
+    native_run = native_im2col(s, wk, ld, bias, act) if sg == 1 else None
     # work: the gather of the columns, the GEMM, the epilogue over the output
     split = _Split(bands, n, oh, ow * ld * dtype.itemsize, BAND_BYTES,
                    n * oh * ow * (kk * sg + m) + parallel.gemm_work(n * oh * ow * kk * ms * sg))
@@ -275,6 +331,8 @@ def nhwc_im2col(s: _conv2d.Conv2d, wv: np.ndarray, finish: Callable[[np.ndarray]
     def run_im2col(inputs, outputs):
         x = inputs[0]
         y = outputs[0] if outputs[0] is not None else np.empty(out_shape, dtype)
+        if native_run is not None and native_run(x, y):
+            return (y,)
         split.run(lambda group: im2col_bands(x, y, group))
         return (y,)
 
@@ -303,11 +361,11 @@ def nhwc_im2col(s: _conv2d.Conv2d, wv: np.ndarray, finish: Callable[[np.ndarray]
             np.copyto(dst, window)
             yr = y[b0:b1, r0:r1].reshape(q, m)
             if sg == 1:
-                np.matmul(cols.reshape(q, ld)[:, :kk], wk[0], out=yr)
+                parallel.matmul(cols.reshape(q, ld)[:, :kk], wk[0], out=yr)
             else:
                 # super-group s's pixels x columns are a (q, kk) matrix with row stride sg * kk, its
                 # outputs one with row stride M: BLAS reads and writes them in place
-                np.matmul(cols.reshape(q, sg, kk).transpose(1, 0, 2), wk,
+                parallel.matmul(cols.reshape(q, sg, kk).transpose(1, 0, 2), wk,
                           out=yr.reshape(q, sg, ms).transpose(1, 0, 2))
             finish(y[b0:b1, r0:r1])
 
@@ -329,12 +387,13 @@ class ConvGemmNHWC(Kernel):
     def prepare(self, node, ins, outs) -> RunFn:
         s = _conv2d.conv2d(node, ins, outs)
         wv, finish = ins[1].value, _epilogue(node, ins, s.dtype, s.ow * s.m)
+        bias = ins[2].value if len(ins) > 2 and ins[2] is not None else None
         if s.cg == 1:
-            bias = ins[2].value if len(ins) > 2 and ins[2] is not None else None
             return native_depthwise(s, wv, bias, activation_of(node)) or nhwc_depthwise(s, wv, finish)
+        bias = ins[2].value if len(ins) > 2 and ins[2] is not None else None
         if s.kernel == (1, 1) and not s.padded:
-            return nhwc_1x1(s, wv, finish)
-        return nhwc_im2col(s, wv, finish)
+            return nhwc_1x1(s, wv, finish, bias, activation_of(node))
+        return nhwc_im2col(s, wv, finish, bias, activation_of(node))
 
 
 class ConvWinogradNHWC(Kernel):
@@ -399,11 +458,11 @@ class ConvWinogradNHWC(Kernel):
                 d = abuf[:36 * k * c]
                 np.copyto(d.reshape(src.shape), src)
                 v = bbuf[:36 * k * c]
-                np.matmul(kb, d.reshape(36, k * c), out=v.reshape(36, k * c))
+                parallel.matmul(kb, d.reshape(36, k * c), out=v.reshape(36, k * c))
                 z = abuf[:36 * k * m]
-                np.matmul(v.reshape(36, k, c), u, out=z.reshape(36, k, m))
+                parallel.matmul(v.reshape(36, k, c), u, out=z.reshape(36, k, m))
                 o = bbuf[:16 * k * m]
-                np.matmul(ka, z.reshape(36, k * m), out=o.reshape(16, k * m))
+                parallel.matmul(ka, z.reshape(36, k * m), out=o.reshape(16, k * m))
                 # (image, tile row, r, tile col, s, M)
                 tiles = o.reshape(4, 4, nb, nr, tw, m).transpose(2, 3, 0, 4, 1, 5)
                 if r1 != 4 * t1 or ow != 4 * tw:                                          # edge tiles cropped

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnhal.hostkernels import _blocks, _scratch, parallel
+from nnhal.hostkernels import _blocks, _scratch, native, parallel
 from nnhal.hostkernels._scratch import fused
 from nnhal.hostkernels.base import Kernel, RunFn
 from nnhal.hostkernels.fused import epilogue_of
@@ -52,7 +52,7 @@ class MatMulKernel(Kernel):
         gelu = bool(epilogue) and epilogue[-1].op == "Gelu"
         ops = tuple((_UFUNCS[step.op], step.input) for step in (epilogue[:-1] if gelu else epilogue))
         if gelu:
-            return fused(_gelu_run(ops, outs[0]), node)
+            return fused(_native_first(_gelu_run(ops, outs[0]), ops, ins, outs[0], "gelu"), node)
         blocks = tuple(_block_of(ins[k], outs[0]) for _, k in ops)
 
         def run(inputs, outputs):
@@ -65,7 +65,36 @@ class MatMulKernel(Kernel):
                     ufunc(y, inputs[k], out=y)
             return (y,)
 
-        return fused(run, node)
+        return fused(_native_first(run, ops, ins, outs[0], None), node)
+
+
+def _native_first(run: RunFn, ops, ins, out_info, act: str | None) -> RunFn:
+    """``run`` preceded by the native pool's GEMM with its bias and activation (parallel.gemm: each thread
+    its rows' product, bias and ``act`` while in cache) when the epilogue is at most a constant bias of
+    the product's width and the operands are float32 matrices it can read (a stacked A times a matrix B
+    flattened to one); ``run`` itself otherwise."""
+    if out_info.dtype != np.float32 or out_info.shape is None or not out_info.shape or len(ops) > 1:
+        return run
+    width = out_info.shape[-1]
+    bias = None
+    if ops:
+        ufunc, k = ops[0]
+        v = ins[k].value if ins[k] is not None else None
+        if ufunc is not np.add or v is None or v.size != width or v.shape[-1] != width or v.dtype != np.float32:
+            return run
+        bias = np.ascontiguousarray(v.reshape(-1))
+    record = native.make_act(act)
+    shape = tuple(out_info.shape)
+
+    def run_native(inputs, outputs):
+        a, b, y = inputs[0], inputs[1], outputs[0]
+        if b.ndim == 2 and a.ndim >= 2 and y is not None and y.flags.c_contiguous and y.shape == shape:
+            a2, y2 = a.reshape(-1, a.shape[-1]), y.reshape(-1, width)
+            if np.shares_memory(a2, a) and parallel.gemm(a2, b, y2, bias, record):
+                return (y,)
+        return run(inputs, outputs)
+
+    return run_native
 
 
 def _block_of(operand, out) -> np.ndarray | None:

@@ -1,24 +1,33 @@
-"""The cpu device's intra-op parallelism: nnhal's own worker threads, single-threaded BLAS inside.
+"""The cpu device's intra-op parallelism: nnhal's own threads, single-threaded BLAS inside.
 
 A kernel that is worth splitting cuts its work into parts (row blocks of its output, bands of im2col
-columns, ranges of a flat tensor) and hands them to :func:`run_parts`; each part does all of its work
-(gather, GEMM, bias, activation) on its own block while that block is in cache. numpy's matmul, its
-ufuncs and the native kernels release the GIL, so the parts run on separate cores.
+columns, ranges of a flat tensor); each part does all of its work (gather, GEMM, bias, activation) on
+its own block while that block is in cache.
 
-Why not BLAS's own threads (what the cpu device used before): only the GEMM was parallel, and every
-epilogue, depthwise convolution, gate and pool ran on one thread after it; and OpenBLAS's idle workers
-spin for a while after each GEMM, so any second thread of ours fought them (measured on the 2-core
-benchmark machine: 100352x16 @ 16x96 + SiLU took 7.1 ms on BLAS's 2 threads, 8.2 with the SiLU split
-over a second Python thread, 4.9 ms split in two whole parts on single-threaded BLAS). So while the pool
-is on, BLAS runs on one thread (threads.py) and the pool is the only source of parallelism.
+Two pools, one per kind of part:
 
-The pool: ``threads - 1`` daemon workers, each woken by a lock (no spinning; a hand-over costs ~13 us,
-so kernels split only work of more than MIN_PART_WORK). One run at a time uses it: a part that splits
-again, or a second run on another thread while the pool is busy, runs its parts inline on its own thread
-(correct, only not parallel), so concurrent Session runs never wait on each other here. Per-thread
-scratch (_scratch.py) gives each worker its own buffers.
+* the native pool (kernels.c ``nn_pool_run``): Python makes one ctypes call, which releases the GIL, and
+  C workers run the parts (GEMM with bias and activation: :func:`gemm`, per-head products:
+  :func:`matmul`, im2col convolutions, depthwise convolutions, gates). Its workers spin briefly for the
+  next part before they sleep, as onnxruntime's and OpenBLAS's do: a hand-over costs ~5 us, where a
+  sleeping thread of a virtual machine took 20-50 us to wake.
+* the Python pool (:func:`run_parts`, :func:`for_ranges`, :func:`elementwise`) for numpy work that has no
+  native kernel (LayerNorm, Softmax, the Gelu epilogue, large element-wise ops, Winograd bands): its
+  worker needs the GIL to start each part, which costs 30-50 us, so it takes only parts of more than
+  MIN_PART_WORK, and it never spins (the native workers own the spare core).
 
-``NNHAL_CPU_POOL=0`` switches the pool off: BLAS keeps its own threads and kernels run unsplit.
+Why not BLAS's own threads (what the cpu device used before): only the GEMM was parallel, every
+epilogue, depthwise convolution and gate ran on one thread after it, and OpenBLAS's idle workers spin
+after each GEMM, so any second thread of ours fought them (on the 2-core benchmark machine,
+100352x16 @ 16x96 + SiLU: 7.1 ms on BLAS's 2 threads, 8.2 with the SiLU split over a Python thread,
+4.3 ms on the native pool). So while the pools are on, BLAS runs one thread (threads.py).
+
+One run at a time uses a pool: a part that splits again, or a run on another thread while the pool is
+busy, runs its parts inline on its own thread (correct, only not parallel), so concurrent Session runs
+never wait on each other here. Per-thread scratch (_scratch.py) gives each Python worker its buffers;
+the native im2col takes one scratch block per part from the caller.
+
+``NNHAL_CPU_POOL=0`` switches both pools off: BLAS gets the threads and kernels run unsplit.
 """
 from __future__ import annotations
 
@@ -28,12 +37,16 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from nnhal.hostkernels import native
+
 # Work is counted in units of about one element of a memory-bound element-wise pass (~0.3 ns here); a
-# GEMM's multiply-add is MAC_WORK of a unit (BLAS runs ~16 of them in that time on one core). A part
-# should get at least MIN_PART_WORK units (~40 us): below it the ~13 us hand-over and the lost cache
-# locality outweigh the second core.
-MIN_PART_WORK = 1 << 17
+# GEMM's multiply-add is 1/MACS_PER_UNIT of a unit (BLAS runs ~16 of them in that time on one core). A
+# part for the Python pool should get at least MIN_PART_WORK units (~300 us): its hand-over costs 30-50 us
+# (the worker waits for the GIL, which on a virtual machine means a futex sleep and wake).
+MIN_PART_WORK = 1 << 20
 MACS_PER_UNIT = 16
+# the native pool hands a part over in ~5 us (no GIL, spinning workers): parts of 1/4 the size pay
+MIN_NATIVE_PART_WORK = 1 << 16
 
 
 def gemm_work(macs: int) -> int:
@@ -46,36 +59,74 @@ def enabled() -> bool:
     return os.environ.get("NNHAL_CPU_POOL", "1") != "0"
 
 
+# How long a Python worker spins for its next part before it blocks, and how long the caller spins for a
+# worker's part to finish (nanoseconds). Python parts are large (MIN_PART_WORK); the native pool's workers
+# are the ones that spin (kernels.c), and a second spinning thread would take their core.
+SPIN_NS = 0
+WAIT_SPIN_NS = 5_000_000
+
+
+def _spin(flag: np.ndarray, value: int, max_ns: int) -> int:
+    """Wait for flag[0] != value for at most max_ns by the native spin (GIL released); without the native
+    kernels, just the flag's value (the caller then blocks)."""
+    from nnhal.hostkernels import native
+
+    if native.available():
+        return native.spin_wait(flag, value, max_ns)
+    return int(flag[0])
+
+
 class _Worker:
-    """One daemon thread that runs the callable it is handed, then signals done."""
+    """One daemon thread that runs the callable it is handed, then signals done. Each side first spins on
+    a sequence number (``flag``: parts handed over, ``done``: parts finished), then blocks on a semaphore
+    the other side releases only when it saw this side asleep; a stray release only costs one more look
+    at the flag."""
 
     def __init__(self, index: int) -> None:
-        self._go = threading.Lock()
-        self._go.acquire()
-        self._done = threading.Lock()
-        self._done.acquire()
+        self.flag = np.zeros(1, np.int64)
+        self.done = np.zeros(1, np.int64)
+        self.seq = 0
+        self.sleeping = False
+        self.waiter_sleeping = False
+        self._go = threading.Semaphore(0)
+        self._finished = threading.Semaphore(0)
         self._fn: Callable[[], None] | None = None
         self.error: BaseException | None = None
         threading.Thread(target=self._loop, name=f"nnhal-cpu-{index}", daemon=True).start()
 
     def _loop(self) -> None:
+        last = 0
         while True:
-            self._go.acquire()
+            if _spin(self.flag, last, SPIN_NS) == last:
+                self.sleeping = True
+                while int(self.flag[0]) == last:
+                    self._go.acquire()
+                self.sleeping = False
+            last = int(self.flag[0])
             try:
                 self._fn()
             except BaseException as exc:  # noqa: BLE001 - handed back to the caller by wait()
                 self.error = exc
             finally:
                 self._fn = None
-                self._done.release()
+                self.done[0] = last
+                if self.waiter_sleeping:
+                    self._finished.release()
 
     def start(self, fn: Callable[[], None]) -> None:
         self.error = None
         self._fn = fn
-        self._go.release()
+        self.seq += 1
+        self.flag[0] = self.seq
+        if self.sleeping:
+            self._go.release()
 
     def wait(self) -> BaseException | None:
-        self._done.acquire()
+        if _spin(self.done, self.seq - 1, WAIT_SPIN_NS) != self.seq:
+            self.waiter_sleeping = True
+            while int(self.done[0]) != self.seq:
+                self._finished.acquire()
+            self.waiter_sleeping = False
         return self.error
 
 
@@ -123,10 +174,37 @@ def _run_group(group: list[Callable[[], None]]) -> None:
 _pool = _Pool()
 
 
+def _after_fork_in_child() -> None:
+    """A forked child has none of the parent's worker threads: start over with an empty pool (the native
+    pool does the same in kernels.c), sized again at the next run."""
+    global _pool
+    _pool = _Pool()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def set_threads(n: int) -> None:
-    """Use ``n`` threads (the caller and n - 1 workers) for the parts of each kernel."""
+    """Use ``n`` threads (the caller and n - 1 workers) for the parts of each kernel, in both pools."""
     if n != _pool.threads:
         _pool.resize(n)
+        if native_pool():
+            native.pool_set_threads(n)
+
+
+def native_pool() -> bool:
+    """Whether kernels hand their parts to the native pool (kernels.c: no GIL between parts): the pool is
+    on, the native kernels are loaded and numpy's BLAS exports cblas_sgemm."""
+    return enabled() and native.available() and native.pool_available()
+
+
+def native_parts(work: int, units: int) -> int:
+    """Parts for the native pool: one per thread, fewer when a part would get less than
+    MIN_NATIVE_PART_WORK, at most ``units``."""
+    t = threads()
+    if t <= 1 or units <= 1:
+        return 1
+    return max(1, min(t, units, work // MIN_NATIVE_PART_WORK))
 
 
 def threads() -> int:
@@ -193,6 +271,15 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.nd
     if out is None:
         out = np.empty(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1]),
                        np.result_type(a, b))
+    if a.ndim == 2 and b.ndim == 2 and _native_gemm(a, b, out, None, None, 1):
+        return out
+    if out.ndim > 2 and b.ndim == 2 and a.shape[:-2] == out.shape[:-2]:
+        rows = out.size // max(1, b.shape[1])
+        a2, o2 = a.reshape(rows, a.shape[-1]), out.reshape(rows, b.shape[1])
+        if np.shares_memory(a2, a) and np.shares_memory(o2, out) and _native_gemm(a2, b, o2, None, None, 1):
+            return out              # one matrix times a stack: one GEMM over all the rows
+    if out.ndim > 2 and _native_stack(a, b, out):
+        return out
     k, n, m = a.shape[-1], out.shape[-1], out.shape[-2]
     lead = out.size // max(1, m * n)
     parts = parts_for(gemm_work(out.size * k), max(lead, m, n))
@@ -246,3 +333,69 @@ def elementwise(ufunc: np.ufunc) -> Callable[..., np.ndarray]:
 
     run.ufunc = ufunc   # type: ignore[attr-defined]
     return run
+
+
+def _blas_matrix(x: np.ndarray, transposable: bool) -> bool:
+    """A float32 matrix BLAS reads in place: unit stride along rows (or along columns when transposable)."""
+    if x.dtype != np.float32 or x.ndim != 2:
+        return False
+    if x.strides[1] == 4 and x.strides[0] >= 4 * max(1, x.shape[1]):
+        return True
+    return transposable and x.strides[0] == 4 and x.strides[1] >= 4 * max(1, x.shape[0])
+
+
+def _stack(x: np.ndarray, lead: int) -> np.ndarray | None:
+    """x (..., r, c) as a (lead, r, c) view, or None when its leading axes do not collapse into one."""
+    y = x.reshape((lead,) + x.shape[-2:])
+    return y if np.shares_memory(x, y) or x.size == 0 else None
+
+
+def _native_stack(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
+    """A stacked product (attention's per-head GEMMs) on the native pool, split over rows of the whole
+    stack; False when it does not apply (dtypes, broadcasting other than one B for all, strides)."""
+    if not native_pool() or a.dtype != np.float32 or b.dtype != np.float32 or out.dtype != np.float32:
+        return False
+    if a.shape[:-2] != out.shape[:-2] or (b.ndim > 2 and b.shape[:-2] != out.shape[:-2]):
+        return False
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    lead = out.size // max(1, m * n)
+    work = gemm_work(out.size * k)
+    parts = native_parts(work, lead * m)
+    if parts <= 1:
+        return False
+    a3, o3 = _stack(a, lead), _stack(out, lead)
+    b3 = b[None] if b.ndim == 2 else _stack(b, lead)
+    if a3 is None or o3 is None or b3 is None:
+        return False
+    if not all(_blas_matrix(x[0], t) for x, t in ((a3, False), (b3, True), (o3, False))):
+        return False
+    native.batched_gemm(a3, b3, o3, parts)
+    return True
+
+
+def _native_gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray, bias: np.ndarray | None, act,
+                 row_align: int) -> bool:
+    """out = act(a @ b + bias) on the native pool (False when it does not apply: not float32, strides BLAS
+    cannot take, the pool off): split by rows (multiples of row_align) or, few rows, by columns."""
+    if not native_pool() or not (_blas_matrix(a, False) and _blas_matrix(b, True) and _blas_matrix(out, False)):
+        return False
+    m, k = a.shape
+    n = b.shape[1]
+    work = gemm_work(m * k * n) + (m * n if act is not None or bias is not None else 0)
+    rows = -(-m // row_align)
+    parts = native_parts(work, rows)
+    by_cols = False
+    if parts <= 1 and 1 < m < 2 * threads() * row_align:
+        parts, by_cols = native_parts(work, n // 64), True
+    if parts <= 1 and bias is None and act is None:
+        return False            # numpy's own call (a one-row product is a GEMV there)
+    native.gemm(a, b, out, bias, act if act is not None else native.make_act(None), parts, row_align, by_cols)
+    return True
+
+
+def gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray, bias: np.ndarray | None = None, act=None,
+         row_align: int = 1) -> bool:
+    """out = act(a @ b + bias) (``act`` a native activation record or None) with the bias and activation
+    applied by each part to its own rows while they are in cache; False when the native pool cannot take
+    it (the caller then runs its numpy path)."""
+    return _native_gemm(a, b, out, bias, act, row_align)

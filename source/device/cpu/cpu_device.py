@@ -10,7 +10,7 @@ from nnhal.device.device import (Allocator, Candidate, Description, Device, Inte
                                  Performance, Verdict)
 from nnhal.device.manager import register_device, unregister_device
 from nnhal.graph.subgraph import Subgraph
-from nnhal.hostkernels import native
+from nnhal.hostkernels import native, parallel
 from nnhal.hostkernels.graphrun import install_compiler
 from nnhal.hostkernels.select import implementations
 from nnhal.hostkernels.table import DOMAINS
@@ -53,8 +53,10 @@ def cpu_profile(device: Device, subgraph: Subgraph, enable: bool) -> list[NodeTi
 def _native_state() -> str:
     """Whether the native kernels (hostkernels/native) run, and why not, for ``nnhal devices``."""
     status = native.status()
-    return "loaded (depthwise conv, gates, Gelu, block quantization)" if status.available else \
-        f"off: {status.reason}"
+    if not status.available:
+        return f"off: {status.reason}"
+    pool = "on" if parallel.native_pool() else "off (NNHAL_CPU_POOL=0 or no cblas_sgemm in numpy's BLAS)"
+    return f"loaded (depthwise conv, gates, Gelu, block quantization; thread pool {pool})"
 
 
 def cpu_describe(device: Device) -> Description:

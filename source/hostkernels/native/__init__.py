@@ -13,9 +13,11 @@ What is native (the loops numpy cannot run in one pass over memory):
 * :func:`activation`: Relu, Clip, HardSigmoid, HardSwish, Sigmoid, SiLU and the exact Gelu (erf by the
   numpy fast Erf's rational approximation) in one pass.
 
-Each runs on the calling thread (kernels.c says why: OpenMP workers spun against OpenBLAS's); the cpu device
-splits large calls over its own pool (hostkernels/parallel.py): the depthwise convolution takes a range of
-output rows for that.
+Each runs on the calling thread (kernels.c says why not OpenMP); the native thread pool (``nn_pool_run``)
+splits the large ones over the cpu device's threads without the GIL: :func:`gemm` (a GEMM with its bias
+and activation, through the cblas_sgemm of the BLAS numpy uses, found by :func:`pool_available`),
+:func:`batched_gemm`, :func:`conv_im2col`, :func:`dwconv_parallel`, :func:`activation_parallel`
+(hostkernels/parallel.py decides the parts).
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-ABI_VERSION = 4
+ABI_VERSION = 7
 
 # Activation kinds, as numbered in kernels.c
 ACTIVATIONS = {"relu": 1, "clip": 2, "hardsigmoid": 3, "hardswish": 4, "sigmoid": 5, "silu": 6, "gelu": 7}
@@ -46,6 +48,42 @@ class DwParams(ctypes.Structure):
     _fields_ = [(name, ctypes.c_int64) for name in
                 ("n", "h", "w", "c", "oh", "ow", "kh", "kw", "sh", "sw", "dh", "dw", "pad_top", "pad_left")] \
         + [("act", Act)]
+
+
+class GemmArgs(ctypes.Structure):
+    """nn_gemm_args: C (m, n) = A (m, k) @ B (+ bias per column, activation), split by rows or columns."""
+
+    _fields_ = [("a", ctypes.c_void_p), ("b", ctypes.c_void_p), ("c", ctypes.c_void_p), ("bias", ctypes.c_void_p)] \
+        + [(name, ctypes.c_int64) for name in ("m", "n", "k", "lda", "ldb", "ldc", "row_align")] \
+        + [("trans_b", ctypes.c_int32), ("by_cols", ctypes.c_int32), ("act", Act)]
+
+
+class BatchedGemmArgs(ctypes.Structure):
+    """nn_bgemm_args: a stack of GEMMs (no epilogue), element strides between the stack's matrices."""
+
+    _fields_ = [("g", GemmArgs)] + [(name, ctypes.c_int64) for name in ("batch", "sa", "sb", "sc")]
+
+
+class DwArgs(ctypes.Structure):
+    """nn_dw_args: a depthwise convolution split by output rows."""
+
+    _fields_ = [("x", ctypes.c_void_p), ("wt", ctypes.c_void_p), ("bias", ctypes.c_void_p), ("y", ctypes.c_void_p),
+                ("p", ctypes.POINTER(DwParams))]
+
+
+class ActArgs(ctypes.Structure):
+    """nn_act_args: an activation split by ranges."""
+
+    _fields_ = [("x", ctypes.c_void_p), ("y", ctypes.c_void_p), ("len", ctypes.c_int64), ("act", ctypes.POINTER(Act))]
+
+
+class ConvArgs(ctypes.Structure):
+    """nn_conv_args: a group-1 channels-last convolution by im2col bands, split by output rows."""
+
+    _fields_ = [("x", ctypes.c_void_p), ("w", ctypes.c_void_p), ("bias", ctypes.c_void_p), ("y", ctypes.c_void_p),
+                ("scratch", ctypes.c_void_p)] \
+        + [(name, ctypes.c_int64) for name in ("n", "h", "w_in", "c", "oh", "ow", "m", "kh", "kw", "sh", "sw", "dh",
+                                               "dw", "pad_top", "pad_left", "ld", "band_rows")] + [("act", Act)]
 
 
 @dataclass(frozen=True)
@@ -84,6 +122,19 @@ def _load() -> tuple[ctypes.CDLL | None, Status]:
     lib.nn_fake_quantize_blocks_f32.argtypes = [f32, f32, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
                                                 ctypes.c_int32]
     lib.nn_fake_quantize_blocks_f32.restype = None
+    lib.nn_spin_wait.argtypes = [f32, ctypes.c_int64, ctypes.c_int64]
+    lib.nn_spin_wait.restype = ctypes.c_int64
+    lib.nn_pool_set_threads.argtypes = [ctypes.c_int64]
+    lib.nn_pool_set_threads.restype = ctypes.c_int64
+    lib.nn_pool_set_spin.argtypes = [ctypes.c_int64]
+    lib.nn_pool_set_spin.restype = None
+    lib.nn_set_sgemm.argtypes = [ctypes.c_void_p, ctypes.c_int32]
+    lib.nn_set_sgemm.restype = None
+    for name, args in (("nn_gemm_f32", GemmArgs), ("nn_bgemm_f32", BatchedGemmArgs), ("nn_dwconv_parallel_f32", DwArgs),
+                       ("nn_activation_parallel_f32", ActArgs), ("nn_conv_im2col_f32", ConvArgs)):
+        fn = getattr(lib, name)
+        fn.argtypes = [ctypes.POINTER(args), ctypes.c_int64]
+        fn.restype = None
     return lib, Status(True, "loaded", spec.origin)
 
 
@@ -132,3 +183,101 @@ def fake_quantize_blocks(x: np.ndarray, y: np.ndarray, block: int, signed: bool)
     zero point) and dequantized, for C-contiguous float32 (m, k) ``x`` and ``y``, k a multiple of block."""
     m, k = x.shape
     _lib.nn_fake_quantize_blocks_f32(_ptr(x), _ptr(y), m, k, block, int(signed))
+
+
+def spin_wait(flag: np.ndarray, value: int, max_ns: int) -> int:
+    """Wait (spinning, the GIL released) until ``flag[0]`` (an int64 array) differs from ``value`` or
+    ``max_ns`` passed; the flag's value. Only when :func:`available`."""
+    return _lib.nn_spin_wait(_ptr(flag), value, max_ns)
+
+
+# ------------------------------------------------------------------ the native thread pool
+_blas: tuple[bool, str] | None = None    # (found, the sgemm symbol or why not)
+
+# cblas_sgemm as the BLAS libraries numpy is built with export it: (symbol, 64-bit integers)
+SGEMM_SYMBOLS = (("scipy_cblas_sgemm64_", True), ("cblas_sgemm64_", True), ("scipy_cblas_sgemm", False),
+                 ("cblas_sgemm", False))
+
+
+def _find_sgemm() -> tuple[bool, str]:
+    """Hand kernels.c the cblas_sgemm of the BLAS numpy uses (threadpoolctl names its file)."""
+    from threadpoolctl import threadpool_info
+
+    import numpy  # noqa: F401 - loads numpy's BLAS first
+
+    libs = [i for i in threadpool_info() if i.get("user_api") == "blas"]
+    # numpy's own BLAS first (another library, e.g. torch's, may be loaded too)
+    libs.sort(key=lambda i: "numpy" not in i.get("filepath", ""))
+    for info in libs:
+        try:
+            blas = ctypes.CDLL(info["filepath"])
+        except OSError:
+            continue
+        for symbol, ilp64 in SGEMM_SYMBOLS:
+            fn = getattr(blas, symbol, None)
+            if fn is not None:
+                _lib.nn_set_sgemm(ctypes.cast(fn, ctypes.c_void_p), int(ilp64))
+                return True, f"{symbol} in {os.path.basename(info['filepath'])}"
+    return False, "no cblas_sgemm found in the BLAS numpy uses"
+
+
+def pool_available() -> bool:
+    """Whether the native pool can run split GEMMs (the native kernels are loaded and numpy's BLAS has a
+    cblas_sgemm to call)."""
+    global _blas
+    if _lib is None:
+        return False
+    if _blas is None:
+        _blas = _find_sgemm()
+    return _blas[0]
+
+
+def pool_set_threads(n: int) -> int:
+    """Make the native pool run parts on ``n`` threads (the caller and n - 1 workers); the threads it has."""
+    return _lib.nn_pool_set_threads(n)
+
+
+def _or_null(a: np.ndarray | None) -> int | None:
+    return None if a is None else _ptr(a)
+
+
+def gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray, bias: np.ndarray | None, act: Act, parts: int,
+         row_align: int = 1, by_cols: bool = False) -> None:
+    """c = act(a @ b + bias) for float32 2-D a (m, k) and c (m, n) with unit column stride, b (k, n) C- or
+    Fortran-ordered, bias (n,) or None; split into ``parts`` by rows (multiples of row_align) or columns."""
+    trans_b = not b.flags.c_contiguous
+    ldb = b.strides[1] // 4 if trans_b else b.strides[0] // 4
+    args = GemmArgs(_ptr(a), _ptr(b), _ptr(c), _or_null(bias), a.shape[0], b.shape[1], a.shape[1],
+                    a.strides[0] // 4, ldb, c.strides[0] // 4, row_align, int(trans_b), int(by_cols), act)
+    _lib.nn_gemm_f32(ctypes.byref(args), parts)
+
+
+def dwconv_parallel(x: np.ndarray, y: np.ndarray, weights: np.ndarray, bias: np.ndarray | None,
+                    params: DwParams, parts: int) -> None:
+    """dwconv_nhwc split by output rows over ``parts`` threads of the native pool."""
+    args = DwArgs(_ptr(x), _ptr(weights), _or_null(bias), _ptr(y), ctypes.pointer(params))
+    _lib.nn_dwconv_parallel_f32(ctypes.byref(args), parts)
+
+
+def activation_parallel(x: np.ndarray, y: np.ndarray, act: Act, parts: int) -> None:
+    """activation split into ``parts`` ranges over the native pool."""
+    args = ActArgs(_ptr(x), _ptr(y), x.size, ctypes.pointer(act))
+    _lib.nn_activation_parallel_f32(ctypes.byref(args), parts)
+
+
+def conv_im2col(args: ConvArgs, parts: int) -> None:
+    """A group-1 NHWC convolution by im2col bands (ConvArgs filled by the caller), split by output rows."""
+    _lib.nn_conv_im2col_f32(ctypes.byref(args), parts)
+
+
+def batched_gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray, parts: int) -> None:
+    """c[i] = a[i] @ b[i] for 3-D float32 a (batch, m, k), b (batch or 1, k, n) and c (batch, m, n), each
+    matrix with unit column stride (b's may be transposed), split over rows of the whole stack."""
+    bm = b[0]
+    trans_b = not (bm.strides[1] == 4)
+    ldb = bm.strides[1] // 4 if trans_b else bm.strides[0] // 4
+    g = GemmArgs(_ptr(a), _ptr(b), _ptr(c), None, a.shape[1], b.shape[2], a.shape[2], a.strides[1] // 4, ldb,
+                 c.strides[1] // 4, 1, int(trans_b), 0, make_act(None))
+    args = BatchedGemmArgs(g, a.shape[0], a.strides[0] // 4, 0 if b.shape[0] == 1 else b.strides[0] // 4,
+                           c.strides[0] // 4)
+    _lib.nn_bgemm_f32(ctypes.byref(args), parts)

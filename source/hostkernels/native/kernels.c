@@ -11,10 +11,15 @@
  * - nn_fake_quantize_blocks_f32: per-block dynamic int8/uint8 quantization of activations, dequantized.
  * - nn_activation_f32: an element-wise activation (Relu, Clip, HardSigmoid, HardSwish, Sigmoid, SiLU, Gelu).
  *
- * Everything runs on the calling thread. NOTE: OpenMP threads were tried and removed: an OpenMP runtime
- * already loaded by another library (torch's import brings one that reads OMP_WAIT_POLICY before nnhal can
- * set it) spins between kernels against OpenBLAS's spinning workers; MobileNetV3-small at 2 threads went
- * from 3.6 to 36 ms that way. ``#pragma omp simd`` needs only -fopenmp-simd, no runtime.
+ * - nn_pool_run and its tasks: the cpu device's own thread pool (below), which runs GEMMs with their
+ *   bias and activation (through the cblas_sgemm of numpy's BLAS, single-threaded), stacks of GEMMs,
+ *   im2col convolutions, depthwise convolutions and activations split over threads.
+ *
+ * The kernels themselves run on the calling thread; nn_pool_run spreads their parts. NOTE: OpenMP threads
+ * were tried and removed: an OpenMP runtime already loaded by another library (torch's import brings one
+ * that reads OMP_WAIT_POLICY before nnhal can set it) spins between kernels against OpenBLAS's spinning
+ * workers; MobileNetV3-small at 2 threads went from 3.6 to 36 ms that way. The pool is plain pthreads,
+ * and BLAS is single-threaded while it runs. ``#pragma omp simd`` needs only -fopenmp-simd, no runtime.
  *
  * Hot loops are compiled for several x86-64 levels (GCC target_clones: the loader picks the best one the
  * CPU has), so the library may be built on one machine and run on another.
@@ -22,6 +27,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 #include <Python.h>
 
@@ -61,7 +67,7 @@ typedef struct {
     nn_act act;
 } nn_dw_params;
 
-NN_API int nn_abi_version(void) { return 4; }
+NN_API int nn_abi_version(void) { return 7; }
 
 /* exp(x) for float32 to about 2 ulp: x = k ln2 + r, |r| <= ln2 / 2, exp(r) by a degree-6 polynomial,
  * 2^k put into the exponent bits. Written with plain arithmetic so that the loops calling it vectorize. */
@@ -273,6 +279,339 @@ NN_API NN_CLONES void nn_fake_quantize_blocks_f32(const float *x, float *y, int6
         }
     }
 }
+
+/* Waits, without the GIL (ctypes releases it), until *flag differs from ``value`` or ``max_ns`` nanoseconds
+ * have passed, and returns the flag's value: the short spin before the cpu device's pool threads block
+ * (hostkernels/parallel.py). A blocked thread on a virtual machine takes tens of microseconds to wake; a
+ * spinning one sees the store at once. */
+NN_API int64_t nn_spin_wait(const volatile int64_t *flag, int64_t value, int64_t max_ns) {
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        for (int i = 0; i < 256; i++) {
+            const int64_t v = __atomic_load_n(flag, __ATOMIC_ACQUIRE);
+            if (v != value) return v;
+#if defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause();
+#endif
+        }
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if ((t.tv_sec - t0.tv_sec) * 1000000000LL + (t.tv_nsec - t0.tv_nsec) > max_ns)
+            return __atomic_load_n(flag, __ATOMIC_ACQUIRE);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * The cpu device's thread pool. Python hands a whole split kernel to nn_pool_run through ctypes (which
+ * releases the GIL), so no part ever waits for the GIL: a part is a C function over a slice of the work
+ * (rows of a GEMM with its bias and activation, rows of a depthwise convolution, a range of an
+ * activation, bands of an im2col convolution). Part 0 runs on the caller, part i on worker i - 1. A
+ * worker spins on its own sequence number for a while (SPIN: a sleeping thread of a virtual machine
+ * took 20-50 us to wake) and then sleeps on a condition variable; the caller spins until its workers
+ * finished. One job at a time: a caller that finds the pool busy (another Python thread's run) runs all
+ * parts itself. BLAS inside a part must be single-threaded (the Python side sets it).
+ * ------------------------------------------------------------------------------------------------ */
+#include <pthread.h>
+#include <sched.h>
+
+typedef void (*nn_task)(const void *args, int64_t part, int64_t parts);
+
+#define NN_MAX_WORKERS 63
+
+typedef struct {
+    int64_t seq;            /* jobs handed to this worker (written by the caller) */
+    int64_t done;           /* jobs it finished */
+    int32_t sleeping;
+    char pad[64 - 20];      /* one cache line per worker */
+} nn_slot;
+
+static struct {
+    pthread_mutex_t lock, busy;
+    pthread_cond_t wake;
+    int64_t workers;
+    int64_t spin_ns;
+    nn_task fn;
+    const void *args;
+    int64_t parts;
+    nn_slot slot[NN_MAX_WORKERS];
+} nn_pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 200000};
+
+static int64_t nn_now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+NN_INLINE void nn_pause(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+static void *nn_worker(void *arg) {
+    nn_slot *me = (nn_slot *)arg;
+    const int64_t index = me - nn_pool.slot;
+    int64_t seen = 0;
+    for (;;) {
+        int64_t t0 = nn_now_ns(), s;
+        while ((s = __atomic_load_n(&me->seq, __ATOMIC_SEQ_CST)) == seen) {
+            for (int i = 0; i < 64; i++) nn_pause();
+            if (nn_now_ns() - t0 > nn_pool.spin_ns) {
+                pthread_mutex_lock(&nn_pool.lock);
+                __atomic_store_n(&me->sleeping, 1, __ATOMIC_SEQ_CST);
+                while (__atomic_load_n(&me->seq, __ATOMIC_SEQ_CST) == seen) pthread_cond_wait(&nn_pool.wake, &nn_pool.lock);
+                __atomic_store_n(&me->sleeping, 0, __ATOMIC_SEQ_CST);
+                pthread_mutex_unlock(&nn_pool.lock);
+                t0 = nn_now_ns();
+            }
+        }
+        seen = s;
+        nn_pool.fn(nn_pool.args, index + 1, nn_pool.parts);
+        __atomic_store_n(&me->done, s, __ATOMIC_SEQ_CST);
+    }
+    return NULL;
+}
+
+/* A forked child has none of the parent's workers: it starts over with none (and fresh locks). */
+static void nn_pool_after_fork(void) {
+    pthread_mutex_init(&nn_pool.lock, NULL);
+    pthread_mutex_init(&nn_pool.busy, NULL);
+    pthread_cond_init(&nn_pool.wake, NULL);
+    nn_pool.workers = 0;
+    memset(nn_pool.slot, 0, sizeof nn_pool.slot);
+}
+
+static pthread_once_t nn_pool_once = PTHREAD_ONCE_INIT;
+
+static void nn_pool_register_fork(void) { pthread_atfork(NULL, NULL, nn_pool_after_fork); }
+
+/* Make sure threads - 1 workers exist (they are never destroyed); the number that exist afterwards + 1. */
+NN_API int64_t nn_pool_set_threads(int64_t threads) {
+    pthread_once(&nn_pool_once, nn_pool_register_fork);
+    pthread_mutex_lock(&nn_pool.busy);
+    while (nn_pool.workers < threads - 1 && nn_pool.workers < NN_MAX_WORKERS) {
+        pthread_t t;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        int failed = pthread_create(&t, &attr, nn_worker, &nn_pool.slot[nn_pool.workers]);
+        pthread_attr_destroy(&attr);
+        if (failed) break;
+        nn_pool.workers++;
+    }
+    pthread_mutex_unlock(&nn_pool.busy);
+    return nn_pool.workers + 1;
+}
+
+/* fn(args, p, parts) for p in [0, parts): in parallel on the caller and parts - 1 workers when the pool
+ * is free and has them, else all on the caller. */
+NN_API void nn_pool_run(nn_task fn, const void *args, int64_t parts) {
+    if (parts <= 1 || parts - 1 > nn_pool.workers || pthread_mutex_trylock(&nn_pool.busy) != 0) {
+        for (int64_t p = 0; p < parts; p++) fn(args, p, parts);
+        return;
+    }
+    nn_pool.fn = fn;
+    nn_pool.args = args;
+    nn_pool.parts = parts;
+    int sleepers = 0;
+    for (int64_t w = 0; w < parts - 1; w++) {
+        __atomic_add_fetch(&nn_pool.slot[w].seq, 1, __ATOMIC_SEQ_CST);
+        sleepers |= __atomic_load_n(&nn_pool.slot[w].sleeping, __ATOMIC_SEQ_CST);
+    }
+    if (sleepers) {
+        pthread_mutex_lock(&nn_pool.lock);
+        pthread_cond_broadcast(&nn_pool.wake);
+        pthread_mutex_unlock(&nn_pool.lock);
+    }
+    fn(args, 0, parts);
+    for (int64_t w = 0; w < parts - 1; w++) {
+        const int64_t want = nn_pool.slot[w].seq;
+        int64_t spins = 0;
+        while (__atomic_load_n(&nn_pool.slot[w].done, __ATOMIC_SEQ_CST) != want) {
+            nn_pause();
+            if (++spins > (1 << 20)) { sched_yield(); spins = 0; }
+        }
+    }
+    pthread_mutex_unlock(&nn_pool.busy);
+}
+
+NN_API void nn_pool_set_spin(int64_t spin_ns) { nn_pool.spin_ns = spin_ns; }
+
+/* [lo, hi) of part p of n parts over ``total`` units, boundaries multiples of ``align`` */
+NN_INLINE void nn_split(int64_t total, int64_t align, int64_t p, int64_t n, int64_t *lo, int64_t *hi) {
+    const int64_t units = (total + align - 1) / align;
+    *lo = (units * p / n) * align;
+    *hi = p + 1 == n ? total : (units * (p + 1) / n) * align;
+    if (*lo > total) *lo = total;
+    if (*hi > total) *hi = total;
+}
+
+/* --- BLAS, found by the Python side in the library numpy uses (cblas_sgemm, 64- or 32-bit integers) */
+typedef void (*nn_sgemm64)(int, int, int, int64_t, int64_t, int64_t, float, const float *, int64_t,
+                           const float *, int64_t, float, float *, int64_t);
+typedef void (*nn_sgemm32)(int, int, int, int32_t, int32_t, int32_t, float, const float *, int32_t,
+                           const float *, int32_t, float, float *, int32_t);
+static void *nn_sgemm_fn = NULL;
+static int nn_sgemm_ilp64 = 1;
+
+NN_API void nn_set_sgemm(void *fn, int32_t ilp64) {
+    nn_sgemm_fn = fn;
+    nn_sgemm_ilp64 = ilp64;
+}
+
+/* C (m, n) = A (m, k) @ B, row major; B is (k, n), or (n, k) read transposed when trans_b */
+NN_INLINE void nn_sgemm(const float *a, int64_t lda, const float *b, int64_t ldb, int trans_b, float *c,
+                     int64_t ldc, int64_t m, int64_t n, int64_t k) {
+    if (m <= 0 || n <= 0) return;
+    if (nn_sgemm_ilp64)
+        ((nn_sgemm64)nn_sgemm_fn)(101, 111, trans_b ? 112 : 111, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+    else
+        ((nn_sgemm32)nn_sgemm_fn)(101, 111, trans_b ? 112 : 111, (int32_t)m, (int32_t)n, (int32_t)k, 1.0f, a,
+                                  (int32_t)lda, b, (int32_t)ldb, 0.0f, c, (int32_t)ldc);
+}
+
+/* bias (per column, may be NULL) and the activation over rows [0, m) and columns [0, n) of C */
+NN_INLINE void nn_epilogue(float *c, int64_t ldc, int64_t m, int64_t n, const float *bias, const nn_act *act) {
+    for (int64_t r = 0; r < m; r++) {
+        float *row = c + r * ldc;
+        if (bias)
+            for (int64_t j = 0; j < n; j++) row[j] += bias[j];
+        if (act->kind != NN_ACT_NONE && ldc != n) nn_activation_f32(row, row, n, act);
+    }
+    if (act->kind != NN_ACT_NONE && ldc == n) nn_activation_f32(c, c, m * n, act);
+}
+
+/* A GEMM with its epilogue, split by rows of C (a multiple of row_align each), or by columns when
+ * by_cols (few rows). */
+typedef struct {
+    const float *a, *b;
+    float *c;
+    const float *bias;
+    int64_t m, n, k, lda, ldb, ldc, row_align;
+    int32_t trans_b, by_cols;
+    nn_act act;
+} nn_gemm_args;
+
+static NN_CLONES void nn_gemm_task(const void *args, int64_t p, int64_t parts) {
+    const nn_gemm_args *g = (const nn_gemm_args *)args;
+    int64_t lo, hi;
+    if (g->by_cols) {
+        nn_split(g->n, 16, p, parts, &lo, &hi);
+        const float *b = g->trans_b ? g->b + lo * g->ldb : g->b + lo;
+        nn_sgemm(g->a, g->lda, b, g->ldb, g->trans_b, g->c + lo, g->ldc, g->m, hi - lo, g->k);
+        nn_epilogue(g->c + lo, g->ldc, g->m, hi - lo, g->bias ? g->bias + lo : NULL, &g->act);
+    } else {
+        nn_split(g->m, g->row_align, p, parts, &lo, &hi);
+        nn_sgemm(g->a + lo * g->lda, g->lda, g->b, g->ldb, g->trans_b, g->c + lo * g->ldc, g->ldc, hi - lo, g->n, g->k);
+        nn_epilogue(g->c + lo * g->ldc, g->ldc, hi - lo, g->n, g->bias, &g->act);
+    }
+}
+
+NN_API void nn_gemm_f32(const nn_gemm_args *g, int64_t parts) { nn_pool_run(nn_gemm_task, g, parts); }
+
+/* A stack of GEMMs C[i] = A[i] @ B[i] (element strides sa, sb, sc between them; sb = 0: one B for all),
+ * split over the flattened (stack index, row) space: a part takes a range of rows across the stack. */
+typedef struct {
+    nn_gemm_args g;
+    int64_t batch, sa, sb, sc;
+} nn_bgemm_args;
+
+static void nn_bgemm_task(const void *args, int64_t p, int64_t parts) {
+    const nn_bgemm_args *bg = (const nn_bgemm_args *)args;
+    const nn_gemm_args *g = &bg->g;
+    int64_t lo, hi;
+    nn_split(bg->batch * g->m, 1, p, parts, &lo, &hi);
+    while (lo < hi) {
+        const int64_t i = lo / g->m, r0 = lo % g->m;
+        const int64_t r1 = (hi - i * g->m) < g->m ? hi - i * g->m : g->m;
+        nn_sgemm(g->a + i * bg->sa + r0 * g->lda, g->lda, g->b + i * bg->sb, g->ldb, g->trans_b,
+                 g->c + i * bg->sc + r0 * g->ldc, g->ldc, r1 - r0, g->n, g->k);
+        lo = i * g->m + r1;
+    }
+}
+
+NN_API void nn_bgemm_f32(const nn_bgemm_args *bg, int64_t parts) { nn_pool_run(nn_bgemm_task, bg, parts); }
+
+/* rows [lo, hi) of a depthwise convolution per part */
+typedef struct {
+    const float *x, *wt, *bias;
+    float *y;
+    const nn_dw_params *p;
+} nn_dw_args;
+
+static void nn_dw_task(const void *args, int64_t part, int64_t parts) {
+    const nn_dw_args *d = (const nn_dw_args *)args;
+    int64_t lo, hi;
+    nn_split(d->p->n * d->p->oh, 1, part, parts, &lo, &hi);
+    nn_dwconv_nhwc_f32(d->x, d->y, d->wt, d->bias, d->p, lo, hi);
+}
+
+NN_API void nn_dwconv_parallel_f32(const nn_dw_args *d, int64_t parts) { nn_pool_run(nn_dw_task, d, parts); }
+
+/* an activation over a range per part */
+typedef struct {
+    const float *x;
+    float *y;
+    int64_t len;
+    const nn_act *act;
+} nn_act_args;
+
+static void nn_act_task(const void *args, int64_t part, int64_t parts) {
+    const nn_act_args *a = (const nn_act_args *)args;
+    int64_t lo, hi;
+    nn_split(a->len, 16, part, parts, &lo, &hi);
+    if (hi > lo) nn_activation_f32(a->x + lo, a->y + lo, hi - lo, a->act);
+}
+
+NN_API void nn_activation_parallel_f32(const nn_act_args *a, int64_t parts) { nn_pool_run(nn_act_task, a, parts); }
+
+/* A group-1 convolution, channels last, by im2col: each part takes a range of output rows (of the
+ * flattened N * OH) and, a band of rows at a time, gathers the columns (output pixels x KH * KW * C,
+ * channels fastest, zeros for padding) into its own scratch, runs the GEMM against the packed weights
+ * (K, M) into the output rows and applies the bias and activation while they are in cache. */
+typedef struct {
+    const float *x, *w, *bias;
+    float *y;
+    float *scratch;         /* parts x band_rows * ow * ld floats: each part's columns */
+    int64_t n, h, w_in, c, oh, ow, m, kh, kw, sh, sw, dh, dw, pad_top, pad_left, ld, band_rows;
+    nn_act act;
+} nn_conv_args;
+
+static NN_CLONES void nn_conv_task(const void *args, int64_t part, int64_t parts) {
+    const nn_conv_args *a = (const nn_conv_args *)args;
+    int64_t lo, hi;
+    nn_split(a->n * a->oh, 1, part, parts, &lo, &hi);
+    const int64_t kk = a->kh * a->kw * a->c;
+    float *cols = a->scratch + part * a->band_rows * a->ow * a->ld;
+    for (int64_t r0 = lo; r0 < hi; r0 += a->band_rows) {
+        const int64_t r1 = r0 + a->band_rows < hi ? r0 + a->band_rows : hi;
+        float *dst = cols;
+        for (int64_t r = r0; r < r1; r++) {
+            const int64_t b = r / a->oh, oy = r % a->oh;
+            const float *img = a->x + b * a->h * a->w_in * a->c;
+            for (int64_t ox = 0; ox < a->ow; ox++, dst += a->ld) {
+                float *d = dst;
+                for (int64_t i = 0; i < a->kh; i++) {
+                    const int64_t iy = oy * a->sh - a->pad_top + i * a->dh;
+                    for (int64_t j = 0; j < a->kw; j++, d += a->c) {
+                        const int64_t ix = ox * a->sw - a->pad_left + j * a->dw;
+                        if (iy < 0 || iy >= a->h || ix < 0 || ix >= a->w_in)
+                            memset(d, 0, a->c * sizeof(float));
+                        else
+                            memcpy(d, img + (iy * a->w_in + ix) * a->c, a->c * sizeof(float));
+                    }
+                }
+                if (a->ld > kk) memset(d, 0, (a->ld - kk) * sizeof(float));
+            }
+        }
+        const int64_t rows = (r1 - r0) * a->ow;
+        float *out = a->y + r0 * a->ow * a->m;
+        nn_sgemm(cols, a->ld, a->w, a->m, 0, out, a->m, rows, a->m, a->ld);
+        nn_epilogue(out, a->m, rows, a->m, a->bias, &a->act);
+    }
+}
+
+NN_API void nn_conv_im2col_f32(const nn_conv_args *a, int64_t parts) { nn_pool_run(nn_conv_task, a, parts); }
 
 /* The module itself only has to import: Python reaches the functions above through ctypes. */
 static struct PyModuleDef nn_module = {PyModuleDef_HEAD_INIT, "_native",
