@@ -11,9 +11,13 @@ What is native (the loops numpy cannot run in one pass over memory):
 * :func:`dwconv_nhwc`: depthwise 2-D convolution, channels last, with bias and activation fused;
 * :func:`fake_quantize_blocks`: per-block dynamic int8/uint8 quantization of activations, dequantized;
 * :func:`activation`: Relu, Clip, HardSigmoid, HardSwish, Sigmoid, SiLU and the exact Gelu (erf by the
-  numpy fast Erf's rational approximation) in one pass.
+  numpy fast Erf's rational approximation) in one pass;
+* :func:`pool_nhwc`: 2-D MaxPool and AveragePool, channels last, every window's taps while its channels
+  are in L1 (one pass over the input; the output may be a channel slice of a wider tensor);
+  :func:`global_pool_nhwc`: GlobalAveragePool and GlobalMaxPool.
 
-Both run on the calling thread (kernels.c says why: OpenMP workers spun against OpenBLAS's).
+The pooling kernels take a range of their outermost work (output rows of N * OH, images) so that a caller
+may split one op over threads. All run on the calling thread (kernels.c says why: OpenMP workers spun against OpenBLAS's).
 """
 from __future__ import annotations
 
@@ -25,10 +29,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-ABI_VERSION = 3
+ABI_VERSION = 4
 
 # Activation kinds, as numbered in kernels.c
 ACTIVATIONS = {"relu": 1, "clip": 2, "hardsigmoid": 3, "hardswish": 4, "sigmoid": 5, "silu": 6, "gelu": 7}
+# Pooling kinds, as numbered in kernels.c: max, average over the taps inside the input, average over the
+# taps inside the padded input (count_include_pad)
+POOLS = {"max": 0, "avg": 1, "avg_pad": 2}
 
 
 class Act(ctypes.Structure):
@@ -44,6 +51,15 @@ class DwParams(ctypes.Structure):
     _fields_ = [(name, ctypes.c_int64) for name in
                 ("n", "h", "w", "c", "oh", "ow", "kh", "kw", "sh", "sw", "dh", "dw", "pad_top", "pad_left")] \
         + [("act", Act)]
+
+
+class PoolParams(ctypes.Structure):
+    """nn_pool_params: a 2-D pooling's geometry (input (n, h, w, c), output (n, oh, ow, c) with ``y_stride``
+    floats between output pixels) and its kind (POOLS)."""
+
+    _fields_ = [(name, ctypes.c_int64) for name in
+                ("n", "h", "w", "c", "oh", "ow", "kh", "kw", "sh", "sw", "dh", "dw", "pad_top", "pad_left",
+                 "pad_bottom", "pad_right", "y_stride")] + [("kind", ctypes.c_int32)]
 
 
 @dataclass(frozen=True)
@@ -81,6 +97,11 @@ def _load() -> tuple[ctypes.CDLL | None, Status]:
     lib.nn_fake_quantize_blocks_f32.argtypes = [f32, f32, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
                                                 ctypes.c_int32]
     lib.nn_fake_quantize_blocks_f32.restype = None
+    i64 = ctypes.c_int64
+    lib.nn_pool_nhwc_f32.argtypes = [f32, f32, ctypes.POINTER(PoolParams), i64, i64]
+    lib.nn_pool_nhwc_f32.restype = None
+    lib.nn_global_pool_nhwc_f32.argtypes = [f32, f32, i64, i64, ctypes.c_int32, i64, i64]
+    lib.nn_global_pool_nhwc_f32.restype = None
     return lib, Status(True, "loaded", spec.origin)
 
 
@@ -127,3 +148,18 @@ def fake_quantize_blocks(x: np.ndarray, y: np.ndarray, block: int, signed: bool)
     zero point) and dequantized, for C-contiguous float32 (m, k) ``x`` and ``y``, k a multiple of block."""
     m, k = x.shape
     _lib.nn_fake_quantize_blocks_f32(_ptr(x), _ptr(y), m, k, block, int(signed))
+
+
+def pool_nhwc(x: np.ndarray, y: np.ndarray, params: PoolParams, r0: int, r1: int) -> None:
+    """Output rows [r0, r1) of the flattened N * OH rows of a 2-D pooling of C-contiguous float32 NHWC
+    ``x`` into float32 ``y`` (N, OH, OW, C), whose pixels lie ``params.y_stride`` floats apart and whose
+    channels are contiguous (a channel slice of a wider tensor is fine). ``params`` is read only."""
+    _lib.nn_pool_nhwc_f32(_ptr(x), _ptr(y), ctypes.byref(params), r0, r1)
+
+
+def global_pool_nhwc(x: np.ndarray, y: np.ndarray, kind: str, r0: int, r1: int) -> None:
+    """Images [r0, r1) of the global pooling (POOLS ``kind``: "max" or "avg") of C-contiguous float32
+    ``x`` (N, H, W, C) into C-contiguous float32 ``y`` (N, 1, 1, C): channels reduced over the pixels in
+    order, the mean as the sum divided by H * W (np.mean's steps)."""
+    n, h, w, c = x.shape
+    _lib.nn_global_pool_nhwc_f32(_ptr(x), _ptr(y), h * w, c, POOLS[kind], r0, r1)

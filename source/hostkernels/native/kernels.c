@@ -10,6 +10,8 @@
  *   the bias and the fused activation applied while an output pixel's channels are still in L1.
  * - nn_fake_quantize_blocks_f32: per-block dynamic int8/uint8 quantization of activations, dequantized.
  * - nn_activation_f32: an element-wise activation (Relu, Clip, HardSigmoid, HardSwish, Sigmoid, SiLU, Gelu).
+ * - nn_pool_nhwc_f32: 2-D MaxPool / AveragePool, channels last, one pass over the input, on a range of
+ *   output rows; nn_global_pool_nhwc_f32: GlobalAveragePool / GlobalMaxPool on a range of images.
  *
  * Everything runs on the calling thread. NOTE: OpenMP threads were tried and removed: an OpenMP runtime
  * already loaded by another library (torch's import brings one that reads OMP_WAIT_POLICY before nnhal can
@@ -61,7 +63,7 @@ typedef struct {
     nn_act act;
 } nn_dw_params;
 
-NN_API int nn_abi_version(void) { return 3; }
+NN_API int nn_abi_version(void) { return 4; }
 
 /* exp(x) for float32 to about 2 ulp: x = k ln2 + r, |r| <= ln2 / 2, exp(r) by a degree-6 polynomial,
  * 2^k put into the exponent bits. Written with plain arithmetic so that the loops calling it vectorize. */
@@ -268,6 +270,122 @@ NN_API NN_CLONES void nn_fake_quantize_blocks_f32(const float *x, float *y, int6
                     yb[i] = (NN_CLAMP(q, 0.0f, 255.0f) - zero) * scale;
                 }
             }
+        }
+    }
+}
+
+/* Pooling kinds: the same numbers as POOLS in __init__.py. */
+enum {
+    NN_POOL_MAX = 0,
+    NN_POOL_AVG = 1,        /* divided by the taps inside the input (count_include_pad = 0) */
+    NN_POOL_AVG_PAD = 2,    /* divided by the taps inside the padded input (count_include_pad = 1) */
+};
+
+/* 2-D pooling geometry: input (n, h, w, c) C-contiguous, output (n, oh, ow, c) with ``y_stride`` floats
+ * from one output pixel to the next (c, or more when the output is a channel slice of a wider tensor). */
+typedef struct {
+    int64_t n, h, w, c, oh, ow;
+    int64_t kh, kw, sh, sw, dh, dw, pad_top, pad_left, pad_bottom, pad_right;
+    int64_t y_stride;
+    int32_t kind;
+} nn_pool_params;
+
+/* Channels per block of the pooling kernels: the accumulator stays in L1 across a window's taps. */
+#define NN_POOL_BLOCK 64
+
+/* Taps of one axis whose position start + t * step lies in [lo, hi), t in [0, k). */
+NN_INLINE int64_t nn_taps_inside(int64_t start, int64_t step, int64_t k, int64_t lo, int64_t hi) {
+    int64_t count = 0;
+    for (int64_t t = 0; t < k; t++) {
+        const int64_t pos = start + t * step;
+        count += pos >= lo && pos < hi;
+    }
+    return count;
+}
+
+/* The maximum as numpy's np.maximum takes it: a NaN on either side wins. */
+NN_INLINE float nn_max_nan(float acc, float v) { return (v > acc || v != v) ? v : acc; }
+
+/* One tap of a pooling window into a block's accumulator: its maximum or its sum. */
+NN_INLINE void nn_pool_tap(float *restrict acc, const float *restrict xs, int64_t cb, int is_max) {
+    if (is_max) {
+#pragma omp simd aligned(acc : 64)
+        for (int64_t ch = 0; ch < cb; ch++) acc[ch] = nn_max_nan(acc[ch], xs[ch]);
+    } else {
+#pragma omp simd aligned(acc : 64)
+        for (int64_t ch = 0; ch < cb; ch++) acc[ch] += xs[ch];
+    }
+}
+
+/* A block's result: the maximum as is, the sum divided by ``divisor``; stored at y. */
+NN_INLINE void nn_pool_store(float *restrict acc, float *restrict y, int64_t cb, int is_max, float divisor) {
+    if (!is_max) {
+#pragma omp simd aligned(acc : 64)
+        for (int64_t ch = 0; ch < cb; ch++) acc[ch] /= divisor;
+    }
+    memcpy(y, acc, (size_t)cb * sizeof(float));
+}
+
+/* One output pixel's block of ``cb`` <= NN_POOL_BLOCK channels at c0: every in-bounds tap, row by row.
+ * Padding contributes nothing (max(x, -inf) == x, x + 0 == x); a window with no tap inside the input
+ * gives -inf (max) or 0 / count (average), as the padded computation does. */
+NN_INLINE void nn_pool_pixel(const float *restrict ximg, float *restrict yp, const nn_pool_params *p,
+                             int64_t top, int64_t left, int64_t c0, int64_t cb, float divisor) {
+    const int64_t h = p->h, w = p->w, c = p->c;
+    const int is_max = p->kind == NN_POOL_MAX;
+    float acc[NN_POOL_BLOCK] __attribute__((aligned(64)));
+    const float init = is_max ? -INFINITY : 0.0f;
+    for (int64_t ch = 0; ch < NN_POOL_BLOCK; ch++) acc[ch] = init;
+    for (int64_t ki = 0; ki < p->kh; ki++) {
+        const int64_t ih = top + ki * p->dh;
+        if (ih < 0 || ih >= h) continue;
+        const float *xr = ximg + ih * w * c + c0;
+        for (int64_t kj = 0; kj < p->kw; kj++) {
+            const int64_t iw = left + kj * p->dw;
+            if (iw < 0 || iw >= w) continue;
+            nn_pool_tap(acc, xr + iw * c, cb, is_max);
+        }
+    }
+    nn_pool_store(acc, yp + c0, cb, is_max, divisor);
+}
+
+/* Output rows [r0, r1) of the flattened (n * oh) rows: each pixel's window, its channels in blocks. */
+NN_API NN_CLONES void nn_pool_nhwc_f32(const float *x, float *y, const nn_pool_params *p, int64_t r0,
+                                       int64_t r1) {
+    const int64_t c = p->c, ow = p->ow, full = c - c % NN_POOL_BLOCK;
+    const int with_pad = p->kind == NN_POOL_AVG_PAD;
+    for (int64_t r = r0; r < r1; r++) {
+        const int64_t b = r / p->oh, i = r % p->oh;
+        const float *ximg = x + b * p->h * p->w * c;
+        const int64_t top = i * p->sh - p->pad_top;
+        const int64_t rows = with_pad ? nn_taps_inside(top, p->dh, p->kh, -p->pad_top, p->h + p->pad_bottom)
+                                      : nn_taps_inside(top, p->dh, p->kh, 0, p->h);
+        for (int64_t j = 0; j < ow; j++) {
+            const int64_t left = j * p->sw - p->pad_left;
+            const int64_t cols = with_pad ? nn_taps_inside(left, p->dw, p->kw, -p->pad_left, p->w + p->pad_right)
+                                          : nn_taps_inside(left, p->dw, p->kw, 0, p->w);
+            const float divisor = (float)(rows * cols);
+            float *yp = y + (r * ow + j) * p->y_stride;
+            for (int64_t c0 = 0; c0 < full; c0 += NN_POOL_BLOCK)
+                nn_pool_pixel(ximg, yp, p, top, left, c0, NN_POOL_BLOCK, divisor);
+            if (full < c) nn_pool_pixel(ximg, yp, p, top, left, full, c - full, divisor);
+        }
+    }
+}
+
+/* Global pooling of images [r0, r1) of x (n, hw, c) C-contiguous into y (n, c): every channel reduced over
+ * the pixels in order (the sum numpy's np.mean(x, axis=1) takes, then divided by hw), or its maximum. */
+NN_API NN_CLONES void nn_global_pool_nhwc_f32(const float *x, float *y, int64_t hw, int64_t c, int32_t kind,
+                                              int64_t r0, int64_t r1) {
+    const int is_max = kind == NN_POOL_MAX;
+    for (int64_t b = r0; b < r1; b++) {
+        for (int64_t c0 = 0; c0 < c; c0 += NN_POOL_BLOCK) {
+            const int64_t cb = c - c0 < NN_POOL_BLOCK ? c - c0 : NN_POOL_BLOCK;
+            float acc[NN_POOL_BLOCK] __attribute__((aligned(64)));
+            for (int64_t ch = 0; ch < NN_POOL_BLOCK; ch++) acc[ch] = is_max ? -INFINITY : 0.0f;
+            const float *xb = x + b * hw * c + c0;
+            for (int64_t i = 0; i < hw; i++) nn_pool_tap(acc, xb + i * c, cb, is_max);
+            nn_pool_store(acc, y + b * c + c0, cb, is_max, (float)hw);
         }
     }
 }
