@@ -14,7 +14,9 @@ What is native (the loops numpy cannot run in one pass over memory):
   numpy fast Erf's rational approximation) in one pass;
 * :func:`pool_nhwc`: 2-D MaxPool and AveragePool, channels last, every window's taps while its channels
   are in L1 (one pass over the input; the output may be a channel slice of a wider tensor);
-  :func:`global_pool_nhwc`: GlobalAveragePool and GlobalMaxPool.
+  :func:`global_pool_nhwc`: GlobalAveragePool and GlobalMaxPool;
+* :func:`gather_last`: Gather along the last axis of 4-byte elements (ShuffleNet's channel shuffle in
+  NHWC), a row at a time.
 
 The pooling kernels take a range of their outermost work (output rows of N * OH, images) so that a caller
 may split one op over threads. All run on the calling thread (kernels.c says why: OpenMP workers spun against OpenBLAS's).
@@ -29,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-ABI_VERSION = 4
+ABI_VERSION = 5
 
 # Activation kinds, as numbered in kernels.c
 ACTIVATIONS = {"relu": 1, "clip": 2, "hardsigmoid": 3, "hardswish": 4, "sigmoid": 5, "silu": 6, "gelu": 7}
@@ -102,6 +104,8 @@ def _load() -> tuple[ctypes.CDLL | None, Status]:
     lib.nn_pool_nhwc_f32.restype = None
     lib.nn_global_pool_nhwc_f32.argtypes = [f32, f32, i64, i64, ctypes.c_int32, i64, i64]
     lib.nn_global_pool_nhwc_f32.restype = None
+    lib.nn_gather_last_b32.argtypes = [f32, f32, f32, i64, i64, i64, i64]
+    lib.nn_gather_last_b32.restype = None
     return lib, Status(True, "loaded", spec.origin)
 
 
@@ -163,3 +167,9 @@ def global_pool_nhwc(x: np.ndarray, y: np.ndarray, kind: str, r0: int, r1: int) 
     order, the mean as the sum divided by H * W (np.mean's steps)."""
     n, h, w, c = x.shape
     _lib.nn_global_pool_nhwc_f32(_ptr(x), _ptr(y), h * w, c, POOLS[kind], r0, r1)
+
+
+def gather_last(x: np.ndarray, y: np.ndarray, idx: np.ndarray, r0: int, r1: int) -> None:
+    """Rows [r0, r1) of y[..., k] = x[..., idx[k]] for C-contiguous ``x`` and ``y`` of one 4-byte dtype
+    (rows: the product of the leading axes) and C-contiguous int32 ``idx``, every index in [0, x.shape[-1])."""
+    _lib.nn_gather_last_b32(_ptr(x), _ptr(y), _ptr(idx), idx.size, x.shape[-1], r0, r1)

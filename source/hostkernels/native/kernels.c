@@ -12,6 +12,7 @@
  * - nn_activation_f32: an element-wise activation (Relu, Clip, HardSigmoid, HardSwish, Sigmoid, SiLU, Gelu).
  * - nn_pool_nhwc_f32: 2-D MaxPool / AveragePool, channels last, one pass over the input, on a range of
  *   output rows; nn_global_pool_nhwc_f32: GlobalAveragePool / GlobalMaxPool on a range of images.
+ * - nn_gather_last_b32: Gather along the last axis of 4-byte elements (a channel permutation in NHWC).
  *
  * Everything runs on the calling thread. NOTE: OpenMP threads were tried and removed: an OpenMP runtime
  * already loaded by another library (torch's import brings one that reads OMP_WAIT_POLICY before nnhal can
@@ -63,7 +64,7 @@ typedef struct {
     nn_act act;
 } nn_dw_params;
 
-NN_API int nn_abi_version(void) { return 4; }
+NN_API int nn_abi_version(void) { return 5; }
 
 /* exp(x) for float32 to about 2 ulp: x = k ln2 + r, |r| <= ln2 / 2, exp(r) by a degree-6 polynomial,
  * 2^k put into the exponent bits. Written with plain arithmetic so that the loops calling it vectorize. */
@@ -387,6 +388,19 @@ NN_API NN_CLONES void nn_global_pool_nhwc_f32(const float *x, float *y, int64_t 
             for (int64_t i = 0; i < hw; i++) nn_pool_tap(acc, xb + i * c, cb, is_max);
             nn_pool_store(acc, y + b * c + c0, cb, is_max, (float)hw);
         }
+    }
+}
+
+/* Gather along the last axis of 4-byte elements, rows [r0, r1): y[r, k] = x[r, idx[k]] for x (rows, in_row)
+ * and y (rows, n_idx), both C-contiguous. Bits are copied as they are (any 4-byte dtype, NaN payloads
+ * kept); a row of x stays in L1 while its elements are picked (vector gathers where the CPU has them). */
+NN_API NN_CLONES void nn_gather_last_b32(const uint32_t *x, uint32_t *y, const int32_t *idx, int64_t n_idx,
+                                         int64_t in_row, int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; r++) {
+        const uint32_t *restrict xr = x + r * in_row;
+        uint32_t *restrict yr = y + r * n_idx;
+#pragma omp simd
+        for (int64_t k = 0; k < n_idx; k++) yr[k] = xr[idx[k]];
     }
 }
 
