@@ -23,8 +23,10 @@ class GatherKernel(Kernel):
 
 class GatherLastAxis(Kernel):
     """The last axis of static 4-byte data by constant 1-D indices, all in range: the native kernel picks
-    each row's elements while the row is in L1 (ShuffleNet's channel shuffle in NHWC, a Gather on the
-    channel axis: 0.13 ms for 28x28x240 by np.take). np.take copies whole blocks on any other axis."""
+    each row's elements while the row is in L1. np.take copies whole blocks on any other axis.
+    ShuffleNet's channel shuffle (a Gather of the channel axis in NHWC, indices the transpose of a
+    (g, C/g) matrix) runs as that transpose, without gather instructions (8x28x28x240, 3 groups: np.take
+    1.18 ms, gathers 0.44, the transpose 0.17, a plain copy 0.15)."""
 
     op_type = "Gather"
     name = "native-last"
@@ -46,16 +48,30 @@ class GatherLastAxis(Kernel):
         idx = np.ascontiguousarray(wrap_indices(ins[1].value, data.shape[-1]), dtype=np.int32)
         shape = tuple(data.shape[:-1]) + (idx.size,)
         rows = int(np.prod(data.shape[:-1], dtype=np.int64))
+        groups = _shuffle_groups(idx, data.shape[-1])
 
         def run(inputs, outputs):
             x = np.ascontiguousarray(inputs[0])
             out = outputs[0]
             if out is None or not out.flags.c_contiguous:
                 out = np.empty(shape, x.dtype)
-            native.gather_last(x, out, idx, 0, rows)
+            if groups:
+                native.shuffle_last(x, out, groups, 0, rows)
+            else:
+                native.gather_last(x, out, idx, 0, rows)
             return (out,)
 
         return run
+
+
+def _shuffle_groups(idx: np.ndarray, dim: int) -> int:
+    """g when ``idx`` is the channel shuffle of ``dim`` channels in g > 1 groups (idx[k * g + j] = j * dim / g + k),
+    else 0."""
+    if idx.size != dim or dim < 2 or idx[0] != 0 or idx[1] <= 0 or dim % int(idx[1]):
+        return 0
+    groups = dim // int(idx[1])
+    shuffle = np.arange(dim).reshape(groups, dim // groups).T.reshape(-1)
+    return groups if groups > 1 and np.array_equal(idx, shuffle) else 0
 
 
 IMPLEMENTATIONS = (GatherKernel, GatherLastAxis)

@@ -22,7 +22,10 @@ def _gather(data: np.ndarray, idx: np.ndarray, axis: int = -1):
 @needs_native
 @pytest.mark.parametrize("dtype", [np.float32, np.int32, np.uint32])
 @pytest.mark.parametrize("idx", [
-    np.arange(240).reshape(3, 80).T.reshape(-1),        # ShuffleNet's channel shuffle, 3 groups
+    np.arange(240).reshape(3, 80).T.reshape(-1),        # ShuffleNet's channel shuffle, 3 groups (transposed)
+    np.arange(240).reshape(8, 30).T.reshape(-1),        # 8 groups
+    np.arange(240).reshape(48, 5).T.reshape(-1),        # 48 groups: the general transpose loop
+    np.arange(240).reshape(3, 80).T.reshape(-1)[::-1],  # not a shuffle: gathers
     np.array([5, -1, 0, 5, -240, 17], np.int64),          # negative, repeated, a subset
     np.array([239]),
 ])
@@ -50,6 +53,18 @@ def test_gather_last_rows_compose():
     for r0, r1 in [(0, 4), (4, 5), (5, 9)]:
         native.gather_last(data, out, idx, r0, r1)
     np.testing.assert_array_equal(out, data[:, ::-1])
+
+
+# the identity is the shuffle of ``dim`` groups of one channel (a transpose of (dim, 1)): also right
+@pytest.mark.parametrize("groups,dim,want", [(3, 240, 3), (2, 8, 2), (4, 8, 4), (1, 8, 8)])
+def test_shuffle_groups_recognised(groups, dim, want):
+    from nnhal.hostkernels.op_gather import _shuffle_groups
+    idx = np.arange(dim).reshape(groups, dim // groups).T.reshape(-1).astype(np.int32)
+    assert _shuffle_groups(idx, dim) == want
+    assert _shuffle_groups(idx[:-1], dim) == 0
+    swapped = idx.copy()
+    swapped[[2, 5]] = swapped[[5, 2]]
+    assert _shuffle_groups(swapped, dim) == 0
 
 
 def test_gather_last_not_taken():

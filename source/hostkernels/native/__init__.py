@@ -15,8 +15,8 @@ What is native (the loops numpy cannot run in one pass over memory):
 * :func:`pool_nhwc`: 2-D MaxPool and AveragePool, channels last, every window's taps while its channels
   are in L1 (one pass over the input; the output may be a channel slice of a wider tensor);
   :func:`global_pool_nhwc`: GlobalAveragePool and GlobalMaxPool;
-* :func:`gather_last`: Gather along the last axis of 4-byte elements (ShuffleNet's channel shuffle in
-  NHWC), a row at a time.
+* :func:`gather_last`: Gather along the last axis of 4-byte elements, a row at a time; :func:`shuffle_last`
+  the channel shuffle's permutation among them (ShuffleNet's in NHWC) by interleaving stores, no gathers.
 
 The pooling kernels take a range of their outermost work (output rows of N * OH, images) so that a caller
 may split one op over threads. All run on the calling thread (kernels.c says why: OpenMP workers spun against OpenBLAS's).
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-ABI_VERSION = 5
+ABI_VERSION = 6
 
 # Activation kinds, as numbered in kernels.c
 ACTIVATIONS = {"relu": 1, "clip": 2, "hardsigmoid": 3, "hardswish": 4, "sigmoid": 5, "silu": 6, "gelu": 7}
@@ -106,6 +106,8 @@ def _load() -> tuple[ctypes.CDLL | None, Status]:
     lib.nn_global_pool_nhwc_f32.restype = None
     lib.nn_gather_last_b32.argtypes = [f32, f32, f32, i64, i64, i64, i64]
     lib.nn_gather_last_b32.restype = None
+    lib.nn_shuffle_last_b32.argtypes = [f32, f32, i64, i64, i64, i64]
+    lib.nn_shuffle_last_b32.restype = None
     return lib, Status(True, "loaded", spec.origin)
 
 
@@ -173,3 +175,9 @@ def gather_last(x: np.ndarray, y: np.ndarray, idx: np.ndarray, r0: int, r1: int)
     """Rows [r0, r1) of y[..., k] = x[..., idx[k]] for C-contiguous ``x`` and ``y`` of one 4-byte dtype
     (rows: the product of the leading axes) and C-contiguous int32 ``idx``, every index in [0, x.shape[-1])."""
     _lib.nn_gather_last_b32(_ptr(x), _ptr(y), _ptr(idx), idx.size, x.shape[-1], r0, r1)
+
+
+def shuffle_last(x: np.ndarray, y: np.ndarray, groups: int, r0: int, r1: int) -> None:
+    """Rows [r0, r1) of the channel shuffle y[..., k * groups + g] = x[..., g * (C / groups) + k] for
+    C-contiguous ``x`` and ``y`` of one 4-byte dtype and shape, C = x.shape[-1] a multiple of ``groups``."""
+    _lib.nn_shuffle_last_b32(_ptr(x), _ptr(y), groups, x.shape[-1] // groups, r0, r1)
