@@ -14,9 +14,10 @@ ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the oracle (test
 SHAPE = (2, 8, 12, 12)
 
 
-def _model(extra_outputs=(), reread=False):
+def _model(extra_outputs=(), reread=False, relu_after=False):
     """Three branches into one channel Concat: MaxPool and AveragePool (kernels that write channel slices)
-    and a strided 1x1 Conv; ``extra_outputs`` also leave the graph, ``reread`` reads the AveragePool twice."""
+    and a strided 1x1 Conv; ``extra_outputs`` also leave the graph, ``reread`` reads the AveragePool twice,
+    ``relu_after`` puts a Relu between the Concat and its Conv (ShuffleNet's)."""
     rng = np.random.default_rng(3)
 
     def w(name, *shape):
@@ -31,7 +32,8 @@ def _model(extra_outputs=(), reread=False):
                          count_include_pad=1),
         helper.make_node("Conv", ["x", "wc"], ["r"], strides=[2, 2]),
         helper.make_node("Concat", ["p", "q", "r"], ["cat"], axis=1),
-        helper.make_node("Conv", ["cat", "wd"], ["y"]),
+        helper.make_node("Relu", ["cat"], ["catr"]) if relu_after else helper.make_node("Identity", ["cat"], ["catr"]),
+        helper.make_node("Conv", ["catr", "wd"], ["y"]),
     ]
     inits = [w("wa", 16, 8, 3, 3), w("wb", 24, 8, 3, 3), w("wc", 8, 8, 1, 1), w("wd", 4, 48, 1, 1)]
     outputs = ["y", *extra_outputs]
@@ -86,3 +88,15 @@ def test_a_second_run_and_a_concurrent_arena_see_the_same_slices():
         second = s.run({"x": x})[0]
         plan.pool.append(spare)
     np.testing.assert_array_equal(first, second)
+
+
+def test_a_relu_after_the_concat_runs_in_place_over_its_whole_buffer():
+    model = _model(relu_after=True)
+    x = np.random.default_rng(2).standard_normal(SHAPE).astype(np.float32)
+    got, plan = _run(model, x)
+    (concat,) = [st for st in plan.steps if st.node.op_type == "Concat"]
+    (relu,) = [st for st in plan.steps if st.node.op_type == "Relu"]
+    assert len(plan.memory.strides) == 2
+    assert plan.memory.inplace[relu.node.outputs[0]] == concat.node.outputs[0]
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-4)

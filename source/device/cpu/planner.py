@@ -100,8 +100,10 @@ def plan_memory(steps: list[tuple[list[str], list[str], dict[int, int], dict[int
             root[name] = name
             group_last[name] = max(last_use.get(name, i), i)
             src = ins[inplace_map[o_idx]] if o_idx in inplace_map and inplace_map[o_idx] < len(ins) else ""
-            # never in place over a member of a slice group: its group lives on past this node
-            if src and src in root and root[src] not in tops and group_last[root[src]] == i \
+            # never in place over a member of a slice group (its buffer is a part of the group's); over the
+            # group's own tensor (a Concat output) only when the whole group dies here (ShuffleNet's Relu
+            # after its Concat)
+            if src and src in root and (root[src] not in tops or root[src] == src) and group_last[root[src]] == i \
                     and sizes.get(src) == sizes[name] and sum(1 for n in ins if n == src) == 1:
                 r = root[src]
                 root[name] = r
