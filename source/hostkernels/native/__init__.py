@@ -16,7 +16,8 @@ What is native (the loops numpy cannot run in one pass over memory):
   are in L1 (one pass over the input; the output may be a channel slice of a wider tensor);
   :func:`global_pool_nhwc`: GlobalAveragePool and GlobalMaxPool;
 * :func:`gather_last`: Gather along the last axis of 4-byte elements, a row at a time; :func:`shuffle_last`
-  the channel shuffle's permutation among them (ShuffleNet's in NHWC) by interleaving stores, no gathers.
+  the channel shuffle's permutation among them (ShuffleNet's in NHWC) by interleaving stores, no gathers;
+* :func:`add_act`: a + b with a fused activation in one pass (a residual Add or Sum followed by its Relu).
 
 The pooling kernels take a range of their outermost work (output rows of N * OH, images) so that a caller
 may split one op over threads. All run on the calling thread (kernels.c says why: OpenMP workers spun against OpenBLAS's).
@@ -31,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-ABI_VERSION = 6
+ABI_VERSION = 7
 
 # Activation kinds, as numbered in kernels.c
 ACTIVATIONS = {"relu": 1, "clip": 2, "hardsigmoid": 3, "hardswish": 4, "sigmoid": 5, "silu": 6, "gelu": 7}
@@ -108,6 +109,8 @@ def _load() -> tuple[ctypes.CDLL | None, Status]:
     lib.nn_gather_last_b32.restype = None
     lib.nn_shuffle_last_b32.argtypes = [f32, f32, i64, i64, i64, i64]
     lib.nn_shuffle_last_b32.restype = None
+    lib.nn_add_act_f32.argtypes = [f32, f32, f32, i64, i64, ctypes.POINTER(Act)]
+    lib.nn_add_act_f32.restype = None
     return lib, Status(True, "loaded", spec.origin)
 
 
@@ -181,3 +184,9 @@ def shuffle_last(x: np.ndarray, y: np.ndarray, groups: int, r0: int, r1: int) ->
     """Rows [r0, r1) of the channel shuffle y[..., k * groups + g] = x[..., g * (C / groups) + k] for
     C-contiguous ``x`` and ``y`` of one 4-byte dtype and shape, C = x.shape[-1] a multiple of ``groups``."""
     _lib.nn_shuffle_last_b32(_ptr(x), _ptr(y), groups, x.shape[-1] // groups, r0, r1)
+
+
+def add_act(a: np.ndarray, b: np.ndarray, y: np.ndarray, act: Act, i0: int, i1: int) -> None:
+    """y.flat[i] = act(a.flat[i] + b.flat[i]) for i in [i0, i1): C-contiguous float32 arrays of one size, ``y``
+    may be ``a`` or ``b``. Relu and Clip let a NaN through, as numpy's maximum and minimum do."""
+    _lib.nn_add_act_f32(_ptr(a), _ptr(b), _ptr(y), i0, i1, ctypes.byref(act))

@@ -14,6 +14,7 @@
  *   output rows; nn_global_pool_nhwc_f32: GlobalAveragePool / GlobalMaxPool on a range of images.
  * - nn_gather_last_b32: Gather along the last axis of 4-byte elements (a channel permutation in NHWC);
  *   nn_shuffle_last_b32: the channel shuffle's permutation (each row a (g, c/g) matrix transposed).
+ * - nn_add_act_f32: a + b of one shape with the fused activation, in one pass (a residual Add + Relu).
  *
  * Everything runs on the calling thread. NOTE: OpenMP threads were tried and removed: an OpenMP runtime
  * already loaded by another library (torch's import brings one that reads OMP_WAIT_POLICY before nnhal can
@@ -65,7 +66,7 @@ typedef struct {
     nn_act act;
 } nn_dw_params;
 
-NN_API int nn_abi_version(void) { return 6; }
+NN_API int nn_abi_version(void) { return 7; }
 
 /* exp(x) for float32 to about 2 ulp: x = k ln2 + r, |r| <= ln2 / 2, exp(r) by a degree-6 polynomial,
  * 2^k put into the exponent bits. Written with plain arithmetic so that the loops calling it vectorize. */
@@ -427,6 +428,33 @@ NN_API NN_CLONES void nn_shuffle_last_b32(const uint32_t *x, uint32_t *y, int64_
         case 4: nn_shuffle_row(xr, yr, 4, cg); break;
         case 8: nn_shuffle_row(xr, yr, 8, cg); break;
         default: nn_shuffle_row(xr, yr, g, cg); break;
+        }
+    }
+}
+
+/* y[i] = act(a[i] + b[i]) for i in [i0, i1), all three C-contiguous float32 of one size (y may be a or b): the
+ * sum and its activation while a chunk is in L1 (numpy makes a pass for each). Relu and Clip keep numpy's
+ * NaN rule (np.maximum / np.minimum: a NaN wins), unlike nn_apply's; the other kinds go through nn_apply. */
+NN_API NN_CLONES void nn_add_act_f32(const float *a, const float *b, float *y, int64_t i0, int64_t i1,
+                                     const nn_act *act) {
+    const float lo = act->kind == NN_ACT_RELU ? 0.0f : act->lo, hi = act->kind == NN_ACT_RELU ? INFINITY : act->hi;
+    const int bounds = act->kind == NN_ACT_RELU || act->kind == NN_ACT_CLIP;
+    for (int64_t c0 = i0; c0 < i1; c0 += NN_CHUNK) {
+        const int64_t n = i1 - c0 < NN_CHUNK ? i1 - c0 : NN_CHUNK;
+        const float *pa = a + c0, *pb = b + c0;
+        float *py = y + c0;
+        if (bounds) {
+            /* a comparison with a NaN is false: the NaN is kept, as np.maximum / np.minimum keep it */
+#pragma omp simd
+            for (int64_t i = 0; i < n; i++) {
+                const float v = pa[i] + pb[i];
+                const float t = v < lo ? lo : v;
+                py[i] = t > hi ? hi : t;
+            }
+        } else {
+#pragma omp simd
+            for (int64_t i = 0; i < n; i++) py[i] = pa[i] + pb[i];
+            nn_apply(py, n, act);
         }
     }
 }
