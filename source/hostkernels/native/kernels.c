@@ -352,10 +352,53 @@ NN_INLINE void nn_pool_pixel(const float *restrict ximg, float *restrict yp, con
     nn_pool_store(acc, yp + c0, cb, is_max, divisor);
 }
 
+/* 8 int32 lanes: the masks of nn_v8 comparisons */
+typedef int32_t nn_i8 __attribute__((vector_size(32)));
+
+/* np.maximum's rule on 8 lanes: a NaN in v wins, a NaN already in a stays. */
+NN_INLINE nn_v8 nn_vmax_nan(nn_v8 a, nn_v8 v) {
+    const nn_i8 take = (v > a) | (v != v);
+    return (nn_v8)(((nn_i8)v & take) | ((nn_i8)a & ~take));
+}
+
+/* Channels per register block of the pooling kernel: four 8-lane accumulators stay in registers across a
+ * window's taps (the nn_pool_pixel path loads and stores its L1 accumulator at every tap: 3x3 stride-1
+ * averages of 192 channels ran no faster than numpy's separable passes). */
+#define NN_POOL_VBLOCK 32
+
+/* nn_pool_pixel for a full register block of NN_POOL_VBLOCK channels at c0: the same taps in the same
+ * order, so the same sums and maxima. */
+NN_INLINE void nn_pool_pixel_v32(const float *restrict ximg, float *restrict yp, const nn_pool_params *p,
+                                 int64_t top, int64_t left, int64_t c0, float divisor) {
+    const int64_t h = p->h, w = p->w, c = p->c;
+    const int is_max = p->kind == NN_POOL_MAX;
+    const float init = is_max ? -INFINITY : 0.0f;
+    nn_v8 a0 = {init, init, init, init, init, init, init, init}, a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t ki = 0; ki < p->kh; ki++) {
+        const int64_t ih = top + ki * p->dh;
+        if (ih < 0 || ih >= h) continue;
+        const float *xr = ximg + ih * w * c + c0;
+        for (int64_t kj = 0; kj < p->kw; kj++) {
+            const int64_t iw = left + kj * p->dw;
+            if (iw < 0 || iw >= w) continue;
+            const nn_v8 *xp = (const nn_v8 *)(xr + iw * c);
+            if (is_max) {
+                a0 = nn_vmax_nan(a0, xp[0]), a1 = nn_vmax_nan(a1, xp[1]);
+                a2 = nn_vmax_nan(a2, xp[2]), a3 = nn_vmax_nan(a3, xp[3]);
+            } else {
+                a0 += xp[0], a1 += xp[1], a2 += xp[2], a3 += xp[3];
+            }
+        }
+    }
+    if (!is_max) a0 /= divisor, a1 /= divisor, a2 /= divisor, a3 /= divisor;
+    nn_v8 *out = (nn_v8 *)(yp + c0);
+    out[0] = a0, out[1] = a1, out[2] = a2, out[3] = a3;
+}
+
 /* Output rows [r0, r1) of the flattened (n * oh) rows: each pixel's window, its channels in blocks. */
 NN_API NN_CLONES void nn_pool_nhwc_f32(const float *x, float *y, const nn_pool_params *p, int64_t r0,
                                        int64_t r1) {
-    const int64_t c = p->c, ow = p->ow, full = c - c % NN_POOL_BLOCK;
+    const int64_t c = p->c, ow = p->ow, full = c - c % NN_POOL_VBLOCK;
     const int with_pad = p->kind == NN_POOL_AVG_PAD;
     for (int64_t r = r0; r < r1; r++) {
         const int64_t b = r / p->oh, i = r % p->oh;
@@ -369,8 +412,7 @@ NN_API NN_CLONES void nn_pool_nhwc_f32(const float *x, float *y, const nn_pool_p
                                           : nn_taps_inside(left, p->dw, p->kw, 0, p->w);
             const float divisor = (float)(rows * cols);
             float *yp = y + (r * ow + j) * p->y_stride;
-            for (int64_t c0 = 0; c0 < full; c0 += NN_POOL_BLOCK)
-                nn_pool_pixel(ximg, yp, p, top, left, c0, NN_POOL_BLOCK, divisor);
+            for (int64_t c0 = 0; c0 < full; c0 += NN_POOL_VBLOCK) nn_pool_pixel_v32(ximg, yp, p, top, left, c0, divisor);
             if (full < c) nn_pool_pixel(ximg, yp, p, top, left, full, c - full, divisor);
         }
     }
