@@ -329,26 +329,34 @@ NN_INLINE void nn_pool_store(float *restrict acc, float *restrict y, int64_t cb,
     memcpy(y, acc, (size_t)cb * sizeof(float));
 }
 
-/* One output pixel's block of ``cb`` <= NN_POOL_BLOCK channels at c0: every in-bounds tap, row by row.
- * Padding contributes nothing (max(x, -inf) == x, x + 0 == x); a window with no tap inside the input
- * gives -inf (max) or 0 / count (average), as the padded computation does. */
-NN_INLINE void nn_pool_pixel(const float *restrict ximg, float *restrict yp, const nn_pool_params *p,
-                             int64_t top, int64_t left, int64_t c0, int64_t cb, float divisor) {
-    const int64_t h = p->h, w = p->w, c = p->c;
-    const int is_max = p->kind == NN_POOL_MAX;
+/* The taps of one axis inside the input: the offsets (position * unit) of start + t * step in [0, size),
+ * t in [0, k), into off; returns how many. */
+NN_INLINE int64_t nn_taps(int64_t *off, int64_t start, int64_t step, int64_t k, int64_t size, int64_t unit) {
+    int64_t n = 0;
+    for (int64_t t = 0; t < k; t++) {
+        const int64_t pos = start + t * step;
+        if (pos >= 0 && pos < size) off[n++] = pos * unit;
+    }
+    return n;
+}
+
+/* A window's taps inside the input: row offsets x column offsets (floats from the image's start). Padding
+ * contributes nothing (max(x, -inf) == x, x + 0 == x); a window with no tap inside the input gives -inf
+ * (max) or 0 / count (average), as the padded computation does. */
+typedef struct {
+    const int64_t *rows, *cols;
+    int64_t nr, nc;
+} nn_window;
+
+/* One output pixel's block of ``cb`` <= NN_POOL_BLOCK channels at c0 (the last, narrower block of a channel
+ * count that is not a multiple of NN_POOL_VBLOCK): every tap, row by row, through an L1 accumulator. */
+NN_INLINE void nn_pool_pixel(const float *restrict ximg, float *restrict yp, const nn_window *win, int is_max,
+                             int64_t c0, int64_t cb, float divisor) {
     float acc[NN_POOL_BLOCK] __attribute__((aligned(64)));
     const float init = is_max ? -INFINITY : 0.0f;
     for (int64_t ch = 0; ch < NN_POOL_BLOCK; ch++) acc[ch] = init;
-    for (int64_t ki = 0; ki < p->kh; ki++) {
-        const int64_t ih = top + ki * p->dh;
-        if (ih < 0 || ih >= h) continue;
-        const float *xr = ximg + ih * w * c + c0;
-        for (int64_t kj = 0; kj < p->kw; kj++) {
-            const int64_t iw = left + kj * p->dw;
-            if (iw < 0 || iw >= w) continue;
-            nn_pool_tap(acc, xr + iw * c, cb, is_max);
-        }
-    }
+    for (int64_t a = 0; a < win->nr; a++)
+        for (int64_t b = 0; b < win->nc; b++) nn_pool_tap(acc, ximg + win->rows[a] + win->cols[b] + c0, cb, is_max);
     nn_pool_store(acc, yp + c0, cb, is_max, divisor);
 }
 
@@ -362,26 +370,19 @@ NN_INLINE nn_v8 nn_vmax_nan(nn_v8 a, nn_v8 v) {
 }
 
 /* Channels per register block of the pooling kernel: four 8-lane accumulators stay in registers across a
- * window's taps (the nn_pool_pixel path loads and stores its L1 accumulator at every tap: 3x3 stride-1
- * averages of 192 channels ran no faster than numpy's separable passes). */
+ * window's taps (an L1 accumulator, loaded and stored at every tap, made 3x3 stride-1 averages of 192
+ * channels no faster than numpy's separable passes). */
 #define NN_POOL_VBLOCK 32
 
 /* nn_pool_pixel for a full register block of NN_POOL_VBLOCK channels at c0: the same taps in the same
  * order, so the same sums and maxima. */
-NN_INLINE void nn_pool_pixel_v32(const float *restrict ximg, float *restrict yp, const nn_pool_params *p,
-                                 int64_t top, int64_t left, int64_t c0, float divisor) {
-    const int64_t h = p->h, w = p->w, c = p->c;
-    const int is_max = p->kind == NN_POOL_MAX;
+NN_INLINE void nn_pool_pixel_v32(const float *restrict ximg, float *restrict yp, const nn_window *win,
+                                 int is_max, int64_t c0, float divisor) {
     const float init = is_max ? -INFINITY : 0.0f;
     nn_v8 a0 = {init, init, init, init, init, init, init, init}, a1 = a0, a2 = a0, a3 = a0;
-    for (int64_t ki = 0; ki < p->kh; ki++) {
-        const int64_t ih = top + ki * p->dh;
-        if (ih < 0 || ih >= h) continue;
-        const float *xr = ximg + ih * w * c + c0;
-        for (int64_t kj = 0; kj < p->kw; kj++) {
-            const int64_t iw = left + kj * p->dw;
-            if (iw < 0 || iw >= w) continue;
-            const nn_v8 *xp = (const nn_v8 *)(xr + iw * c);
+    for (int64_t a = 0; a < win->nr; a++) {
+        for (int64_t b = 0; b < win->nc; b++) {
+            const nn_v8 *xp = (const nn_v8 *)(ximg + win->rows[a] + win->cols[b] + c0);
             if (is_max) {
                 a0 = nn_vmax_nan(a0, xp[0]), a1 = nn_vmax_nan(a1, xp[1]);
                 a2 = nn_vmax_nan(a2, xp[2]), a3 = nn_vmax_nan(a3, xp[3]);
@@ -395,25 +396,28 @@ NN_INLINE void nn_pool_pixel_v32(const float *restrict ximg, float *restrict yp,
     out[0] = a0, out[1] = a1, out[2] = a2, out[3] = a3;
 }
 
-/* Output rows [r0, r1) of the flattened (n * oh) rows: each pixel's window, its channels in blocks. */
+/* Output rows [r0, r1) of the flattened (n * oh) rows: each pixel's window, its channels in blocks. The
+ * window's row taps are found once per output row, its column taps once per pixel. */
 NN_API NN_CLONES void nn_pool_nhwc_f32(const float *x, float *y, const nn_pool_params *p, int64_t r0,
                                        int64_t r1) {
     const int64_t c = p->c, ow = p->ow, full = c - c % NN_POOL_VBLOCK;
-    const int with_pad = p->kind == NN_POOL_AVG_PAD;
+    const int is_max = p->kind == NN_POOL_MAX, with_pad = p->kind == NN_POOL_AVG_PAD;
+    int64_t rows[p->kh], cols[p->kw];
     for (int64_t r = r0; r < r1; r++) {
         const int64_t b = r / p->oh, i = r % p->oh;
         const float *ximg = x + b * p->h * p->w * c;
         const int64_t top = i * p->sh - p->pad_top;
-        const int64_t rows = with_pad ? nn_taps_inside(top, p->dh, p->kh, -p->pad_top, p->h + p->pad_bottom)
-                                      : nn_taps_inside(top, p->dh, p->kh, 0, p->h);
+        const int64_t nr = nn_taps(rows, top, p->dh, p->kh, p->h, p->w * c);
+        const int64_t wr = with_pad ? nn_taps_inside(top, p->dh, p->kh, -p->pad_top, p->h + p->pad_bottom) : nr;
         for (int64_t j = 0; j < ow; j++) {
             const int64_t left = j * p->sw - p->pad_left;
-            const int64_t cols = with_pad ? nn_taps_inside(left, p->dw, p->kw, -p->pad_left, p->w + p->pad_right)
-                                          : nn_taps_inside(left, p->dw, p->kw, 0, p->w);
-            const float divisor = (float)(rows * cols);
+            const nn_window win = {rows, cols, nr, nn_taps(cols, left, p->dw, p->kw, p->w, c)};
+            const int64_t wc = with_pad ? nn_taps_inside(left, p->dw, p->kw, -p->pad_left, p->w + p->pad_right)
+                                        : win.nc;
+            const float divisor = (float)(wr * wc);
             float *yp = y + (r * ow + j) * p->y_stride;
-            for (int64_t c0 = 0; c0 < full; c0 += NN_POOL_VBLOCK) nn_pool_pixel_v32(ximg, yp, p, top, left, c0, divisor);
-            if (full < c) nn_pool_pixel(ximg, yp, p, top, left, full, c - full, divisor);
+            for (int64_t c0 = 0; c0 < full; c0 += NN_POOL_VBLOCK) nn_pool_pixel_v32(ximg, yp, &win, is_max, c0, divisor);
+            if (full < c) nn_pool_pixel(ximg, yp, &win, is_max, full, c - full, divisor);
         }
     }
 }
