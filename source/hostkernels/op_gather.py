@@ -34,7 +34,7 @@ class GatherLastAxis(Kernel):
     def score(self, node, ins, outs) -> int:
         data, indices = ins[0], ins[1] if len(ins) > 1 else None
         if not native.available() or data is None or not data.static or not data.shape or data.dtype is None \
-                or data.dtype.itemsize != 4 or data.dtype.hasobject or indices is None or indices.value is None:
+                or data.dtype.itemsize != 4 or data.dtype.kind not in "fiu" or indices is None or indices.value is None:
             return 0
         rank = len(data.shape)
         idx = np.asarray(indices.value)
