@@ -42,6 +42,10 @@ class Kernel:
     # output index -> input index the output is a view of (Reshape, Squeeze...):
     # the planner allocates nothing for it and keeps the input's buffer alive.
     view: ClassVar[dict[int, int]] = {}
+    # True: the run function writes output 0 correctly into a slice of the last axis of a wider C-contiguous
+    # tensor (a channel slice of a channels-last Concat output, (N, H, W, C) with pixels further apart than
+    # C), which the CPU planner then hands it as its preallocated output (plan.concat_slices)
+    strided_output: ClassVar[bool] = False
     # the memory layout of input 0 and output 0 this implementation runs on: None = the ONNX layout
     # (NCHW); "NHWC" = channels last. A channels-last kernel is chosen only for nodes the CPU layout
     # pass (device/cpu/layout.py) puts in NHWC; its prepare still gets the ONNX (NCHW) shapes in ``ins``

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from nnhal.hostkernels import _add_native
 from nnhal.hostkernels._binary import BinaryKernel
 from nnhal.hostkernels._scratch import fused
 
@@ -16,4 +17,8 @@ class AddKernel(BinaryKernel):
         return fused(super().prepare(node, ins, outs), node)
 
 
-IMPLEMENTATIONS = (AddKernel,)
+class AddNative(_add_native.OnePass, AddKernel):
+    """Same-shape float32 operands: with a fused activation one native pass (see _add_native), else numpy's."""
+
+
+IMPLEMENTATIONS = (AddKernel, AddNative)

@@ -26,6 +26,7 @@ class GlobalAveragePoolNHWC(_nhwc.GlobalPool):
     faster on 2048x7x7 but rounds columns differently."""
 
     op_type = "GlobalAveragePool"
+    native_kind = "avg"
 
     @staticmethod
     def reduce(x, out):

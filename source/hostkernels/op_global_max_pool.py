@@ -23,6 +23,7 @@ class GlobalMaxPoolNHWC(_nhwc.GlobalPool):
     """Channels last: np.maximum.reduce over the pixels."""
 
     op_type = "GlobalMaxPool"
+    native_kind = "max"
 
     @staticmethod
     def reduce(x, out):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from nnhal.hostkernels import native
 from nnhal.hostkernels.base import Kernel
 from nnhal.hostkernels.fused import Activation, FusedNode
 from nnhal.hostkernels.select import force_reference, implementations, select
@@ -124,9 +125,14 @@ def test_pool_not_taken():
     x = image((1, 8, 9, 9))
     ins = [Info(x.dtype, x.shape)]
     kernel = nhwc_kernel("MaxPool")
-    for attrs, outputs in [({"kernel_shape": [3, 3]}, 2), ({"kernel_shape": [3, 3], "dilations": [2, 2]}, 1)]:
-        node, outs = make_node("MaxPool", ins, attrs, outputs)
-        assert kernel.score(node, ins, outs) == 0
+    node, outs = make_node("MaxPool", ins, {"kernel_shape": [3, 3]}, 2)
+    assert kernel.score(node, ins, outs) == 0
+    # dilated windows: only the native kernel runs them (float32)
+    node, outs = make_node("MaxPool", ins, {"kernel_shape": [3, 3], "dilations": [2, 2]}, 1)
+    assert (kernel.score(node, ins, outs) > 0) == native.available()
+    x64 = [Info(np.dtype(np.float64), x.shape)]
+    node, outs = make_node("MaxPool", x64, {"kernel_shape": [3, 3], "dilations": [2, 2]}, 1)
+    assert kernel.score(node, x64, outs) == 0
     node, outs = make_node("MaxPool", ins, {"kernel_shape": [3, 3]})
     assert kernel.score(node, ins, outs) > 0
     assert kernel.score(node, [Info(x.dtype, (1, 8, 9))], outs) == 0

@@ -213,9 +213,9 @@ def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: l
                     and not t.dtype.hasobject:
                 sizes[name] = t.nbytes
                 shapes[name], dtypes[name] = t.shape, t.dtype
-    slices = {} if reference_forced() else concat_slices(graph, chosen, sizes, skip=set(physical))
+    slices, strided = ({}, {}) if reference_forced() else concat_slices(graph, chosen, sizes, physical)
     memory = plan_memory([(n.all_inputs, n.outputs, k.inplace, k.view) for n, k, _, _ in chosen], sizes, external,
-                         slices)
+                         slices, strided)
     layout = (shapes, dtypes, [tuple(node.outputs) for node, _, _, _ in chosen])
     first = Buffers.lay_out(memory, layout)       # the pool's first set; more are laid out while runs overlap
     steps: list[Step] = []
@@ -243,46 +243,67 @@ def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: l
                 chunks=generate(steps, slots, out_slots))
 
 
-def concat_slices(graph: Graph, chosen: list, sizes: dict[str, int], skip: set[str] = frozenset()) \
-        -> dict[str, tuple[str, int]]:
-    """Concat inputs the planner can place inside the Concat output's buffer, as name -> (output, byte offset):
-    their producers then write straight into the output and the Concat copies nothing.
+def concat_slices(graph: Graph, chosen: list, sizes: dict[str, int], physical: dict[str, Info] | None = None) \
+        -> tuple[dict[str, tuple[str, int]], dict[str, tuple[int, ...]]]:
+    """Concat inputs the planner can place inside the Concat output's buffer, as name -> (output, byte offset),
+    and the byte strides of those that are not one contiguous block: their producers then write straight
+    into the output and the Concat copies nothing.
 
-    Only where every input slice is one contiguous block (all dims before the axis are 1, as at batch 1),
-    for planned inputs read once by that Concat, produced here, not a view of another tensor and not
-    already placed in another Concat, and not in ``skip`` (channels-last outputs: their slices are strided).
-    Concats are taken last first so nested ones (DenseNet) chain."""
-    produced: dict[str, tuple[Node, object]] = {}
+    A slice is a contiguous block where all dims before the axis are 1 (as at batch 1, NCHW); otherwise only
+    a slice of the last axis (channels of a channels-last output, ``physical`` gives the NHWC shapes), whose
+    view has the output's strides: there the producer's kernel must declare ``strided_output`` and the
+    Concat must be the tensor's only reader. Inputs must be planned, read once by that Concat, produced
+    here, not a view of another tensor and not already placed in another Concat. Concats are taken last
+    first so nested ones (DenseNet) chain; a strided slice neither holds nor sits in another Concat."""
+    physical = physical or {}
+    produced: dict[str, tuple[Node, int, object]] = {}
+    reads: Counter = Counter()
     for node, kernel, _, _ in chosen:
+        reads.update(n for n in node.all_inputs if n)
         for k, name in enumerate(node.outputs):
             if name:
                 produced[name] = (node, k, kernel)
+
+    def shape_of(name: str) -> tuple[tuple | None, np.dtype | None]:
+        if name in physical:
+            return tuple(physical[name].shape), physical[name].dtype
+        t = graph.tensors.get(name) if name else None
+        return (None, None) if t is None or t.shape is None else (tuple(t.shape), t.dtype)
+
     slices: dict[str, tuple[str, int]] = {}
+    strided: dict[str, tuple[int, ...]] = {}
     for node, kernel, _, _ in reversed(chosen):
         if node.op_type != "Concat" or node.domain or not getattr(kernel, "writes_in_place", False):
             continue
         out = node.outputs[0]
-        t = graph.tensors.get(out)
-        if out not in sizes or out in skip or t is None or t.shape is None:
+        shape, dtype = shape_of(out)
+        if out not in sizes or shape is None or out in strided:
             continue
-        rank = len(t.shape)
+        rank = len(shape)
         axis = node.attrs["axis"] % rank
-        if any(d != 1 for d in t.shape[:axis]):
+        block = all(d == 1 for d in shape[:axis])
+        if not block and (axis != rank - 1 or out in slices):
             continue
-        inner = int(np.prod(t.shape[axis + 1:], dtype=np.int64)) * t.dtype.itemsize
+        inner = int(np.prod(shape[axis + 1:], dtype=np.int64)) * dtype.itemsize
+        steps = tuple(int(np.prod(shape[k + 1:], dtype=np.int64)) * dtype.itemsize for k in range(rank))
         counts = Counter(node.inputs)
         off = 0
         for name in node.inputs:
-            it = graph.tensors.get(name) if name else None
-            if it is None or it.shape is None or len(it.shape) != rank:
+            ishape, idtype = shape_of(name)
+            if ishape is None or len(ishape) != rank:
                 break
-            size = int(it.shape[axis]) * inner
+            size = int(ishape[axis]) * inner
             prod = produced.get(name)
-            if name in sizes and counts[name] == 1 and name not in slices and prod is not None \
-                    and prod[1] not in prod[2].view and it.dtype == t.dtype and sizes[name] == size:
+            fits = name in sizes and counts[name] == 1 and name not in slices and prod is not None \
+                and prod[1] not in prod[2].view and idtype == dtype
+            if fits and block and sizes[name] == size:
                 slices[name] = (out, off)
+            elif fits and not block and prod[1] == 0 and getattr(prod[2], "strided_output", False) \
+                    and reads[name] == 1 and ishape[:axis] == shape[:axis]:
+                slices[name] = (out, off)
+                strided[name] = steps
             off += size
-    return slices
+    return slices, strided
 
 
 def _verify(step: Step, result) -> None:

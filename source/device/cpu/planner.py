@@ -5,7 +5,10 @@ the nodes in execution order, each new buffer takes the best-fitting free
 block (or grows the arena) and is freed after its last reader. A kernel may
 declare an output *in place* of an input that dies at that node (same size
 and dtype), or a *view* of an input (Reshape and friends); both share the
-input's buffer, whose lifetime then covers every alias.
+input's buffer, whose lifetime then covers every alias. A Concat's inputs
+may live inside its output's buffer (``slices``): a contiguous block, or a
+channel slice of a channels-last output, whose views then have the output's
+strides (``strided``).
 """
 from __future__ import annotations
 
@@ -33,11 +36,13 @@ class MemoryPlan:
     inplace: dict[str, str] = field(default_factory=dict)   # output -> input it overwrites
     views: dict[str, str] = field(default_factory=dict)     # output -> input it views
     naive_bytes: int = 0                                     # without reuse, for reports
+    strides: dict[str, tuple[int, ...]] = field(default_factory=dict)  # byte strides of non-contiguous slices
 
 
 def plan_memory(steps: list[tuple[list[str], list[str], dict[int, int], dict[int, int]]],
                 sizes: dict[str, int], external: set[str],
-                slices: dict[str, tuple[str, int]] | None = None) -> MemoryPlan:
+                slices: dict[str, tuple[str, int]] | None = None,
+                strided: dict[str, tuple[int, ...]] | None = None) -> MemoryPlan:
     """Plan buffers for ``steps`` = [(input names, output names, inplace, view)].
 
     ``sizes`` gives the byte size of each plannable tensor (static, produced
@@ -46,7 +51,9 @@ def plan_memory(steps: list[tuple[list[str], list[str], dict[int, int], dict[int
     tensor to (parent tensor, byte offset): it lives inside its parent's
     buffer (a Concat input written straight into the Concat output); the
     parent's buffer is taken when the first member of its group is produced
-    and lives until the last member is read.
+    and lives until the last member is read. ``strided`` gives the byte strides of the slices that are
+    not one contiguous block (a channel slice of a channels-last Concat output: its parent's strides);
+    ``sizes`` of such a slice is its element count times the item size, as for any tensor.
     """
     slices = slices or {}
     last_use: dict[str, int] = {}
@@ -93,8 +100,10 @@ def plan_memory(steps: list[tuple[list[str], list[str], dict[int, int], dict[int
             root[name] = name
             group_last[name] = max(last_use.get(name, i), i)
             src = ins[inplace_map[o_idx]] if o_idx in inplace_map and inplace_map[o_idx] < len(ins) else ""
-            # never in place over a member of a slice group: its group lives on past this node
-            if src and src in root and root[src] not in tops and group_last[root[src]] == i \
+            # never in place over a member of a slice group (its buffer is a part of the group's); over the
+            # group's own tensor (a Concat output) only when the whole group dies here (ShuffleNet's Relu
+            # after its Concat)
+            if src and src in root and (root[src] not in tops or root[src] == src) and group_last[root[src]] == i \
                     and sizes.get(src) == sizes[name] and sum(1 for n in ins if n == src) == 1:
                 r = root[src]
                 root[name] = r
@@ -120,7 +129,8 @@ def plan_memory(steps: list[tuple[list[str], list[str], dict[int, int], dict[int
                 _give(free, offsets[r], _aligned(sizes[r]))
     plans = {name: TensorPlan(name, sizes.get(name, 0), r, offsets[r] + sub_offset.get(name, 0))
              for name, r in root.items() if r in offsets}
-    return MemoryPlan(top, plans, inplace, views, naive)
+    return MemoryPlan(top, plans, inplace, views, naive,
+                      {name: st for name, st in (strided or {}).items() if name in plans})
 
 
 def _aligned(n: int) -> int:
@@ -162,6 +172,10 @@ def arena_views(plan: MemoryPlan, arena: np.ndarray, shapes: dict[str, tuple], d
     result = {}
     for name, tp in plan.tensors.items():
         if name in plan.views:
+            continue
+        strides = plan.strides.get(name)
+        if strides is not None:
+            result[name] = np.ndarray(shapes[name], dtypes[name], buffer=arena, offset=tp.offset, strides=strides)
             continue
         count = int(np.prod(shapes[name], dtype=np.int64))
         result[name] = np.frombuffer(arena, dtype=dtypes[name], count=count, offset=tp.offset).reshape(shapes[name])

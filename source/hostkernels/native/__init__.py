@@ -11,13 +11,20 @@ What is native (the loops numpy cannot run in one pass over memory):
 * :func:`dwconv_nhwc`: depthwise 2-D convolution, channels last, with bias and activation fused;
 * :func:`fake_quantize_blocks`: per-block dynamic int8/uint8 quantization of activations, dequantized;
 * :func:`activation`: Relu, Clip, HardSigmoid, HardSwish, Sigmoid, SiLU and the exact Gelu (erf by the
-  numpy fast Erf's rational approximation) in one pass.
+  numpy fast Erf's rational approximation) in one pass;
+* :func:`pool_nhwc`: 2-D MaxPool and AveragePool, channels last, every window's taps while its channels
+  are in L1 (one pass over the input; the output may be a channel slice of a wider tensor);
+  :func:`global_pool_nhwc`: GlobalAveragePool and GlobalMaxPool;
+* :func:`gather_last`: Gather along the last axis of 4-byte elements, a row at a time; :func:`shuffle_last`
+  the channel shuffle's permutation among them (ShuffleNet's in NHWC) by interleaving stores, no gathers;
+* :func:`add_act`: a + b with a fused activation in one pass (a residual Add or Sum followed by its Relu).
 
 Each runs on the calling thread (kernels.c says why not OpenMP); the native thread pool (``nn_pool_run``)
 splits the large ones over the cpu device's threads without the GIL: :func:`gemm` (a GEMM with its bias
 and activation, through the cblas_sgemm of the BLAS numpy uses, found by :func:`pool_available`),
 :func:`batched_gemm`, :func:`conv_im2col`, :func:`dwconv_parallel`, :func:`activation_parallel`
-(hostkernels/parallel.py decides the parts).
+(hostkernels/parallel.py decides the parts). The pooling kernels take a range of their outermost work
+(output rows of N * OH, images) so that a caller may split one op over threads.
 """
 from __future__ import annotations
 
@@ -29,10 +36,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-ABI_VERSION = 7
+ABI_VERSION = 8
 
 # Activation kinds, as numbered in kernels.c
 ACTIVATIONS = {"relu": 1, "clip": 2, "hardsigmoid": 3, "hardswish": 4, "sigmoid": 5, "silu": 6, "gelu": 7}
+# Pooling kinds, as numbered in kernels.c: max, average over the taps inside the input, average over the
+# taps inside the padded input (count_include_pad)
+POOLS = {"max": 0, "avg": 1, "avg_pad": 2}
 
 
 class Act(ctypes.Structure):
@@ -84,6 +94,13 @@ class ConvArgs(ctypes.Structure):
                 ("scratch", ctypes.c_void_p)] \
         + [(name, ctypes.c_int64) for name in ("n", "h", "w_in", "c", "oh", "ow", "m", "kh", "kw", "sh", "sw", "dh",
                                                "dw", "pad_top", "pad_left", "ld", "band_rows")] + [("act", Act)]
+class PoolParams(ctypes.Structure):
+    """nn_pool_params: a 2-D pooling's geometry (input (n, h, w, c), output (n, oh, ow, c) with ``y_stride``
+    floats between output pixels) and its kind (POOLS)."""
+
+    _fields_ = [(name, ctypes.c_int64) for name in
+                ("n", "h", "w", "c", "oh", "ow", "kh", "kw", "sh", "sw", "dh", "dw", "pad_top", "pad_left",
+                 "pad_bottom", "pad_right", "y_stride")] + [("kind", ctypes.c_int32)]
 
 
 @dataclass(frozen=True)
@@ -135,6 +152,17 @@ def _load() -> tuple[ctypes.CDLL | None, Status]:
         fn = getattr(lib, name)
         fn.argtypes = [ctypes.POINTER(args), ctypes.c_int64]
         fn.restype = None
+    i64 = ctypes.c_int64
+    lib.nn_pool_nhwc_f32.argtypes = [f32, f32, ctypes.POINTER(PoolParams), i64, i64]
+    lib.nn_pool_nhwc_f32.restype = None
+    lib.nn_global_pool_nhwc_f32.argtypes = [f32, f32, i64, i64, ctypes.c_int32, i64, i64]
+    lib.nn_global_pool_nhwc_f32.restype = None
+    lib.nn_gather_last_b32.argtypes = [f32, f32, f32, i64, i64, i64, i64]
+    lib.nn_gather_last_b32.restype = None
+    lib.nn_shuffle_last_b32.argtypes = [f32, f32, i64, i64, i64, i64]
+    lib.nn_shuffle_last_b32.restype = None
+    lib.nn_add_act_f32.argtypes = [f32, f32, f32, i64, i64, ctypes.POINTER(Act)]
+    lib.nn_add_act_f32.restype = None
     return lib, Status(True, "loaded", spec.origin)
 
 
@@ -281,3 +309,34 @@ def batched_gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray, parts: int) -> Non
     args = BatchedGemmArgs(g, a.shape[0], a.strides[0] // 4, 0 if b.shape[0] == 1 else b.strides[0] // 4,
                            c.strides[0] // 4)
     _lib.nn_bgemm_f32(ctypes.byref(args), parts)
+def pool_nhwc(x: np.ndarray, y: np.ndarray, params: PoolParams, r0: int, r1: int) -> None:
+    """Output rows [r0, r1) of the flattened N * OH rows of a 2-D pooling of C-contiguous float32 NHWC
+    ``x`` into float32 ``y`` (N, OH, OW, C), whose pixels lie ``params.y_stride`` floats apart and whose
+    channels are contiguous (a channel slice of a wider tensor is fine). ``params`` is read only."""
+    _lib.nn_pool_nhwc_f32(_ptr(x), _ptr(y), ctypes.byref(params), r0, r1)
+
+
+def global_pool_nhwc(x: np.ndarray, y: np.ndarray, kind: str, r0: int, r1: int) -> None:
+    """Images [r0, r1) of the global pooling (POOLS ``kind``: "max" or "avg") of C-contiguous float32
+    ``x`` (N, H, W, C) into C-contiguous float32 ``y`` (N, 1, 1, C): channels reduced over the pixels in
+    order, the mean as the sum divided by H * W (np.mean's steps)."""
+    n, h, w, c = x.shape
+    _lib.nn_global_pool_nhwc_f32(_ptr(x), _ptr(y), h * w, c, POOLS[kind], r0, r1)
+
+
+def gather_last(x: np.ndarray, y: np.ndarray, idx: np.ndarray, r0: int, r1: int) -> None:
+    """Rows [r0, r1) of y[..., k] = x[..., idx[k]] for C-contiguous ``x`` and ``y`` of one 4-byte dtype
+    (rows: the product of the leading axes) and C-contiguous int32 ``idx``, every index in [0, x.shape[-1])."""
+    _lib.nn_gather_last_b32(_ptr(x), _ptr(y), _ptr(idx), idx.size, x.shape[-1], r0, r1)
+
+
+def shuffle_last(x: np.ndarray, y: np.ndarray, groups: int, r0: int, r1: int) -> None:
+    """Rows [r0, r1) of the channel shuffle y[..., k * groups + g] = x[..., g * (C / groups) + k] for
+    C-contiguous ``x`` and ``y`` of one 4-byte dtype and shape, C = x.shape[-1] a multiple of ``groups``."""
+    _lib.nn_shuffle_last_b32(_ptr(x), _ptr(y), groups, x.shape[-1] // groups, r0, r1)
+
+
+def add_act(a: np.ndarray, b: np.ndarray, y: np.ndarray, act: Act, i0: int, i1: int) -> None:
+    """y.flat[i] = act(a.flat[i] + b.flat[i]) for i in [i0, i1): C-contiguous float32 arrays of one size, ``y``
+    may be ``a`` or ``b``. Relu and Clip let a NaN through, as numpy's maximum and minimum do."""
+    _lib.nn_add_act_f32(_ptr(a), _ptr(b), _ptr(y), i0, i1, ctypes.byref(act))

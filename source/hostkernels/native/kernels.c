@@ -10,6 +10,11 @@
  *   the bias and the fused activation applied while an output pixel's channels are still in L1.
  * - nn_fake_quantize_blocks_f32: per-block dynamic int8/uint8 quantization of activations, dequantized.
  * - nn_activation_f32: an element-wise activation (Relu, Clip, HardSigmoid, HardSwish, Sigmoid, SiLU, Gelu).
+ * - nn_pool_nhwc_f32: 2-D MaxPool / AveragePool, channels last, one pass over the input, on a range of
+ *   output rows; nn_global_pool_nhwc_f32: GlobalAveragePool / GlobalMaxPool on a range of images.
+ * - nn_gather_last_b32: Gather along the last axis of 4-byte elements (a channel permutation in NHWC);
+ *   nn_shuffle_last_b32: the channel shuffle's permutation (each row a (g, c/g) matrix transposed).
+ * - nn_add_act_f32: a + b of one shape with the fused activation, in one pass (a residual Add + Relu).
  *
  * - nn_pool_run and its tasks: the cpu device's own thread pool (below), which runs GEMMs with their
  *   bias and activation (through the cblas_sgemm of numpy's BLAS, single-threaded), stacks of GEMMs,
@@ -67,7 +72,7 @@ typedef struct {
     nn_act act;
 } nn_dw_params;
 
-NN_API int nn_abi_version(void) { return 7; }
+NN_API int nn_abi_version(void) { return 8; }
 
 /* exp(x) for float32 to about 2 ulp: x = k ln2 + r, |r| <= ln2 / 2, exp(r) by a degree-6 polynomial,
  * 2^k put into the exponent bits. Written with plain arithmetic so that the loops calling it vectorize. */
@@ -612,6 +617,233 @@ static NN_CLONES void nn_conv_task(const void *args, int64_t part, int64_t parts
 }
 
 NN_API void nn_conv_im2col_f32(const nn_conv_args *a, int64_t parts) { nn_pool_run(nn_conv_task, a, parts); }
+/* Pooling kinds: the same numbers as POOLS in __init__.py. */
+enum {
+    NN_POOL_MAX = 0,
+    NN_POOL_AVG = 1,        /* divided by the taps inside the input (count_include_pad = 0) */
+    NN_POOL_AVG_PAD = 2,    /* divided by the taps inside the padded input (count_include_pad = 1) */
+};
+
+/* 2-D pooling geometry: input (n, h, w, c) C-contiguous, output (n, oh, ow, c) with ``y_stride`` floats
+ * from one output pixel to the next (c, or more when the output is a channel slice of a wider tensor). */
+typedef struct {
+    int64_t n, h, w, c, oh, ow;
+    int64_t kh, kw, sh, sw, dh, dw, pad_top, pad_left, pad_bottom, pad_right;
+    int64_t y_stride;
+    int32_t kind;
+} nn_pool_params;
+
+/* Channels per block of the pooling kernels: the accumulator stays in L1 across a window's taps. */
+#define NN_POOL_BLOCK 64
+
+/* Taps of one axis whose position start + t * step lies in [lo, hi), t in [0, k). */
+NN_INLINE int64_t nn_taps_inside(int64_t start, int64_t step, int64_t k, int64_t lo, int64_t hi) {
+    int64_t count = 0;
+    for (int64_t t = 0; t < k; t++) {
+        const int64_t pos = start + t * step;
+        count += pos >= lo && pos < hi;
+    }
+    return count;
+}
+
+/* The maximum as numpy's np.maximum takes it: a NaN on either side wins. */
+NN_INLINE float nn_max_nan(float acc, float v) { return (v > acc || v != v) ? v : acc; }
+
+/* One tap of a pooling window into a block's accumulator: its maximum or its sum. */
+NN_INLINE void nn_pool_tap(float *restrict acc, const float *restrict xs, int64_t cb, int is_max) {
+    if (is_max) {
+#pragma omp simd aligned(acc : 64)
+        for (int64_t ch = 0; ch < cb; ch++) acc[ch] = nn_max_nan(acc[ch], xs[ch]);
+    } else {
+#pragma omp simd aligned(acc : 64)
+        for (int64_t ch = 0; ch < cb; ch++) acc[ch] += xs[ch];
+    }
+}
+
+/* A block's result: the maximum as is, the sum divided by ``divisor``; stored at y. */
+NN_INLINE void nn_pool_store(float *restrict acc, float *restrict y, int64_t cb, int is_max, float divisor) {
+    if (!is_max) {
+#pragma omp simd aligned(acc : 64)
+        for (int64_t ch = 0; ch < cb; ch++) acc[ch] /= divisor;
+    }
+    memcpy(y, acc, (size_t)cb * sizeof(float));
+}
+
+/* The taps of one axis inside the input: the offsets (position * unit) of start + t * step in [0, size),
+ * t in [0, k), into off; returns how many. */
+NN_INLINE int64_t nn_taps(int64_t *off, int64_t start, int64_t step, int64_t k, int64_t size, int64_t unit) {
+    int64_t n = 0;
+    for (int64_t t = 0; t < k; t++) {
+        const int64_t pos = start + t * step;
+        if (pos >= 0 && pos < size) off[n++] = pos * unit;
+    }
+    return n;
+}
+
+/* A window's taps inside the input: row offsets x column offsets (floats from the image's start). Padding
+ * contributes nothing (max(x, -inf) == x, x + 0 == x); a window with no tap inside the input gives -inf
+ * (max) or 0 / count (average), as the padded computation does. */
+typedef struct {
+    const int64_t *rows, *cols;
+    int64_t nr, nc;
+} nn_window;
+
+/* One output pixel's block of ``cb`` <= NN_POOL_BLOCK channels at c0 (the last, narrower block of a channel
+ * count that is not a multiple of NN_POOL_VBLOCK): every tap, row by row, through an L1 accumulator. */
+NN_INLINE void nn_pool_pixel(const float *restrict ximg, float *restrict yp, const nn_window *win, int is_max,
+                             int64_t c0, int64_t cb, float divisor) {
+    float acc[NN_POOL_BLOCK] __attribute__((aligned(64)));
+    const float init = is_max ? -INFINITY : 0.0f;
+    for (int64_t ch = 0; ch < NN_POOL_BLOCK; ch++) acc[ch] = init;
+    for (int64_t a = 0; a < win->nr; a++)
+        for (int64_t b = 0; b < win->nc; b++) nn_pool_tap(acc, ximg + win->rows[a] + win->cols[b] + c0, cb, is_max);
+    nn_pool_store(acc, yp + c0, cb, is_max, divisor);
+}
+
+/* 8 int32 lanes: the masks of nn_v8 comparisons */
+typedef int32_t nn_i8 __attribute__((vector_size(32)));
+
+/* np.maximum's rule on 8 lanes: a NaN in v wins, a NaN already in a stays. */
+NN_INLINE nn_v8 nn_vmax_nan(nn_v8 a, nn_v8 v) {
+    const nn_i8 take = (v > a) | (v != v);
+    return (nn_v8)(((nn_i8)v & take) | ((nn_i8)a & ~take));
+}
+
+/* Channels per register block of the pooling kernel: four 8-lane accumulators stay in registers across a
+ * window's taps (an L1 accumulator, loaded and stored at every tap, made 3x3 stride-1 averages of 192
+ * channels no faster than numpy's separable passes). */
+#define NN_POOL_VBLOCK 32
+
+/* nn_pool_pixel for a full register block of NN_POOL_VBLOCK channels at c0: the same taps in the same
+ * order, so the same sums and maxima. */
+NN_INLINE void nn_pool_pixel_v32(const float *restrict ximg, float *restrict yp, const nn_window *win,
+                                 int is_max, int64_t c0, float divisor) {
+    const float init = is_max ? -INFINITY : 0.0f;
+    nn_v8 a0 = {init, init, init, init, init, init, init, init}, a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t a = 0; a < win->nr; a++) {
+        for (int64_t b = 0; b < win->nc; b++) {
+            const nn_v8 *xp = (const nn_v8 *)(ximg + win->rows[a] + win->cols[b] + c0);
+            if (is_max) {
+                a0 = nn_vmax_nan(a0, xp[0]), a1 = nn_vmax_nan(a1, xp[1]);
+                a2 = nn_vmax_nan(a2, xp[2]), a3 = nn_vmax_nan(a3, xp[3]);
+            } else {
+                a0 += xp[0], a1 += xp[1], a2 += xp[2], a3 += xp[3];
+            }
+        }
+    }
+    if (!is_max) a0 /= divisor, a1 /= divisor, a2 /= divisor, a3 /= divisor;
+    nn_v8 *out = (nn_v8 *)(yp + c0);
+    out[0] = a0, out[1] = a1, out[2] = a2, out[3] = a3;
+}
+
+/* Output rows [r0, r1) of the flattened (n * oh) rows: each pixel's window, its channels in blocks. The
+ * window's row taps are found once per output row, its column taps once per pixel. */
+NN_API NN_CLONES void nn_pool_nhwc_f32(const float *x, float *y, const nn_pool_params *p, int64_t r0,
+                                       int64_t r1) {
+    const int64_t c = p->c, ow = p->ow, full = c - c % NN_POOL_VBLOCK;
+    const int is_max = p->kind == NN_POOL_MAX, with_pad = p->kind == NN_POOL_AVG_PAD;
+    int64_t rows[p->kh], cols[p->kw];
+    for (int64_t r = r0; r < r1; r++) {
+        const int64_t b = r / p->oh, i = r % p->oh;
+        const float *ximg = x + b * p->h * p->w * c;
+        const int64_t top = i * p->sh - p->pad_top;
+        const int64_t nr = nn_taps(rows, top, p->dh, p->kh, p->h, p->w * c);
+        const int64_t wr = with_pad ? nn_taps_inside(top, p->dh, p->kh, -p->pad_top, p->h + p->pad_bottom) : nr;
+        for (int64_t j = 0; j < ow; j++) {
+            const int64_t left = j * p->sw - p->pad_left;
+            const nn_window win = {rows, cols, nr, nn_taps(cols, left, p->dw, p->kw, p->w, c)};
+            const int64_t wc = with_pad ? nn_taps_inside(left, p->dw, p->kw, -p->pad_left, p->w + p->pad_right)
+                                        : win.nc;
+            const float divisor = (float)(wr * wc);
+            float *yp = y + (r * ow + j) * p->y_stride;
+            for (int64_t c0 = 0; c0 < full; c0 += NN_POOL_VBLOCK) nn_pool_pixel_v32(ximg, yp, &win, is_max, c0, divisor);
+            if (full < c) nn_pool_pixel(ximg, yp, &win, is_max, full, c - full, divisor);
+        }
+    }
+}
+
+/* Global pooling of images [r0, r1) of x (n, hw, c) C-contiguous into y (n, c): every channel reduced over
+ * the pixels in order (the sum numpy's np.mean(x, axis=1) takes, then divided by hw), or its maximum. */
+NN_API NN_CLONES void nn_global_pool_nhwc_f32(const float *x, float *y, int64_t hw, int64_t c, int32_t kind,
+                                              int64_t r0, int64_t r1) {
+    const int is_max = kind == NN_POOL_MAX;
+    for (int64_t b = r0; b < r1; b++) {
+        for (int64_t c0 = 0; c0 < c; c0 += NN_POOL_BLOCK) {
+            const int64_t cb = c - c0 < NN_POOL_BLOCK ? c - c0 : NN_POOL_BLOCK;
+            float acc[NN_POOL_BLOCK] __attribute__((aligned(64)));
+            for (int64_t ch = 0; ch < NN_POOL_BLOCK; ch++) acc[ch] = is_max ? -INFINITY : 0.0f;
+            const float *xb = x + b * hw * c + c0;
+            for (int64_t i = 0; i < hw; i++) nn_pool_tap(acc, xb + i * c, cb, is_max);
+            nn_pool_store(acc, y + b * c + c0, cb, is_max, (float)hw);
+        }
+    }
+}
+
+/* Gather along the last axis of 4-byte elements, rows [r0, r1): y[r, k] = x[r, idx[k]] for x (rows, in_row)
+ * and y (rows, n_idx), both C-contiguous. Bits are copied as they are (any 4-byte dtype, NaN payloads
+ * kept); a row of x stays in L1 while its elements are picked (vector gathers where the CPU has them). */
+NN_API NN_CLONES void nn_gather_last_b32(const uint32_t *x, uint32_t *y, const int32_t *idx, int64_t n_idx,
+                                         int64_t in_row, int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; r++) {
+        const uint32_t *restrict xr = x + r * in_row;
+        uint32_t *restrict yr = y + r * n_idx;
+#pragma omp simd
+        for (int64_t k = 0; k < n_idx; k++) yr[k] = xr[idx[k]];
+    }
+}
+
+/* One row's channel shuffle: y, seen as (cg, g), is x, seen as (g, cg), transposed. Inlined with a constant
+ * g, the loads are g contiguous streams and the stores one interleaved stream (vector permutes, no gathers:
+ * 28x28x240 in 3 groups takes 3x a plain copy by gathers on AMD Zen 4). */
+NN_INLINE void nn_shuffle_row(const uint32_t *restrict x, uint32_t *restrict y, int64_t g, int64_t cg) {
+    for (int64_t k = 0; k < cg; k++)
+        for (int64_t G = 0; G < g; G++) y[k * g + G] = x[G * cg + k];
+}
+
+/* Rows [r0, r1) of x (rows, g * cg) into y (rows, g * cg), both C-contiguous: y[r, k * g + G] = x[r, G * cg + k],
+ * ShuffleNet's channel shuffle as a Gather of the channel axis in NHWC (any 4-byte dtype, bits copied). */
+NN_API NN_CLONES void nn_shuffle_last_b32(const uint32_t *x, uint32_t *y, int64_t g, int64_t cg, int64_t r0,
+                                          int64_t r1) {
+    const int64_t c = g * cg;
+    for (int64_t r = r0; r < r1; r++) {
+        const uint32_t *xr = x + r * c;
+        uint32_t *yr = y + r * c;
+        switch (g) {
+        case 2: nn_shuffle_row(xr, yr, 2, cg); break;
+        case 3: nn_shuffle_row(xr, yr, 3, cg); break;
+        case 4: nn_shuffle_row(xr, yr, 4, cg); break;
+        case 8: nn_shuffle_row(xr, yr, 8, cg); break;
+        default: nn_shuffle_row(xr, yr, g, cg); break;
+        }
+    }
+}
+
+/* y[i] = act(a[i] + b[i]) for i in [i0, i1), all three C-contiguous float32 of one size (y may be a or b): the
+ * sum and its activation while a chunk is in L1 (numpy makes a pass for each). Relu and Clip keep numpy's
+ * NaN rule (np.maximum / np.minimum: a NaN wins), unlike nn_apply's; the other kinds go through nn_apply. */
+NN_API NN_CLONES void nn_add_act_f32(const float *a, const float *b, float *y, int64_t i0, int64_t i1,
+                                     const nn_act *act) {
+    const float lo = act->kind == NN_ACT_RELU ? 0.0f : act->lo, hi = act->kind == NN_ACT_RELU ? INFINITY : act->hi;
+    const int bounds = act->kind == NN_ACT_RELU || act->kind == NN_ACT_CLIP;
+    for (int64_t c0 = i0; c0 < i1; c0 += NN_CHUNK) {
+        const int64_t n = i1 - c0 < NN_CHUNK ? i1 - c0 : NN_CHUNK;
+        const float *pa = a + c0, *pb = b + c0;
+        float *py = y + c0;
+        if (bounds) {
+            /* a comparison with a NaN is false: the NaN is kept, as np.maximum / np.minimum keep it */
+#pragma omp simd
+            for (int64_t i = 0; i < n; i++) {
+                const float v = pa[i] + pb[i];
+                const float t = v < lo ? lo : v;
+                py[i] = t > hi ? hi : t;
+            }
+        } else {
+#pragma omp simd
+            for (int64_t i = 0; i < n; i++) py[i] = pa[i] + pb[i];
+            nn_apply(py, n, act);
+        }
+    }
+}
 
 /* The module itself only has to import: Python reaches the functions above through ctypes. */
 static struct PyModuleDef nn_module = {PyModuleDef_HEAD_INIT, "_native",

@@ -1,0 +1,69 @@
+"""The native (C) channels-last 2-D pooling behind the NHWC MaxPool and AveragePool kernels.
+
+One pass over the input: every output pixel's window is reduced while its channels are in L1
+(kernels.c, nn_pool_nhwc_f32), where the numpy kernel (_nhwc.make_pool) makes a pass per kernel tap over
+a scratch copy. Unlike that kernel it also runs dilated windows. The output may be a channel slice of a
+wider tensor (a Concat's output the CPU planner placed it in): pixels ``y_stride`` floats apart.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from nnhal.hostkernels import native
+from nnhal.operator._nn import pool_geometry
+from nnhal.operator.base import Info
+
+
+def geometry(node, ins: list[Info | None], outs: list[Info]) -> dict | None:
+    """The pooling geometry when the native kernel runs this node: native kernels loaded, a float32 4-D
+    static input, non-negative pads, the inferred output size; else None."""
+    x = ins[0]
+    if not native.available() or x is None or x.shape is None or len(x.shape) != 4 or not x.static \
+            or x.dtype != np.float32 or outs[0].shape is None or not outs[0].static:
+        return None
+    g = pool_geometry(node, list(x.shape[2:]))
+    if any(p < 0 for p in g["pads"]) or list(g["out"]) != list(outs[0].shape[2:]) or any(o <= 0 for o in g["out"]):
+        return None
+    return g
+
+
+def make_pool(g: dict, shape: tuple[int, ...], kind: str) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """run(x, out): the native pooling (``kind`` of native.POOLS) of x (N, H, W, C) into out (N, OH, OW, C),
+    whose channel axis is contiguous and whose pixels may be further apart (a channel slice)."""
+    n, c, h, w = shape
+    oh, ow = g["out"]
+    kh, kw = g["kernel"]
+    sh, sw = g["strides"]
+    dh, dw = g["dilations"]
+    pads = g["pads"]
+    by_stride: dict[tuple[int, ...], native.PoolParams] = {}
+
+    def params_for(out: np.ndarray) -> native.PoolParams | None:
+        """The parameters for an output with ``out``'s strides; None when its pixels are not evenly spaced."""
+        strides = out.strides
+        params = by_stride.get(strides)
+        if params is None:
+            pixel = strides[2]
+            if strides[3] != 4 or pixel % 4 or pixel < 4 * c or strides[1] != ow * pixel or strides[0] != oh * ow * pixel:
+                return None
+            params = native.PoolParams(n, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, pads[0], pads[1], pads[2],
+                                       pads[3], pixel // 4, native.POOLS[kind])
+            by_stride[strides] = params
+        return params
+
+    def run(x: np.ndarray, out: np.ndarray) -> np.ndarray:
+        if not x.flags.c_contiguous:
+            x = np.ascontiguousarray(x)
+        params = params_for(out)
+        if params is None:
+            # NOTE: an output whose pixels are not evenly spaced cannot come from the CPU plan; kept correct anyway
+            tmp = np.empty((n, oh, ow, c), np.float32)
+            run(x, tmp)
+            np.copyto(out, tmp)
+            return out
+        native.pool_nhwc(x, out, params, 0, n * oh)
+        return out
+
+    return run
