@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nnhal.hostkernels import _blocks, _scratch, native
+from nnhal.hostkernels import _blocks, _scratch, native, parallel
 from nnhal.hostkernels.base import Kernel, RunFn
 from nnhal.operator.base import Info
 
@@ -187,7 +187,12 @@ class GlobalPool(Kernel):
                 x, out = inputs[0], outputs[0]
                 if out is None or not out.flags.c_contiguous:
                     out = np.empty((n, 1, 1, c), dtype)
-                native.global_pool_nhwc(np.ascontiguousarray(x), out, kind, 0, n)
+                x = np.ascontiguousarray(x)
+                parts = parallel.native_parts(x.size, n) if parallel.native_pool() else 1
+                if parts > 1:
+                    native.pool_parallel(x, out, None, kind, parts)
+                else:
+                    native.global_pool_nhwc(x, out, kind, 0, n)
                 return (out,)
 
             return run_native

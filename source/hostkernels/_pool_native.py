@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from nnhal.hostkernels import native
+from nnhal.hostkernels import native, parallel
 from nnhal.operator._nn import pool_geometry
 from nnhal.operator.base import Info
 
@@ -63,7 +63,11 @@ def make_pool(g: dict, shape: tuple[int, ...], kind: str) -> Callable[[np.ndarra
             run(x, tmp)
             np.copyto(out, tmp)
             return out
-        native.pool_nhwc(x, out, params, 0, n * oh)
+        parts = parallel.native_parts(out.size * 2, n * oh) if parallel.native_pool() else 1
+        if parts > 1:
+            native.pool_parallel(x, out, params, "", parts)
+        else:
+            native.pool_nhwc(x, out, params, 0, n * oh)
         return out
 
     return run

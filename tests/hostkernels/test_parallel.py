@@ -144,7 +144,9 @@ def _small_cnn():
 
     nodes = [
         helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], strides=[2, 2]),
-        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Relu", ["c1"], ["r0"]),
+        helper.make_node("MaxPool", ["r0"], ["m0"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("AveragePool", ["m0"], ["r1"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
         helper.make_node("Conv", ["r1", "wd", "bd"], ["c2"], pads=[1, 1, 1, 1], group=16),
         helper.make_node("Sigmoid", ["c2"], ["s2"]),
         helper.make_node("Mul", ["c2", "s2"], ["a2"]),

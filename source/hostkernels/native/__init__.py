@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-ABI_VERSION = 8
+ABI_VERSION = 9
 
 # Activation kinds, as numbered in kernels.c
 ACTIVATIONS = {"relu": 1, "clip": 2, "hardsigmoid": 3, "hardswish": 4, "sigmoid": 5, "silu": 6, "gelu": 7}
@@ -147,6 +147,8 @@ def _load() -> tuple[ctypes.CDLL | None, Status]:
     lib.nn_pool_set_spin.restype = None
     lib.nn_set_sgemm.argtypes = [ctypes.c_void_p, ctypes.c_int32]
     lib.nn_set_sgemm.restype = None
+    lib.nn_pool_parallel_f32.argtypes = [ctypes.c_void_p, ctypes.c_int64]
+    lib.nn_pool_parallel_f32.restype = None
     for name, args in (("nn_gemm_f32", GemmArgs), ("nn_bgemm_f32", BatchedGemmArgs), ("nn_dwconv_parallel_f32", DwArgs),
                        ("nn_activation_parallel_f32", ActArgs), ("nn_conv_im2col_f32", ConvArgs)):
         fn = getattr(lib, name)
@@ -314,6 +316,24 @@ def pool_nhwc(x: np.ndarray, y: np.ndarray, params: PoolParams, r0: int, r1: int
     ``x`` into float32 ``y`` (N, OH, OW, C), whose pixels lie ``params.y_stride`` floats apart and whose
     channels are contiguous (a channel slice of a wider tensor is fine). ``params`` is read only."""
     _lib.nn_pool_nhwc_f32(_ptr(x), _ptr(y), ctypes.byref(params), r0, r1)
+
+
+class PoolArgs(ctypes.Structure):
+    """nn_pool_args: a 2-D pooling (params) or a global pooling (params NULL) split over the native pool."""
+
+    _fields_ = [("x", ctypes.c_void_p), ("y", ctypes.c_void_p), ("p", ctypes.c_void_p)] \
+        + [(name, ctypes.c_int64) for name in ("total", "hw", "c")] + [("kind", ctypes.c_int32)]
+
+
+def pool_parallel(x: np.ndarray, y: np.ndarray, params, kind: str, parts: int) -> None:
+    """pool_nhwc (``params`` given: all N * OH output rows) or global_pool_nhwc (``params`` None: all
+    images) split into ``parts`` over the native pool."""
+    n, h, w, c = x.shape
+    if params is not None:
+        args = PoolArgs(_ptr(x), _ptr(y), ctypes.addressof(params), params.n * params.oh, 0, 0, 0)
+    else:
+        args = PoolArgs(_ptr(x), _ptr(y), None, n, h * w, c, POOLS[kind])
+    _lib.nn_pool_parallel_f32(ctypes.byref(args), parts)
 
 
 def global_pool_nhwc(x: np.ndarray, y: np.ndarray, kind: str, r0: int, r1: int) -> None:

@@ -72,7 +72,7 @@ typedef struct {
     nn_act act;
 } nn_dw_params;
 
-NN_API int nn_abi_version(void) { return 8; }
+NN_API int nn_abi_version(void) { return 9; }
 
 /* exp(x) for float32 to about 2 ulp: x = k ln2 + r, |r| <= ln2 / 2, exp(r) by a degree-6 polynomial,
  * 2^k put into the exponent bits. Written with plain arithmetic so that the loops calling it vectorize. */
@@ -844,6 +844,27 @@ NN_API NN_CLONES void nn_add_act_f32(const float *a, const float *b, float *y, i
         }
     }
 }
+
+/* The pools split over the native thread pool: 2-D pooling by output rows, global pooling by images. */
+typedef struct {
+    const float *x;
+    float *y;
+    const nn_pool_params *p;     /* 2-D pooling; NULL for global pooling */
+    int64_t total, hw, c;        /* rows (2-D: N * OH) or images (global) */
+    int32_t kind;
+} nn_pool_args;
+
+static void nn_pool_task(const void *args, int64_t part, int64_t parts) {
+    const nn_pool_args *a = (const nn_pool_args *)args;
+    int64_t lo, hi;
+    nn_split(a->total, 1, part, parts, &lo, &hi);
+    if (a->p)
+        nn_pool_nhwc_f32(a->x, a->y, a->p, lo, hi);
+    else
+        nn_global_pool_nhwc_f32(a->x, a->y, a->hw, a->c, a->kind, lo, hi);
+}
+
+NN_API void nn_pool_parallel_f32(const nn_pool_args *a, int64_t parts) { nn_pool_run(nn_pool_task, a, parts); }
 
 /* The module itself only has to import: Python reaches the functions above through ctypes. */
 static struct PyModuleDef nn_module = {PyModuleDef_HEAD_INIT, "_native",
