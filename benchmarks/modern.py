@@ -37,14 +37,19 @@ def load(name: str, batch: int):
     return load_model(name, batch)
 
 
-ROUNDS = 3    # the runtimes take turns this many times (each turn: one untimed run, then its share of runs)
+ROUNDS = 3    # the runtimes take turns this many times (each turn: untimed runs, then its share of runs)
+# untimed runs that start each turn: at least two, up to this many or this long. One was not enough: a
+# turn's first runs after the other runtime's are slower (its caches and idle threads), by up to 2x at
+# batch 1 on MobileNetV3-small
+TURN_WARMUP_RUNS = 5
+TURN_WARMUP_S = 0.25
 
 
 def timed_pair(fns: dict, warmup: int, repeat: int, budget_s: float) -> dict:
     """Median (min, max) ms per runtime of ``repeat`` runs each after ``warmup``, the runtimes taking turns
     in ROUNDS rounds, so that a slow minute of a shared machine falls on both; a round stops early past
-    ``budget_s`` per runtime (>= 3 runs each in all). Each turn starts with an untimed run: the other
-    runtime's idle threads may still be spinning."""
+    ``budget_s`` per runtime (>= 3 runs each in all). Each turn starts with untimed runs (TURN_WARMUP_*):
+    the other runtime's idle threads may still be spinning and its data filled the caches."""
     for fn in fns.values():
         for _ in range(warmup):
             fn()
@@ -52,7 +57,11 @@ def timed_pair(fns: dict, warmup: int, repeat: int, budget_s: float) -> dict:
     per_round = max(1, -(-repeat // ROUNDS))
     for _ in range(ROUNDS):
         for name, fn in fns.items():
-            fn()
+            start = time.perf_counter()
+            for k in range(TURN_WARMUP_RUNS):       # back to a steady state: caches, threads awake
+                fn()
+                if k >= 1 and time.perf_counter() - start > TURN_WARMUP_S:
+                    break
             start = time.perf_counter()
             for _ in range(per_round):
                 t0 = time.perf_counter()

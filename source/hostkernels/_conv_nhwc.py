@@ -245,6 +245,12 @@ def nhwc_1x1(s: _conv2d.Conv2d, wv: np.ndarray, finish: Callable[[np.ndarray], N
         xf, yf = x.reshape(p, c), y.reshape(p, m)
         if native_ok and parallel.gemm(xf, wt[0], yf, bias32, record, ow):
             return (y,)
+        if group > 1 and parallel.native_pool():
+            # the groups' GEMMs as one stack on the native pool (split over all rows), then the epilogue
+            parallel.matmul(xf.reshape(p, group, cg).transpose(1, 0, 2), wt,
+                            out=yf.reshape(p, group, mg).transpose(1, 0, 2))
+            finish(y)
+            return (y,)
 
         def part(r0: int, r1: int) -> None:
             # output rows r0:r1 (OW pixels each): their GEMM, then bias and activation while in cache

@@ -27,7 +27,9 @@ busy, runs its parts inline on its own thread (correct, only not parallel), so c
 never wait on each other here. Per-thread scratch (_scratch.py) gives each Python worker its buffers;
 the native im2col takes one scratch block per part from the caller.
 
-``NNHAL_CPU_POOL=0`` switches both pools off: BLAS gets the threads and kernels run unsplit.
+Which plans use them: see POOL_MIN_MEDIAN_OUTPUT (the cpu device decides per plan at prepare, cpu_device.py).
+``NNHAL_CPU_POOL=0`` switches both pools off (BLAS gets the threads and kernels run unsplit), ``=1`` on
+for every plan.
 """
 from __future__ import annotations
 
@@ -54,9 +56,34 @@ def gemm_work(macs: int) -> int:
     return macs // MACS_PER_UNIT
 
 
+_run = threading.local()       # this thread's run: whether its plan chose the pools (use_pool)
+
+# The pools pay on plans of large products; on small ones (batch 1 of the mobile and zoo CNNs, BERT at
+# batch 1) BLAS's threads were faster and steadier: a split op's threads wait for each other, and ops of a
+# few ten microseconds gain less than that. A plan uses the pools when the median output of its Conv,
+# MatMul and Gemm nodes has at least this many elements (measured: every batch-1 zoo and mobile model is
+# below 64K, every batch-8 one above; ConvNeXt and the Whisper encoder are above at batch 1 too).
+POOL_MIN_MEDIAN_OUTPUT = 64 * 1024
+
+
+def choose(median_output: float) -> bool:
+    """Whether a plan whose GEMM-like nodes have this median output size uses the pools (NNHAL_CPU_POOL=1
+    forces them on, =0 off)."""
+    forced = os.environ.get("NNHAL_CPU_POOL")
+    if forced in ("0", "1"):
+        return forced == "1"
+    return median_output >= POOL_MIN_MEDIAN_OUTPUT
+
+
+def use_pool(on: bool) -> None:
+    """Record for this thread's run whether its kernels split over the pools."""
+    _run.pool = on
+
+
 def enabled() -> bool:
-    """Whether kernels split their work over the pool (NNHAL_CPU_POOL, read at each call, default on)."""
-    return os.environ.get("NNHAL_CPU_POOL", "1") != "0"
+    """Whether kernels split their work over the pools: off with NNHAL_CPU_POOL=0, else as this thread's
+    run chose (use_pool; threads of the pools themselves: on)."""
+    return os.environ.get("NNHAL_CPU_POOL") != "0" and getattr(_run, "pool", True)
 
 
 # How long a Python worker spins for its next part before it blocks, and how long the caller spins for a

@@ -27,15 +27,15 @@ def _limit_blas(n: int) -> None:
     _current = n
 
 
-def use_threads(n: int) -> None:
-    """Run the host kernels on ``n`` threads (0 means one per core): the pool's, or BLAS's when the pool
-    is off."""
+def use_threads(n: int, pool: bool = True) -> None:
+    """Run this thread's host kernels on ``n`` threads (0 means one per core): the pools' when ``pool``
+    (and NNHAL_CPU_POOL is not 0), else BLAS's."""
     n = n or (os.cpu_count() or 1)
+    parallel.use_pool(pool)
     if parallel.enabled():
         parallel.set_threads(n)
         _limit_blas(1)
     else:
-        parallel.set_threads(1)
         _limit_blas(n)
 
 

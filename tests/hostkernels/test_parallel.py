@@ -18,6 +18,7 @@ def two_threads(monkeypatch):
     monkeypatch.setattr(parallel, "MIN_NATIVE_PART_WORK", 1)
     before = parallel._pool.threads
     parallel.set_threads(2)
+    parallel.use_pool(True)          # a Session run on this thread before may have chosen BLAS's threads
     yield
     parallel.set_threads(before)
 
@@ -206,3 +207,19 @@ def test_a_forked_child_runs_without_the_parents_workers(monkeypatch):
                 os._exit(code)
         _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"child status {status}"
+
+
+def test_plans_choose_the_pools_by_the_size_of_their_products(monkeypatch):
+    monkeypatch.delenv("NNHAL_CPU_POOL", raising=False)
+    assert not parallel.choose(20_000)                          # batch-1 mobile nets: BLAS's threads
+    assert parallel.choose(400_000)                             # batch 8: the pools
+    monkeypatch.setenv("NNHAL_CPU_POOL", "1")
+    assert parallel.choose(0)
+    monkeypatch.setenv("NNHAL_CPU_POOL", "0")
+    assert not parallel.choose(10**9)
+    monkeypatch.delenv("NNHAL_CPU_POOL")
+    parallel.use_pool(False)
+    try:
+        assert parallel.threads() == 1 and not parallel.native_pool()
+    finally:
+        parallel.use_pool(True)

@@ -5,13 +5,16 @@ module reads.
 """
 from __future__ import annotations
 
+import math
+import statistics
+
 from nnhal.device.cpu.plan import Plan, compile_nodes
 from nnhal.device.device import (Allocator, Candidate, Description, Device, Interface, NodeTiming, Optimizer,
                                  Performance, Verdict)
 from nnhal.device.manager import register_device, unregister_device
 from nnhal.graph.subgraph import Subgraph
 from nnhal.hostkernels import native, parallel
-from nnhal.hostkernels.graphrun import install_compiler
+from nnhal.hostkernels.graphrun import install_compiler, tensor_info
 from nnhal.hostkernels.select import implementations
 from nnhal.hostkernels.table import DOMAINS
 from nnhal.hostkernels.threads import use_threads
@@ -25,12 +28,29 @@ def cpu_pre_run(device: Device, subgraph: Subgraph, options) -> None:
     subgraph.stats["arena_bytes"] = subgraph.device_graph.memory.arena_bytes
     subgraph.stats["kernels"] = subgraph.device_graph.kernels
     subgraph.stats["num_thread"] = getattr(options, "num_thread", 0)
+    subgraph.stats["thread_pool"] = parallel.choose(_median_product(subgraph))
+
+
+# the nodes whose output size says whether a plan's work is large enough for the thread pools
+_PRODUCTS = frozenset({"Conv", "MatMul", "Gemm", "ConvTranspose"})
+
+
+def _median_product(subgraph: Subgraph) -> float:
+    """The median number of output elements of the subgraph's Conv, MatMul and Gemm nodes (0 if none or
+    their shapes are not static)."""
+    sizes = []
+    for node in subgraph.nodes:
+        if node.op_type in _PRODUCTS and node.outputs:
+            info = tensor_info(subgraph.graph, node.outputs[0])
+            if info is not None and info.shape is not None and all(isinstance(d, int) for d in info.shape):
+                sizes.append(math.prod(info.shape))
+    return statistics.median(sizes) if sizes else 0.0
 
 
 def cpu_run(device: Device, subgraph: Subgraph) -> None:
-    """Run the plan: inputs from subgraph.values, outputs into it."""
+    """Run the plan: inputs from subgraph.values, outputs into it, on the threads its prepare chose."""
     plan: Plan = subgraph.device_graph
-    use_threads(subgraph.stats.get("num_thread", 0))
+    use_threads(subgraph.stats.get("num_thread", 0), subgraph.stats.get("thread_pool", True))
     plan.run(subgraph.values)
 
 

@@ -339,7 +339,7 @@ static struct {
     const void *args;
     int64_t parts;
     nn_slot slot[NN_MAX_WORKERS];
-} nn_pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 200000};
+} nn_pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 2000000};
 
 static int64_t nn_now_ns(void) {
     struct timespec t;
