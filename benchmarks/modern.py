@@ -6,8 +6,9 @@ audio encoder, written in plain torch (benchmarks/models/), seeded, exported onc
 (needs torch; `pip install torch==2.13.0` takes the CPU wheel). ``--with-zoo`` adds the classic zoo and the
 BERT encoder of ``nnhal bench`` so the geometric mean covers everything the acceptance names.
 
-Per model and batch: median latency of each runtime (same thread count; the two take turns in three
-rounds, so that a slow minute of a shared machine falls on both), their ratio; prepare = session construction + first run (nnhal: Session + prerun + first run; onnxruntime:
+Per model and batch: median latency of each runtime (one runtime after the other, same thread count,
+only one session alive at a time: an onnxruntime session's idle threads keep spinning while it lives,
+and ShuffleNet at batch 8 took nnhal 92 ms instead of 30 beside one), their ratio; prepare = session construction + first run (nnhal: Session + prerun + first run; onnxruntime:
 InferenceSession + first run); with ``--cache DIR`` also nnhal's prepare from the compiled cache
 (a second Session over the same model); peak RSS growth of prepare + two runs, each runtime in a fresh
 subprocess. OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are removed from this command's environment only
@@ -37,43 +38,20 @@ def load(name: str, batch: int):
     return load_model(name, batch)
 
 
-ROUNDS = 3    # the runtimes take turns this many times (each turn: untimed runs, then its share of runs)
-# untimed runs that start each turn: at least two, up to this many or this long. One was not enough: a
-# turn's first runs after the other runtime's are slower (its caches and idle threads), by up to 2x at
-# batch 1 on MobileNetV3-small
-TURN_WARMUP_RUNS = 5
-TURN_WARMUP_S = 0.25
-
-
-def timed_pair(fns: dict, warmup: int, repeat: int, budget_s: float) -> dict:
-    """Median (min, max) ms per runtime of ``repeat`` runs each after ``warmup``, the runtimes taking turns
-    in ROUNDS rounds, so that a slow minute of a shared machine falls on both; a round stops early past
-    ``budget_s`` per runtime (>= 3 runs each in all). Each turn starts with untimed runs (TURN_WARMUP_*):
-    the other runtime's idle threads may still be spinning and its data filled the caches."""
-    for fn in fns.values():
-        for _ in range(warmup):
-            fn()
-    times: dict = {name: [] for name in fns}
-    per_round = max(1, -(-repeat // ROUNDS))
-    for _ in range(ROUNDS):
-        for name, fn in fns.items():
-            start = time.perf_counter()
-            for k in range(TURN_WARMUP_RUNS):       # back to a steady state: caches, threads awake
-                fn()
-                if k >= 1 and time.perf_counter() - start > TURN_WARMUP_S:
-                    break
-            start = time.perf_counter()
-            for _ in range(per_round):
-                t0 = time.perf_counter()
-                fn()
-                times[name].append((time.perf_counter() - t0) * 1e3)
-                if len(times[name]) >= 3 and time.perf_counter() - start > budget_s / ROUNDS:
-                    break
-    out = {}
-    for name, ts in times.items():
-        ts.sort()
-        out[name] = {"median": ts[len(ts) // 2], "min": ts[0], "max": ts[-1], "runs": len(ts)}
-    return out
+def timed(fn, warmup: int, repeat: int, budget_s: float) -> dict:
+    """Median (min, max) ms of ``repeat`` runs after ``warmup``, stopping early past ``budget_s`` (>= 3 runs)."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    start = time.perf_counter()
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+        if len(times) >= 3 and time.perf_counter() - start > budget_s:
+            break
+    times.sort()
+    return {"median": times[len(times) // 2], "min": times[0], "max": times[-1], "runs": len(times)}
 
 
 def nnhal_session(model, threads: int, cache: str | None):
@@ -139,14 +117,7 @@ def measure(name: str, batch: int, args, threads: int) -> dict:
     got = s.run(feeds)
     row["nnhal_prepare_s"] = time.perf_counter() - t0
     row["nnhal_session_s"] = t1 - t0
-    data = model.SerializeToString()
-    t0 = time.perf_counter()
-    o = ort_session(data, threads)
-    want = o.run(None, feeds)
-    row["ort_prepare_s"] = time.perf_counter() - t0
-    row.update(timed_pair({"nnhal": lambda: s.run(feeds), "ort": lambda: o.run(None, feeds)},
-                          args.warmup, args.repeat, args.budget))
-    del o
+    row["nnhal"] = timed(lambda: s.run(feeds), args.warmup, args.repeat, args.budget)
     s.close()
     if args.cache:   # a second Session over the model file, prepared from the compiled cache (filled first)
         from nnhal.serializer.cache import load_cached
@@ -160,6 +131,13 @@ def measure(name: str, batch: int, args, threads: int) -> dict:
         row["nnhal_cached_s"] = time.perf_counter() - t0
         s.close()
     del s
+    data = model.SerializeToString()
+    t0 = time.perf_counter()
+    o = ort_session(data, threads)
+    want = o.run(None, feeds)
+    row["ort_prepare_s"] = time.perf_counter() - t0
+    row["ort"] = timed(lambda: o.run(None, feeds), args.warmup, args.repeat, args.budget)
+    del o
     row["ratio"] = row["nnhal"]["median"] / row["ort"]["median"]
     row["check"] = compare(got, want)
     if not args.no_memory:
@@ -246,8 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     from nnhal.benchmark.run import environment_lines
 
     header = [f"benchmarks/modern.py: {args.threads} thread(s), median of up to {args.repeat} runs "
-              f"(at most {args.budget:.0f} s each) after {args.warmup} warm-up, nnhal and onnxruntime taking turns in "
-              f"{ROUNDS} rounds; onnxruntime {onnxruntime.__version__}"]
+              f"(at most {args.budget:.0f} s each) after {args.warmup} warm-up; onnxruntime {onnxruntime.__version__}"]
     header += environment_lines()
     for line in header:
         print(line, flush=True)
