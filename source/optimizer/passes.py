@@ -13,6 +13,7 @@ import numpy as np
 from nnhal.graph.graph import Graph
 from nnhal.graph.node import Node
 from nnhal.graph.tensor import constant
+from nnhal.optimizer.movement import collapse_data_movement
 
 
 def remove_dead_nodes(graph: Graph) -> int:
@@ -172,6 +173,7 @@ def fold_affine_into_conv(graph: Graph) -> int:
 PASSES: list[tuple[str, Callable[[Graph], int]]] = [
     ("remove_dead_nodes", remove_dead_nodes),
     ("fold_affine_into_conv", fold_affine_into_conv),
+    ("collapse_data_movement", collapse_data_movement),
 ]
 
 
