@@ -10,7 +10,9 @@ nodes on ``arange(source.size)``. ``M`` is then read as rows of ``C`` contiguous
 
     Reshape(source, [R, C]) -> Gather(axis 0, constant rows) -> Reshape(result shape)
 
-one copy of whole rows (the reshapes are views), or a single Reshape when ``M`` is the identity.
+one copy of whole rows (the reshapes are views), or a single Reshape when ``M`` is the identity, or
+nothing when the shape is unchanged too: the chain's readers then read the source itself (a Transpose
+followed by its inverse, a Pad by zero, a crop to the full size).
 
 A *region* is the set of movement nodes between a source (a tensor not produced by movement, or
 produced by movement of several sources) and a *sink* (a tensor of the region that something other
@@ -250,6 +252,9 @@ def collapse_data_movement(graph: Graph) -> int:
     opset = graph.opsets.get("", 17)
     replacement: dict[int, list[Node]] = {}
     memo: dict[tuple, tuple[int, np.ndarray]] = {}
+    aliases: dict[str, str] = {}     # an unchanged tensor: its readers read the source itself
+    # names that must stay produced: graph outputs and what nested bodies read from this scope
+    pinned = set(graph.outputs) | set(graph.outer) | {n for node in graph.nodes for n in node.implicit_inputs}
     for source, names in sinks.items():
         t = graph.tensors[source]
         if not t.static or t.nbytes // t.dtype.itemsize > MAX_SOURCE_ELEMENTS:
@@ -267,6 +272,10 @@ def collapse_data_movement(graph: Graph) -> int:
             if id(old) in replacement:
                 continue
             out = graph.tensors[target]
+            if rows is None and out.shape == t.shape and target not in pinned:
+                aliases[target] = source
+                replacement[id(old)] = [old]
+                continue
             shape = _fresh(graph, f"{target}__shape")
             graph.tensors[shape] = constant(shape, np.array(out.shape, np.int64))
             if rows is None:
@@ -291,6 +300,8 @@ def collapse_data_movement(graph: Graph) -> int:
     nodes: list[Node] = []
     for node in graph.nodes:
         nodes.extend(replacement.get(id(node), [node]))
+    for node in nodes:
+        node.inputs = [aliases.get(n, n) for n in node.inputs]
     graph.nodes = nodes
     _drop_unread(graph, movers)
     return len(present - {id(n) for n in graph.nodes})

@@ -125,6 +125,18 @@ def test_copies_that_move_nothing_become_a_reshape():
     _check(model, feeds)
 
 
+def test_a_chain_that_changes_nothing_disappears():
+    """A Transpose and its inverse: the Relu reads the input itself (the cpu layout pass then keeps a
+    channels-last region across it)."""
+    b = Builder()
+    x = b.op("Transpose", [b.op("Transpose", ["x"], perm=[0, 2, 3, 1])], perm=[0, 3, 1, 2])
+    y = b.op("Relu", [x])
+    model = b.model([1, 8, 3, 3], y, [1, 8, 3, 3])
+    graph = _prepared(model, {"x": np.zeros((1, 8, 3, 3), np.float32)})
+    assert [(n.op_type, n.inputs) for n in graph.nodes] == [("Relu", ["x"])]
+    _check(model, {"x": np.random.default_rng(6).standard_normal((1, 8, 3, 3)).astype(np.float32)})
+
+
 def test_a_single_copy_is_left_to_the_device_fusions():
     """A channel shuffle (one Transpose between reshapes) stays: the cpu folds it into the convolution."""
     b = Builder()
