@@ -235,7 +235,8 @@ def _regions(graph: Graph) -> tuple[dict[str, list[str]], dict[str, Node]]:
     return sinks, producer
 
 
-def _fresh(graph: Graph, base: str) -> str:
+def fresh_name(graph: Graph, base: str) -> str:
+    """``base``, or ``base`` with the first number appended that no tensor of ``graph`` is named."""
     name, k = base, 0
     while name in graph.tensors:
         k += 1
@@ -276,15 +277,15 @@ def collapse_data_movement(graph: Graph) -> int:
                 aliases[target] = source
                 replacement[id(old)] = [old]
                 continue
-            shape = _fresh(graph, f"{target}__shape")
+            shape = fresh_name(graph, f"{target}__shape")
             graph.tensors[shape] = constant(shape, np.array(out.shape, np.int64))
             if rows is None:
                 replacement[id(old)] = [make_node(f"{old.name}/collapsed", "Reshape", [source, shape], [target], {},
                                                   opset)]
                 continue
             size = t.nbytes // t.dtype.itemsize
-            matrix, gathered = _fresh(graph, f"{target}__rows_in"), _fresh(graph, f"{target}__rows_out")
-            in_shape, indices = _fresh(graph, f"{target}__rows_shape"), _fresh(graph, f"{target}__rows")
+            matrix, gathered = fresh_name(graph, f"{target}__rows_in"), fresh_name(graph, f"{target}__rows_out")
+            in_shape, indices = fresh_name(graph, f"{target}__rows_shape"), fresh_name(graph, f"{target}__rows")
             graph.tensors[in_shape] = constant(in_shape, np.array([size // c, c], np.int64))
             graph.tensors[indices] = constant(indices, rows)
             graph.tensors[matrix] = Tensor(matrix, t.dtype, (size // c, c), TensorKind.VARIABLE)

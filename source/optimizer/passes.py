@@ -13,6 +13,7 @@ import numpy as np
 from nnhal.graph.graph import Graph
 from nnhal.graph.node import Node
 from nnhal.graph.tensor import constant
+from nnhal.optimizer.constant_adds import fold_constant_adds, split_matmul_batch
 from nnhal.optimizer.movement import collapse_data_movement
 
 
@@ -174,6 +175,8 @@ PASSES: list[tuple[str, Callable[[Graph], int]]] = [
     ("remove_dead_nodes", remove_dead_nodes),
     ("fold_affine_into_conv", fold_affine_into_conv),
     ("collapse_data_movement", collapse_data_movement),
+    ("fold_constant_adds", fold_constant_adds),
+    ("split_matmul_batch", split_matmul_batch),
 ]
 
 

@@ -274,3 +274,7 @@ def test_swin_block_matches_onnxruntime(batch):
     assert not {"Slice", "Concat", "Pad"} & set(ops)
     assert ops.count("Gather") == 5 and ops.count("Transpose") == 2     # K^T and the heads' merge stay
     assert s.graph.pass_report["collapse_data_movement"] > 0
+    # bias and mask are one constant (fold_constant_adds), added in the scores product's epilogue
+    assert ops.count("Add") == 4 and s.graph.pass_report["fold_constant_adds"] == 1
+    kernels = [t.op for t in s.profile(feeds, runs=1).nodes]
+    assert kernels.count("Add") == 1                                     # the residual
