@@ -159,7 +159,9 @@ class _Region:
                 outs = evaluate_node(node, inputs)
             for out, value in zip(node.outputs, outs):
                 if out:
-                    self.values[out] = value
+                    # NOTE: kernels may return views (a Transpose); each reader would copy it again (the three
+                    # Gathers of q, k and v took 20 ms each at batch 8): materialise it once
+                    self.values[out] = np.ascontiguousarray(value)
         return self.values[name]
 
     def nodes(self, sink: str) -> list[Node]:
