@@ -87,9 +87,10 @@ def fold_constant_adds(graph: Graph) -> int:
             if tu is None or tt is None or out is None or out.shape != tt.shape or c1.dtype != tu.dtype \
                     or c2.dtype != tu.dtype or tu.nbytes > MAX_FOLD_BYTES:
                 continue
-            total = np.broadcast_to(c1, tu.shape).reshape(tt.shape).astype(np.float64) + c2
+            # NOTE: one float32 addition rounds the exact sum once, as float64 then float32 would
+            total = np.broadcast_to(c1, tu.shape).reshape(tt.shape) + c2
             name = fresh_name(graph, f"{node.name}__summed")
-            graph.tensors[name] = constant(name, _smallest(total.astype(tu.dtype)))
+            graph.tensors[name] = constant(name, _smallest(total.astype(tu.dtype, copy=False)))
             if reshape is not None:
                 reshape.inputs[0] = x
                 node.inputs = [t, name]
