@@ -74,7 +74,7 @@ def _moves(graph: Graph, node: Node) -> bool:
     if not data or not all(data):
         return False
     first = graph.tensors.get(data[0])
-    if first is None or not first.static or first.dtype.hasobject:
+    if first is None or not first.static or first.dtype.hasobject or 0 in first.shape:
         return False
     for name in node.inputs:
         t = graph.tensors.get(name) if name else None
@@ -85,7 +85,7 @@ def _moves(graph: Graph, node: Node) -> bool:
             return False
     for name in node.outputs:
         t = graph.tensors.get(name) if name else None
-        if name and (t is None or not t.static or t.dtype != first.dtype or t.quant is not None):
+        if name and (t is None or not t.static or t.dtype != first.dtype or t.quant is not None or 0 in t.shape):
             return False
     return True
 
