@@ -278,3 +278,48 @@ def test_swin_block_matches_onnxruntime(batch):
     assert ops.count("Add") == 4 and s.graph.pass_report["fold_constant_adds"] == 1
     kernels = [t.op for t in s.profile(feeds, runs=1).nodes]
     assert kernels.count("Add") == 1                                     # the residual
+
+
+# ------------------------------------------------------------------ random chains
+def _random_chain(seed: int) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """A random chain of movement ops on one (2..3, 2..5, 2..5, 8) tensor, with branches that Concat
+    back, read at the end by a Relu (or left as a graph output)."""
+    rng = np.random.default_rng(seed)
+    shape = (int(rng.integers(2, 4)), int(rng.integers(2, 6)), int(rng.integers(2, 6)), 8)
+    b = Builder()
+    x, s = "x", shape
+    for _ in range(int(rng.integers(2, 7))):
+        kind = rng.choice(["transpose", "slice", "roll", "reshape", "pad", "gather"])
+        rank = len(s)
+        if kind == "transpose":
+            perm = [int(p) for p in rng.permutation(rank)]
+            x, s = b.op("Transpose", [x], perm=perm), tuple(s[p] for p in perm)
+        elif kind == "slice":
+            axis = int(rng.integers(rank))
+            if s[axis] < 2:
+                continue
+            start = int(rng.integers(0, s[axis] - 1))
+            x = b.slice(x, start, s[axis], axis)
+            s = s[:axis] + (s[axis] - start,) + s[axis + 1:]
+        elif kind == "roll":
+            axis = int(rng.integers(rank))
+            x = b.roll(x, int(rng.integers(1, s[axis] + 1)), s[axis], axis)
+        elif kind == "reshape":
+            s = (int(np.prod(s[:2])),) + s[2:] if rank > 2 else (s[0], 1) + s[1:]
+            x = b.op("Reshape", [x, b.const(list(s))])
+        elif kind == "pad":
+            x = b.op("Pad", [x, b.const([0] * (2 * rank))])
+        else:
+            axis = int(rng.integers(rank))
+            idx = rng.integers(-s[axis], s[axis], size=int(rng.integers(1, 4)))
+            x = b.op("Gather", [x, b.const(idx)], axis=axis)
+            s = s[:axis] + (len(idx),) + s[axis + 1:]
+    out = b.op("Relu", [x]) if rng.random() < 0.7 else x
+    feeds = {"x": rng.standard_normal(shape).astype(np.float32)}
+    return b.model(list(shape), out, list(s)), feeds
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_random_movement_chains_equal_onnxruntime(seed):
+    model, feeds = _random_chain(seed)
+    _check(model, feeds)
