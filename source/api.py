@@ -436,7 +436,7 @@ def _plan(g: GraphHandle, options: Options, memo: _Calibrated | None = None
     fused = fold_qdq(graph) if options.precision in ("int8", "uint8") else fuse_qdq(graph)
     limits = FoldLimits(options.max_fold_bytes, options.max_loop_trips, options.max_graph_bytes)
     folded = infer_graph(graph, fold=options.fold_constants, limits=limits)
-    g.pass_report = {"fuse_qdq": fused, **run_passes(graph)}
+    g.pass_report = {"fuse_qdq": fused, **run_passes(graph, options.precision)}
     g.int8_plan = None
     if options.precision in QUANTIZED:
         # smoothing reads per-channel extremes: the table's, else those of the inputs that calibrate

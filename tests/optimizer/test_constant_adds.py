@@ -94,3 +94,19 @@ def test_a_reshape_of_the_matrix_dimensions_stays():
     graph = _prepared_without_pass(model, {"x": _f32(6, 4, 8)})
     assert split_matmul_batch(graph) == 0
     assert [n.op_type for n in graph.nodes] == ["MatMul", "Reshape"]
+
+
+def test_quantized_precisions_keep_the_constants_apart():
+    """A quantized Add quantizes its constant per tensor: a bias summed with a -100 mask would drown."""
+    import nnhal
+
+    b = Builder()
+    y = b.op("Softmax", [_bias_and_mask(b, "x", 2)], axis=-1)
+    model = b.model([4, 3, 4, 4], y, [4, 3, 4, 4])
+    feeds = {"x": _f32(4, 3, 4, 4)}
+    with nnhal.Session(model, devices=["cpu"], precision="int8") as s:
+        s.run(feeds)
+        assert "fold_constant_adds" not in s.graph.pass_report
+    with nnhal.Session(model, devices=["cpu"]) as s:
+        s.run(feeds)
+        assert s.graph.pass_report["fold_constant_adds"] == 1
