@@ -114,6 +114,25 @@ def _prepared_without_pass(model: onnx.ModelProto, feeds: dict[str, np.ndarray])
     return graph
 
 
+def test_pixel_maps_equal_element_maps():
+    """Regions that keep the source's last axis together are mapped on pixel indices (the last axis cut
+    to 1): the rows are those of the element-index map, C the pixel C times the width."""
+    from nnhal.optimizer.movement import _Region, _regions
+
+    model = _swin_block(2)
+    graph = _prepared_without_pass(model, {"x": np.zeros((2, 4, 8, 16), np.float32)})
+    sinks, producer = _regions(graph)
+    pixel_regions = 0
+    for source, names in sinks.items():
+        pixel, element = _Region(graph, source, producer, {}, names), _Region(graph, source, producer, {}, names)
+        element.width, element.inputs = 1, {}
+        pixel_regions += pixel.width > 1
+        for sink in names:
+            (c1, rows1), (c2, rows2) = pixel.rows(sink), element.rows(sink)
+            assert c1 == c2 and np.array_equal(rows1, rows2), sink
+    assert pixel_regions >= 2           # the partition (after the rolls) and the reverse (before the crop)
+
+
 def test_copies_that_move_nothing_become_a_reshape():
     b = Builder()
     x = b.op("Pad", ["x", b.const([0, 0, 0, 0, 0, 0])])
