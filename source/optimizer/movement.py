@@ -168,7 +168,10 @@ class _Region:
         width = (graph.tensors[source].shape or (1,))[-1]
         if width > 1:
             nodes = {id(n): n for sink in sinks for n in self.nodes(sink)}
-            inputs = {key: _pixel_constants(graph, node, width) for key, node in nodes.items()}
+            try:
+                inputs = {key: _pixel_constants(graph, node, width) for key, node in nodes.items()}
+            except (KeyError, IndexError, TypeError, ValueError):   # an attribute or constant of an odd form
+                inputs = {0: None}
             if all(v is not None for v in inputs.values()):
                 self.width, self.inputs = width, inputs
 
