@@ -1,8 +1,8 @@
 """Modern architectures: nnhal vs onnxruntime in one run (python benchmarks/modern.py --help).
 
 Models: MobileNetV3-small, EfficientNet-B0, ConvNeXt-tiny, SSDlite320-MobileNetV3 (with its detection
-post-processing: per-class top-k, NMS inside an If), ResNet-18, RegNetY-400MF, ViT-B/16 and a Whisper-style
-audio encoder, written in plain torch (benchmarks/models/), seeded, exported once to benchmarks/.cache/
+post-processing: per-class top-k, NMS inside an If), ResNet-18, RegNetY-400MF, ViT-B/16, a Whisper-style
+audio encoder and Swin-T (shifted window attention), written in plain torch (benchmarks/models/), seeded, exported once to benchmarks/.cache/
 (needs torch; `pip install torch==2.13.0` takes the CPU wheel). ``--with-zoo`` adds the classic zoo and the
 BERT encoder of ``nnhal bench`` so the geometric mean covers everything the acceptance names.
 

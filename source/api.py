@@ -59,6 +59,7 @@ from nnhal.options import Options, validate_device_options
 from nnhal.profiling import NodeTime, Profile, SubgraphTime
 from nnhal.scheduler.cleanup import Cleanup
 from nnhal.scheduler.default import DEFAULT_SCHEDULER, fall_back, release_subgraph
+from nnhal.scheduler.gcpause import gc_paused
 from nnhal.scheduler.locks import ReadWriteLock
 from nnhal.scheduler.scheduler import Execution, Scheduler
 from nnhal.serializer.cache import load_cached
@@ -344,8 +345,10 @@ def create_graph(context: Context, model_format: str, model: Any, base_dir: str 
     if model_format != "onnx":
         raise ModelError(f"model format '{model_format}' is not supported; nnhal reads 'onnx'")
     if compiled_cache is not None:
-        return GraphHandle(context, load_cached(model, compiled_cache, lambda m: load_onnx(m, base_dir)))
-    return GraphHandle(context, load_onnx(model, base_dir))
+        with gc_paused():
+            return GraphHandle(context, load_cached(model, compiled_cache, lambda m: load_onnx(m, base_dir)))
+    with gc_paused():
+        return GraphHandle(context, load_onnx(model, base_dir))
 
 
 def _alive(g: GraphHandle) -> None:
@@ -433,7 +436,7 @@ def _plan(g: GraphHandle, options: Options, memo: _Calibrated | None = None
     fused = fold_qdq(graph) if options.precision in ("int8", "uint8") else fuse_qdq(graph)
     limits = FoldLimits(options.max_fold_bytes, options.max_loop_trips, options.max_graph_bytes)
     folded = infer_graph(graph, fold=options.fold_constants, limits=limits)
-    g.pass_report = {"fuse_qdq": fused, **run_passes(graph)}
+    g.pass_report = {"fuse_qdq": fused, **run_passes(graph, options.precision)}
     g.int8_plan = None
     if options.precision in QUANTIZED:
         # smoothing reads per-channel extremes: the table's, else those of the inputs that calibrate
@@ -483,6 +486,7 @@ def prerun_graph(g: GraphHandle, options: Options | None = None) -> None:
         _prerun_locked(g, options or Options())
 
 
+@gc_paused()
 def _prerun_locked(g: GraphHandle, options: Options, memo: _Calibrated | None = None) -> None:
     if g.state in (GraphState.PREPARED, GraphState.DONE):
         _postrun(g)

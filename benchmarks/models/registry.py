@@ -22,7 +22,7 @@ class Spec:
 
 
 def _specs() -> dict[str, Spec]:
-    from . import convnext, efficientnet, mobilenetv3, resnet, ssdlite, transformer
+    from . import convnext, efficientnet, mobilenetv3, resnet, ssdlite, swin, transformer
 
     return {
         "mobilenetv3_small": Spec(mobilenetv3.MobileNetV3Small, (3, 224, 224), ("logits",)),
@@ -35,11 +35,12 @@ def _specs() -> dict[str, Spec]:
         "vit_b_16": Spec(transformer.ViTB16, (3, 224, 224), ("logits",)),
         "whisper_encoder": Spec(lambda: transformer.WhisperEncoder(dim=384, depth=4, heads=6, frames=1000),
                                 (80, 1000), ("hidden",)),
+        "swin_t": Spec(swin.SwinT, (3, 224, 224), ("logits",)),
     }
 
 
 NAMES = ("mobilenetv3_small", "efficientnet_b0", "convnext_tiny", "ssdlite320", "resnet18", "regnet_y_400mf",
-         "vit_b_16", "whisper_encoder")
+         "vit_b_16", "whisper_encoder", "swin_t")
 
 
 def path(name: str) -> str:

@@ -48,6 +48,15 @@ class ViewKernel(Kernel):
         # static shape; a dynamically shaped result is copied so it never aliases
         # an arena buffer that may be reused.
         copy = not outs[0].static
+        if not copy and outs[0].dtype is not None:
+            # NOTE: a static output's shape is known now: 0.5 us a run instead of 5 us re-deriving it from the
+            # shape input (Swin-T runs 144 Reshapes)
+            shape = tuple(outs[0].shape)
+
+            def run_static(inputs: list, outputs: list) -> tuple[np.ndarray]:
+                return (inputs[0].reshape(shape),)
+
+            return run_static
 
         def run(inputs: list, outputs: list) -> tuple[np.ndarray]:
             y = inputs[0].reshape(target(node, inputs))

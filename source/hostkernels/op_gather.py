@@ -1,4 +1,5 @@
-"""Gather on the CPU: numpy take with negative indices wrapped; a native row-wise pick along the last axis."""
+"""Gather on the CPU: numpy take with negative indices wrapped; a native row-wise pick along the last axis;
+constant indices checked once at prepare."""
 from __future__ import annotations
 
 import numpy as np
@@ -64,6 +65,37 @@ class GatherLastAxis(Kernel):
         return run
 
 
+class GatherConstant(Kernel):
+    """Gather by constant indices (a collapsed movement chain's rows, an embedding lookup by constant
+    ids): the indices wrapped and range-checked once at prepare, then one np.take per run.
+
+    NOTE: np.take buffers its output under mode="raise"; the indices are known in range, so mode="clip"
+    writes straight into the planned output (3136 rows of 96 float32: 40 us against 113)."""
+
+    op_type = "Gather"
+    name = "constant-indices"
+
+    def score(self, node, ins, outs) -> int:
+        data, indices = (ins + [None, None])[:2]
+        if data is None or indices is None or indices.value is None or data.shape is None:
+            return 0
+        axis = node.attrs["axis"] % max(1, len(data.shape))
+        if not data.shape or data.shape[axis] is None:
+            return 0
+        idx = np.asarray(indices.value)
+        dim = data.shape[axis]
+        return 2 if idx.size == 0 or (idx.min() >= -dim and idx.max() < dim) else 0
+
+    def prepare(self, node, ins, outs) -> RunFn:
+        axis = node.attrs["axis"] % len(ins[0].shape)
+        idx = wrap_indices(ins[1].value, ins[0].shape[axis]).astype(np.intp)
+
+        def run(inputs, outputs):
+            return (np.take(inputs[0], idx, axis=axis, out=outputs[0], mode="clip"),)
+
+        return run
+
+
 def _shuffle_groups(idx: np.ndarray, dim: int) -> int:
     """g when ``idx`` is the channel shuffle of ``dim`` channels in g > 1 groups (idx[k * g + j] = j * dim / g + k),
     else 0."""
@@ -74,4 +106,4 @@ def _shuffle_groups(idx: np.ndarray, dim: int) -> int:
     return groups if groups > 1 and np.array_equal(idx, shuffle) else 0
 
 
-IMPLEMENTATIONS = (GatherKernel, GatherLastAxis)
+IMPLEMENTATIONS = (GatherKernel, GatherLastAxis, GatherConstant)
