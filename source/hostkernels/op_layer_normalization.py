@@ -4,13 +4,15 @@ fast: float32 input and stash, normalizing the last axis, only Y wanted, static
 shape: the row means are one BLAS product, the centered input is built in the
 output buffer, the variance is one einsum (no squared temporary), then scale
 and bias in place (as repeated blocks when constant); blocks of rows spread
-over the cpu device's pool (parallel.py).
+over the cpu device's pool (parallel.py). With the native kernels and constant
+(or absent) scale and bias: native/kernels.c nn_layernorm_f32, one row at a
+time in L1, rows split over the native pool.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from nnhal.hostkernels import _blocks, parallel
+from nnhal.hostkernels import _blocks, native, parallel
 from nnhal.hostkernels.base import Kernel, RunFn, store
 from nnhal.operator._nn import STASH_TYPES
 
@@ -79,11 +81,23 @@ class LayerNormalizationFast(Kernel):
                   if ins[k].value is not None and ins[k].value.size == width else None)
                  for ufunc, k in ((np.multiply, 1), (np.add, 2)) if k < len(ins) and ins[k] is not None]
 
+        # the native kernel when scale and bias are constants (or absent): one pass per row, split over rows
+        consts = [ins[k].value if k < len(ins) and ins[k] is not None else None for k in (1, 2)]
+        native_ok = native.available() and all(
+            (k >= len(ins) or ins[k] is None or (v is not None and v.size == width))
+            for k, v in zip((1, 2), consts))
+        scale_c, bias_c = (None if v is None else np.ascontiguousarray(v.reshape(-1), dtype=np.float32) for v in consts)
+        rows_total = int(np.prod(shape[:-1], dtype=np.int64))
+
         def run(inputs, outputs):
             x = inputs[0]
             if not x.flags.c_contiguous:
                 x = np.ascontiguousarray(x)
             y = outputs[0] if outputs[0] is not None else np.empty(shape, np.float32)
+            if native_ok and y.flags.c_contiguous:
+                parts = parallel.native_parts(x.size * 4, rows_total) if parallel.native_pool() else 1
+                native.layernorm(x, y, scale_c, bias_c, float(eps), parts)
+                return (y,) + (None,) * (n_out - 1)
             xr, yr = x.reshape(-1, width), y.reshape(-1, width)
             operands = [(ufunc, None if block is not None else np.broadcast_to(inputs[k], shape).reshape(-1, width),
                          block) for ufunc, k, block in steps]

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-ABI_VERSION = 9
+ABI_VERSION = 10
 
 # Activation kinds, as numbered in kernels.c
 ACTIVATIONS = {"relu": 1, "clip": 2, "hardsigmoid": 3, "hardswish": 4, "sigmoid": 5, "silu": 6, "gelu": 7}
@@ -147,6 +147,8 @@ def _load() -> tuple[ctypes.CDLL | None, Status]:
     lib.nn_pool_set_spin.restype = None
     lib.nn_set_sgemm.argtypes = [ctypes.c_void_p, ctypes.c_int32]
     lib.nn_set_sgemm.restype = None
+    lib.nn_layernorm_parallel_f32.argtypes = [ctypes.c_void_p, ctypes.c_int64]
+    lib.nn_layernorm_parallel_f32.restype = None
     lib.nn_pool_parallel_f32.argtypes = [ctypes.c_void_p, ctypes.c_int64]
     lib.nn_pool_parallel_f32.restype = None
     for name, args in (("nn_gemm_f32", GemmArgs), ("nn_bgemm_f32", BatchedGemmArgs), ("nn_dwconv_parallel_f32", DwArgs),
@@ -360,3 +362,19 @@ def add_act(a: np.ndarray, b: np.ndarray, y: np.ndarray, act: Act, i0: int, i1: 
     """y.flat[i] = act(a.flat[i] + b.flat[i]) for i in [i0, i1): C-contiguous float32 arrays of one size, ``y``
     may be ``a`` or ``b``. Relu and Clip let a NaN through, as numpy's maximum and minimum do."""
     _lib.nn_add_act_f32(_ptr(a), _ptr(b), _ptr(y), i0, i1, ctypes.byref(act))
+
+
+class LayerNormArgs(ctypes.Structure):
+    """nn_layernorm_args: LayerNormalization over the last axis of (rows, width), split by rows."""
+
+    _fields_ = [("x", ctypes.c_void_p), ("scale", ctypes.c_void_p), ("bias", ctypes.c_void_p), ("y", ctypes.c_void_p),
+                ("rows", ctypes.c_int64), ("width", ctypes.c_int64), ("eps", ctypes.c_float)]
+
+
+def layernorm(x: np.ndarray, y: np.ndarray, scale: np.ndarray | None, bias: np.ndarray | None, eps: float,
+              parts: int) -> None:
+    """y = LayerNormalization(x) over the last axis for C-contiguous float32 ``x`` and ``y`` (may be x),
+    ``scale``/``bias`` C-contiguous float32 of the last axis' width or None; ``parts`` over the native pool."""
+    width = x.shape[-1]
+    args = LayerNormArgs(_ptr(x), _or_null(scale), _or_null(bias), _ptr(y), x.size // max(1, width), width, eps)
+    _lib.nn_layernorm_parallel_f32(ctypes.byref(args), parts)

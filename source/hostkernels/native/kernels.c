@@ -72,7 +72,7 @@ typedef struct {
     nn_act act;
 } nn_dw_params;
 
-NN_API int nn_abi_version(void) { return 9; }
+NN_API int nn_abi_version(void) { return 10; }
 
 /* exp(x) for float32 to about 2 ulp: x = k ln2 + r, |r| <= ln2 / 2, exp(r) by a degree-6 polynomial,
  * 2^k put into the exponent bits. Written with plain arithmetic so that the loops calling it vectorize. */
@@ -865,6 +865,64 @@ static void nn_pool_task(const void *args, int64_t part, int64_t parts) {
 }
 
 NN_API void nn_pool_parallel_f32(const nn_pool_args *a, int64_t parts) { nn_pool_run(nn_pool_task, a, parts); }
+
+/* LayerNormalization over the last axis, rows [r0, r1) of x (rows, width) C-contiguous into y (may be x):
+ * the row's mean, the mean of its squared deviations, then (x - mean) / sqrt(var + eps) * scale + bias
+ * (scale and bias of width, either may be NULL), each row while it is in L1. Sums in float32 over 16
+ * lanes (numpy's path sums pairwise: the two agree to float32 rounding). */
+NN_API NN_CLONES void nn_layernorm_f32(const float *x, float *y, int64_t width, const float *scale,
+                                       const float *bias, float eps, int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; r++) {
+        const float *xr = x + r * width;
+        float *yr = y + r * width;
+        float acc[16] = {0};
+        int64_t j = 0;
+        for (; j + 16 <= width; j += 16)
+            for (int l = 0; l < 16; l++) acc[l] += xr[j + l];
+        float sum = 0.0f;
+        for (int l = 0; l < 16; l++) sum += acc[l];
+        for (; j < width; j++) sum += xr[j];
+        const float mean = sum / (float)width;
+        float sq[16] = {0};
+        j = 0;
+        for (; j + 16 <= width; j += 16)
+            for (int l = 0; l < 16; l++) {
+                const float d = xr[j + l] - mean;
+                sq[l] += d * d;
+            }
+        float ss = 0.0f;
+        for (int l = 0; l < 16; l++) ss += sq[l];
+        for (; j < width; j++) {
+            const float d = xr[j] - mean;
+            ss += d * d;
+        }
+        const float inv = 1.0f / sqrtf(ss / (float)width + eps);
+        for (j = 0; j < width; j++) {
+            float v = (xr[j] - mean) * inv;
+            if (scale) v *= scale[j];
+            if (bias) v += bias[j];
+            yr[j] = v;
+        }
+    }
+}
+
+typedef struct {
+    const float *x, *scale, *bias;
+    float *y;
+    int64_t rows, width;
+    float eps;
+} nn_layernorm_args;
+
+static void nn_layernorm_task(const void *args, int64_t part, int64_t parts) {
+    const nn_layernorm_args *a = (const nn_layernorm_args *)args;
+    int64_t lo, hi;
+    nn_split(a->rows, 1, part, parts, &lo, &hi);
+    nn_layernorm_f32(a->x, a->y, a->width, a->scale, a->bias, a->eps, lo, hi);
+}
+
+NN_API void nn_layernorm_parallel_f32(const nn_layernorm_args *a, int64_t parts) {
+    nn_pool_run(nn_layernorm_task, a, parts);
+}
 
 /* The module itself only has to import: Python reaches the functions above through ctypes. */
 static struct PyModuleDef nn_module = {PyModuleDef_HEAD_INIT, "_native",
