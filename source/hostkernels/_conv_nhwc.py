@@ -183,6 +183,42 @@ def act_record(act: Activation | None):
                            None if act.hi is None else float(act.hi), act.alpha, act.beta)
 
 
+# groups of at most this many input channels run on the native grouped kernel (when their output
+# channels are a multiple of 8); wider groups keep the GEMM (ResNeXt-like 4 and RegNet's 8 are narrow)
+NATIVE_GROUP_MAX_CG = 16
+
+
+def native_grouped(s: _conv2d.Conv2d, wv: np.ndarray, bias: np.ndarray | None, act: Activation | None) \
+        -> RunFn | None:
+    """The native grouped convolution (kernels.c nn_gconv_nhwc_f32: per pixel, each group's outputs in
+    registers over its taps and channels, no im2col, no zeros multiplied), split by output rows over the
+    native pool; None when it does not apply (not built, another dtype, wide groups, MG not a multiple
+    of 8): the im2col super-groups run it."""
+    if not native.available() or s.dtype != np.float32 or s.group == 1 or s.cg == 1 \
+            or s.cg > NATIVE_GROUP_MAX_CG or s.mg % 8:
+        return None
+    (kh, kw), (sh, sw), (dh, dw) = s.kernel, s.strides, s.dilations
+    wk = np.ascontiguousarray(wv.reshape(s.group, s.mg, s.cg, kh, kw).transpose(0, 3, 4, 2, 1), dtype=np.float32)
+    b = None if bias is None else np.ascontiguousarray(bias, dtype=np.float32)
+    params = native.GconvParams(s.n, s.h, s.w, s.c, s.oh, s.ow, s.m, kh, kw, sh, sw, dh, dw, s.pads[0], s.pads[1],
+                                s.group, s.cg, s.mg, act_record(act))
+    out_shape = (s.n, s.oh, s.ow, s.m)
+    rows, work = s.n * s.oh, parallel.gemm_work(s.n * s.oh * s.ow * s.m * s.cg * kh * kw) * 4
+
+    def run_native_grouped(inputs, outputs):
+        x = inputs[0]
+        if not x.flags.c_contiguous or x.dtype != np.float32:
+            x = np.ascontiguousarray(x, dtype=np.float32)
+        y = outputs[0]
+        if y is None or not y.flags.c_contiguous:
+            y = np.empty(out_shape, np.float32)
+        parts = parallel.native_parts(work, rows) if parallel.native_pool() else 1
+        native.gconv_nhwc(x, y, wk, b, params, parts)
+        return (y,)
+
+    return run_native_grouped
+
+
 def native_depthwise(s: _conv2d.Conv2d, wv: np.ndarray, bias: np.ndarray | None, act: Activation | None) \
         -> RunFn | None:
     """The native kernel's depthwise convolution (float32, channel multiplier 1): every tap, the bias and
@@ -397,6 +433,9 @@ class ConvGemmNHWC(Kernel):
         if s.cg == 1:
             return native_depthwise(s, wv, bias, activation_of(node)) or nhwc_depthwise(s, wv, finish)
         bias = ins[2].value if len(ins) > 2 and ins[2] is not None else None
+        grouped = native_grouped(s, wv, bias, activation_of(node))
+        if grouped is not None:
+            return grouped
         if s.kernel == (1, 1) and not s.padded:
             return nhwc_1x1(s, wv, finish, bias, activation_of(node))
         return nhwc_im2col(s, wv, finish, bias, activation_of(node))

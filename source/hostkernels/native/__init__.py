@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-ABI_VERSION = 10
+ABI_VERSION = 11
 
 # Activation kinds, as numbered in kernels.c
 ACTIVATIONS = {"relu": 1, "clip": 2, "hardsigmoid": 3, "hardswish": 4, "sigmoid": 5, "silu": 6, "gelu": 7}
@@ -147,6 +147,8 @@ def _load() -> tuple[ctypes.CDLL | None, Status]:
     lib.nn_pool_set_spin.restype = None
     lib.nn_set_sgemm.argtypes = [ctypes.c_void_p, ctypes.c_int32]
     lib.nn_set_sgemm.restype = None
+    lib.nn_gconv_parallel_f32.argtypes = [ctypes.c_void_p, ctypes.c_int64]
+    lib.nn_gconv_parallel_f32.restype = None
     lib.nn_layernorm_parallel_f32.argtypes = [ctypes.c_void_p, ctypes.c_int64]
     lib.nn_layernorm_parallel_f32.restype = None
     lib.nn_pool_parallel_f32.argtypes = [ctypes.c_void_p, ctypes.c_int64]
@@ -378,3 +380,25 @@ def layernorm(x: np.ndarray, y: np.ndarray, scale: np.ndarray | None, bias: np.n
     width = x.shape[-1]
     args = LayerNormArgs(_ptr(x), _or_null(scale), _or_null(bias), _ptr(y), x.size // max(1, width), width, eps)
     _lib.nn_layernorm_parallel_f32(ctypes.byref(args), parts)
+
+
+class GconvParams(ctypes.Structure):
+    """nn_gconv_params: a grouped convolution's geometry (input (n, h, w, c), output (n, oh, ow, m), groups
+    of cg input and mg output channels, mg a multiple of 8) and its activation."""
+
+    _fields_ = [(name, ctypes.c_int64) for name in
+                ("n", "h", "w", "c", "oh", "ow", "m", "kh", "kw", "sh", "sw", "dh", "dw", "pad_top", "pad_left",
+                 "groups", "cg", "mg")] + [("act", Act)]
+
+
+class GconvArgs(ctypes.Structure):
+    _fields_ = [("x", ctypes.c_void_p), ("wt", ctypes.c_void_p), ("bias", ctypes.c_void_p), ("y", ctypes.c_void_p),
+                ("p", ctypes.c_void_p)]
+
+
+def gconv_nhwc(x: np.ndarray, y: np.ndarray, weights: np.ndarray, bias: np.ndarray | None, params: GconvParams,
+               parts: int) -> None:
+    """Grouped convolution of C-contiguous float32 NHWC ``x`` into ``y`` (N, OH, OW, M); ``weights``
+    (G, KH, KW, CG, MG) and ``bias`` (M,) C-contiguous float32; split by output rows over ``parts``."""
+    args = GconvArgs(_ptr(x), _ptr(weights), _or_null(bias), _ptr(y), ctypes.addressof(params))
+    _lib.nn_gconv_parallel_f32(ctypes.byref(args), parts)
