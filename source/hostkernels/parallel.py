@@ -58,12 +58,14 @@ def gemm_work(macs: int) -> int:
 
 _run = threading.local()       # this thread's run: whether its plan chose the pools (use_pool)
 
-# The pools pay on plans of large products; on small ones (batch 1 of the mobile and zoo CNNs, BERT at
-# batch 1) BLAS's threads were faster and steadier: a split op's threads wait for each other, and ops of a
-# few ten microseconds gain less than that. A plan uses the pools when the median output of its Conv,
-# MatMul and Gemm nodes has at least this many elements (measured: every batch-1 zoo and mobile model is
-# below 64K, every batch-8 one above; ConvNeXt and the Whisper encoder are above at batch 1 too).
-POOL_MIN_MEDIAN_OUTPUT = 64 * 1024
+# The pools pay on plans of large enough products; on plans of tiny ones BLAS's threads were faster: a
+# split op's threads wait for each other, and ops of a few microseconds gain less than the hand-over.
+# A plan uses the pools when the median output of its Conv, MatMul and Gemm nodes has at least this many
+# elements. Measured at batch 1, 2 threads, pools against BLAS's threads (ms; median output in
+# brackets): MobileNetV3-small 3.95 / 3.07 (9K), EfficientNet-B0 11.3 / 14.2 (19K), RegNetY 9.3 / 11.4
+# (22K), Inception v2 27.1 / 29.2 (25K), SqueezeNet 5.9 / 6.5 (43K), BERT 21.9 / 22.1 (49K), ShuffleNet
+# 5.1 / 5.5 (53K); every batch-8 plan (75K and up) gained more.
+POOL_MIN_MEDIAN_OUTPUT = 16 * 1024
 
 
 def choose(median_output: float) -> bool:
