@@ -101,6 +101,7 @@ class Int8Plan:
     # Gemms that take per-token activation scales -> the output columns (outlier dimensions) they keep in float
     dynamic: dict[str, tuple[int, ...]] = field(default_factory=dict)
     smoothing: dict[str, float] = field(default_factory=dict)  # activation -> alpha
+    measured: dict[str, int] = field(default_factory=dict)     # activation -> rows its alpha was measured on
     aliases: dict[str, str] = field(default_factory=dict)      # new tensor -> the calibrated tensor it equals
     ranges: dict[str, tuple[float, float]] = field(default_factory=dict)   # ranges of new tensors (x / s)
     float_columns: dict[str, tuple[int, ...]] = field(default_factory=dict)
@@ -263,6 +264,7 @@ def _smooth(graph: Graph, linear: dict[str, str], channels: dict[str, tuple[np.n
         sample = samples.get(x)
         if sample is not None and sample.shape[1:] == amax.shape:
             alpha, s = _measured_alpha(sample, amax, wmax, weights)
+            plan.measured[x] = len(sample)
         else:
             alpha, s = _best_alpha(amax, wmax, weights)
         if s is None:
@@ -419,7 +421,11 @@ def _choose(graph: Graph, linear: dict[str, str], plan: Int8Plan) -> None:
             plan.choices.append(NodeChoice(node.name, node.op_type, "fp32", plan.higher[node.name]))
         elif node.name in linear:
             x = linear[node.name]
-            how = f"smoothed (alpha {plan.smoothing[x]:.2f})" if x in plan.smoothing else "not smoothed"
+            measured = f"measured on {plan.measured[x]} rows" if x in plan.measured else ""
+            if x in plan.smoothing:
+                how = f"smoothed (alpha {plan.smoothing[x]:.2f}{', ' + measured if measured else ''})"
+            else:
+                how = f"not smoothed ({measured}: smoothing does not pay)" if measured else "not smoothed"
             dynamic[node.name] = plan.float_columns.get(node.name, ())
             if dynamic[node.name]:
                 how += f", output columns {list(dynamic[node.name])} in float (outlier dimensions)"

@@ -207,6 +207,9 @@ def test_plan_measures_alpha_where_rows_are_given():
     amax = np.maximum(np.abs(channels[x][0]), np.abs(channels[x][1]))
     wmax = np.max(np.abs(np.concatenate(users)), axis=0)
     assert measured.smoothing.get(x, 0.0) == _measured_alpha(samples[x], amax, wmax, users)[0]
+    dynamic = [c for c in measured.choices if c.mode == "int8 dynamic"]     # the report says how alpha was found
+    assert len(dynamic) == 6 and all("measured on 16 rows" in c.reason for c in dynamic)
+    assert not any("measured" in c.reason for c in modelled.choices)
 
 
 def test_safetensors_reader(tmp_path):
