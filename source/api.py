@@ -400,6 +400,7 @@ class _Calibrated:
 
     channels: dict[str, tuple] | None = None
     samples: dict[str, np.ndarray] | None = None       # rows of the token activations (measured smoothing)
+    alphas: dict = field(default_factory=dict)          # smoothing measured on those rows, per activation
     ranges: dict[str, tuple[float, float]] | None = None
     # the last probe, still prepared, and its options: the final prepare adopts it when mixed chose those
     last: tuple[Options, "GraphHandle"] | None = None
@@ -451,7 +452,8 @@ def _plan(g: GraphHandle, options: Options, memo: _Calibrated | None = None
                                                  else 0) if all(n in g.inputs for n in graph.inputs) else ({}, {})
             if memo is not None:
                 memo.channels, memo.samples = channels, samples
-        g.int8_plan = plan_int8(graph, channels, samples)
+        g.int8_plan = plan_int8(graph, channels, samples, signed=options.precision == "int8",
+                                alphas=memo.alphas if memo is not None else None)
     check_budget(graph, options.max_graph_bytes, folded)
     ctx = g.context
     _check_node_names(g.graph, ctx)

@@ -22,8 +22,9 @@
    1's uint8 error. Nodes go back to fp32 by the most error removed per
    multiply-add (e_i^2 / MACs) until the model predicts the target
    (``MARGIN`` x the bound: unseen inputs err more than the calibration
-   ones); the result is measured, c is refitted on the measurement, and the
-   refitted model's assignment is measured too (more nodes in fp32 after a
+   ones; 90% of it at first); the result is measured, c is refitted on the
+   measurement, and the refitted model's assignment (aiming at the target
+   itself) is measured too (more nodes in fp32 after a
    miss, fewer after a pass with room left), at most ``ROUNDS`` measurements;
    the passing assignment with the fewest fp32 nodes wins. If none passes:
    fp16, then fp32.
@@ -165,8 +166,11 @@ def choose_mixed(graph: Graph, options: Options, probe: Probe, feeds: dict[str, 
         left = noise - sum(n.error ** 2 for n in kept)
         if left <= 0:
             break
-        # refit on what was measured: more nodes back to fp32 after a miss, fewer after a pass with room left
+        # refit on what was measured: more nodes back to fp32 after a miss, fewer after a pass with room left;
+        # NOTE: the refitted model is anchored on a measurement, so it aims at the target itself (the first
+        # prediction aims under it)
         gain = err ** 2 / left
+        budget = target ** 2
         kept = _cheapest(order, noise, gain, budget)
         if best is None and len(kept) <= max(measured):        # a miss must move nodes back to fp32
             kept = order[:min(max(measured) + 1, len(order) - 1)]

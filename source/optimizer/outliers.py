@@ -118,18 +118,20 @@ class Int8Plan:
         return out
 
 
-def plan_int8(graph: Graph, channels: dict[str, tuple] | None, samples: dict[str, np.ndarray] | None = None
-              ) -> Int8Plan:
+def plan_int8(graph: Graph, channels: dict[str, tuple] | None, samples: dict[str, np.ndarray] | None = None,
+              signed: bool = False, alphas: dict | None = None) -> Int8Plan:
     """Rewrite ``graph`` (already inferred; a copy the core owns) for a quantized precision.
 
     ``channels``: per-channel (last axis) extremes of activations from calibration; None or missing
     entries leave the activations unsmoothed (reported). ``samples``: rows [R, K] of those activations
     (``token_statistics``); where given, smoothing's alpha is measured under dynamic per-block quantization
-    instead of predicted for a per-tensor scale."""
+    (activations int8 when ``signed``, else uint8) instead of predicted for a per-tensor scale. ``alphas``:
+    a dict that keeps those measured choices for later plans of the same graph on the same samples (the
+    probes of a mixed search)."""
     plan = Int8Plan()
     channels = {n: (np.asarray(lo, np.float64), np.asarray(hi, np.float64)) for n, (lo, hi) in (channels or {}).items()}
     linear = _linearize(graph, plan)
-    _smooth(graph, linear, channels or {}, plan, samples or {})
+    _smooth(graph, linear, channels or {}, plan, samples or {}, signed, {} if alphas is None else alphas)
     _require_dynamic(graph, linear, channels or {}, plan)
     infer_graph(graph, fold=False)
     _choose(graph, linear, plan)
@@ -244,7 +246,7 @@ def _const(graph: Graph, name: str, value: np.ndarray) -> str:
 
 # ---------------------------------------------------------------------- 2. smoothing
 def _smooth(graph: Graph, linear: dict[str, str], channels: dict[str, tuple[np.ndarray, np.ndarray]],
-            plan: Int8Plan, samples: dict[str, np.ndarray]) -> None:
+            plan: Int8Plan, samples: dict[str, np.ndarray], signed: bool, alphas: dict) -> None:
     """Per activation read by token Gemms: the alpha and scales that minimize predicted (or, with a sample of
     its rows, measured) noise; X / s inserted."""
     from nnhal.optimizer.precision import make_node
@@ -263,7 +265,9 @@ def _smooth(graph: Graph, linear: dict[str, str], channels: dict[str, tuple[np.n
         wmax = np.max(np.abs(np.concatenate(weights, axis=0)), axis=0)
         sample = samples.get(x)
         if sample is not None and sample.shape[1:] == amax.shape:
-            alpha, s = _measured_alpha(sample, amax, wmax, weights)
+            if (x, signed) not in alphas:
+                alphas[(x, signed)] = _measured_alpha(sample, amax, wmax, weights, signed)
+            alpha, s = alphas[(x, signed)]
             plan.measured[x] = len(sample)
         else:
             alpha, s = _best_alpha(amax, wmax, weights)
@@ -322,18 +326,18 @@ def _scales(amax: np.ndarray, wmax: np.ndarray, keep: np.ndarray, alpha: float) 
     return np.clip(s / np.exp(np.mean(np.log(s[keep]))), 1e-4, 1e4)
 
 
-def _measured_alpha(x: np.ndarray, amax: np.ndarray, wmax: np.ndarray, weights: list[np.ndarray]
-                    ) -> tuple[float, np.ndarray | None]:
+def _measured_alpha(x: np.ndarray, amax: np.ndarray, wmax: np.ndarray, weights: list[np.ndarray],
+                    signed: bool = False) -> tuple[float, np.ndarray | None]:
     """The alpha (and scales) whose products, quantized as the CPU's dynamic Gemm does them (activations
-    uint8 per row and block, weights int8 per channel and block), err least on the sample rows ``x`` [R, K]:
+    int8 or uint8 per row and block, weights int8 per channel and block), err least on the sample rows ``x``
+    [R, K]:
     the sum over the Gemms of ``||Q(x / s) Q(s W)^T - x W^T||^2 / ||x W^T||^2``. Alpha 0 (no smoothing, no
     extra Mul) wins unless another is 2% better.
 
     NOTE: measured, not modelled, because a dynamic block's scale follows its own peak: the per-tensor noise
     model of ``_best_alpha`` over-smooths (it prices every channel by the largest one). The weights are
-    rounded at their peak here (the MSE clipping of ``per_block_int8`` costs 11 roundings, and ranks the
-    alphas alike)."""
-    from nnhal.optimizer.quantize import dynamic_block, fake_quantize_rows
+    rounded at their peak here, a cheaper proxy for the MSE clipping of ``per_block_int8`` (11 roundings)."""
+    from nnhal.optimizer.quantize import dynamic_block, fake_quantize_blocks
 
     keep = (amax > 0) & (wmax > 0)
     if keep.sum() < 2:
@@ -343,15 +347,13 @@ def _measured_alpha(x: np.ndarray, amax: np.ndarray, wmax: np.ndarray, weights: 
     norms = [max(float(np.sum(np.square(r, dtype=np.float64))), 1e-30) for r in references]
 
     def error(s: np.ndarray | None) -> float:
-        xq = fake_quantize_rows(x if s is None else (x / s).astype(np.float32), False, block)
+        s32 = None if s is None else s.astype(np.float32)
+        xq = fake_quantize_blocks(x if s32 is None else x / s32, signed, block)
         total = 0.0
         for w, ref, norm in zip(weights, references, norms):
-            sw = w if s is None else w * s[None, :]
-            rows = sw.reshape(sw.shape[0], -1, block or sw.shape[1])
-            peak = np.abs(rows).max(axis=2, keepdims=True)
-            step = np.where(peak > 0, peak / 127.0, 1.0)
-            wq = (np.rint(rows / step) * step).reshape(sw.shape).astype(np.float32)
-            total += float(np.sum(np.square(xq @ wq.T - ref, dtype=np.float64))) / norm
+            wq = fake_quantize_blocks(w if s32 is None else w * s32, True, block)   # int8 per channel and block
+            diff = (xq @ wq.T - ref).ravel()
+            total += float(np.dot(diff, diff)) / norm
         return total
 
     best, best_err, best_s = 0.0, error(None), None

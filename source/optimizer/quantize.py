@@ -171,6 +171,19 @@ def fake_quantize_rows(x: np.ndarray, signed: bool, block: int = 0) -> np.ndarra
     return ((np.clip(np.rint(rows / scale) + zero, 0, 255) - zero) * scale).reshape(x.shape).astype(np.float32)
 
 
+def fake_quantize_blocks(x: np.ndarray, signed: bool, block: int) -> np.ndarray:
+    """``fake_quantize_rows`` of a 2-D float32 ``x`` in float32, by the native pass the CPU's kernel runs
+    where it is built (numpy's reductions over 8-wide blocks are ~10x slower); else ``fake_quantize_rows``."""
+    from nnhal.hostkernels import native
+
+    if not block or not native.available():
+        return fake_quantize_rows(x, signed, block)
+    x = np.ascontiguousarray(x, np.float32)
+    out = np.empty_like(x)
+    native.fake_quantize_blocks(x, out, block, signed)
+    return out
+
+
 def uint8_params(lo: float, hi: float) -> Quantization:
     """Asymmetric uint8 parameters covering [lo, hi] and zero exactly."""
     lo, hi = min(lo, 0.0), max(hi, 0.0)
