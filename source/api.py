@@ -51,7 +51,7 @@ from nnhal.optimizer.mixed import choose_mixed
 from nnhal.optimizer.passes import run_passes
 from nnhal.optimizer.qdq import fold_qdq, fuse_qdq
 from nnhal.optimizer.placement import Decision, place
-from nnhal.optimizer.outliers import Int8Plan, channel_extremes, plan_int8, token_activations
+from nnhal.optimizer.outliers import SAMPLE_ROWS, Int8Plan, plan_int8, token_activations, token_statistics
 from nnhal.optimizer.quantize import QUANTIZED, quantize_activations
 from nnhal.optimizer.report import PlacementReport, build_report
 from nnhal.optimizer.split import default_split, device_split, enforce_min_group_size
@@ -402,6 +402,8 @@ class _Calibrated:
     rewrite the same graph on the same inputs, so both are the same each time)."""
 
     channels: dict[str, tuple] | None = None
+    samples: dict[str, np.ndarray] | None = None       # rows of the token activations (measured smoothing)
+    alphas: dict = field(default_factory=dict)          # smoothing measured on those rows, per activation
     ranges: dict[str, tuple[float, float]] | None = None
     # the last probe, still prepared, and its options: the final prepare adopts it when mixed chose those
     last: tuple[Options, "GraphHandle"] | None = None
@@ -440,16 +442,21 @@ def _plan(g: GraphHandle, options: Options, memo: _Calibrated | None = None
     g.int8_plan = None
     if options.precision in QUANTIZED:
         # smoothing reads per-channel extremes: the table's, else those of the inputs that calibrate
+        # and, with rows of the activations (inputs, no table) where every device quantizes them dynamically,
+        # measures smoothing's alpha under that quantization
+        samples: dict[str, np.ndarray] = {}
         if options.calibration is not None:
             channels = getattr(options.calibration, "channels", {})
         elif memo is not None and memo.channels is not None:
-            channels = memo.channels
+            channels, samples = memo.channels, memo.samples or {}
         else:
-            channels = channel_extremes(graph, g.inputs, token_activations(graph)) \
-                if all(n in g.inputs for n in graph.inputs) else {}
+            dynamic = all("dynamic" in find_device(n).describe().activation_quantization for n in g.context.devices)
+            channels, samples = token_statistics(graph, g.inputs, token_activations(graph), SAMPLE_ROWS if dynamic
+                                                 else 0) if all(n in g.inputs for n in graph.inputs) else ({}, {})
             if memo is not None:
-                memo.channels = channels
-        g.int8_plan = plan_int8(graph, channels)
+                memo.channels, memo.samples = channels, samples
+        g.int8_plan = plan_int8(graph, channels, samples, signed=options.precision == "int8",
+                                alphas=memo.alphas if memo is not None else None)
     check_budget(graph, options.max_graph_bytes, folded)
     ctx = g.context
     _check_node_names(g.graph, ctx)

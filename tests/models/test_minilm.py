@@ -129,12 +129,13 @@ def test_mixed_measures_each_node_and_keeps_a_one_percent_bound(mixed):
 
 
 def test_mixed_is_mostly_int8_within_the_bound_on_held_out_sentences(mixed):
-    """Per-block dynamic int8 products (16 columns a scale) halve each node's own error, so the 1% bound
-    keeps 35-40% of the multiply-adds quantized (21% with per-row scales) and holds on sentences the
-    search never saw. NOTE: unseen sentences err more than the calibration ones (one held-out sentence
-    alone measures 3%); the search aims at 70% of the bound on its own inputs (mixed.MARGIN) for that."""
+    """Per-block dynamic int8 products (8 columns a scale) with smoothing measured on the calibration rows
+    cut each node's own error (the 36 products' summed error: 1.6% -> 1.15% held-out), so the 1% bound keeps
+    more than half of the multiply-adds quantized (35% before) and holds on sentences the search never saw.
+    NOTE: unseen sentences err more than the calibration ones; the search aims at 70% of the bound on its
+    own inputs (mixed.MARGIN) for that."""
     report, error, held = mixed
-    assert report.int8_fraction > 0.3, str(report)
+    assert report.int8_fraction > 0.5, str(report)
     assert error <= 0.007 and held <= 0.01, (error, held, str(report))
 
 

@@ -151,6 +151,67 @@ def test_outlier_output_needs_dynamic_and_a_static_device_declines_it():
     assert decision.device == "cpu" and "statically only" in decision.declined["vnpu"]
 
 
+def test_smoothing_measured_on_rows_beats_the_noise_model_under_dynamic_blocks():
+    """With rows of the activation at hand, alpha is chosen by the error of the products quantized as the
+    CPU's dynamic Gemm does them (blocks of 8, MSE-clipped weights), not by the per-tensor noise model."""
+    from nnhal.optimizer.outliers import MEASURED_ALPHAS, _best_alpha, _measured_alpha
+    from nnhal.optimizer.quantize import BLOCK, fake_quantize_rows, per_block_int8
+
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((256, 64)).astype(np.float32)
+    x[:, [3, 17, 40]] = x[:, [3, 17, 40]] * 30 + 20          # outlier channels with an offset (LayerNorm's beta)
+    weights = [rng.standard_normal((48, 64)).astype(np.float32) * 0.1,
+               rng.standard_normal((32, 64)).astype(np.float32) * 0.1]
+    amax = np.abs(x).max(axis=0).astype(np.float64)
+    wmax = np.abs(np.concatenate(weights)).max(axis=0).astype(np.float64)
+
+    def error(s):
+        total = 0.0
+        for w in weights:
+            wq, ws = per_block_int8(w if s is None else (w * s[None, :]).astype(np.float32), BLOCK)
+            deq = (wq.reshape(wq.shape[0], -1, BLOCK) * ws[:, :, None]).reshape(wq.shape)
+            xq = fake_quantize_rows(x if s is None else (x / s).astype(np.float32), False, BLOCK)
+            ref = x.astype(np.float64) @ w.T
+            total += float(np.sum((xq @ deq.T - ref) ** 2) / np.sum(ref ** 2))
+        return total
+
+    measured, s_measured = _measured_alpha(x, amax, wmax, weights)
+    modelled, s_modelled = _best_alpha(amax, wmax, weights)
+    assert measured in MEASURED_ALPHAS and s_measured is not None and s_modelled is not None
+    assert error(s_measured) < error(s_modelled) < 0.5 * error(None), (measured, modelled)
+    flat = rng.standard_normal((256, 64)).astype(np.float32)   # no outliers: smoothing does not pay, none
+    assert _measured_alpha(flat, np.abs(flat).max(axis=0).astype(np.float64), wmax, weights) == (0.0, None)
+
+
+def test_plan_measures_alpha_where_rows_are_given():
+    from nnhal.hostkernels.graphrun import compile_nodes
+    from nnhal.optimizer.outliers import _measured_alpha, token_activations, token_statistics
+
+    _, g, feeds = _bert_graph()
+    names = token_activations(g)
+    values = dict(feeds)
+    compile_nodes(g, g.nodes, list(g.inputs), names).run(values)
+    channels, samples = token_statistics(g, feeds, names)
+    assert set(samples) == set(names) and all(samples[n].shape == (16, values[n].shape[-1]) for n in names)
+    for n in names:          # the extremes are over every row, the sample is rows of the tensor
+        rows = values[n].reshape(-1, values[n].shape[-1])
+        np.testing.assert_array_equal(channels[n][1], rows.max(axis=0))
+        assert all(any(np.array_equal(r, q) for q in rows) for r in samples[n])
+    modelled = plan_int8(g.copy(), channels)
+    measured = plan_int8(g.copy(), channels, samples)
+    assert modelled.smoothing.keys() != measured.smoothing.keys() or modelled.smoothing != measured.smoothing
+    gemms = [n for n in g.nodes if n.op_type == "MatMul" and g.tensors[n.inputs[1]].is_constant
+             and n.inputs[0] in samples]
+    x = gemms[0].inputs[0]
+    users = [g.tensors[n.inputs[1]].value.T for n in gemms if n.inputs[0] == x]
+    amax = np.maximum(np.abs(channels[x][0]), np.abs(channels[x][1]))
+    wmax = np.max(np.abs(np.concatenate(users)), axis=0)
+    assert measured.smoothing.get(x, 0.0) == _measured_alpha(samples[x], amax, wmax, users)[0]
+    dynamic = [c for c in measured.choices if c.mode == "int8 dynamic"]     # the report says how alpha was found
+    assert len(dynamic) == 6 and all("measured on 16 rows" in c.reason for c in dynamic)
+    assert not any("measured" in c.reason for c in modelled.choices)
+
+
 def test_safetensors_reader(tmp_path):
     from nnhal.models.safetensors import read_safetensors
 
