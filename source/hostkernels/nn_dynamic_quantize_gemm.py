@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnhal.hostkernels import native
+from nnhal.hostkernels import native, parallel
 from nnhal.hostkernels.base import Kernel, RunFn, store
 
 
@@ -23,6 +23,7 @@ class DynamicQuantizeGemmKernel(Kernel):
         wt = np.ascontiguousarray(w.astype(acc).T)                  # [K, N]
         w_col = np.asarray(w_scale, np.float32).reshape(1, -1)
         bias32 = None if bias is None else np.asarray(bias, np.float32).reshape(1, -1)
+        bias_vec = None if bias32 is None else np.ascontiguousarray(bias32.reshape(-1))
         block = int(node.attrs.get("block") or 0)
         columns = np.asarray(node.attrs["float_columns"] or [], np.int64)
         w_float = np.ascontiguousarray(ins[4].value.T, np.float32) if columns.size else None     # [K, C]
@@ -42,7 +43,13 @@ class DynamicQuantizeGemmKernel(Kernel):
             if native.available() and x.dtype == np.float32 and x.flags.c_contiguous:
                 xq = np.empty_like(x)
                 native.fake_quantize_blocks(x, xq, block, signed)     # the steps below, in one pass
-                return finish(x, xq @ wt, outputs)
+                out = outputs[0]
+                if out is not None and out.dtype == np.float32 and out.flags.c_contiguous \
+                        and parallel.gemm(xq, wt, out, bias_vec, None):     # the bias added by each part
+                    if w_float is not None:
+                        out[:, columns] = x @ w_float if bias_cols is None else x @ w_float + bias_cols
+                    return (out,)
+                return finish(x, parallel.matmul(xq, wt), outputs)
             rows = x.reshape(m, k // block, block)
             if signed:
                 peak = np.abs(rows).max(axis=2, keepdims=True)
@@ -55,7 +62,7 @@ class DynamicQuantizeGemmKernel(Kernel):
                 zero = np.rint(-lo / scale)
                 xq = np.clip(np.rint(rows / scale) + zero, 0, 255) - zero
             xq *= scale
-            return finish(x, xq.reshape(m, k) @ wt, outputs)
+            return finish(x, parallel.matmul(xq.reshape(m, k), wt), outputs)
 
         def finish(x, y, outputs):
             y = y.astype(np.float32, copy=False)
@@ -71,14 +78,14 @@ class DynamicQuantizeGemmKernel(Kernel):
                 peak = np.abs(x).max(axis=1, keepdims=True)
                 scale = np.where(peak > 0, peak / levels, np.float32(1.0)).astype(np.float32)
                 xq = np.rint(x / scale).astype(acc)
-                y = (xq @ wt).astype(np.float32)
+                y = parallel.matmul(xq, wt).astype(np.float32, copy=False)
             else:
                 lo = np.minimum(x.min(axis=1, keepdims=True), 0)
                 hi = np.maximum(x.max(axis=1, keepdims=True), 0)
                 scale = np.where(hi > lo, (hi - lo) / levels, np.float32(1.0)).astype(np.float32)
                 zero = np.rint(-lo / scale)
                 xq = np.clip(np.rint(x / scale) + zero, 0, 255).astype(acc)
-                y = (xq @ wt - zero.astype(acc) * col_sum).astype(np.float32)
+                y = (parallel.matmul(xq, wt) - zero.astype(acc) * col_sum).astype(np.float32)
             y *= scale
             y *= w_col
             if bias32 is not None:
