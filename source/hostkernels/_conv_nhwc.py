@@ -207,21 +207,26 @@ def native_grouped(s: _conv2d.Conv2d, wv: np.ndarray, bias: np.ndarray | None, a
     b = None if bias is None else np.ascontiguousarray(bias, dtype=np.float32)
     params = native.GconvParams(s.n, s.h, s.w, s.c, s.oh, s.ow, s.m, kh, kw, sh, sw, dh, dw, s.pads[0], s.pads[1],
                                 s.group, s.cg, s.mg, act_record(act))
-    out_shape = (s.n, s.oh, s.ow, s.m)
-    rows, work = s.n * s.oh, parallel.gemm_work(s.n * s.oh * s.ow * s.m * s.cg * kh * kw) * 4
+    work = parallel.gemm_work(s.n * s.oh * s.ow * s.m * s.cg * kh * kw) * 4
+    return _native_rows_run(s, work, lambda x, y, parts: native.gconv_nhwc(x, y, wk, b, params, parts))
 
-    def run_native_grouped(inputs, outputs):
+
+def _native_rows_run(s: _conv2d.Conv2d, work: int, call: Callable[[np.ndarray, np.ndarray, int], None]) -> RunFn:
+    """The run of a native convolution split by output rows: a C-contiguous float32 input, a contiguous
+    output (the planned one, else a new array), ``call(x, y, parts)`` with parts for the native pool."""
+    out_shape, rows = (s.n, s.oh, s.ow, s.m), s.n * s.oh
+
+    def run_native(inputs, outputs):
         x = inputs[0]
         if not x.flags.c_contiguous or x.dtype != np.float32:
             x = np.ascontiguousarray(x, dtype=np.float32)
         y = outputs[0]
         if y is None or not y.flags.c_contiguous:
             y = np.empty(out_shape, np.float32)
-        parts = parallel.native_parts(work, rows) if parallel.native_pool() else 1
-        native.gconv_nhwc(x, y, wk, b, params, parts)
+        call(x, y, parallel.native_parts(work, rows) if parallel.native_pool() else 1)
         return (y,)
 
-    return run_native_grouped
+    return run_native
 
 
 def native_depthwise(s: _conv2d.Conv2d, wv: np.ndarray, bias: np.ndarray | None, act: Activation | None) \
@@ -234,28 +239,12 @@ def native_depthwise(s: _conv2d.Conv2d, wv: np.ndarray, bias: np.ndarray | None,
     (kh, kw), (sh, sw), (dh, dw) = s.kernel, s.strides, s.dilations
     wk = np.ascontiguousarray(wv.reshape(s.m, kh, kw).transpose(1, 2, 0), dtype=np.float32)   # (KH, KW, C)
     b = None if bias is None else np.ascontiguousarray(bias, dtype=np.float32)
-    record = act_record(act)
-    out_shape = (s.n, s.oh, s.ow, s.m)
     params = native.DwParams(s.n, s.h, s.w, s.c, s.oh, s.ow, kh, kw, sh, sw, dh, dw, s.pads[0], s.pads[1],
-                             record)
+                             act_record(act))
     # a tap's multiply-add over a channel vector runs about as fast as a copied element
-    rows, work = s.n * s.oh, s.n * s.oh * s.ow * s.m * kh * kw // 4
+    work = s.n * s.oh * s.ow * s.m * kh * kw // 4
 
-    def run_native_dw(inputs, outputs):
-        x = inputs[0]
-        if not x.flags.c_contiguous or x.dtype != np.float32:
-            x = np.ascontiguousarray(x, dtype=np.float32)
-        y = outputs[0]
-        if y is None or not y.flags.c_contiguous:
-            y = np.empty(out_shape, np.float32)
-        parts = parallel.native_parts(work, rows) if parallel.native_pool() else 1
-        if parts > 1:
-            native.dwconv_parallel(x, y, wk, b, params, parts)
-        else:
-            native.dwconv_nhwc(x, y, wk, b, params)
-        return (y,)
-
-    return run_native_dw
+    return _native_rows_run(s, work, lambda x, y, parts: native.dwconv_parallel(x, y, wk, b, params, parts))
 
 
 def nhwc_1x1(s: _conv2d.Conv2d, wv: np.ndarray, finish: Callable[[np.ndarray], None],
