@@ -48,6 +48,10 @@ class DeviceError(NnhalError):
     """A device failed, or a device name or option is wrong."""
 
 
+class ClusterError(NnhalError):
+    """A Ray cluster cannot be reached or refuses this process (address, token authentication, version skew)."""
+
+
 class RegistryError(NnhalError):
     """Device registration or registry regeneration failed."""
 

@@ -14,13 +14,15 @@ never prepared again for a short tail. Install with ``pip install "nnhal[ray]"``
 """
 from __future__ import annotations
 
+import importlib.util
 import logging
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from nnhal.errors import DeviceError, InputError, ModelError, NnhalError, OptionsError
+from nnhal.errors import ClusterError, DeviceError, InputError, ModelError, NnhalError, OptionsError
 from nnhal.session import Session
 
 log = logging.getLogger("nnhal.ray")
@@ -302,3 +304,174 @@ def map_batches(ds: Any, model: Any, *, actors: int = 2, threads: int = 1, devic
     return ds.map_batches(Predictor, fn_constructor_kwargs=kwargs, batch_size=rows_per_batch or 4 * run,
                           batch_format="numpy",
                           **actor_options(actors, threads, gpus_per_actor=gpus_per_actor, resources=resources))
+
+
+# ------------------------------------------------------------------ connecting to a cluster
+# NOTE: Ray's token authentication (ray.io/ray-security/token-auth): a process sends the cluster's token when
+# RAY_AUTH_MODE=token, taking it from RAY_AUTH_TOKEN, else the file RAY_AUTH_TOKEN_PATH names, else
+# ~/.ray/auth_token. `ray start --head` and ray.init(address="auto") turn token mode on by themselves when a
+# token exists; ray.init with an explicit address never does, so a default-path token is not sent to any
+# address typed. nnhal keeps that rule and adds two cases where the token's owner is not in doubt: a token the
+# user named for this process (RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH set), and a cluster on this machine.
+AUTH_MODE, AUTH_TOKEN, AUTH_TOKEN_PATH = "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"
+DEFAULT_TOKEN_FILE = "~/.ray/auth_token"
+AUTH_HELP = (f"a cluster with token authentication needs {AUTH_MODE}=token and its token in {AUTH_TOKEN}, "
+             f"or in the file {AUTH_TOKEN_PATH} names, or in {DEFAULT_TOKEN_FILE} "
+             "(`ray get-auth-token` on the head node prints it)")
+_changed_env: dict[str, str | None] = {}
+
+
+def _split_address(address: str) -> tuple[str, int]:
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise OptionsError(f"--address takes auto, HOST:PORT or ray://HOST:PORT, got '{address}'")
+    return host.strip("[]"), int(port)
+
+
+def _is_local_gcs(host: str, port: int) -> bool:
+    """Whether HOST:PORT is a GCS server that runs on this machine (Ray lists them from the process table)."""
+    import socket
+
+    from ray._private import services
+
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+            s.bind((host, 0))                   # binds only to an address of this machine
+    except OSError:
+        return False
+    return any(a.rpartition(":")[2] == str(port) for a in services.find_gcs_addresses())
+
+
+def _token_source() -> str | None:
+    """Where Ray will read the token from, in its order of precedence; None without one."""
+    if os.environ.get(AUTH_TOKEN):
+        return AUTH_TOKEN
+    if os.environ.get(AUTH_TOKEN_PATH):
+        return f"{AUTH_TOKEN_PATH}={os.environ[AUTH_TOKEN_PATH]}"
+    return DEFAULT_TOKEN_FILE if os.path.isfile(os.path.expanduser(DEFAULT_TOKEN_FILE)) else None
+
+
+def _enable_token_mode(reason: str) -> None:
+    """RAY_AUTH_MODE=token for this process and its children, as `ray start` sets it; undone by disconnect()."""
+    try:
+        from ray._raylet import AuthenticationTokenLoader, Config
+    except ImportError:                       # a Ray before token authentication (2.52): nothing to turn on
+        return
+    _changed_env.setdefault(AUTH_MODE, os.environ.get(AUTH_MODE))
+    os.environ[AUTH_MODE] = "token"
+    Config.initialize("")                     # Ray caches its config; re-read the environment
+    AuthenticationTokenLoader.instance().reset_cache()
+    log.info("nnhal.ray: token authentication on (%s), token from %s", reason, _token_source())
+
+
+def _auth_failure(where: str) -> ClusterError:
+    mode = os.environ.get(AUTH_MODE)
+    source = _token_source()
+    if mode == "token" and source:
+        why = f"it refused the token from {source}: it is not this cluster's token"
+    elif mode == "token":
+        why = "token authentication is on here but no token was found"
+    else:
+        why = f"it requires token authentication, which is off in this process ({AUTH_MODE}={mode or 'unset'})"
+    return ClusterError(f"the Ray cluster at {where} refused the connection: {why}; {AUTH_HELP}")
+
+
+def _probe(host: str, port: int) -> None:
+    """Fail fast, saying what to check, where ray.init would retry for 20 s and report only 'Failed to connect'."""
+    import socket
+
+    try:
+        socket.create_connection((host, port), timeout=10).close()
+    except OSError as exc:
+        raise ClusterError(f"nothing answers at {host}:{port} ({exc.strerror or exc}): check the address, the head "
+                           "node's GCS port (`ray start --head --port`, default 6379, printed by ray start as "
+                           "`ray start --address='IP:PORT'`); from another machine use the head's IP, not "
+                           "127.0.0.1") from exc
+    try:
+        from ray._raylet import GcsClient
+        from ray.exceptions import AuthenticationError
+    except ImportError:
+        return
+    try:
+        GcsClient(address=f"{host}:{port}")
+    except AuthenticationError as exc:
+        raise _auth_failure(f"{host}:{port}") from exc
+    except Exception:  # noqa: BLE001 - anything else is for ray.init to report, with its own words
+        return
+
+
+def connect(address: str, **init_kwargs: Any) -> None:
+    """Connect this process to the Ray cluster at ``address``: 'auto' (a cluster started on this machine),
+    'HOST:PORT' (the head's GCS) or 'ray://HOST:PORT' (Ray Client, needs ``pip install 'ray[client]'``).
+
+    Token authentication follows Ray (RAY_AUTH_MODE, RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH, ~/.ray/auth_token);
+    token mode is also turned on when this process names a token (RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH set)
+    and for a cluster on this machine with a token in ~/.ray/auth_token, as `ray start` does. Never turns
+    authentication off. Raises ClusterError saying what to check: the address, the token, the Ray version.
+    ``init_kwargs`` go to ray.init.
+    """
+    import ray
+
+    if address != "auto":
+        client = address.startswith("ray://")
+        host, port = _split_address(address.removeprefix("ray://"))
+        if client and importlib.util.find_spec("grpc") is None:
+            raise ClusterError(f"'{address}' is a Ray Client address, which needs Ray's client extra: "
+                               "pip install 'ray[client]' (or pass the head's HOST:PORT, its GCS port, from a "
+                               "machine that reaches every node)")
+        if os.environ.get(AUTH_MODE) is None:
+            if os.environ.get(AUTH_TOKEN) or os.environ.get(AUTH_TOKEN_PATH):
+                _enable_token_mode(f"{AUTH_TOKEN} or {AUTH_TOKEN_PATH} is set")
+            elif not client and _token_source() and _is_local_gcs(host, port):
+                _enable_token_mode("a cluster on this machine")
+    try:
+        if address != "auto" and not client:
+            _probe(host, port)
+        try:
+            ray.init(address=address, **init_kwargs)
+        except Exception as exc:  # noqa: BLE001 - Ray raises ConnectionError, RuntimeError, ValueError, its own
+            raise _connect_failure(address, exc) from exc
+    except ClusterError:
+        _restore_env()
+        raise
+
+
+def _connect_failure(address: str, exc: Exception) -> ClusterError:
+    import platform
+
+    import ray
+    from ray.exceptions import AuthenticationError
+
+    if isinstance(exc, AuthenticationError):
+        return _auth_failure(address)
+    text = str(exc).strip()
+    line = text.splitlines()[0] if text else type(exc).__name__
+    version = f"Ray {ray.__version__} on Python {platform.python_version()}"
+    if "version mismatch" in text.lower():
+        return ClusterError(f"cannot join the Ray cluster at {address}: {line}; this process runs {version}: "
+                            "install the cluster's Ray and Python versions here (or run nnhal on a node of it)")
+    return ClusterError(f"cannot connect to the Ray cluster at {address}: {line}; check the address (the head's "
+                        f"HOST:PORT, `ray status` on the head), the token ({AUTH_HELP}) and that this process "
+                        f"runs the cluster's Ray and Python versions (here {version})")
+
+
+def disconnect() -> None:
+    """ray.shutdown(), and RAY_AUTH_MODE back to what it was before connect() changed it."""
+    import ray
+
+    ray.shutdown()
+    _restore_env()
+
+
+def _restore_env() -> None:
+    for name, value in _changed_env.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    if _changed_env:
+        from ray._raylet import AuthenticationTokenLoader, Config
+
+        Config.initialize("")
+        AuthenticationTokenLoader.instance().reset_cache()
+    _changed_env.clear()

@@ -7,7 +7,8 @@ from typing import Any
 
 from nnhal.batch.inputs import list_input
 from nnhal.batch.job import run_job
-from nnhal.batch.spec import JobSpec
+from nnhal.batch.runner import PartRunner
+from nnhal.batch.spec import JobReport, JobSpec
 from nnhal.errors import NnhalError, OptionsError
 from nnhal.ray import device_resources
 
@@ -34,8 +35,23 @@ def _floats(text: str, what: str) -> tuple[float, ...]:
         raise OptionsError(f"{what} takes comma-separated numbers, got '{text}'") from exc
 
 
-def run_cli(args: Any) -> int:
-    """``nnhal batch``: connect to (or start) Ray, run the job, print what was done and what failed."""
+def _placement(report: JobReport) -> list[str]:
+    """Where the parts ran (Ray node IDs) and the attempts lost and run again, for the summary."""
+    lines = []
+    if report.nodes:
+        lines.append(f"actors ran on {len(report.nodes)} node(s):")
+        lines += [f"  node {node} ({report.node_notes.get(node, '?')}): {parts} part(s)"
+                  for node, parts in sorted(report.nodes.items(), key=lambda kv: -kv[1])]
+    if report.retries:
+        where = ", ".join(f"{n} on node {node} ({report.node_notes.get(node, '?')})"
+                          for node, n in sorted(report.lost.items()))
+        lines.append(f"retries: {report.retries} part attempt(s) lost and run again: {where}")
+    return lines
+
+
+def run_cli(args: Any, runner: type = PartRunner) -> int:
+    """``nnhal batch``: connect to (or start) Ray, run the job, print what was done and what failed.
+    ``runner`` is the actor class (a PartRunner subclass in tests that stop a node mid-part)."""
     try:
         import ray
     except ImportError as exc:
@@ -55,7 +71,9 @@ def run_cli(args: Any) -> int:
         resources[name] = float(_floats(amount, "--resource")[0])
     started = not ray.is_initialized()
     if started and args.address:
-        ray.init(address=args.address)
+        from nnhal.ray import connect
+
+        connect(args.address)
     elif started:
         # NOTE: the embedded single-machine cluster offers each locally registered device to every actor
         nnhal.init()
@@ -67,7 +85,7 @@ def run_cli(args: Any) -> int:
 
         if resources:
             check_resources(resources)
-        report = run_job(job, args.input, args.output, args.rows_per_part, args.actors, resources)
+        report = run_job(job, args.input, args.output, args.rows_per_part, args.actors, resources, runner)
     except Exception as exc:   # Ray wraps the task's error; find ours, or report Ray's own
         found = _nnhal_error(exc)
         complete = len(list(Path(args.output).glob("part-*.parquet"))) if Path(args.output).is_dir() else 0
@@ -79,11 +97,15 @@ def run_cli(args: Any) -> int:
         raise NnhalError(f"the Ray job failed: {str(exc).strip().splitlines()[-1]}{kept}") from exc
     finally:
         if started:
-            ray.shutdown()
+            from nnhal.ray import disconnect
+
+            disconnect()
     rate = report.rows / report.seconds if report.seconds else 0.0
     print(f"nnhal batch: {report.parts} part(s): {report.skipped} complete before (skipped), {report.written} "
           f"written; {report.rows} row(s) in {report.seconds:.1f} s ({rate:.2f} rows/s)")
     print(f"output: {args.output}/part-*.parquet (columns key, error, one per model output)")
+    for line in _placement(report):
+        print(line)
     if report.failed:
         print(f"{len(report.failed)} row(s) failed and were skipped (error column set):")
         for key, why in report.failed[:args.show_errors]:

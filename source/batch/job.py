@@ -7,6 +7,7 @@ import os
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from nnhal.batch.inputs import list_input, plan_parts
 from nnhal.batch.runner import PartRunner
@@ -75,12 +76,63 @@ def run_job(job: JobSpec, source: str, output: str, rows_per_part: int = 64, act
         ds = ray.data.from_items([{"part": p.index, "items": json.dumps(p.items)} for p in pending],
                                  override_num_blocks=len(pending))
         resources = device_resources(list(job.devices)) if resources is None else resources
-        ds = ds.map_batches(runner, fn_constructor_kwargs={"job": job, "output": str(out)}, batch_size=1,
-                            batch_format="numpy",
+        attempts = _attempt_log()
+        ds = ds.map_batches(runner, fn_constructor_kwargs={"job": job, "output": str(out), "attempts": attempts},
+                            batch_size=1, batch_format="numpy",
                             **actor_options(min(actors, len(pending)), job.threads, resources=resources))
+        finished: dict[int, str] = {}
         for row in ds.iter_rows():
             report.written += 1
             report.rows += int(row["rows"])
             report.failed.extend((key, why) for key, why in json.loads(row["failed"]))
+            finished[int(row["part"])] = str(row["node"])
+        _account(report, finished, ray.get(attempts.starts.remote()))
+        ray.kill(attempts)
     report.seconds = time.perf_counter() - t0
     return report
+
+
+class AttemptLog:
+    """A Ray actor on the driver's node: each (part, node) a PartRunner started. A part started more often
+    than it finished lost its other attempts (its actor or node died) and Ray ran it again."""
+
+    def __init__(self) -> None:
+        self.log: list[tuple[int, str]] = []
+
+    def start(self, part: int, node: str) -> None:
+        self.log.append((part, node))
+
+    def starts(self) -> list[tuple[int, str]]:
+        return self.log
+
+
+def _attempt_log() -> Any:
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    # NOTE: on the driver's node, which outlives the job: a lost worker node must not take the log with it
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
+    return ray.remote(AttemptLog).options(num_cpus=0, scheduling_strategy=here).remote()
+
+
+def _account(report: JobReport, finished: dict[int, str], starts: list[tuple[int, str]]) -> None:
+    """Parts per node, the attempts lost per node (starts less the one that finished), and what each node is."""
+    import ray
+
+    for node in finished.values():
+        report.nodes[node] = report.nodes.get(node, 0) + 1
+    left = dict(finished)
+    for part, node in starts:
+        if left.get(part) == node:
+            del left[part]                      # the attempt that finished
+        else:
+            report.lost[node] = report.lost.get(node, 0) + 1
+    for info in ray.nodes():
+        node = info["NodeID"]
+        if node in report.nodes or node in report.lost:
+            notes = [info.get("NodeManagerAddress", "?")]
+            if "node:__internal_head__" in info.get("Resources", {}):
+                notes.append("head")
+            if not info.get("Alive", True):
+                notes.append("lost")
+            report.node_notes[node] = ", ".join(notes)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import uuid
 import zipfile
@@ -15,25 +16,46 @@ from nnhal.batch.spec import JobSpec, Part
 from nnhal.errors import InputError, NnhalError
 from nnhal.ray import Predictor
 
+log = logging.getLogger("nnhal.batch")
+
+
 class PartRunner:
     """The actor of ``nnhal batch``: for each part row of a batch, load, predict and write the part file."""
 
-    def __init__(self, job: JobSpec, output: str) -> None:
+    def __init__(self, job: JobSpec, output: str, attempts: Any = None) -> None:
+        """``attempts``: the job's AttemptLog actor (None: nothing recorded), told of each part started here."""
         self.job, self.output = job, Path(output)
+        self.attempts, self.node = attempts, _node_id()
         self.predictor = Predictor(job.model, devices=list(job.devices), precision=job.precision,
                                    num_thread=job.threads, batch_size=job.batch_size, on_error=job.on_error,
                                    key_column="key")
         self.mean, self.std = np.asarray(job.mean, np.float32), np.asarray(job.std, np.float32)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        done: dict[str, list] = {"part": [], "rows": [], "failed": []}
+        done: dict[str, list] = {"part": [], "rows": [], "failed": [], "node": []}
         for index, items in zip(batch["part"], batch["items"]):
             part = Part(int(index), tuple(tuple(item) for item in json.loads(items)))
+            self._record_start(part.index)
             failed = self.run_part(part)
+            done["node"].append(self.node)
             done["part"].append(part.index)
             done["rows"].append(part.rows)
             done["failed"].append(json.dumps(failed))
         return {k: np.asarray(v) for k, v in done.items()}
+
+    def _record_start(self, index: int) -> None:
+        """Tell the job's AttemptLog this part starts here, and wait for it: an attempt is on record before
+        its node can be lost. Best effort: when the log cannot be reached (this node is going down, its raylet
+        already gone) the part runs anyway; an error here would fail the job, a missed record only a count."""
+        if self.attempts is None:
+            return
+        import ray
+        from ray.exceptions import RayError
+
+        try:
+            ray.get(self.attempts.start.remote(index, self.node), timeout=60)
+        except RayError as exc:
+            log.warning("nnhal batch: part %d: the attempt log is unreachable (%s); running it unrecorded", index, exc)
 
     def run_part(self, part: Part) -> list[tuple[str, str]]:
         """Run one part and write its file atomically; returns the (key, error) of the rows that failed."""
@@ -131,6 +153,15 @@ class PartRunner:
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp, final)
+
+
+def _node_id() -> str:
+    """The Ray node this process runs on ("" outside Ray)."""
+    try:
+        import ray
+    except ImportError:
+        return ""
+    return ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
 
 
 def _tensor_column(values: list[np.ndarray | None]) -> Any:

@@ -37,7 +37,10 @@ class Part:
 
 @dataclass
 class JobReport:
-    """What a job did: parts skipped (complete before), parts written now, rows run and rows failed."""
+    """What a job did: parts skipped (complete before), parts written now, rows run and rows failed;
+    where the parts ran (Ray node ID -> parts written there) and the attempts of a part that were lost
+    (node ID -> attempts that started there and never finished: an actor or its node died, and Ray ran
+    the part again)."""
 
     parts: int
     skipped: int
@@ -45,3 +48,11 @@ class JobReport:
     rows: int = 0
     failed: list[tuple[str, str]] = field(default_factory=list)
     seconds: float = 0.0
+    nodes: dict[str, int] = field(default_factory=dict)
+    lost: dict[str, int] = field(default_factory=dict)
+    node_notes: dict[str, str] = field(default_factory=dict)    # node ID -> "IP, head" / "IP, lost"
+
+    @property
+    def retries(self) -> int:
+        """Part attempts that were lost and run again."""
+        return sum(self.lost.values())

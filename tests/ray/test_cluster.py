@@ -1,0 +1,145 @@
+"""`nnhal batch --address` on a real two-node Ray cluster started with `ray start`, token authentication on.
+
+One cluster for the module (a head of 2 CPUs and a worker node of 1, each offering the custom resource
+nnhal_cpu, every job's actors asking for one), started in sessions of their own and stopped by session,
+so no Ray process of another test or user is touched. The lost-node test runs last: it stops the worker.
+"""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.ray.cluster import FAST_FAILURE_DETECTION, LocalCluster, client_env, new_cluster
+from tests.ray.conftest import loop
+
+NODE_LINE = re.compile(r"^  node ([0-9a-f]{56}) \(([^)]*)\): (\d+) part\(s\)$", re.MULTILINE)
+
+
+@pytest.fixture(scope="module")
+def two_nodes(request) -> LocalCluster:
+    pytest.importorskip("ray.data", reason="Ray Data is not installed (pip install 'nnhal[ray]')")
+    if not Path("/proc/self/stat").is_file():
+        pytest.skip("the nodes are stopped by session ID, read from /proc (Linux)")
+    cluster = new_cluster()
+
+    def stop() -> None:
+        survivors = cluster.stop()
+        assert not survivors, f"Ray processes of the test cluster survived SIGKILL: {survivors}"
+
+    request.addfinalizer(stop)
+    try:
+        cluster.start_node("head", num_cpus=2, resources={"nnhal_cpu": 2}, extra_env=FAST_FAILURE_DETECTION, head=True)
+        cluster.start_node("worker", num_cpus=1, resources={"nnhal_cpu": 1}, extra_env={"NNHAL_TEST_ROLE": "worker"})
+    except RuntimeError as exc:
+        pytest.skip(f"`ray start` cannot run here: {exc}")
+    return cluster
+
+
+def _batch(argv: list[str], env: dict[str, str], driver: list[str] | None = None,
+           timeout: float = 240) -> subprocess.CompletedProcess:
+    command = driver or [sys.executable, "-m", "nnhal.cli.main"]
+    return subprocess.run(command + ["batch", *argv], capture_output=True, text=True, env=env, timeout=timeout,
+                          cwd=Path(__file__).resolve().parents[2])
+
+
+def _check_rows(output: Path, model: str, rows: np.ndarray) -> None:
+    """Every input row in the output exactly once, in order, with the loop's logits."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(output).to_pydict()
+    assert table["key"] == [f"rows.npz[{i}]" for i in range(len(rows))]
+    assert all(e is None for e in table["error"])
+    np.testing.assert_allclose(np.array(table["logits"]), loop(model, rows), rtol=1e-5, atol=1e-5)
+
+
+def test_host_port_with_the_default_token_file(two_nodes, digits_model, digits, tmp_path):
+    """The reported failure: `ray start --head` found ~/.ray/auth_token and turned authentication on; a plain
+    `nnhal batch --address HOST:PORT` from the same machine now authenticates with that file."""
+    home = tmp_path / "home"
+    (home / ".ray").mkdir(parents=True)
+    (home / ".ray" / "auth_token").write_text(Path(two_nodes.env["RAY_AUTH_TOKEN_PATH"]).read_text())
+    np.savez(tmp_path / "rows.npz", input=digits[:16])
+    done = _batch([digits_model, str(tmp_path / "rows.npz"), str(tmp_path / "out"), "--address", two_nodes.address,
+                   "--rows-per-part", "4", "--resource", "nnhal_cpu=1"], dict(client_env(), HOME=str(home)))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "4 part(s): 0 complete before (skipped), 4 written; 16 row(s)" in done.stdout
+    _check_rows(tmp_path / "out", digits_model, digits[:16])
+    ran = NODE_LINE.findall(done.stdout)
+    ids = {node.node_id: node.name for node in two_nodes.nodes}
+    assert ran and sum(int(parts) for _, _, parts in ran) == 4
+    assert {node for node, _, _ in ran} <= set(ids), (ran, ids)
+    for node, notes, _ in ran:
+        assert ("head" in notes.split(", ")) == (ids[node] == "head"), done.stdout
+
+
+def test_token_errors_say_what_to_check(two_nodes, digits_model, digits, tmp_path):
+    np.savez(tmp_path / "rows.npz", input=digits[:4])
+    argv = [digits_model, str(tmp_path / "rows.npz"), str(tmp_path / "out"), "--address", two_nodes.address]
+    bare = dict(client_env(), HOME=str(tmp_path))                    # no token anywhere
+    done = _batch(argv, bare)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "requires token authentication, which is off in this process (RAY_AUTH_MODE=unset)" in done.stderr
+    assert all(name in done.stderr for name in ("RAY_AUTH_MODE=token", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH",
+                                                "~/.ray/auth_token", "ray get-auth-token"))
+    done = _batch(argv, dict(bare, RAY_AUTH_TOKEN="not-the-token"))
+    assert done.returncode == 2 and "refused the token from RAY_AUTH_TOKEN: it is not this cluster's" in done.stderr
+    port = two_nodes.port
+    done = _batch(argv[:-1] + [f"127.0.0.1:{port + 1 if port < 65535 else port - 1}"], bare)
+    assert done.returncode == 2 and "check the address" in done.stderr, done.stderr[-3000:]
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").glob("part-*"))
+
+
+def test_token_named_by_the_environment_is_used(two_nodes, tmp_path):
+    """RAY_AUTH_TOKEN alone (RAY_AUTH_MODE unset) is enough: nnhal turns token mode on, and off again after."""
+    token = Path(two_nodes.env["RAY_AUTH_TOKEN_PATH"]).read_text()
+    script = ("import os, ray, nnhal.ray as r; r.connect(%r); print(int(ray.cluster_resources()['nnhal_cpu'])); "
+              "r.disconnect(); print(os.environ.get('RAY_AUTH_MODE'))" % two_nodes.address)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env=dict(client_env(), HOME=str(tmp_path), RAY_AUTH_TOKEN=token))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["3", "None"]
+
+
+def test_a_lost_worker_node_still_gives_every_row_once(two_nodes, digits_model, digits, tmp_path):
+    """Actors on both nodes; the worker node is killed (raylet and all) with a part in flight on it. The job
+    ends on the head with every row once, and the summary names the lost node and the attempts run again."""
+    sync = tmp_path / "sync"
+    sync.mkdir()
+    np.savez(tmp_path / "rows.npz", input=digits[:24])
+    worker = two_nodes.nodes[1]
+    killed: list[int] = []
+
+    def stop_worker_when_stalled() -> None:
+        deadline = time.monotonic() + 200
+        while not (sync / "stalled").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if (sync / "stalled").exists():
+            killed.append(int((sync / "stalled").read_text()))
+            worker.stop()
+
+    watcher = threading.Thread(target=stop_worker_when_stalled, daemon=True)
+    watcher.start()
+    driver = [sys.executable, str(Path(__file__).with_name("cluster_driver.py")), str(sync)]
+    done = _batch([digits_model, str(tmp_path / "rows.npz"), str(tmp_path / "out"), "--address", two_nodes.address,
+                   "--rows-per-part", "2", "--batch-size", "2", "--resource", "nnhal_cpu=1"],
+                  two_nodes.env, driver=driver)
+    watcher.join(timeout=5)
+    assert killed, f"no part stalled on the worker node: {done.stdout[-2000:]} {done.stderr[-3000:]}"
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "12 part(s): 0 complete before (skipped), 12 written; 24 row(s)" in done.stdout
+    _check_rows(tmp_path / "out", digits_model, digits[:24])
+    assert not list((tmp_path / "out").glob(".part-*"))             # no temporary file left behind
+    ran = {node: (notes.split(", "), int(parts)) for node, notes, parts in NODE_LINE.findall(done.stdout)}
+    head, lost = two_nodes.nodes[0].node_id, worker.node_id
+    assert set(ran) == {head, lost}, done.stdout                    # the worker wrote its first part
+    assert "head" in ran[head][0] and "lost" in ran[lost][0]
+    retried = re.search(r"^retries: (\d+) part attempt\(s\) lost and run again: (.*)$", done.stdout, re.MULTILINE)
+    assert retried, done.stdout
+    assert int(retried.group(1)) >= 1 and f"on node {lost} (" in retried.group(2)
