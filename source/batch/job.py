@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import time
 from dataclasses import asdict
@@ -15,7 +16,9 @@ from nnhal.batch.spec import JobReport, JobSpec, Part
 from nnhal.errors import OptionsError
 from nnhal.ray import actor_options, device_resources
 
+log = logging.getLogger("nnhal.batch")
 MANIFEST = "_nnhal_batch.json"
+HEAD_RESOURCE = "node:__internal_head__"          # Ray's resource of the head node
 
 
 def complete_parts(output: Path, parts: list[Part]) -> set[int]:
@@ -86,7 +89,7 @@ def run_job(job: JobSpec, source: str, output: str, rows_per_part: int = 64, act
             report.rows += int(row["rows"])
             report.failed.extend((key, why) for key, why in json.loads(row["failed"]))
             finished[int(row["part"])] = str(row["node"])
-        _account(report, finished, ray.get(attempts.starts.remote()))
+        _account(report, finished, _starts(attempts))
         ray.kill(attempts)
     report.seconds = time.perf_counter() - t0
     return report
@@ -110,9 +113,24 @@ def _attempt_log() -> Any:
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    # NOTE: on the driver's node, which outlives the job: a lost worker node must not take the log with it
-    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
-    return ray.remote(AttemptLog).options(num_cpus=0, scheduling_strategy=here).remote()
+    # NOTE: pinned (soft affinity let Ray place it on a worker node) to the head, which outlives the job: a
+    # lost worker node must not take the log with it. Without a head in view, the driver's node.
+    heads = [n["NodeID"] for n in ray.nodes() if n.get("Alive") and HEAD_RESOURCE in n.get("Resources", {})]
+    node = heads[0] if heads else ray.get_runtime_context().get_node_id()
+    pinned = NodeAffinitySchedulingStrategy(node, soft=False)
+    return ray.remote(AttemptLog).options(num_cpus=0, scheduling_strategy=pinned).remote()
+
+
+def _starts(attempts: Any) -> list[tuple[int, str]]:
+    """What the AttemptLog recorded; nothing (no retries counted) when it is out of reach."""
+    import ray
+    from ray.exceptions import RayError
+
+    try:
+        return ray.get(attempts.starts.remote(), timeout=60)
+    except RayError as exc:
+        log.warning("nnhal batch: the attempt log is out of reach (%s); retries are not counted", exc)
+        return []
 
 
 def _account(report: JobReport, finished: dict[int, str], starts: list[tuple[int, str]]) -> None:
@@ -131,7 +149,7 @@ def _account(report: JobReport, finished: dict[int, str], starts: list[tuple[int
         node = info["NodeID"]
         if node in report.nodes or node in report.lost:
             notes = [info.get("NodeManagerAddress", "?")]
-            if "node:__internal_head__" in info.get("Resources", {}):
+            if HEAD_RESOURCE in info.get("Resources", {}):
                 notes.append("head")
             if not info.get("Alive", True):
                 notes.append("lost")
