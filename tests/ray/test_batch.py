@@ -102,6 +102,8 @@ def test_a_killed_actor_leaves_every_row_once(ray_local, digits_model, digits, t
     report = run_job(job, str(tmp_path / "rows.npz"), str(tmp_path / "out"), rows_per_part=4, runner=DyingRunner)
     assert (tmp_path / "killed").exists()
     assert (report.parts, report.written, report.rows, report.failed) == (6, 6, 24, [])
+    node = ray_local.get_runtime_context().get_node_id()
+    assert report.nodes == {node: 6} and report.lost == {node: 1}     # part 1 ran twice, on the one node
     table = _read(tmp_path / "out")
     assert table["key"] == [f"rows.npz[{i}]" for i in range(24)]
     np.testing.assert_array_equal(np.array(table["logits"]), loop(digits_model, digits[:24]))
