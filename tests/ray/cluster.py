@@ -70,7 +70,9 @@ class RayNode:
             time.sleep(0.1)
         for pid in session_members(self.sid):
             _signal(pid, signal.SIGKILL)
-        time.sleep(0.2)
+        deadline = time.monotonic() + 10.0       # a killed process takes a moment to exit (memory to free)
+        while session_members(self.sid) and time.monotonic() < deadline:
+            time.sleep(0.1)
         return session_members(self.sid)
 
 
