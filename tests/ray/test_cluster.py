@@ -80,6 +80,22 @@ def test_addresses_that_cannot_work_fail_at_once_saying_why():
             connect(f"ray://127.0.0.1:{port}")
 
 
+def test_a_version_mismatch_names_both_sides():
+    """What ray.init raises when the cluster runs another Ray or Python becomes a ClusterError saying so."""
+    import platform
+
+    ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'nnhal[ray]')")
+    from nnhal.ray import _connect_failure
+
+    skew = RuntimeError("Version mismatch: The cluster was started with:\n    Ray: 2.59.0\n    Python: 3.12.1\n"
+                        "This process on node 10.0.0.2 was started with:\n    Ray: 2.60.0\n    Python: 3.11.7\n")
+    message = str(_connect_failure("10.0.0.1:6379", skew))
+    assert message.startswith("cannot join the Ray cluster at 10.0.0.1:6379: Version mismatch: The cluster was")
+    assert f"this process runs Ray {ray.__version__} on Python {platform.python_version()}" in message
+    other = str(_connect_failure("10.0.0.1:6379", ConnectionError("Failed to connect to Ray cluster at 10.0.0.1")))
+    assert all(what in other for what in ("check the address", "RAY_AUTH_TOKEN", f"Ray {ray.__version__}"))
+
+
 def test_host_port_with_the_default_token_file(two_nodes, digits_model, digits, tmp_path):
     """The reported failure: `ray start --head` found ~/.ray/auth_token and turned authentication on; a plain
     `nnhal batch --address HOST:PORT` from the same machine now authenticates with that file."""
