@@ -11,6 +11,9 @@ without a cluster. Batch columns are matched to model inputs by name (or by the
 their shape, cut into runs of the model's batch size and the last run padded
 (repeating its last row), so a prepared graph sees one shape per group and is
 never prepared again for a short tail. Install with ``pip install "nnhal[ray]"``.
+
+``connect(address)`` joins an existing cluster ('auto', 'HOST:PORT', 'ray://HOST:PORT') with Ray's token
+authentication and fails with a ClusterError that says what to check; ``disconnect()`` leaves it.
 """
 from __future__ import annotations
 
@@ -412,9 +415,10 @@ def connect(address: str, **init_kwargs: Any) -> None:
     """
     import ray
 
+    client, probe = address.startswith("ray://"), None
     if address != "auto":
-        client = address.startswith("ray://")
         host, port = _split_address(address.removeprefix("ray://"))
+        probe = None if client else (host, port)
         if client and importlib.util.find_spec("grpc") is None:
             raise ClusterError(f"'{address}' is a Ray Client address, which needs Ray's client extra: "
                                "pip install 'ray[client]' (or pass the head's HOST:PORT, its GCS port, from a "
@@ -425,8 +429,8 @@ def connect(address: str, **init_kwargs: Any) -> None:
             elif not client and _token_source() and _is_local_gcs(host, port):
                 _enable_token_mode("a cluster on this machine")
     try:
-        if address != "auto" and not client:
-            _probe(host, port)
+        if probe:
+            _probe(*probe)
         try:
             ray.init(address=address, **init_kwargs)
         except Exception as exc:  # noqa: BLE001 - Ray raises ConnectionError, RuntimeError, ValueError, its own

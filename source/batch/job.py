@@ -83,20 +83,22 @@ def run_job(job: JobSpec, source: str, output: str, rows_per_part: int = 64, act
         ds = ds.map_batches(runner, fn_constructor_kwargs={"job": job, "output": str(out), "attempts": attempts},
                             batch_size=1, batch_format="numpy",
                             **actor_options(min(actors, len(pending)), job.threads, resources=resources))
-        finished: dict[int, str] = {}
-        for row in ds.iter_rows():
-            report.written += 1
-            report.rows += int(row["rows"])
-            report.failed.extend((key, why) for key, why in json.loads(row["failed"]))
-            finished[int(row["part"])] = str(row["node"])
-        _account(report, finished, _starts(attempts))
-        ray.kill(attempts)
+        finished: dict[int, str] = {}                   # part -> the node of the attempt that finished
+        try:
+            for row in ds.iter_rows():
+                report.written += 1
+                report.rows += int(row["rows"])
+                report.failed.extend((key, why) for key, why in json.loads(row["failed"]))
+                finished[int(row["part"])] = str(row["node"])
+            _account(report, finished, _starts(attempts))
+        finally:
+            ray.kill(attempts)
     report.seconds = time.perf_counter() - t0
     return report
 
 
 class AttemptLog:
-    """A Ray actor on the driver's node: each (part, node) a PartRunner started. A part started more often
+    """A Ray actor on the head node: each (part, node) a PartRunner started. A part started more often
     than it finished lost its other attempts (its actor or node died) and Ray ran it again."""
 
     def __init__(self) -> None:

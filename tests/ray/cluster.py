@@ -124,7 +124,8 @@ class LocalCluster:
         except subprocess.TimeoutExpired as exc:
             raise RuntimeError(f"`ray start` for the {node.name} node did not return in {timeout_s} s") from exc
         if proc.returncode != 0:
-            raise RuntimeError(f"`ray start` for the {node.name} node failed ({proc.returncode}): {node.output[-1500:]}")
+            raise RuntimeError(f"`ray start` for the {node.name} node failed ({proc.returncode}): "
+                               f"{node.output[-1500:]}")
         return node
 
     def start_head_and_worker(self, head: dict, worker: dict, timeout_s: float = 120) -> None:

@@ -36,8 +36,10 @@ def two_nodes(request) -> LocalCluster:
 
     request.addfinalizer(stop)
     try:
-        cluster.start_head_and_worker(dict(num_cpus=2, resources={"nnhal_cpu": 2}, extra_env=FAST_FAILURE_DETECTION),
-                                      dict(num_cpus=1, resources={"nnhal_cpu": 1}, extra_env={"NNHAL_TEST_ROLE": "worker"}))
+        # the head keeps a CPU spare beside its actor: room for the worker's actor when the worker is lost
+        head = dict(num_cpus=2, resources={"nnhal_cpu": 2}, extra_env=FAST_FAILURE_DETECTION)
+        worker = dict(num_cpus=1, resources={"nnhal_cpu": 1}, extra_env={"NNHAL_TEST_ROLE": "worker"})
+        cluster.start_head_and_worker(head, worker)
     except RuntimeError as exc:
         pytest.skip(f"`ray start` cannot run here: {exc}")
     return cluster
