@@ -1,6 +1,7 @@
 """``nnhal batch``: connect to (or start) Ray, run the job, report what was done and which rows failed."""
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -70,10 +71,11 @@ def run_cli(args: Any, runner: type = PartRunner) -> int:
             raise OptionsError(f"--resource takes NAME=AMOUNT (per actor), got '{spec}'")
         resources[name] = float(_floats(amount, "--resource")[0])
     started = not ray.is_initialized()
-    if started and args.address:
+    address = args.address or os.environ.get("RAY_ADDRESS")      # Ray's variable, as ray.init reads it
+    if started and address:
         from nnhal.ray import connect
 
-        connect(args.address)
+        connect(address)
     elif started:
         # NOTE: the embedded single-machine cluster offers each locally registered device to every actor
         nnhal.init()

@@ -282,7 +282,9 @@ def add_batch_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--std", default="1", help="image inputs: per-channel std after scaling to [0, 1]")
     p.add_argument("--resource", action="append", default=[], metavar="NAME=AMOUNT",
                    help="a custom Ray resource each actor needs (default nnhal_<device> per non-cpu device)")
-    p.add_argument("--address", default=None, help="an existing Ray cluster (default: start a local one)")
+    p.add_argument("--address", default=None,
+                   help="an existing Ray cluster: auto, HOST:PORT or ray://HOST:PORT (default: $RAY_ADDRESS, "
+                        "else start a local one); token authentication as Ray's RAY_AUTH_* variables say")
     p.add_argument("--num-cpus", type=int, default=None, help="CPUs of the local cluster (default: all)")
     p.add_argument("--show-errors", type=int, default=20, help="failed rows to list")
     p.set_defaults(func=cmd_batch)
