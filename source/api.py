@@ -20,8 +20,8 @@ import logging
 import os
 import threading
 import time
-from dataclasses import dataclass, field
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
@@ -41,17 +41,28 @@ from nnhal.device.manager import (
     unregister_device,
 )
 from nnhal.device.manager import device_status as manager_status
-from nnhal.errors import (DeviceError, InputError, InternalError, LimitError, ModelError, NnhalError, OptionsError,
-                          RegistryError, StateError, did_you_mean)
+from nnhal.errors import (
+    DeviceError,
+    InputError,
+    InternalError,
+    LimitError,
+    ModelError,
+    NnhalError,
+    OptionsError,
+    RegistryError,
+    StateError,
+    did_you_mean,
+    wrapped,
+)
 from nnhal.graph.graph import Graph
 from nnhal.graph.tensor import TensorKind
 from nnhal.optimizer.budget import check_budget
 from nnhal.optimizer.infer import FoldLimits, infer_graph
 from nnhal.optimizer.mixed import choose_mixed
-from nnhal.optimizer.passes import run_passes
-from nnhal.optimizer.qdq import fold_qdq, fuse_qdq
-from nnhal.optimizer.placement import Decision, place
 from nnhal.optimizer.outliers import SAMPLE_ROWS, Int8Plan, plan_int8, token_activations, token_statistics
+from nnhal.optimizer.passes import run_passes
+from nnhal.optimizer.placement import Decision, place
+from nnhal.optimizer.qdq import fold_qdq, fuse_qdq
 from nnhal.optimizer.quantize import QUANTIZED, quantize_activations
 from nnhal.optimizer.report import PlacementReport, build_report
 from nnhal.optimizer.split import default_split, device_split, enforce_min_group_size
@@ -78,17 +89,14 @@ def _typed(fn):
     checks) becomes an InternalError naming the call, a MemoryError a LimitError; both chained."""
     stage = fn.__name__
 
+    guard = wrapped(lambda exc: InternalError(f"{stage} failed unexpectedly ({type(exc).__name__}: {exc}); this "
+                                              f"is a gap in nnhal's checks, please report it with the model"),
+                    memory=lambda exc: LimitError(f"{stage} ran out of memory: {exc or 'MemoryError'}"))
+
     @functools.wraps(fn)
     def call(*args, **kwargs):
-        try:
+        with guard:     # stateless: shared by every call and thread
             return fn(*args, **kwargs)
-        except NnhalError:
-            raise
-        except MemoryError as exc:
-            raise LimitError(f"{stage} ran out of memory: {exc or 'MemoryError'}") from exc
-        except Exception as exc:
-            raise InternalError(f"{stage} failed unexpectedly ({type(exc).__name__}: {exc}); this is a gap in "
-                                f"nnhal's checks, please report it with the model") from exc
     return call
 
 
@@ -377,7 +385,8 @@ def check_input(g: GraphHandle, key: str | int, value: Any) -> tuple[str, np.nda
     except Exception as exc:
         raise InputError(f"input '{name}': cannot make an array of a {type(value).__name__}: {exc}") from exc
     if t.dtype is not None and array.dtype != t.dtype:
-        raise InputError(f"input '{name}' expects dtype {t.dtype}, got {array.dtype}; convert it with .astype(np.{t.dtype})")
+        raise InputError(f"input '{name}' expects dtype {t.dtype}, got {array.dtype}; convert it with "
+                         f".astype(np.{t.dtype})")
     if t.shape is not None:
         if array.ndim != len(t.shape) or any(d is not None and d != s for d, s in zip(t.shape, array.shape)):
             want = "x".join("?" if d is None else str(d) for d in t.shape) or "scalar"
@@ -789,13 +798,9 @@ def _device_profile(ex, sg, enable: bool) -> list | None:
     hook = device.interface.profile if device is not None else None
     if hook is None or sg.device_graph is None:
         return None
-    try:
+    with wrapped(lambda exc: DeviceError(f"device '{sg.device}': profile hook failed on subgraph #{sg.index}: "
+                                         f"{type(exc).__name__}: {exc}")):
         return hook(device, sg, enable)
-    except NnhalError:
-        raise
-    except Exception as exc:
-        raise DeviceError(f"device '{sg.device}': profile hook failed on subgraph #{sg.index}: "
-                          f"{type(exc).__name__}: {exc}") from exc
 
 
 @_typed

@@ -21,11 +21,6 @@ def per_op(results: list[CaseResult]) -> dict[str, Counter]:
     return dict(sorted(table.items()))
 
 
-def unsupported_ops(results: list[CaseResult]) -> list[str]:
-    """Ops no case of which passes (every case using them is unsupported or fails)."""
-    return [op for op, c in per_op(results).items() if c[PASS] == 0]
-
-
 def to_dict(results: list[CaseResult], device: str, precision: str) -> dict:
     counts = Counter(r.status for r in results)
     devices = Counter(d for r in results for d in r.placement.values())

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import fnmatch
 import functools
-import sys
 import time
 import warnings
 from collections import Counter
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 

@@ -222,8 +222,8 @@ def sensitivities(graph: Graph, plan: Any, feeds: dict[str, np.ndarray], bar=Non
                   ) -> tuple[list[np.ndarray], list[NodeSensitivity]]:
     """(the fp32 outputs, each weighted node's own quantization error on the fp32 values of its inputs)
     (see the module doc)."""
-    from nnhal.hostkernels.graphrun import compile_nodes
     from nnhal.graph.tensor import constant
+    from nnhal.hostkernels.graphrun import compile_nodes
     from nnhal.optimizer.quantize import dynamic_block, per_block_int8, per_channel_int8
 
     names = [o for n in graph.nodes for o in n.outputs if o]

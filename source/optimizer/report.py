@@ -39,7 +39,8 @@ class PlacementReport:
         lines = [f"placement of {len(self.decisions)} nodes: "
                  + ", ".join(f"{dev} {n}" for dev, n in self.by_device().items())]
         if self.min_group_size > 1:
-            lines.append(f"min_group_size={self.min_group_size} moved {len(self.moved_by_min_group)} node(s) to the fallback")
+            lines.append(f"min_group_size={self.min_group_size} moved {len(self.moved_by_min_group)} node(s) to "
+                         "the fallback")
         lines.append("")
         lines += decision_table(self.decisions)
         lines.append("")
@@ -47,7 +48,8 @@ class PlacementReport:
         for sg in self.subgraphs:
             lines.append(f"  #{sg.index} {sg.device} ({sg.precision}): {len(sg.nodes)} node(s) "
                          f"[{sg.nodes[0]} .. {sg.nodes[-1]}], {len(sg.inputs)} input(s), {len(sg.outputs)} output(s)")
-        total = sum(b.nbytes or 0 for b in self.boundaries if b.producer != "graph input" and b.consumer != "graph output")
+        total = sum(b.nbytes or 0 for b in self.boundaries
+                    if b.producer != "graph input" and b.consumer != "graph output")
         lines.append("")
         lines.append(f"{len(self.boundaries)} boundary tensor(s); {total:,} bytes cross between subgraphs per run:")
         lines += ["  " + row for row in text_table(
@@ -95,7 +97,8 @@ def actual_decisions(decisions: dict[str, Decision], subgraphs: list[Subgraph],
 
 
 def build_report(graph: Graph, decisions: dict[str, Decision], subgraphs: list[Subgraph],
-                 moved: list[str] | None = None, min_group_size: int = 1, events: list | None = None) -> PlacementReport:
+                 moved: list[str] | None = None, min_group_size: int = 1,
+                 events: list | None = None) -> PlacementReport:
     """The report of a split; with the scheduler's fallback ``events``, nodes show where they really ran."""
     decisions = actual_decisions(decisions, subgraphs, events)
     return PlacementReport(

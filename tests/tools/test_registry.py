@@ -14,7 +14,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
-needs_cmake = pytest.mark.skipif(shutil.which("cmake") is None, reason="cmake is not on PATH (the registry is rendered by CMake)")
+needs_cmake = pytest.mark.skipif(shutil.which("cmake") is None, reason="cmake is not on PATH (the registry is "
+                                                                       "rendered by CMake)")
 
 TPU_CMAKE = """
 nnhal_add_device(
@@ -233,4 +234,5 @@ def test_registry_template_renders_an_explicit_table():
     exec(text, ns)
     assert [d.name for d in ns["DEVICES"]] == ["cpu"]
     npu = ns["ALL_DEVICES"][1]
-    assert (npu.register, npu.unregister, npu.packages, npu.enabled) == ("register_npu_device", "unregister_npu_device", ("foo", "bar"), False)
+    assert (npu.register, npu.unregister, npu.packages, npu.enabled) == (
+        "register_npu_device", "unregister_npu_device", ("foo", "bar"), False)

@@ -9,8 +9,17 @@ import math
 import statistics
 
 from nnhal.device.cpu.plan import Plan, compile_nodes
-from nnhal.device.device import (Allocator, Candidate, Description, Device, Interface, NodeTiming, Optimizer,
-                                 Performance, Verdict)
+from nnhal.device.device import (
+    Allocator,
+    Candidate,
+    Description,
+    Device,
+    Interface,
+    NodeTiming,
+    Optimizer,
+    Performance,
+    Verdict,
+)
 from nnhal.device.manager import register_device, unregister_device
 from nnhal.graph.subgraph import Subgraph
 from nnhal.hostkernels import native, parallel
@@ -124,7 +133,8 @@ def register_cpu_device() -> None:
     # NOTE: control-flow bodies, folding and calibration run host-kernel graphs through the cpu plan
     # (fusions, layouts, arena) while the cpu device is registered; the plain interpreter otherwise.
     install_compiler(compile_nodes)
-    register_device(Device(name="cpu", interface=CPU_INTERFACE, allocator=CPU_ALLOCATOR, optimizer=Optimizer(optimize_graph=cpu_optimize_graph)))
+    register_device(Device(name="cpu", interface=CPU_INTERFACE, allocator=CPU_ALLOCATOR,
+                           optimizer=Optimizer(optimize_graph=cpu_optimize_graph)))
 
 
 def unregister_cpu_device() -> None:
