@@ -6,7 +6,7 @@ from collections import Counter, defaultdict
 from dataclasses import asdict
 from pathlib import Path
 
-from nnhal.conformance.runner import ERROR, PASS, UNSUPPORTED, WRONG, CaseResult
+from nnhal.conformance.results import ERROR, PASS, UNSUPPORTED, WRONG, CaseResult
 from nnhal.errors import OptionsError
 
 STATUSES = (PASS, WRONG, UNSUPPORTED, ERROR)

@@ -45,12 +45,24 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from dataclasses import replace as with_
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
 from nnhal.graph.graph import Graph
-from nnhal.options import Options
+
+
+class MixedOptions(Protocol):
+    """What the search reads of the options it is given (a frozen dataclass, replaced field by field):
+    the optimizer takes plain values and does not import nnhal.options, which sits above it."""
+
+    precision: str
+    keep_fp32: frozenset[str]
+    mixed_tolerance: float
+    progress: bool
+
+
+Options = TypeVar("Options", bound=MixedOptions)
 
 ROUNDS = 3
 # NOTE: the search measures on the inputs it is prepared with; unseen inputs err more (MiniLM, 16 calibration
