@@ -11,7 +11,6 @@
 """
 from __future__ import annotations
 
-import contextlib
 import enum
 import functools
 import importlib
@@ -55,26 +54,21 @@ from nnhal.errors import (
     wrapped,
 )
 from nnhal.graph.graph import Graph
-from nnhal.graph.tensor import TensorKind
-from nnhal.optimizer.budget import check_budget
-from nnhal.optimizer.infer import FoldLimits, infer_graph
-from nnhal.optimizer.mixed import choose_mixed
-from nnhal.optimizer.outliers import SAMPLE_ROWS, Int8Plan, plan_int8, token_activations, token_statistics
-from nnhal.optimizer.passes import run_passes
-from nnhal.optimizer.placement import Decision, place
-from nnhal.optimizer.qdq import fold_qdq, fuse_qdq
-from nnhal.optimizer.quantize import QUANTIZED, quantize_activations
+from nnhal.optimizer.outliers import Int8Plan
+from nnhal.optimizer.placement import Decision
 from nnhal.optimizer.report import PlacementReport, build_report
-from nnhal.optimizer.split import default_split, device_split, enforce_min_group_size
 from nnhal.options import Options, validate_device_options
+from nnhal.pipeline.allocate_and_prerun import release_device_graphs
+from nnhal.pipeline.context import Context
+from nnhal.pipeline.import_model import ModelSource, import_model
+from nnhal.pipeline.inference_and_folding import Request
+from nnhal.pipeline.mixed import prepare_mixed
+from nnhal.pipeline.prepare import Prepared, plan, prepare
+from nnhal.pipeline.timing import StageTime, StageTimes
 from nnhal.profiling import NodeTime, Profile, SubgraphTime
-from nnhal.scheduler.cleanup import Cleanup
-from nnhal.scheduler.default import DEFAULT_SCHEDULER, fall_back, release_subgraph
 from nnhal.scheduler.gcpause import gc_paused
 from nnhal.scheduler.locks import ReadWriteLock
 from nnhal.scheduler.scheduler import Execution, Scheduler
-from nnhal.serializer.cache import load_cached
-from nnhal.serializer.onnx_import import load_onnx
 
 log = logging.getLogger("nnhal")
 _lock = threading.RLock()
@@ -208,23 +202,6 @@ def _require_init() -> None:
 
 
 # --------------------------------------------------------------------- context
-@dataclass
-class Context:
-    """An ordered device list (the fallback device appended unless strict) and their options."""
-
-    name: str
-    devices: list[str]
-    device_options: dict[str, Any]
-    strict: bool = False
-    pins: dict[str, str] = field(default_factory=dict)
-    deny: dict[str, list[str]] = field(default_factory=dict)
-
-    @property
-    def fallback(self) -> str | None:
-        """Where a failing subgraph is re-placed; None when strict."""
-        return None if self.strict or FALLBACK_DEVICE not in self.devices else FALLBACK_DEVICE
-
-
 def _names(value: Any, what: str) -> list[str]:
     """A list of names from a list or tuple of str; a bare string or anything else is an OptionsError."""
     if isinstance(value, str) or not isinstance(value, (list, tuple)) \
@@ -287,16 +264,6 @@ def create_context(name: str = "default", devices: list[str] | None = None,
     return Context(name, names, typed, strict, dict(pins or {}), denied)
 
 
-def _check_node_names(graph: Graph, ctx: Context) -> None:
-    """Pins and denials must name nodes or op types of the model: a typo would silently change nothing."""
-    known = {node.name for node in graph.nodes} | {node.op_type for node in graph.nodes}
-    for what, table in (("pins", ctx.pins), ("deny", ctx.deny)):
-        for node in table:
-            if node not in known:
-                raise OptionsError(f"{what} names '{node}', which is neither a node nor an op type of the "
-                                   f"model{did_you_mean(node, known)}")
-
-
 # ----------------------------------------------------------------------- graph
 class GraphState(enum.Enum):
     CREATED = "created"
@@ -325,6 +292,9 @@ class GraphHandle:
     moved_by_min_group: list[str] = field(default_factory=list)
     mixed_report: Any = None
     int8_plan: Int8Plan | None = None       # under int8/uint8: what each node does and why (optimizer/outliers.py)
+    prepared: Prepared | None = None        # what the prepare pipeline built (nnhal.pipeline)
+    import_times: list[StageTime] = field(default_factory=list)    # create_graph's stage
+    stage_times: list[StageTime] = field(default_factory=list)     # every stage of the last prerun
     run: Execution | None = None            # the run started by run_graph (its values hold the outputs)
     # runs (Session.run from any thread) share the prepared graph; preparing it again excludes them
     lock: ReadWriteLock = field(default_factory=ReadWriteLock, repr=False)
@@ -352,11 +322,10 @@ def create_graph(context: Context, model_format: str, model: Any, base_dir: str 
         raise StateError(f"create_graph needs a context from create_context(), got {type(context).__name__}")
     if model_format != "onnx":
         raise ModelError(f"model format '{model_format}' is not supported; nnhal reads 'onnx'")
-    if compiled_cache is not None:
-        with gc_paused():
-            return GraphHandle(context, load_cached(model, compiled_cache, lambda m: load_onnx(m, base_dir)))
-    with gc_paused():
-        return GraphHandle(context, load_onnx(model, base_dir))
+    times = StageTimes()
+    with times.stage("import_model"):
+        graph = import_model(ModelSource(model, base_dir, compiled_cache))
+    return GraphHandle(context, graph, import_times=times.times)
 
 
 def _alive(g: GraphHandle) -> None:
@@ -404,90 +373,6 @@ def set_graph_input(g: GraphHandle, key: str | int, value: Any) -> None:
     g.inputs[name] = array
 
 
-@dataclass
-class _Calibrated:
-    """What a mixed-precision search calibrates once on the graph's inputs and every later prepare reuses:
-    the per-channel extremes smoothing reads and the activation ranges (its probes and the final prepare
-    rewrite the same graph on the same inputs, so both are the same each time)."""
-
-    channels: dict[str, tuple] | None = None
-    samples: dict[str, np.ndarray] | None = None       # rows of the token activations (measured smoothing)
-    alphas: dict = field(default_factory=dict)          # smoothing measured on those rows, per activation
-    ranges: dict[str, tuple[float, float]] | None = None
-    # the last probe, still prepared, and its options: the final prepare adopts it when mixed chose those
-    last: tuple[Options, "GraphHandle"] | None = None
-
-    def keep(self, options: Options, probe: "GraphHandle") -> None:
-        """Hold ``probe`` (prepared under ``options``), destroying the one held before."""
-        self.release()
-        self.last = (options, probe)
-
-    def take(self, options: Options) -> "GraphHandle | None":
-        """The held probe if it was prepared under ``options`` (then no longer held); else None."""
-        if self.last is not None and self.last[0] == options:
-            probe, self.last = self.last[1], None
-            return probe
-        return None
-
-    def release(self) -> None:
-        if self.last is not None:
-            probe, self.last = self.last[1], None
-            destroy_graph(probe)
-
-
-def _plan(g: GraphHandle, options: Options, memo: _Calibrated | None = None
-          ) -> tuple[Graph, list, list[Device], list[str]]:
-    """Infer, run passes, place, apply the group-size policy and split (nothing compiled yet)."""
-    graph = g.graph.copy()
-    for name in graph.inputs:
-        if name in g.inputs:
-            t = graph.tensors[name]
-            t.dtype, t.shape = g.inputs[name].dtype, tuple(g.inputs[name].shape)
-    # quantized precisions take the model's own Q/DQ parameters; fp32 runs them as integer ops
-    fused = fold_qdq(graph) if options.precision in ("int8", "uint8") else fuse_qdq(graph)
-    limits = FoldLimits(options.max_fold_bytes, options.max_loop_trips, options.max_graph_bytes)
-    folded = infer_graph(graph, fold=options.fold_constants, limits=limits)
-    g.pass_report = {"fuse_qdq": fused, **run_passes(graph, options.precision)}
-    g.int8_plan = None
-    if options.precision in QUANTIZED:
-        # smoothing reads per-channel extremes: the table's, else those of the inputs that calibrate
-        # and, with rows of the activations (inputs, no table) where every device quantizes them dynamically,
-        # measures smoothing's alpha under that quantization
-        samples: dict[str, np.ndarray] = {}
-        if options.calibration is not None:
-            channels = getattr(options.calibration, "channels", {})
-        elif memo is not None and memo.channels is not None:
-            channels, samples = memo.channels, memo.samples or {}
-        else:
-            dynamic = all("dynamic" in find_device(n).describe().activation_quantization for n in g.context.devices)
-            channels, samples = token_statistics(graph, g.inputs, token_activations(graph), SAMPLE_ROWS if dynamic
-                                                 else 0) if all(n in g.inputs for n in graph.inputs) else ({}, {})
-            if memo is not None:
-                memo.channels, memo.samples = channels, samples
-        g.int8_plan = plan_int8(graph, channels, samples, signed=options.precision == "int8",
-                                alphas=memo.alphas if memo is not None else None)
-    check_budget(graph, options.max_graph_bytes, folded)
-    ctx = g.context
-    _check_node_names(g.graph, ctx)
-    devices = [find_device(n) for n in ctx.devices]
-    deny = dict(ctx.deny)
-    for name in options.keep_fp32:      # only the fallback device runs a node in fp32 under a quantized precision
-        deny[name] = list(deny.get(name, [])) + [d.name for d in devices if d.name != FALLBACK_DEVICE]
-    g.placement = place(graph, devices, options.precision, ctx.pins, deny, fallback=FALLBACK_DEVICE,
-                        higher=g.int8_plan.higher if g.int8_plan else None,
-                        dynamic=g.int8_plan.required if g.int8_plan else None,
-                        prefer=options.prefer)
-    moved = enforce_min_group_size(graph, g.placement, options.min_group_size, fallback=FALLBACK_DEVICE)
-    assignment = {n: d.device for n, d in g.placement.items()}
-    splitter = next((d for d in devices if d.optimizer and d.optimizer.split_graph), None)
-    subgraphs = device_split(splitter, graph, assignment) if splitter else default_split(graph, assignment)
-    for sg in subgraphs:
-        sg.original_nodes = list(sg.nodes)
-        sg.precision = options.precision if options.precision in find_device(sg.device).describe().precisions \
-            else "fp32"
-    return graph, subgraphs, devices, moved
-
-
 @_typed
 def prerun_graph(g: GraphHandle, options: Options | None = None) -> None:
     """Infer shapes, fold constants, place, split, set precision and prepare every subgraph.
@@ -503,145 +388,24 @@ def prerun_graph(g: GraphHandle, options: Options | None = None) -> None:
 
 
 @gc_paused()
-def _prerun_locked(g: GraphHandle, options: Options, memo: _Calibrated | None = None) -> None:
+def _prerun_locked(g: GraphHandle, options: Options) -> None:
+    """The prepare pipeline (nnhal.pipeline) over the bound inputs; the handle then holds what it prepared."""
     if g.state in (GraphState.PREPARED, GraphState.DONE):
         _postrun(g)
     _release_device_graphs(g)
+    request = Request(g.graph, g.inputs, g.context, options)
     if options.precision == "mixed":
-        missing = [n for n in g.graph.inputs if n not in g.inputs]
-        if missing:
-            raise InputError(f"precision 'mixed' measures errors on real inputs: set {missing} before prerun_graph")
-        # NOTE: the search's probes and this prepare calibrate the same rewritten graph on the same inputs:
-        # once is enough (calibration was two thirds of each probe's prepare on MiniLM)
-        memo = _Calibrated()
-        try:
-            with _out_of_memory("choosing mixed precisions"):
-                options, g.mixed_report = choose_mixed(g.graph, options, lambda opts: _probe(g, opts, memo),
-                                                       dict(g.inputs), lambda opts: _plan_rows(g, opts, memo))
-            chosen = memo.take(options)
-        finally:
-            memo.release()
-        if chosen is not None:          # the search's last probe is the prepare it chose: adopt, not redo
-            _adopt(g, chosen)
-            return
-    with _out_of_memory("planning (inference, folding, placement, split)"):
-        graph, subgraphs, devices, moved = _plan(g, options, memo)
-    ranges = options.calibration
-    for sg in subgraphs:
-        sg.keep_fp32 = options.keep_fp32
-        if g.int8_plan is not None:
-            sg.higher, sg.dynamic = frozenset(g.int8_plan.higher), dict(g.int8_plan.dynamic)
-    if ranges is not None and g.int8_plan is not None:
-        ranges = {**ranges, **g.int8_plan.ranges}
-        ranges.update({new: ranges[old] for new, old in g.int8_plan.aliases.items() if old in ranges})
-    if ranges is None and memo is not None:
-        ranges = memo.ranges
-    with _out_of_memory("calibration"):
-        table = quantize_activations(graph, subgraphs, options.precision, g.inputs, ranges)
-    if memo is not None and memo.ranges is None and table:
-        memo.ranges = table
-    ex = Execution(subgraphs, {d.name: d for d in devices}, options, graph=graph, fallback=g.context.fallback)
-    g.execution = ex
-    try:
-        for i, sg in enumerate(subgraphs):
-            sg.device_options = g.context.device_options.get(sg.device)
-            device = find_device(sg.device)
-            if device.optimizer is not None and device.optimizer.optimize_graph is not None:
-                try:
-                    subgraphs[i] = device.optimizer.optimize_graph(sg, sg.precision) or sg
-                except Exception as exc:
-                    fall_back(ex, sg, "optimize_graph", exc, prepare=False)
-        g.scheduler = next((d.scheduler for d in devices[:1] if d.scheduler is not None), DEFAULT_SCHEDULER)
-        g.moved_by_min_group = moved
-        g.prepared_graph = graph
-        with _out_of_memory("device preparation"):
-            g.scheduler.prerun(ex)
-    except BaseException:
-        _release_execution(ex)
-        g.execution = None
-        g.state = GraphState.CREATED
-        raise
+        prepared, g.mixed_report = prepare_mixed(request)
+    else:
+        prepared = prepare(request)
+    g.prepared = prepared
+    for name in ("execution", "scheduler", "pass_report", "moved_by_min_group", "int8_plan", "options"):
+        setattr(g, name, getattr(prepared, name))
+    g.placement, g.prepared_graph = prepared.decisions, prepared.graph
+    g.stage_times = [*g.import_times, *prepared.stages.times]
     g.prepared_shapes = {n: a.shape for n, a in g.inputs.items()}
-    g.options = options
-    g.state = GraphState.PREPARED
-
-
-@contextlib.contextmanager
-def _out_of_memory(stage: str):
-    """MemoryError in a prerun stage becomes a LimitError naming the stage."""
-    try:
-        yield
-    except MemoryError as exc:
-        raise LimitError(f"prerun ran out of memory during {stage}: {exc or 'MemoryError'}; lower "
-                         f"Options.max_graph_bytes / max_fold_bytes to be refused earlier, or give the "
-                         f"process more memory") from exc
-
-
-def _release_execution(ex: Execution) -> None:
-    """After a failed prerun: release what every subgraph allocated and built (errors logged, the first kept)."""
-    cleanup = Cleanup("releasing a failed prerun")
-    for sg in ex.subgraphs:
-        release_subgraph(ex, sg, cleanup)
-    for device, hook, error in cleanup.failures:
-        log.warning("nnhal: releasing after a failed prerun: device '%s' hook %s raised %s", device, hook, error)
-
-
-def _probe(g: GraphHandle, options: Options, memo: _Calibrated | None = None
-           ) -> tuple[list[np.ndarray], Graph | None, Int8Plan | None]:
-    """Outputs of the graph's current inputs under ``options`` (in a throwaway handle), with its prepared
-    graph and int8 plan; ``memo`` carries calibration from one probe to the next."""
-    probe = GraphHandle(g.context, g.graph, inputs=dict(g.inputs))
-    held = False
-    try:
-        with probe.lock.write():
-            _prerun_locked(probe, options, memo)
-        run_graph(probe)
-        outputs = [get_graph_output(probe, i) for i in range(len(probe.graph.outputs))]
-        if memo is not None:
-            memo.keep(options, probe)
-            held = True
-        return outputs, probe.prepared_graph, probe.int8_plan
-    finally:
-        if not held:
-            destroy_graph(probe)
-
-
-# NOTE: mixed measures per-node sensitivities on the first half of a batch of at least SENSITIVITY_ROWS rows:
-# each node's own error is a ratio of norms, stable over 8 of 16 sentences (MiniLM), and the search's fp32
-# runs of the rest of the graph after each node were most of its time
-SENSITIVITY_ROWS = 8
-
-
-def _plan_rows(g: GraphHandle, options: Options, memo: _Calibrated
-               ) -> tuple[Graph, Int8Plan | None, dict[str, np.ndarray]] | None:
-    """The quantized rewrite of ``g``'s graph planned (and its activations calibrated from ``memo``, not
-    compiled) on the first half of its input rows; None when the batch is small, the inputs do not share
-    a leading batch axis, or the graph does not plan on fewer rows (fixed shapes)."""
-    sizes = {a.shape[0] if a.ndim else 0 for a in g.inputs.values()}
-    if len(sizes) != 1 or min(sizes) < SENSITIVITY_ROWS or memo.ranges is None:
-        return None
-    rows = min(sizes) // 2
-    feeds = {n: a[:rows] for n, a in g.inputs.items()}
-    sub = GraphHandle(g.context, g.graph, inputs=feeds)
-    try:
-        graph, subgraphs, _, _ = _plan(sub, options, memo)
-        for sg in subgraphs:
-            sg.keep_fp32 = options.keep_fp32
-        quantize_activations(graph, subgraphs, options.precision, feeds, memo.ranges)
-    except NnhalError:
-        return None
-    return graph, sub.int8_plan, feeds
-
-
-def _adopt(g: GraphHandle, probe: GraphHandle) -> None:
-    """Make ``g`` prepared with what ``probe`` (the same graph and inputs) prepared; ``probe`` is destroyed."""
-    for name in ("execution", "scheduler", "placement", "prepared_shapes", "prepared_graph", "pass_report",
-                 "moved_by_min_group", "int8_plan", "options"):
-        setattr(g, name, getattr(probe, name))
     g.outputs, g.run = {}, None
     g.state = GraphState.PREPARED
-    probe.execution, probe.state = None, GraphState.CREATED
-    destroy_graph(probe)
 
 
 @_typed
@@ -651,7 +415,7 @@ def report(g: GraphHandle) -> PlacementReport:
     if g.execution is None or g.prepared_graph is None:
         raise StateError("no placement yet: call prerun_graph() first (or nnhal.explain() before compiling)")
     return build_report(g.prepared_graph, g.placement, g.execution.subgraphs, g.moved_by_min_group,
-                        g.options.min_group_size, g.execution.report)
+                        g.options.min_group_size, g.execution.report, _pairs(g.stage_times))
 
 
 @_typed
@@ -669,8 +433,14 @@ def explain(model: Any, devices: list[str] | None = None, precision: str = "fp32
             value = np.zeros(value, dtype=g.graph.tensors[_resolve(g.graph.inputs, name, "input")].dtype)
         set_graph_input(g, name, value)
     options = Options(precision=precision, min_group_size=min_group_size, strict=strict)
-    graph, subgraphs, _, moved = _plan(g, options)
-    return build_report(graph, g.placement, subgraphs, moved, min_group_size)
+    times = StageTimes(list(g.import_times))
+    planned = plan(Request(g.graph, g.inputs, ctx, options), times=times)
+    return build_report(planned.cut.graph, planned.placed.decisions, planned.cut.subgraphs,
+                        planned.placed.moved_by_min_group, min_group_size, stages=times.pairs())
+
+
+def _pairs(times: list[StageTime]) -> list[tuple[str, float]]:
+    return [(t.stage, t.seconds) for t in times]
 
 
 def _prepared_for(g: GraphHandle, feeds: dict[str, np.ndarray]) -> bool:
@@ -681,12 +451,7 @@ def _prepared_for(g: GraphHandle, feeds: dict[str, np.ndarray]) -> bool:
 
 def _begin(g: GraphHandle, feeds: dict[str, np.ndarray]) -> Execution:
     """A run's execution over the prepared graph, its value store holding ``feeds`` and constant outputs."""
-    ex = g.execution.begin(dict(feeds))
-    for name in g.graph.outputs:
-        t = g.prepared_graph.tensors[name]
-        if t.kind is TensorKind.CONSTANT:
-            ex.values[name] = t.value
-    return ex
+    return g.prepared.begin(feeds)
 
 
 @_typed
@@ -789,7 +554,7 @@ def _profile(g: GraphHandle, runs: int, warmup: int) -> Profile:
                  for sg in ex.subgraphs]
     nodes = [NodeTime(sg.index, sg.device, t.node, t.op, t.kernel, t.seconds / runs * 1e3)
              for sg in ex.subgraphs for t in timed[sg.index]]
-    return Profile(runs, wall / runs * 1e3, subgraphs, nodes)
+    return Profile(runs, wall / runs * 1e3, subgraphs, nodes, _pairs(g.stage_times))
 
 
 def _device_profile(ex, sg, enable: bool) -> list | None:
@@ -860,14 +625,8 @@ def _release_device_graphs(g: GraphHandle) -> None:
     ex = g.execution
     if ex is None:
         return
-    g.execution = None
-    cleanup = Cleanup("releasing the compiled graphs")
-    for sg in ex.subgraphs:
-        device = ex.devices[sg.device]
-        if device.interface.release_graph is not None and sg.device_graph is not None:
-            cleanup.call(device.name, "release_graph", device.interface.release_graph, device, sg.device_graph)
-        sg.device_graph = None
-    cleanup.raise_if_failed()
+    g.execution = g.prepared = None
+    release_device_graphs(ex)
 
 
 @_typed

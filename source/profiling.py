@@ -67,6 +67,7 @@ class Profile:
     wall_ms: float                        # per run, as the caller saw it
     subgraphs: list[SubgraphTime]
     nodes: list[NodeTime] = field(default_factory=list)
+    stages: list[tuple[str, float]] = field(default_factory=list)   # (prepare stage, seconds) of the last prerun
 
     def by_op(self) -> list[tuple[str, str, str, int, float]]:
         """(device, op, kernel, node count, ms per run), slowest first."""
@@ -137,4 +138,8 @@ class Profile:
             lines.append(f"{'device':<10} {'node':<32} {'op':<22} {'kernel':<16} {'ms/run':>9}")
             for n in sorted(self.nodes, key=lambda n: -n.ms)[:top]:
                 lines.append(f"{n.device:<10} {n.node[:32]:<32} {n.op:<22} {n.kernel:<16} {n.ms:>9.3f}")
+        if self.stages:
+            lines.append("")
+            lines.append(f"prepare stages ({sum(t for _, t in self.stages) * 1e3:.1f} ms, once):")
+            lines += [f"  {stage:<22} {seconds * 1e3:>9.1f} ms" for stage, seconds in self.stages]
         return "\n".join(lines) + "\n"

@@ -31,7 +31,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "graph", "operator", "hostkernels", "zoo", "data"),
     ("device",),
     ("scheduler", "optimizer", "serializer"),
-    ("options", "profiling", "session", "api", ""),          # "" = nnhal/__init__.py
+    ("options", "pipeline"),                                  # the prepare stages (DESIGN.md, "The flow")
+    ("profiling", "session", "api", ""),                     # "" = nnhal/__init__.py
     ("cli", "benchmark", "accuracy", "conformance", "testing", "models", "batch", "ray", "ui"),
 )
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}
