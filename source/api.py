@@ -13,33 +13,19 @@ from __future__ import annotations
 
 import enum
 import functools
-import importlib
-import importlib.util
 import logging
 import os
-import threading
-import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
-from nnhal.device.device import API_VERSION, Device
-from nnhal.device.discovery import discover as discover_plugins
-from nnhal.device.discovery import load_plugin
-from nnhal.device.manager import (
-    BUILT_IN,
-    FALLBACK_DEVICE,
-    DeviceStatus,
-    clear_unavailable,
-    find_device,
-    mark_unavailable,
-    register_device,
-    registered_devices,
-    unregister_device,
-)
-from nnhal.device.manager import device_status as manager_status
+from nnhal.device.device import Device
+from nnhal.device.loading import device_status as device_status  # the lifecycle's init, release and status
+from nnhal.device.loading import init as init
+from nnhal.device.loading import init_for, require_init
+from nnhal.device.loading import release as release
+from nnhal.device.manager import registered_devices
 from nnhal.errors import (
     DeviceError,
     InputError,
@@ -48,34 +34,28 @@ from nnhal.errors import (
     ModelError,
     NnhalError,
     OptionsError,
-    RegistryError,
     StateError,
-    did_you_mean,
     wrapped,
 )
+from nnhal.graph.binding import check_input, resolve
 from nnhal.graph.graph import Graph
 from nnhal.optimizer.outliers import Int8Plan
 from nnhal.optimizer.placement import Decision
 from nnhal.optimizer.report import PlacementReport, build_report
-from nnhal.options import Options, validate_device_options
+from nnhal.options import Options
 from nnhal.pipeline.allocate_and_prerun import release_device_graphs
-from nnhal.pipeline.context import Context
+from nnhal.pipeline.context import Context, make_context
 from nnhal.pipeline.import_model import ModelSource, import_model
 from nnhal.pipeline.inference_and_folding import Request
 from nnhal.pipeline.mixed import prepare_mixed
 from nnhal.pipeline.prepare import Prepared, plan, prepare
 from nnhal.pipeline.timing import StageTime, StageTimes
-from nnhal.profiling import NodeTime, Profile, SubgraphTime
+from nnhal.profiling import Profile, measure
 from nnhal.scheduler.gcpause import gc_paused
 from nnhal.scheduler.locks import ReadWriteLock
 from nnhal.scheduler.scheduler import Execution, Scheduler
 
 log = logging.getLogger("nnhal")
-_lock = threading.RLock()
-_registered: list[tuple[str, Callable[[], None]]] = []   # (device, how to unregister it), in init() order
-_initialised = False          # every device registered (init() without a device list)
-_attempted: set[str] = set()   # built-in registry entries init() has tried to register
-_plugins_tried = False         # out-of-tree devices looked for
 
 
 def _typed(fn):
@@ -94,174 +74,13 @@ def _typed(fn):
     return call
 
 
-# ------------------------------------------------------------------ init/release
-def init(devices: Sequence[str] | None = None) -> None:
-    """Register the devices of the generated registry, then the out-of-tree ones (idempotent).
-
-    A device that cannot be registered (a missing package, an import error, a
-    plugin's API version, an init hook that raises) is recorded as unavailable
-    with the reason (see ``nnhal devices``); the others are registered.
-
-    ``devices`` (names) registers only those built-in devices and the fallback for now, and looks for
-    plugins only when a name is not built in; a later ``init()`` registers the rest. Sessions and
-    contexts pass the devices they name: a CPU-only session then never opens a GPU adapter (the webgpu
-    device's costs ~95 MB and ~0.7 s on lavapipe).
-    """
-    global _initialised, _plugins_tried
-    with _lock:
-        if _initialised:
-            return
-        try:
-            from nnhal import registry
-        except ImportError as exc:
-            raise RegistryError("nnhal.registry is missing: the package was not built. Install it with "
-                                "'pip install .' (or 'pip install -e .') so CMake renders the registry") from exc
-        wanted = None if devices is None else {*devices, FALLBACK_DEVICE}
-        for entry in registry.DEVICES:
-            if entry.name not in _attempted and (wanted is None or entry.name in wanted):
-                _attempted.add(entry.name)
-                _register_builtin(entry)
-        if not _plugins_tried and (wanted is None or wanted - {e.name for e in registry.DEVICES}):
-            _plugins_tried = True
-            for plugin in discover_plugins():
-                _register_plugin(plugin)
-        _initialised = wanted is None
-
-
-def _init_for(devices: Any) -> None:
-    """init() for a context over ``devices``: only those (and the fallback) when it is a list of names;
-    everything otherwise (the caller then reports what is wrong with it)."""
-    if devices is None:
-        init([])
-    elif isinstance(devices, (list, tuple)) and all(isinstance(d, str) for d in devices):
-        init(devices)
-    else:
-        init()
-
-
-def _register_builtin(entry: Any) -> None:
-    """Check an enabled registry entry's packages, import its module and call its register function."""
-    missing = [p for p in entry.packages if importlib.util.find_spec(p) is None]
-    if missing:
-        mark_unavailable(entry.name, BUILT_IN, API_VERSION,
-                         f"needs the Python package(s) {', '.join(missing)}, which this Python cannot import: "
-                         f"install them, or switch the device off with 'nnhal registry --disable {entry.name}'")
-        return
-    try:
-        module = importlib.import_module(entry.module)
-        getattr(module, entry.register)()
-    except Exception as exc:
-        mark_unavailable(entry.name, BUILT_IN, API_VERSION, f"{entry.module}.{entry.register}() failed: "
-                         f"{type(exc).__name__}: {exc}")
-        log.warning("nnhal: device '%s' is unavailable: %s", entry.name, exc)
-        return
-    if entry.name not in {d.name for d in registered_devices()}:
-        mark_unavailable(entry.name, BUILT_IN, API_VERSION,
-                         f"{entry.module}.{entry.register}() did not register a device named '{entry.name}'")
-        return
-    _registered.append((entry.name, getattr(module, entry.unregister)))
-
-
-def _register_plugin(plugin: Any) -> None:
-    """Load an out-of-tree device and register it; on any failure record why it is unavailable."""
-    loaded = load_plugin(plugin)
-    reason = loaded.reason
-    if loaded.device is not None:
-        try:
-            register_device(loaded.device, origin=plugin.origin, api=loaded.api)
-        except RegistryError as exc:
-            reason = str(exc)
-    if reason:
-        mark_unavailable(plugin.name, plugin.origin, loaded.api, reason)
-        log.warning("nnhal: device '%s' (%s) is unavailable: %s", plugin.name, plugin.origin, reason)
-        return
-    _registered.append((plugin.name, lambda name=plugin.name: unregister_device(name)))
-
-
-def release() -> None:
-    """Unregister the devices init() registered, in reverse order, and forget the unavailable ones."""
-    global _initialised, _plugins_tried
-    with _lock:
-        while _registered:
-            _, unregister = _registered.pop()
-            unregister()
-        clear_unavailable()
-        _attempted.clear()
-        _initialised = _plugins_tried = False
-
-
-def device_status() -> list[DeviceStatus]:
-    """Every device init() saw, registered or unavailable (with the reason), and those registered since."""
-    _require_init()
-    return manager_status()
-
-
-def _require_init() -> None:
-    if not _initialised:
-        init()
-
-
-# --------------------------------------------------------------------- context
-def _names(value: Any, what: str) -> list[str]:
-    """A list of names from a list or tuple of str; a bare string or anything else is an OptionsError."""
-    if isinstance(value, str) or not isinstance(value, (list, tuple)) \
-            or not all(isinstance(v, str) and v for v in value):
-        raise OptionsError(f"{what} must be a list of names (e.g. ['a', 'b']), got {value!r}")
-    return list(value)
-
-
 @_typed
 def create_context(name: str = "default", devices: list[str] | None = None,
                    device_options: dict[str, dict] | None = None, strict: bool = False,
                    pins: dict[str, str] | None = None, deny: dict[str, list[str]] | None = None) -> Context:
     """A context over ``devices`` (names, in priority order). Unknown names raise DeviceError."""
-    _init_for(devices)
-    if not isinstance(name, str):
-        raise OptionsError(f"the context name must be a str, got {name!r}")
-    if not isinstance(strict, bool):
-        raise OptionsError(f"strict must be True or False, got {strict!r}")
-    names = _names(devices, "devices") if devices is not None else [FALLBACK_DEVICE]
-    if not names:
-        raise OptionsError("devices is empty; name at least one device (e.g. ['{FALLBACK_DEVICE}'])")
-    for n in names:
-        try:
-            find_device(n)
-        except DeviceError:
-            init()              # every device registered, so the error lists them all
-            find_device(n)
-    if len(set(names)) != len(names):
-        raise DeviceError(f"device list {names} names a device twice")
-    if not strict and FALLBACK_DEVICE not in names:
-        names.append(FALLBACK_DEVICE)
-    if device_options is not None and not isinstance(device_options, dict):
-        raise OptionsError(f"device_options must be a dict of device name -> dict of options, got {device_options!r}")
-    device_options = dict(device_options or {})
-    for dev, opts in device_options.items():
-        if dev not in names:
-            raise DeviceError(f"device_options names '{dev}', which is not in the context's devices {names}")
-        if opts is not None and not isinstance(opts, dict):
-            raise OptionsError(f"device_options['{dev}'] must be a dict of options, got {opts!r}")
-    typed = {n: validate_device_options(n, find_device(n).describe().options, device_options.get(n)) for n in names}
-    if pins is not None and not isinstance(pins, dict):
-        raise OptionsError(f"pins must be a dict of node name -> device name, got {pins!r}")
-    for node, target in (pins or {}).items():
-        if not isinstance(node, str) or not isinstance(target, str):
-            raise OptionsError(f"pins must map node names to device names (str -> str), got {node!r}: {target!r}")
-        if target not in names:
-            raise DeviceError(f"the pin of node '{node}' names device '{target}', which is not in the context's "
-                              f"devices {names}")
-    if deny is not None and not isinstance(deny, dict):
-        raise OptionsError(f"deny must be a dict of node name -> list of device names, got {deny!r}")
-    denied = {}
-    for node, targets in (deny or {}).items():
-        if not isinstance(node, str):
-            raise OptionsError(f"deny must be keyed by node names (str), got {node!r}")
-        denied[node] = _names(targets, f"deny['{node}']")
-        for target in denied[node]:
-            if target not in names:
-                raise DeviceError(f"deny['{node}'] names device '{target}', which is not in the context's "
-                                  f"devices {names}")
-    return Context(name, names, typed, strict, dict(pins or {}), denied)
+    init_for(devices)
+    return make_context(name, devices, device_options, strict, pins, deny)
 
 
 # ----------------------------------------------------------------------- graph
@@ -335,41 +154,13 @@ def _alive(g: GraphHandle) -> None:
         raise StateError("the graph was destroyed; create it again with create_graph()")
 
 
-def _resolve(names: list[str], key: str | int, what: str) -> str:
-    if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
-        if not 0 <= key < len(names):
-            raise InputError(f"{what} index {key} is out of range; the graph has {len(names)} {what}s: {names}")
-        return names[int(key)]
-    if key not in names:
-        raise InputError(f"the graph has no {what} named '{key}' ({what}s: {names}){did_you_mean(key, names)}")
-    return key
-
-
-def check_input(g: GraphHandle, key: str | int, value: Any) -> tuple[str, np.ndarray]:
-    """The input's name and ``value`` as a C-contiguous array; its dtype and shape checked against the model."""
-    name = _resolve(g.graph.inputs, key, "input")
-    t = g.graph.tensors[name]
-    try:
-        array = np.asarray(value)
-    except Exception as exc:
-        raise InputError(f"input '{name}': cannot make an array of a {type(value).__name__}: {exc}") from exc
-    if t.dtype is not None and array.dtype != t.dtype:
-        raise InputError(f"input '{name}' expects dtype {t.dtype}, got {array.dtype}; convert it with "
-                         f".astype(np.{t.dtype})")
-    if t.shape is not None:
-        if array.ndim != len(t.shape) or any(d is not None and d != s for d, s in zip(t.shape, array.shape)):
-            want = "x".join("?" if d is None else str(d) for d in t.shape) or "scalar"
-            raise InputError(f"input '{name}' expects shape [{want}], got {list(array.shape)}")
-    return name, np.require(array, requirements="C")
-
-
 @_typed
 def set_graph_input(g: GraphHandle, key: str | int, value: Any) -> None:
     """Bind an input by name or index; its dtype and shape are checked against the model."""
     _alive(g)
     if g.state is GraphState.RUNNING:
         raise StateError("cannot set an input while the graph is running; call wait_graph() first")
-    name, array = check_input(g, key, value)
+    name, array = check_input(g.graph, key, value)
     g.inputs[name] = array
 
 
@@ -430,7 +221,7 @@ def explain(model: Any, devices: list[str] | None = None, precision: str = "fp32
     g = create_graph(ctx, "onnx", model)
     for name, value in (inputs or {}).items():
         if isinstance(value, (tuple, list)):
-            value = np.zeros(value, dtype=g.graph.tensors[_resolve(g.graph.inputs, name, "input")].dtype)
+            value = np.zeros(value, dtype=g.graph.tensors[resolve(g.graph.inputs, name, "input")].dtype)
         set_graph_input(g, name, value)
     options = Options(precision=precision, min_group_size=min_group_size, strict=strict)
     times = StageTimes(list(g.import_times))
@@ -468,7 +259,7 @@ def execute(g: GraphHandle, feeds: dict[str, Any] | list[Any], options: Options 
     else:
         raise InputError(f"feeds must be a dict of input name -> array or a list of arrays in input order, "
                          f"got {type(feeds).__name__}")
-    arrays = dict(check_input(g, key, value) for key, value in items)
+    arrays = dict(check_input(g.graph, key, value) for key, value in items)
     missing = [n for n in g.graph.inputs if n not in arrays]
     if missing:
         raise InputError(f"inputs not given: {missing} (the graph's inputs: {g.graph.inputs})")
@@ -529,43 +320,7 @@ def profile(g: GraphHandle, runs: int = 10, warmup: int = 1) -> Profile:
     if g.state is GraphState.CREATED:
         raise StateError("profile() before prerun_graph(): prepare the graph first")
     with g.lock.write():            # timing switches live in the shared graph: no other run meanwhile
-        return _profile(g, runs, warmup)
-
-
-def _profile(g: GraphHandle, runs: int, warmup: int) -> Profile:
-    for _ in range(warmup):
-        run_graph(g)
-    ex = g.execution
-    ex.timings = {}             # the scheduler adds every subgraph's wall time
-    for sg in ex.subgraphs:
-        _device_profile(ex, sg, True)
-    timed: dict[int, list] = {}
-    try:
-        t0 = time.perf_counter()
-        for _ in range(runs):
-            run_graph(g)
-        wall = time.perf_counter() - t0
-    finally:
-        ex = g.execution     # a changed input shape prepares again: read what actually ran
-        seconds, ex.timings = ex.timings or {}, None
-        for sg in ex.subgraphs:
-            timed[sg.index] = _device_profile(ex, sg, False) or []
-    subgraphs = [SubgraphTime(sg.index, sg.device, len(sg.nodes), seconds.get(sg.index, 0.0) / runs * 1e3)
-                 for sg in ex.subgraphs]
-    nodes = [NodeTime(sg.index, sg.device, t.node, t.op, t.kernel, t.seconds / runs * 1e3)
-             for sg in ex.subgraphs for t in timed[sg.index]]
-    return Profile(runs, wall / runs * 1e3, subgraphs, nodes, _pairs(g.stage_times))
-
-
-def _device_profile(ex, sg, enable: bool) -> list | None:
-    """The device's optional ``profile`` hook on a prepared subgraph (None when it has none)."""
-    device = ex.devices.get(sg.device)
-    hook = device.interface.profile if device is not None else None
-    if hook is None or sg.device_graph is None:
-        return None
-    with wrapped(lambda exc: DeviceError(f"device '{sg.device}': profile hook failed on subgraph #{sg.index}: "
-                                         f"{type(exc).__name__}: {exc}")):
-        return hook(device, sg, enable)
+        return measure(lambda: run_graph(g), lambda: g.execution, runs, warmup, _pairs(g.stage_times))
 
 
 @_typed
@@ -598,7 +353,7 @@ def get_graph_output(g: GraphHandle, key: str | int) -> np.ndarray:
         raise StateError("the run has not finished; call wait_graph() first")
     if g.state is not GraphState.DONE:
         raise StateError("no outputs yet: call run_graph() after prerun_graph()")
-    return g.outputs[_resolve(g.graph.outputs, key, "output")]
+    return g.outputs[resolve(g.graph.outputs, key, "output")]
 
 
 @_typed
@@ -660,5 +415,5 @@ def destroy_graph(g: GraphHandle) -> None:
 
 def devices() -> list[Device]:
     """Registered devices, in registration order."""
-    _require_init()
+    require_init()
     return registered_devices()
