@@ -46,9 +46,9 @@ from nnhal.options import Options
 from nnhal.pipeline.allocate_and_prerun import release_device_graphs
 from nnhal.pipeline.context import Context, make_context
 from nnhal.pipeline.import_model import ModelSource, import_model
-from nnhal.pipeline.inference_and_folding import Request
 from nnhal.pipeline.mixed import prepare_mixed
 from nnhal.pipeline.prepare import Prepared, plan, prepare
+from nnhal.pipeline.request import Request
 from nnhal.pipeline.timing import StageTime, StageTimes
 from nnhal.profiling import Profile, measure
 from nnhal.scheduler.gcpause import gc_paused

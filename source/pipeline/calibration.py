@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from nnhal.optimizer.outliers import Int8Plan
 from nnhal.optimizer.quantize import quantize_activations
-from nnhal.pipeline.inference_and_folding import Request
 from nnhal.pipeline.precision_plan import CalibrationMemo
+from nnhal.pipeline.request import Request
 from nnhal.pipeline.split import Split
 
 

@@ -4,30 +4,17 @@ shape inferred and constant subgraphs folded, within the prepare bounds."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
-
-import numpy as np
 
 from nnhal.graph.graph import Graph
 from nnhal.optimizer.infer import FoldLimits, infer_graph
 from nnhal.optimizer.qdq import fold_qdq, fuse_qdq
-from nnhal.options import Options
-
-
-@dataclass(frozen=True)
-class Request:
-    """What a prepare is asked for; every stage may read it, none changes it."""
-
-    graph: Graph                        # the imported graph (stages work on a copy)
-    inputs: dict[str, np.ndarray]       # the bound inputs: their dtypes and shapes specialise the copy
-    context: Any                        # nnhal.pipeline.context.Context
-    options: Options
+from nnhal.pipeline.request import Request
 
 
 @dataclass
 class Inferred:
     graph: Graph            # the specialised copy, shapes inferred and constants folded
-    folded: Any             # what folding materialised (the budget check reads it)
+    folded: int             # bytes folding materialised (the budget check counts them)
     fused_qdq: int          # Q/DQ pairs folded or fused
 
 

@@ -17,9 +17,9 @@ from nnhal.optimizer.mixed import choose_mixed
 from nnhal.optimizer.outliers import Int8Plan
 from nnhal.optimizer.quantize import quantize_activations
 from nnhal.options import Options
-from nnhal.pipeline.inference_and_folding import Request
 from nnhal.pipeline.precision_plan import CalibrationMemo
 from nnhal.pipeline.prepare import Prepared, out_of_memory, plan, prepare
+from nnhal.pipeline.request import Request
 from nnhal.pipeline.timing import StageTime, StageTimes
 
 # NOTE: mixed measures per-node sensitivities on the first half of a batch of at least SENSITIVITY_ROWS rows:

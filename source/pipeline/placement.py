@@ -14,8 +14,8 @@ from nnhal.optimizer.budget import check_budget
 from nnhal.optimizer.outliers import Int8Plan
 from nnhal.optimizer.placement import Decision, place
 from nnhal.optimizer.split import enforce_min_group_size
-from nnhal.pipeline.inference_and_folding import Request
 from nnhal.pipeline.passes import Passed
+from nnhal.pipeline.request import Request
 
 
 @dataclass

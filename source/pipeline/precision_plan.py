@@ -11,8 +11,8 @@ import numpy as np
 from nnhal.device.manager import find_device
 from nnhal.optimizer.outliers import SAMPLE_ROWS, Int8Plan, plan_int8, token_activations, token_statistics
 from nnhal.optimizer.quantize import QUANTIZED
-from nnhal.pipeline.inference_and_folding import Request
 from nnhal.pipeline.passes import Passed
+from nnhal.pipeline.request import Request
 
 
 @dataclass

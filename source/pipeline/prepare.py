@@ -15,11 +15,12 @@ from nnhal.optimizer.placement import Decision
 from nnhal.options import Options
 from nnhal.pipeline.allocate_and_prerun import allocate_and_prerun, release_device_graphs, release_execution
 from nnhal.pipeline.calibration import calibrate
-from nnhal.pipeline.inference_and_folding import Request, infer_and_fold
+from nnhal.pipeline.inference_and_folding import infer_and_fold
 from nnhal.pipeline.optimize import optimize
 from nnhal.pipeline.passes import Passed, run_device_independent_passes
 from nnhal.pipeline.placement import Placed, place_nodes
 from nnhal.pipeline.precision_plan import CalibrationMemo, plan_precision
+from nnhal.pipeline.request import Request
 from nnhal.pipeline.split import Split, split
 from nnhal.pipeline.timing import StageTimes
 from nnhal.scheduler.scheduler import Execution, Scheduler
