@@ -23,7 +23,7 @@ def anchors(path: Path) -> set[str]:
 
 
 def relative_links(doc: Path) -> list[str]:
-    text = re.sub(r"```.*?```", "", doc.read_text(encoding="utf-8"), flags=re.S)   # code blocks hold no links
+    text = re.sub(r"```.*?```|<!--.*?-->", "", doc.read_text(encoding="utf-8"), flags=re.S)   # code, comments
     return [t for t in LINK.findall(text) if not re.match(r"[a-z]+:", t)]
 
 
