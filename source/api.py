@@ -133,7 +133,7 @@ def create_graph(context: Context, model_format: str, model: Any, base_dir: str 
     """Import a model ('onnx': path, bytes or onnx.ModelProto) into a context.
 
     External-data tensors resolve only inside one folder: the model file's own, or ``base_dir``,
-    which bytes and a ModelProto with external data must give (see README, "Untrusted models").
+    which bytes and a ModelProto with external data must give (docs/untrusted-models.md).
     ``compiled_cache``: a directory of the user's own where the imported graph is kept, keyed by the
     model's hash and nnhal's version, and loaded from on later imports (nnhal.serializer.cache).
     """
@@ -206,7 +206,7 @@ def report(g: GraphHandle) -> PlacementReport:
     if g.execution is None or g.prepared_graph is None:
         raise StateError("no placement yet: call prerun_graph() first (or nnhal.explain() before compiling)")
     return build_report(g.prepared_graph, g.placement, g.execution.subgraphs, g.moved_by_min_group,
-                        g.options.min_group_size, g.execution.report, _pairs(g.stage_times))
+                        g.options.min_group_size, g.execution.report, StageTimes(g.stage_times).pairs())
 
 
 @_typed
@@ -230,19 +230,10 @@ def explain(model: Any, devices: list[str] | None = None, precision: str = "fp32
                         planned.placed.moved_by_min_group, min_group_size, stages=times.pairs())
 
 
-def _pairs(times: list[StageTime]) -> list[tuple[str, float]]:
-    return [(t.stage, t.seconds) for t in times]
-
-
 def _prepared_for(g: GraphHandle, feeds: dict[str, np.ndarray]) -> bool:
     """Whether the prepared graph serves ``feeds`` as they are (same shapes as at prerun)."""
     return g.state in (GraphState.PREPARED, GraphState.DONE, GraphState.RUNNING) and g.execution is not None \
         and all(g.prepared_shapes.get(n) == a.shape for n, a in feeds.items())
-
-
-def _begin(g: GraphHandle, feeds: dict[str, np.ndarray]) -> Execution:
-    """A run's execution over the prepared graph, its value store holding ``feeds`` and constant outputs."""
-    return g.prepared.begin(feeds)
 
 
 @_typed
@@ -275,7 +266,7 @@ def execute(g: GraphHandle, feeds: dict[str, Any] | list[Any], options: Options 
                 g.inputs = dict(arrays)
                 _prerun_locked(g, options or g.options or Options())
     try:
-        ex = _begin(g, arrays)
+        ex = g.prepared.begin(arrays)
         g.scheduler.run(ex, True)
         return [ex.values[n] for n in g.graph.outputs]
     finally:
@@ -296,7 +287,7 @@ def run_graph(g: GraphHandle, block: bool = True) -> None:
     if not _prepared_for(g, g.inputs):
         log.info("input shapes changed since prerun; preparing the graph again")
         prerun_graph(g, g.options)
-    ex = _begin(g, g.inputs)
+    ex = g.prepared.begin(g.inputs)
     g.run = ex
     g.outputs = {}
     g.state = GraphState.RUNNING
@@ -320,7 +311,7 @@ def profile(g: GraphHandle, runs: int = 10, warmup: int = 1) -> Profile:
     if g.state is GraphState.CREATED:
         raise StateError("profile() before prerun_graph(): prepare the graph first")
     with g.lock.write():            # timing switches live in the shared graph: no other run meanwhile
-        return measure(lambda: run_graph(g), lambda: g.execution, runs, warmup, _pairs(g.stage_times))
+        return measure(lambda: run_graph(g), lambda: g.execution, runs, warmup, StageTimes(g.stage_times).pairs())
 
 
 @_typed
