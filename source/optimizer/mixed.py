@@ -31,7 +31,7 @@
 
 Every step, and per node what it chose and why, goes in the MixedReport. The
 search costs two to four quantized prepares, which share one calibration (the
-core's ``_Calibrated``) and the lowered weights (``quantize.per_block_int8``
+pipeline's ``CalibrationMemo``, nnhal.pipeline.mixed) and the lowered weights (``quantize.per_block_int8``
 caches them); the final prepare adopts the last probe when that is the
 assignment chosen; and, per weighted node, one fp32 run of the graph after it
 (most of the time). On MiniLM: 2.5-4x a uint8 prepare, depending on the
