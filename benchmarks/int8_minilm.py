@@ -97,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'engine':26s} {'median ms':>10s} {'vs nnhal fp32':>14s} {'cosine vs fp32':>15s}")
     for name in engines:
         med = statistics.median(times[name])
-        print(f"{name:26s} {med * 1e3:10.2f} {med / base:13.2f}x {_cosine(embeddings[name], embeddings['nnhal fp32']):15.4f}")
+        print(f"{name:26s} {med * 1e3:10.2f} {med / base:13.2f}x "
+              f"{_cosine(embeddings[name], embeddings['nnhal fp32']):15.4f}")
     for name in ("nnhal int8", "nnhal uint8"):
         ratio = statistics.median(times[name]) / statistics.median(times["onnxruntime dynamic int8"])
         print(f"{name} / onnxruntime dynamic int8 latency: {ratio:.2f}x")

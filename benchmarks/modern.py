@@ -2,13 +2,15 @@
 
 Models: MobileNetV3-small, EfficientNet-B0, ConvNeXt-tiny, SSDlite320-MobileNetV3 (with its detection
 post-processing: per-class top-k, NMS inside an If), ResNet-18, RegNetY-400MF, ViT-B/16, a Whisper-style
-audio encoder and Swin-T (shifted window attention), written in plain torch (benchmarks/models/), seeded, exported once to benchmarks/.cache/
-(needs torch; `pip install torch==2.13.0` takes the CPU wheel). ``--with-zoo`` adds the classic zoo and the
-BERT encoder of ``nnhal bench`` so the geometric mean covers everything the acceptance names.
+audio encoder and Swin-T (shifted window attention), written in plain torch
+(benchmarks/models/), seeded, exported once to benchmarks/.cache/ (needs torch; `pip install torch==2.13.0`
+takes the CPU wheel). ``--with-zoo`` adds the classic zoo and the BERT encoder of ``nnhal bench`` so the
+geometric mean covers everything the acceptance names.
 
 Per model and batch: median latency of each runtime (one runtime after the other, same thread count,
 only one session alive at a time: an onnxruntime session's idle threads keep spinning while it lives,
-and ShuffleNet at batch 8 took nnhal 92 ms instead of 30 beside one), their ratio; prepare = session construction + first run (nnhal: Session + prerun + first run; onnxruntime:
+and ShuffleNet at batch 8 took nnhal 92 ms instead of 30 beside one), their ratio;
+prepare = session construction + first run (nnhal: Session + prerun + first run; onnxruntime:
 InferenceSession + first run); with ``--cache DIR`` also nnhal's prepare from the compiled cache
 (a second Session over the same model); peak RSS growth of prepare + two runs, each runtime in a fresh
 subprocess. OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are removed from this command's environment only
@@ -117,7 +119,7 @@ def measure(name: str, batch: int, args, threads: int) -> dict:
     got = s.run(feeds)
     row["nnhal_prepare_s"] = time.perf_counter() - t0
     row["nnhal_session_s"] = t1 - t0
-    row["nnhal"] = timed(lambda: s.run(feeds), args.warmup, args.repeat, args.budget)
+    row["nnhal"] = timed(lambda s=s: s.run(feeds), args.warmup, args.repeat, args.budget)
     s.close()
     if args.cache:   # a second Session over the model file, prepared from the compiled cache (filled first)
         from nnhal.serializer.cache import load_cached
@@ -136,7 +138,7 @@ def measure(name: str, batch: int, args, threads: int) -> dict:
     o = ort_session(data, threads)
     want = o.run(None, feeds)
     row["ort_prepare_s"] = time.perf_counter() - t0
-    row["ort"] = timed(lambda: o.run(None, feeds), args.warmup, args.repeat, args.budget)
+    row["ort"] = timed(lambda o=o: o.run(None, feeds), args.warmup, args.repeat, args.budget)
     del o
     row["ratio"] = row["nnhal"]["median"] / row["ort"]["median"]
     row["check"] = compare(got, want)
@@ -237,7 +239,8 @@ def main(argv: list[str] | None = None) -> int:
                 row = {"model": name, "batch": batch, "skip": f"{type(exc).__name__}: {str(exc).splitlines()[0][:150]}"}
                 print(f"{name} batch {batch}: skipped ({row['skip']})", flush=True)
             else:
-                print(f"{name} batch {batch}: nnhal {row['nnhal']['median']:.1f} ms, ort {row['ort']['median']:.1f} ms, "
+                print(f"{name} batch {batch}: nnhal {row['nnhal']['median']:.1f} ms, ort "
+                      f"{row['ort']['median']:.1f} ms, "
                       f"ratio {row['ratio']:.2f}, prepare {row['nnhal_prepare_s']:.2f} s", flush=True)
             rows.append(row)
     text = render(rows, header)

@@ -66,7 +66,8 @@ def main(argv: list[str]) -> int:
 
     lines = [f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')} "
              f"OPENBLAS_L2_SIZE={os.environ.get('OPENBLAS_L2_SIZE', '(unset)')}; cores {os.cpu_count()}; "
-             f"load average before {os.getloadavg()[0]:.2f} (a shared machine: figures are noisy); ray {ray.__version__}"]
+             f"load average before {os.getloadavg()[0]:.2f} (a shared machine: figures are noisy); "
+             f"ray {ray.__version__}"]
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     work = Path(tempfile.mkdtemp(prefix="nnhal-ray-bench-"))
     bert_path = work / "bert.onnx"

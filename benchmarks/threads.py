@@ -23,7 +23,6 @@ if __name__ == "__main__" and ("OPENBLAS_CORETYPE" in os.environ or "OPENBLAS_L2
     os.environ["NNHAL_BENCH_UNSET_OPENBLAS"] = "1"
     os.execv(sys.executable, [sys.executable, *sys.argv])   # BLAS reads them at load: start again without
 
-import numpy as np  # noqa: E402
 
 import nnhal  # noqa: E402
 from nnhal.models.bert import bert_inputs, build_bert  # noqa: E402
@@ -70,7 +69,8 @@ def main() -> None:
     except ImportError:
         ort = None
         print("note: onnxruntime is not installed (pip install '.[bench]'): its columns are empty")
-    print(f"{'model':<12} {'nnhal 1T/s':>10} {'nnhal 2T/s':>10} {'gain':>6} {'ort 1T/s':>9} {'ort 2T/s':>9} {'gain':>6}")
+    print(f"{'model':<12} {'nnhal 1T/s':>10} {'nnhal 2T/s':>10} {'gain':>6} {'ort 1T/s':>9} {'ort 2T/s':>9} "
+          f"{'gain':>6}")
     for name in args.models.split(","):
         model, feeds = model_and_feeds(name)
         with nnhal.Session(model, num_thread=1) as s:

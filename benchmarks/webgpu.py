@@ -80,7 +80,8 @@ def bench(name: str, batch: int, repeat: int, threads: int, seq: int, fp16: bool
     ort_ms = _time(run_ort, 1, repeat)
     rel = float(np.max(np.abs(first[0] - want[0])) / max(np.max(np.abs(want[0])), 1e-30))
     return {"model": name, "batch": batch, "webgpu": gpu_ms["median"], "fp16": half_ms, "cpu": cpu_ms["median"],
-            "ort": ort_ms["median"], "dispatches": dispatches, "busy": gpu_busy, "per_dispatch_us": 1e3 * gpu_ms["median"] / dispatches,
+            "ort": ort_ms["median"], "dispatches": dispatches, "busy": gpu_busy,
+            "per_dispatch_us": 1e3 * gpu_ms["median"] / dispatches,
             "prepare": gpu_prep, "nodes": f"{nodes_on_gpu}/{nodes}", "gflops": flops / 1e9, "rel": rel}
 
 
@@ -113,7 +114,8 @@ def main() -> int:
     for name in [m for m in args.models.split(",") if m]:
         r = bench(name, args.batch, args.repeat, args.threads, args.bert_seq, fp16)
         half = f"{r['fp16']:9.1f}" if r["fp16"] is not None else f"{'-':>9s}"
-        print(f"{r['model']:12s} {r['webgpu']:9.1f} {half} {r['cpu']:8.1f} {r['ort']:8.1f} {r['webgpu'] / r['ort']:8.1f} "
+        print(f"{r['model']:12s} {r['webgpu']:9.1f} {half} {r['cpu']:8.1f} {r['ort']:8.1f} "
+              f"{r['webgpu'] / r['ort']:8.1f} "
               f"{r['dispatches']:5d} {r['per_dispatch_us']:8.0f} {r['busy']:8.1f} {r['prepare']:8.0f} {r['nodes']:>8s} "
               f"{r['gflops']:6.2f} {r['rel']:8.1e}", flush=True)
     return 0

@@ -44,9 +44,9 @@ from nnhal.session import Session
 __version__ = "0.1.0"
 
 __all__ = [
-    "Context", "DeviceError", "GraphHandle", "InputError", "InternalError", "LimitError", "ModelError", "NnhalError", "Options", "OptionsError",
-    "RegistryError", "Session", "ShapeError", "StateError", "UnsupportedError", "UnsupportedOperatorError",
-    "UnsupportedTypeError", "calibrate", "create_context", "create_graph", "destroy_graph", "devices", "explain", "get_graph_output", "init",
-    "postrun_graph", "prerun_graph", "profile", "release", "report", "run_graph", "set_graph_input", "wait_graph",
-    "NodeTime", "Profile", "SubgraphTime",
+    "Context", "DeviceError", "GraphHandle", "InputError", "InternalError", "LimitError", "ModelError", "NnhalError",
+    "Options", "OptionsError", "RegistryError", "Session", "ShapeError", "StateError", "UnsupportedError",
+    "UnsupportedOperatorError", "UnsupportedTypeError", "calibrate", "create_context", "create_graph",
+    "destroy_graph", "devices", "explain", "get_graph_output", "init", "postrun_graph", "prerun_graph", "profile",
+    "release", "report", "run_graph", "set_graph_input", "wait_graph", "NodeTime", "Profile", "SubgraphTime",
 ]

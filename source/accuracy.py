@@ -243,7 +243,8 @@ def compare_precisions(model: Any, feeds_list: Sequence[dict[str, np.ndarray]],
     n_calib = sum(_batch(f) for f in calib)
     return AccuracyReport(
         name, devices, names[index],
-        f"{calibration_method} on {len(calib)} feed(s) ({n_calib} samples)" + ("" if separate else ", the evaluation feed"),
+        f"{calibration_method} on {len(calib)} feed(s) ({n_calib} samples)"
+        + ("" if separate else ", the evaluation feed"),
         f"{len(evaluate)} feed(s) ({n_eval} samples)", baseline, results)
 
 

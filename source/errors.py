@@ -6,7 +6,7 @@ the user can do about it.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
     from nnhal.graph.node import Node
@@ -89,3 +89,32 @@ def where(node: "Node", device: str | None = None) -> str:
     if device:
         text += f" on device '{device}'"
     return text
+
+
+class wrapped:
+    """Context manager for the one idiom of typed errors: an :class:`NnhalError` (and any exception of
+    ``passthrough``) leaves unchanged; a MemoryError becomes ``memory(exc)`` when ``memory`` is given;
+    any other exception becomes ``wrap(exc)``, chained to the original.
+
+        with wrapped(lambda exc: DeviceError(f"device 'x': split_graph failed: {exc}")):
+            subgraphs = device.optimizer.split_graph(graph, placement)
+    """
+
+    __slots__ = ("wrap", "memory", "passthrough")
+
+    def __init__(self, wrap: Callable[[Exception], NnhalError],
+                 memory: Callable[[MemoryError], NnhalError] | None = None,
+                 passthrough: tuple[type[BaseException], ...] = ()):
+        self.wrap = wrap
+        self.memory = memory
+        self.passthrough = (NnhalError, *passthrough)
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> bool:
+        if exc is None or isinstance(exc, self.passthrough) or not isinstance(exc, Exception):
+            return False
+        if isinstance(exc, MemoryError) and self.memory is not None:
+            raise self.memory(exc) from exc
+        raise self.wrap(exc) from exc

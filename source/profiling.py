@@ -19,8 +19,13 @@ Timing adds about a microsecond per node; it is off unless asked for.
 """
 from __future__ import annotations
 
+import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
+
+from nnhal.errors import DeviceError, wrapped
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,7 @@ class Profile:
     wall_ms: float                        # per run, as the caller saw it
     subgraphs: list[SubgraphTime]
     nodes: list[NodeTime] = field(default_factory=list)
+    stages: list[tuple[str, float]] = field(default_factory=list)   # (prepare stage, seconds) of the last prerun
 
     def by_op(self) -> list[tuple[str, str, str, int, float]]:
         """(device, op, kernel, node count, ms per run), slowest first."""
@@ -137,4 +143,48 @@ class Profile:
             lines.append(f"{'device':<10} {'node':<32} {'op':<22} {'kernel':<16} {'ms/run':>9}")
             for n in sorted(self.nodes, key=lambda n: -n.ms)[:top]:
                 lines.append(f"{n.device:<10} {n.node[:32]:<32} {n.op:<22} {n.kernel:<16} {n.ms:>9.3f}")
+        if self.stages:
+            lines.append("")
+            lines.append(f"prepare stages ({sum(t for _, t in self.stages) * 1e3:.1f} ms, once):")
+            lines += [f"  {stage:<22} {seconds * 1e3:>9.1f} ms" for stage, seconds in self.stages]
         return "\n".join(lines) + "\n"
+
+
+def measure(run: Callable[[], None], execution: Callable[[], Any], runs: int, warmup: int,
+            stages: list[tuple[str, float]]) -> Profile:
+    """``warmup`` + ``runs`` calls of ``run`` (one run of a prepared graph), the timed ones with the
+    scheduler's subgraph timing and each device's ``profile`` hook switched on; ``execution`` returns the
+    graph's prepared Execution (read again afterwards: a changed input shape prepares again)."""
+    for _ in range(warmup):
+        run()
+    ex = execution()
+    ex.timings = {}             # the scheduler adds every subgraph's wall time
+    for sg in ex.subgraphs:
+        _device_profile(ex, sg, True)
+    timed: dict[int, list] = {}
+    try:
+        t0 = time.perf_counter()
+        for _ in range(runs):
+            run()
+        wall = time.perf_counter() - t0
+    finally:
+        ex = execution()     # what actually ran
+        seconds, ex.timings = ex.timings or {}, None
+        for sg in ex.subgraphs:
+            timed[sg.index] = _device_profile(ex, sg, False) or []
+    subgraphs = [SubgraphTime(sg.index, sg.device, len(sg.nodes), seconds.get(sg.index, 0.0) / runs * 1e3)
+                 for sg in ex.subgraphs]
+    nodes = [NodeTime(sg.index, sg.device, t.node, t.op, t.kernel, t.seconds / runs * 1e3)
+             for sg in ex.subgraphs for t in timed[sg.index]]
+    return Profile(runs, wall / runs * 1e3, subgraphs, nodes, stages)
+
+
+def _device_profile(ex: Any, sg: Any, enable: bool) -> list | None:
+    """The device's optional ``profile`` hook on a prepared subgraph (None when it has none)."""
+    device = ex.devices.get(sg.device)
+    hook = device.interface.profile if device is not None else None
+    if hook is None or sg.device_graph is None:
+        return None
+    with wrapped(lambda exc: DeviceError(f"device '{sg.device}': profile hook failed on subgraph #{sg.index}: "
+                                         f"{type(exc).__name__}: {exc}")):
+        return hook(device, sg, enable)

@@ -133,7 +133,8 @@ class Predictor:
             raise InputError(f"inputs maps {unknown}, which the model lacks; its inputs are {self.session.input_names}")
         unknown = sorted(set(outputs or {}) - set(self.session.output_names))
         if unknown:
-            raise InputError(f"outputs maps {unknown}, which the model lacks; its outputs are {self.session.output_names}")
+            raise InputError(f"outputs maps {unknown}, which the model lacks; its outputs are "
+                             f"{self.session.output_names}")
         self.specs = [self._spec(n, inputs.get(n, n), tensors[n]) for n in self.session.input_names]
         self.output_columns = {n: (outputs or {}).get(n, n) for n in self.session.output_names}
         self.run_batch = self._run_batch(batch_size)
@@ -231,7 +232,8 @@ class Predictor:
         if array.ndim != len(spec.row_shape) or any(d is not None and d != s for d, s in
                                                    zip(spec.row_shape, array.shape)):
             want = "x".join("?" if d is None else str(d) for d in spec.row_shape) or "scalar"
-            return array, f"input '{spec.name}' (column '{spec.column}') expects rows of shape [{want}], got {list(array.shape)}"
+            return array, (f"input '{spec.name}' (column '{spec.column}') expects rows of shape [{want}], "
+                           f"got {list(array.shape)}")
         return array.astype(spec.dtype, copy=False), None
 
     def _run_chunk(self, batch: dict[str, Any], rows: dict[str, list[np.ndarray]], members: list[int],

@@ -40,9 +40,8 @@ from typing import Any, Callable
 import numpy as np
 
 import nnhal
-from nnhal.api import FALLBACK_DEVICE
 from nnhal.device.device import Device
-from nnhal.device.manager import register_device, unregister_device
+from nnhal.device.manager import FALLBACK_DEVICE, register_device, unregister_device
 
 # The moment of first call of each hook, in lifecycle order (run, async_run and async_wait excepted:
 # which of them comes first depends on the scheduler's choice; profile comes with nnhal.profile, after a

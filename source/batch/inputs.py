@@ -52,7 +52,9 @@ def list_input(path: str) -> tuple[str, list[tuple[str, int]]]:
         raise InputError(f"input '{path}' must hold one kind of file (images, .npz or .parquet); found {found}")
     kind = kinds.pop()
     counts = {"image": lambda p: 1, "npz": _npz_rows, "parquet": _parquet_rows}[kind]
-    suffix_ok = (lambda p: p.suffix.lower() in IMAGE_SUFFIXES) if kind == "image" else (lambda p: p.suffix == f".{kind}")
+
+    def suffix_ok(p: Path) -> bool:
+        return p.suffix.lower() in IMAGE_SUFFIXES if kind == "image" else p.suffix == f".{kind}"
     listed = []
     for p in files:
         if suffix_ok(p):

@@ -110,7 +110,8 @@ class PartRunner:
                 values = arrays.get(spec.column)
                 if values is None:
                     for i in range(stop - start):
-                        errors.setdefault(base + i, f"no column '{spec.column}' for model input '{spec.name}' in {name}")
+                        errors.setdefault(base + i, f"no column '{spec.column}' for model input '{spec.name}' in "
+                                                    f"{name}")
                     values = [None] * (stop - start)
                 columns[spec.column].extend(values)
             for i in range(stop - start):
@@ -133,7 +134,8 @@ class PartRunner:
                                   for s in specs if s.column in table.column_names}
         if self.job.key_column:
             if self.job.key_column not in table.column_names:
-                raise InputError(f"{path} has no key column '{self.job.key_column}'; its columns are {table.column_names}")
+                raise InputError(f"{path} has no key column '{self.job.key_column}'; its columns are "
+                                 f"{table.column_names}")
             arrays["__key__"] = table.column(self.job.key_column).to_pylist()
         return arrays
 

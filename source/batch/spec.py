@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+
 @dataclass(frozen=True)
 class JobSpec:
     """Everything a job needs, picklable: what runs (model and Session options) and what is read."""

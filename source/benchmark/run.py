@@ -128,9 +128,10 @@ def make_nnhal(model, feeds, threads: int):
     """(run function, prerun ms, session ms, flops)."""
     import nnhal
     from nnhal import api
+    from nnhal.device.manager import FALLBACK_DEVICE
 
     t0 = time.perf_counter()
-    s = nnhal.Session(model, devices=[api.FALLBACK_DEVICE], num_thread=threads)
+    s = nnhal.Session(model, devices=[FALLBACK_DEVICE], num_thread=threads)
     t1 = time.perf_counter()
     for k, v in feeds.items():
         api.set_graph_input(s.graph, k, v)

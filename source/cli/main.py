@@ -21,6 +21,7 @@ from nnhal.ui.command import (
     device_list,
     fraction,
     guarded,
+    held_warnings,
     load_model,
     natural_int,
     output_file,
@@ -88,7 +89,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _run_and_report(args: argparse.Namespace, session, feeds: dict[str, np.ndarray], created: float) -> int:
     """Run once (prepares), then ``--repeat`` timed runs with progress; print outputs, placement, latency."""
     times = []
-    with Progress("run", args.repeat + 1, quiet=args.quiet) as bar:
+
+    def reported(record) -> bool:       # a fallback is printed below with the placement: not warned twice
+        return record.getMessage() in {f"nnhal: {e.describe()}" for e in session.fallbacks}
+
+    with held_warnings(reported), Progress("run", args.repeat + 1, quiet=args.quiet) as bar:
         t0 = time.perf_counter()
         outputs = session.run(feeds)
         first = time.perf_counter() - t0

@@ -1,6 +1,6 @@
 import sys
 
-from nnhal.ui.command import guarded
 from nnhal.conformance.runner import main
+from nnhal.ui.command import guarded
 
 sys.exit(guarded(main))

@@ -183,7 +183,8 @@ def _matmul(b: _Build) -> bool:
 def _clip(b: _Build) -> bool:
     x = b.pick()
     lo = float(b.rng.uniform(-1, 0))
-    b.add("Clip", [x[0], b.const(np.array(lo, np.float32)), b.const(np.array(lo + float(b.rng.uniform(0.5, 6)), np.float32))], x[1])
+    hi = lo + float(b.rng.uniform(0.5, 6))
+    b.add("Clip", [x[0], b.const(np.array(lo, np.float32)), b.const(np.array(hi, np.float32))], x[1])
     return True
 
 
@@ -258,7 +259,8 @@ class Mismatch:
 
     def __str__(self) -> str:
         return (f"seed {self.seed} on device '{self.device}': {self.reason}; minimized to {len(self.nodes)} node(s): "
-                f"{', '.join(self.nodes)}; replay with nnhal.conformance.random_graph.replay({self.seed}, '{self.device}')")
+                f"{', '.join(self.nodes)}; replay with "
+                f"nnhal.conformance.random_graph.replay({self.seed}, '{self.device}')")
 
 
 def _run(model: onnx.ModelProto, feeds: dict, devices: list[str], precision: str, reference: bool) -> list[np.ndarray]:

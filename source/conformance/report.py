@@ -6,7 +6,7 @@ from collections import Counter, defaultdict
 from dataclasses import asdict
 from pathlib import Path
 
-from nnhal.conformance.runner import ERROR, PASS, UNSUPPORTED, WRONG, CaseResult
+from nnhal.conformance.results import ERROR, PASS, UNSUPPORTED, WRONG, CaseResult
 from nnhal.errors import OptionsError
 
 STATUSES = (PASS, WRONG, UNSUPPORTED, ERROR)
@@ -19,11 +19,6 @@ def per_op(results: list[CaseResult]) -> dict[str, Counter]:
         for op in r.ops:
             table[op][r.status] += 1
     return dict(sorted(table.items()))
-
-
-def unsupported_ops(results: list[CaseResult]) -> list[str]:
-    """Ops no case of which passes (every case using them is unsupported or fails)."""
-    return [op for op, c in per_op(results).items() if c[PASS] == 0]
 
 
 def to_dict(results: list[CaseResult], device: str, precision: str) -> dict:

@@ -10,30 +10,18 @@ from __future__ import annotations
 
 import fnmatch
 import functools
-import sys
 import time
 import warnings
 from collections import Counter
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 
 import numpy as np
 
+from nnhal.conformance.results import ERROR, PASS, UNSUPPORTED, WRONG, CaseResult
 from nnhal.conformance.tolerance import compare, policy
 from nnhal.device.manager import FALLBACK_DEVICE
 from nnhal.errors import NnhalError, UnsupportedError
 from nnhal.options import PRECISIONS
-
-PASS, WRONG, UNSUPPORTED, ERROR = "pass", "wrong", "unsupported", "error"
-
-
-@dataclass
-class CaseResult:
-    name: str
-    ops: list[str]
-    status: str
-    reason: str = ""
-    seconds: float = 0.0
-    placement: dict[str, str] = field(default_factory=dict)
 
 
 @functools.lru_cache(maxsize=1)

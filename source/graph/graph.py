@@ -70,9 +70,11 @@ class Graph:
                 if not out:
                     continue
                 if out in produced:
-                    raise ModelError(f"tensor '{out}' is produced by both node '{produced[out].name}' and node '{node.name}'")
+                    raise ModelError(f"tensor '{out}' is produced by both node '{produced[out].name}' and node "
+                                     f"'{node.name}'")
                 if out in self.inputs or (out in self.tensors and self.tensors[out].is_constant):
-                    raise ModelError(f"node '{node.name}' ({node.op_type}) writes '{out}', which is a graph input or constant")
+                    raise ModelError(f"node '{node.name}' ({node.op_type}) writes '{out}', which is a graph input "
+                                     "or constant")
                 produced[out] = node
         waiting: dict[int, int] = {}
         readers: dict[str, list[int]] = {}
@@ -83,7 +85,8 @@ class Graph:
                     continue
                 if name not in produced:
                     raise ModelError(
-                        f"node '{node.name}' ({node.op_type}) reads '{name}', which no node, input or initializer provides")
+                        f"node '{node.name}' ({node.op_type}) reads '{name}', which no node, input or initializer "
+                        "provides")
                 missing += 1
                 readers.setdefault(name, []).append(i)
             waiting[i] = missing

@@ -21,7 +21,8 @@ class Format:
     def describe(self) -> str:
         if self.quant is None:
             return str(self.dtype)
-        return f"{self.dtype}(scale={float(np.ravel(self.quant.scale)[0]):.4g}, zp={int(np.ravel(self.quant.zero_point)[0])})"
+        scale, zp = float(np.ravel(self.quant.scale)[0]), int(np.ravel(self.quant.zero_point)[0])
+        return f"{self.dtype}(scale={scale:.4g}, zp={zp})"
 
 
 @dataclass

@@ -6,8 +6,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from nnhal.hostkernels.base import Kernel, RunFn, ufunc_run
 from nnhal.graph.node import Node
+from nnhal.hostkernels.base import Kernel, RunFn, ufunc_run
 from nnhal.operator.base import Info
 
 BinaryFn = Callable[..., Any]  # fn(a, b, out=None) -> array, like a numpy ufunc

@@ -30,10 +30,10 @@ from collections.abc import Callable
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from nnhal.graph.node import Node
 from nnhal.hostkernels import _conv2d, _scratch, native, parallel
 from nnhal.hostkernels.base import Kernel, RunFn
 from nnhal.hostkernels.fused import Activation, activation_of
-from nnhal.graph.node import Node
 from nnhal.operator.base import Info
 
 # scratch bound of one band of im2col columns (bytes); the GEMM packs the weights once a band, so smaller

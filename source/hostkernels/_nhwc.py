@@ -20,8 +20,8 @@ kernel adds columns first).
 numpy's loops are slow when one operand repeats along the outer loop (a
 per-channel vector against (pixels, C), a scalar exponent): such ufuncs run
 through ``_blocks.blockwise`` over the flat array cut into rows of a repeated
-block, so every inner loop is long and contiguous. BatchNormalization multiplies and adds its per-channel vectors tiled into
-such blocks, and LRN raises to its exponent against a constant block. Even
+block, so every inner loop is long and contiguous. BatchNormalization multiplies and adds its per-channel
+vectors tiled into such blocks, and LRN raises to its exponent against a constant block. Even
 so the blocked loop is slower per element than NCHW's per-plane scalar loop
 on large planes: BatchNormalization on 512x28x28 takes 79 us against 155 us
 NCHW, but on 64x112x112 155 us against 108 us (2-core benchmark machine).

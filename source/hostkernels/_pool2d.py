@@ -21,7 +21,8 @@ def usable(node, ins, outs) -> dict | None:
     if outs[0].shape is None or not outs[0].static:
         return None
     g = pool_geometry(node, list(x.shape[2:]))
-    if any(d != 1 for d in g["dilations"]) or any(p < 0 for p in g["pads"]) or list(g["out"]) != list(outs[0].shape[2:]):
+    if any(d != 1 for d in g["dilations"]) or any(p < 0 for p in g["pads"]) \
+            or list(g["out"]) != list(outs[0].shape[2:]):
         return None
     if any(o <= 0 for o in g["out"]):
         return None

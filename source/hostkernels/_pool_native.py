@@ -46,7 +46,8 @@ def make_pool(g: dict, shape: tuple[int, ...], kind: str) -> Callable[[np.ndarra
         params = by_stride.get(strides)
         if params is None:
             pixel = strides[2]
-            if strides[3] != 4 or pixel % 4 or pixel < 4 * c or strides[1] != ow * pixel or strides[0] != oh * ow * pixel:
+            if strides[3] != 4 or pixel % 4 or pixel < 4 * c or strides[1] != ow * pixel \
+                    or strides[0] != oh * ow * pixel:
                 return None
             params = native.PoolParams(n, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, pads[0], pads[1], pads[2],
                                        pads[3], pixel // 4, native.POOLS[kind])

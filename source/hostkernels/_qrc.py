@@ -6,13 +6,13 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from nnhal.hostkernels import parallel
-from nnhal.hostkernels.graphrun import compile_nodes
-from nnhal.hostkernels.op_conv import im2col
 from nnhal.errors import ShapeError, where
 from nnhal.graph.graph import Graph, free_names
 from nnhal.graph.node import Node
 from nnhal.graph.tensor import Tensor, TensorKind
+from nnhal.hostkernels import parallel
+from nnhal.hostkernels.graphrun import compile_nodes
+from nnhal.hostkernels.op_conv import im2col
 from nnhal.operator._qrc import QUANT_RANGES
 from nnhal.operator.base import infer_body_graph
 from nnhal.operator.table import get_prototype

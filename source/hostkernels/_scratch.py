@@ -11,8 +11,8 @@ import threading
 
 import numpy as np
 
-from nnhal.hostkernels import _blocks
 from nnhal.errors import InternalError
+from nnhal.hostkernels import _blocks
 from nnhal.hostkernels.fused import ACTIVATION_KINDS, Activation, activation_of
 
 _local = threading.local()

@@ -5,8 +5,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from nnhal.hostkernels.base import Kernel, RunFn
 from nnhal.graph.node import Node
+from nnhal.hostkernels.base import Kernel, RunFn
 from nnhal.operator.base import Info
 
 
@@ -100,4 +100,4 @@ def put_as(result: np.ndarray, out: np.ndarray | None, shape: tuple[int, ...]) -
 
 def zero_of(dtype: np.dtype) -> np.ndarray:
     """The zero of a dtype as a 0-d array; the empty string for string tensors."""
-    return np.array("", dtype=object) if dtype == object else np.zeros((), dtype=dtype)
+    return np.array("", dtype=object) if np.dtype(dtype).kind == "O" else np.zeros((), dtype=dtype)

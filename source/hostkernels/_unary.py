@@ -9,8 +9,8 @@ from typing import ClassVar
 import numpy as np
 from numpy.polynomial import chebyshev
 
-from nnhal.hostkernels.base import Kernel, RunFn, store, ufunc_run
 from nnhal.graph.node import Node
+from nnhal.hostkernels.base import Kernel, RunFn, store, ufunc_run
 
 
 class UfuncKernel(Kernel):
@@ -170,7 +170,7 @@ def convert(x: np.ndarray, dtype: np.dtype, out: np.ndarray | None) -> np.ndarra
     and numbers printed as strings.
     """
     dtype = np.dtype(dtype)
-    if dtype == object:
+    if dtype.kind == "O":
         result = x.astype(str).astype(object)
     elif x.dtype == object:
         result = _parse(x, dtype)

@@ -14,7 +14,6 @@ import numpy as np
 
 from nnhal.graph.node import Node
 
-
 ACTIVATION_KINDS = ("relu", "clip", "hardswish", "hardsigmoid", "sigmoid", "silu")
 
 

@@ -17,7 +17,7 @@ from typing import Protocol
 
 import numpy as np
 
-from nnhal.errors import DeviceError, NnhalError, where
+from nnhal.errors import DeviceError, where, wrapped
 from nnhal.graph.graph import Graph
 from nnhal.graph.node import Node
 from nnhal.graph.tensor import TensorKind
@@ -53,12 +53,10 @@ class Interpreter:
     def run(self, values: dict[str, np.ndarray], check: bool = False) -> None:
         env = {**self.constants, **values}
         for step in self.steps:
-            try:
+            # out of memory passes: the caller turns it into a LimitError
+            with wrapped(lambda exc: DeviceError(f"{where(step.node)}: host kernel failed: {type(exc).__name__}: "
+                                                 f"{exc}"), passthrough=(MemoryError,)):
                 result = step.run([env.get(n) if n else None for n in step.inputs], [None] * len(step.outputs))
-            except (NnhalError, MemoryError):   # out of memory: the caller turns it into a LimitError
-                raise
-            except Exception as exc:
-                raise DeviceError(f"{where(step.node)}: host kernel failed: {type(exc).__name__}: {exc}") from exc
             for name, r in zip(step.outputs, result):
                 if name:
                     env[name] = np.asarray(r)

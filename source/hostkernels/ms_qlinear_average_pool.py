@@ -17,7 +17,8 @@ class QLinearAveragePoolKernel(Kernel):
                                    {k: v for k, v in node.attrs.items() if k != "channels_last"}, "", 19, 19)
         x = ins[0]
         pool = select(pool_node, [Info(np.dtype(np.float32), x.shape)], [Info(np.dtype(np.float32), outs[0].shape)])
-        run_pool = pool.prepare(pool_node, [Info(np.dtype(np.float32), x.shape)], [Info(np.dtype(np.float32), outs[0].shape)])
+        f32 = np.dtype(np.float32)
+        run_pool = pool.prepare(pool_node, [Info(f32, x.shape)], [Info(f32, outs[0].shape)])
         dtype = outs[0].dtype
 
         def run(inputs, outputs):

@@ -5,8 +5,8 @@ import numpy as np
 
 from nnhal.hostkernels import _blocks, _nhwc
 from nnhal.hostkernels._scratch import apply_activation
-from nnhal.hostkernels.fused import activation_of
 from nnhal.hostkernels.base import Kernel, RunFn, store
+from nnhal.hostkernels.fused import activation_of
 
 
 def _channel(p: np.ndarray, rank: int) -> np.ndarray:

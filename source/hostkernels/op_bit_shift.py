@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from functools import partial
 
-from nnhal.hostkernels._binary import BinaryFn, BinaryKernel, shift
 from nnhal.graph.node import Node
+from nnhal.hostkernels._binary import BinaryFn, BinaryKernel, shift
 from nnhal.operator.base import Info
 
 

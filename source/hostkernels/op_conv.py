@@ -56,7 +56,7 @@ class ConvIm2col(Kernel):
         proto = get_prototype("", "Conv")
         group = node.attrs["group"]
         has_bias = len(ins) > 2 and ins[2] is not None
-        x_info, w_info = ins[0], ins[1]
+        w_info = ins[1]
         dtype = outs[0].dtype
         packed: dict[str, np.ndarray] = {}
         if w_info.value is not None:
@@ -69,7 +69,7 @@ class ConvIm2col(Kernel):
             g = proto.geometry(node, x.shape, w.shape)
             wg = packed["w"] if "w" in packed else _pack(w, group)
             win, out_sizes = im2col(x, g["kernel"], g["strides"], g["dilations"], g["pads"])
-            nb, c = x.shape[0], x.shape[1]
+            nb = x.shape[0]
             nsp = len(out_sizes)
             # (N, C, *out, *k) -> (N, G, C/G * prod(k), prod(out))
             perm = (0, 1, *range(2 + nsp, 2 + 2 * nsp), *range(2, 2 + nsp))

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from nnhal.graph.dtypes import to_numpy
 from nnhal.hostkernels._qrc import expand_param
 from nnhal.hostkernels.base import FunctionKernel
-from nnhal.graph.dtypes import to_numpy
 
 
 class DequantizeLinearKernel(FunctionKernel):

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnhal.hostkernels._binary import BinaryFn, BinaryKernel, trunc_divide
 from nnhal.graph.node import Node
+from nnhal.hostkernels._binary import BinaryFn, BinaryKernel, trunc_divide
 from nnhal.operator.base import Info
 
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from nnhal.graph.node import Node
 from nnhal.hostkernels._unary import FormulaKernel, erf
 from nnhal.hostkernels.base import Kernel, RunFn
-from nnhal.graph.node import Node
 
 
 class ErfKernel(FormulaKernel):

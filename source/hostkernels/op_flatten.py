@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import math
 
-from nnhal.hostkernels._shape import ViewKernel
 from nnhal.graph.node import Node
+from nnhal.hostkernels._shape import ViewKernel
 from nnhal.operator.op_flatten import flatten_axis
 
 

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from nnhal.graph.node import Node
 from nnhal.hostkernels._shape import axis_index
 from nnhal.hostkernels.base import FunctionKernel
-from nnhal.graph.node import Node
 
 
 class GatherElementsKernel(FunctionKernel):

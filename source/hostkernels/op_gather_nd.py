@@ -5,9 +5,9 @@ import math
 
 import numpy as np
 
+from nnhal.graph.node import Node
 from nnhal.hostkernels._shape import wrap_indices
 from nnhal.hostkernels.base import FunctionKernel
-from nnhal.graph.node import Node
 
 
 class GatherNDKernel(FunctionKernel):

@@ -6,11 +6,11 @@ import math
 
 import numpy as np
 
+from nnhal.graph.node import Node
 from nnhal.hostkernels import native
 from nnhal.hostkernels._unary import FormulaKernel, erf
 from nnhal.hostkernels.base import Kernel, RunFn
 from nnhal.hostkernels.op_erf import erf_chunk
-from nnhal.graph.node import Node
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 

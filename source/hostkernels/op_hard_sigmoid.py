@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from nnhal.graph.node import Node
 from nnhal.hostkernels import _blocks
 from nnhal.hostkernels._unary import FormulaKernel, GateKernel
-from nnhal.graph.node import Node
 
 
 class HardSigmoidKernel(FormulaKernel):

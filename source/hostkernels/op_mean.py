@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from nnhal.graph.node import Node
 from nnhal.hostkernels._binary import VariadicKernel, reduce_inputs
 from nnhal.hostkernels.base import RunFn
-from nnhal.graph.node import Node
 from nnhal.operator.base import Info
 
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnhal.hostkernels._binary import BinaryFn, BinaryKernel, power
 from nnhal.graph.node import Node
+from nnhal.hostkernels._binary import BinaryFn, BinaryKernel, power
 from nnhal.operator.base import Info
 
 

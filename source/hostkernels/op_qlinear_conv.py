@@ -47,7 +47,8 @@ class PackedQLinearConv(Kernel):
         gemm = np.float32 if exact32 else np.float64
         packed = shifted_w.reshape(group, w.shape[0] // group, -1).astype(gemm)
         rank = len(ins[0].shape) if ins[0].shape is not None else w.ndim
-        factor = (np.asarray(ins[1].value, np.float32).reshape(()) * channel_param(np.asarray(ins[4].value, np.float32), rank)
+        w_scale = channel_param(np.asarray(ins[4].value, np.float32), rank)
+        factor = (np.asarray(ins[1].value, np.float32).reshape(()) * w_scale
                   / np.asarray(ins[6].value, np.float32).reshape(())).astype(np.float32)
         y_zero = ins[7].value
         zero = np.asarray(y_zero, np.float32)

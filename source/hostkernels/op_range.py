@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnhal.hostkernels.base import FunctionKernel
 from nnhal.graph.dtypes import to_numpy
 from nnhal.graph.node import Node
+from nnhal.hostkernels.base import FunctionKernel
 from nnhal.operator.op_range import range_count
 
 

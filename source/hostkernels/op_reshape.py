@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnhal.hostkernels._shape import ViewKernel, ints
 from nnhal.graph.node import Node
+from nnhal.hostkernels._shape import ViewKernel, ints
 from nnhal.operator.op_reshape import target_shape
 
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnhal.hostkernels.base import Kernel, RunFn, store
 from nnhal.errors import ShapeError, where
+from nnhal.hostkernels.base import Kernel, RunFn, store
 
 
 def rotate(node, x: np.ndarray, cos: np.ndarray, sin: np.ndarray, position_ids: np.ndarray | None) -> np.ndarray:

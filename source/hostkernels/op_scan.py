@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from nnhal.errors import ShapeError, where
 from nnhal.hostkernels._qrc import BodyRunner, outer_values, own
 from nnhal.hostkernels.base import Kernel, RunFn, checking, store
-from nnhal.errors import ShapeError, where
 
 
 class ScanKernel(Kernel):

@@ -1,8 +1,8 @@
 """Squeeze on the CPU: a view of the input without the squeezed dims."""
 from __future__ import annotations
 
-from nnhal.hostkernels._shape import ViewKernel, ints
 from nnhal.graph.node import Node
+from nnhal.hostkernels._shape import ViewKernel, ints
 
 
 class SqueezeView(ViewKernel):

@@ -4,9 +4,9 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from nnhal.errors import ShapeError, where
 from nnhal.hostkernels._reduce import from_complex, to_complex
 from nnhal.hostkernels.base import Kernel, RunFn, store
-from nnhal.errors import ShapeError, where
 
 
 class STFTKernel(Kernel):

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnhal.hostkernels._unary import FormulaKernel
 from nnhal.graph.node import Node
+from nnhal.hostkernels._unary import FormulaKernel
 
 
 class ThresholdedReluKernel(FormulaKernel):

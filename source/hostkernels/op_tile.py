@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from nnhal.graph.node import Node
 from nnhal.hostkernels._shape import ints
 from nnhal.hostkernels.base import FunctionKernel
-from nnhal.graph.node import Node
 from nnhal.operator.op_tile import repeats_of
 
 

@@ -1,8 +1,8 @@
 """Unsqueeze on the CPU: a view of the input with inserted size-1 dims."""
 from __future__ import annotations
 
-from nnhal.hostkernels._shape import ViewKernel, ints
 from nnhal.graph.node import Node
+from nnhal.hostkernels._shape import ViewKernel, ints
 from nnhal.operator.op_unsqueeze import unsqueezed
 
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnhal.hostkernels.base import Kernel, RunFn
 from nnhal.graph.node import Node
+from nnhal.hostkernels.base import Kernel, RunFn
 from nnhal.operator.base import Info
 
 

@@ -11,10 +11,10 @@ import os
 import threading
 from functools import lru_cache
 
-from nnhal.hostkernels.base import Kernel
-from nnhal.hostkernels.table import DOMAINS
 from nnhal.errors import DeviceError, where
 from nnhal.graph.node import Node
+from nnhal.hostkernels.base import Kernel
+from nnhal.hostkernels.table import DOMAINS
 from nnhal.operator.base import Info
 
 

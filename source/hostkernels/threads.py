@@ -37,10 +37,3 @@ def use_threads(n: int, pool: bool = True) -> None:
         _limit_blas(1)
     else:
         _limit_blas(n)
-
-
-def blas_info() -> list[dict]:
-    """The BLAS libraries numpy uses, with their kernel (``architecture``) and threads."""
-    from threadpoolctl import threadpool_info
-
-    return [i for i in threadpool_info() if i.get("user_api") == "blas"]

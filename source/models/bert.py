@@ -104,7 +104,8 @@ def build_bert(layers: int = 6, hidden: int = 384, heads: int = 12, seq: int | N
                                                       key="embeddings.position_embeddings.weight"), positions])])
     x = b.layer_norm(emb, hidden, "embeddings.LayerNorm")
     # additive mask: (1 - mask) * -10000, as [batch, 1, 1, seq]
-    m = b.op("Unsqueeze", [b.op("Unsqueeze", [mask, b.const(np.array([1], np.int64))]), b.const(np.array([2], np.int64))])
+    m = b.op("Unsqueeze", [mask, b.const(np.array([1], np.int64))])
+    m = b.op("Unsqueeze", [m, b.const(np.array([2], np.int64))])
     m = b.op("Cast", [m], to=TensorProto.FLOAT)
     m = b.op("Mul", [b.op("Sub", [b.const(np.array(1.0, np.float32)), m]), b.const(np.array(-10000.0, np.float32))])
     scale = b.const(np.array(np.sqrt(head_dim), np.float32))

@@ -11,8 +11,8 @@ from nnhal.graph.dtypes import to_numpy, type_name
 from nnhal.graph.graph import Graph, free_names
 from nnhal.graph.node import Node
 from nnhal.graph.tensor import Tensor, TensorKind
-from nnhal.operator.op_matmul import matmul_shape as _matmul_shape
 from nnhal.operator.base import Info, Prototype, expect_shape, infer_body_graph
+from nnhal.operator.op_matmul import matmul_shape as _matmul_shape
 
 # ------------------------------------------------------------- quantization
 QUANT_RANGES: dict[np.dtype, tuple[int, int]] = {
@@ -92,7 +92,8 @@ def per_tensor_or_axis(proto: Prototype, node: Node, info: Info, what: str, leng
     if shape is None or any(d is None for d in shape) or int(np.prod(shape, dtype=np.int64)) == 1:
         return
     if len(shape) != 1 or (length is not None and shape[0] != length) or length == 1:
-        want = "one element" if length == 1 else f"one element or {length if length is not None else 'one per row/column'}"
+        per_row = length if length is not None else "one per row/column"
+        want = "one element" if length == 1 else f"one element or {per_row}"
         raise proto.fail(node, f"{what} has shape {shape}; it must hold {want}")
 
 

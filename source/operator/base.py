@@ -7,8 +7,8 @@ opset (``node.version``), so versions live side by side in one class.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np

@@ -49,7 +49,9 @@ class Conv(Prototype):
         x, w = ins[0], ins[1]
         self.check_operands(node, x.shape, w.shape, ins[2] if len(ins) > 2 else None)
         if x.shape is None or w.shape is None or not x.static or any(d is None for d in w.shape):
-            return [Info(x.dtype, None if x.shape is None else (x.shape[0], w.shape[0] if w.shape else None) + (None,) * (len(x.shape) - 2))]
+            if x.shape is None:
+                return [Info(x.dtype, None)]
+            return [Info(x.dtype, (x.shape[0], w.shape[0] if w.shape else None) + (None,) * (len(x.shape) - 2))]
         g = self.geometry(node, x.shape, w.shape)
         spatial = output_sizes(node, list(x.shape[2:]), g["kernel"], g["strides"], g["dilations"], g["pads"])
         return [Info(x.dtype, (x.shape[0], w.shape[0], *spatial))]

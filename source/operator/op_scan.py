@@ -35,7 +35,8 @@ class Scan(Prototype):
         if m < 1 or n < 0:
             raise ModelError(f"{where(node)}: num_scan_inputs {m} does not fit {len(node.inputs)} inputs")
         if len(body.inputs) != n + m:
-            raise ModelError(f"{where(node)}: body takes {len(body.inputs)} inputs; expected {n} states + {m} scan inputs")
+            raise ModelError(f"{where(node)}: body takes {len(body.inputs)} inputs; expected {n} states + {m} scan "
+                             "inputs")
         if len(body.outputs) != len(node.outputs) or len(body.outputs) < n:
             raise ModelError(f"{where(node)}: body gives {len(body.outputs)} outputs; the node has {len(node.outputs)}")
         k = len(node.outputs) - n

@@ -37,9 +37,11 @@ def resolve_pads(node: Node, in_sizes: list[int], kernel: list[int], strides: li
         total = max(0, (out - 1) * s + (k - 1) * d + 1 - size)
         small, big = total // 2, total - total // 2
         if auto_pad == "SAME_UPPER":
-            begins.append(small); ends.append(big)
+            begins.append(small)
+            ends.append(big)
         else:
-            begins.append(big); ends.append(small)
+            begins.append(big)
+            ends.append(small)
     return begins + ends
 
 

@@ -61,7 +61,7 @@ from typing import Any
 
 import numpy as np
 
-from nnhal.errors import InputError, InternalError, LimitError, ModelError, NnhalError, OptionsError
+from nnhal.errors import InputError, InternalError, LimitError, ModelError, OptionsError, wrapped
 from nnhal.graph.graph import Graph
 from nnhal.graph.tensor import Quantization, TensorKind
 from nnhal.optimizer.quantize import Ranges, uint8_params
@@ -428,15 +428,10 @@ def calibrate(model: Any, feeds_iterable: Iterable[Any], method: str = "minmax",
 
     Running out of memory is a LimitError; any other failure that is no NnhalError an InternalError.
     """
-    try:
+    with wrapped(lambda exc: InternalError(f"calibration failed unexpectedly ({type(exc).__name__}: {exc})"),
+                 memory=lambda exc: LimitError(f"calibration ran out of memory ({exc or 'MemoryError'}); it keeps "
+                                               f"every activation of a feed: calibrate on smaller or fewer feeds")):
         return _calibrate_model(model, feeds_iterable, method, scheme, percentile, output, progress)
-    except NnhalError:
-        raise
-    except MemoryError as exc:
-        raise LimitError(f"calibration ran out of memory ({exc or 'MemoryError'}); it keeps every activation of "
-                         f"a feed: calibrate on smaller or fewer feeds") from exc
-    except Exception as exc:
-        raise InternalError(f"calibration failed unexpectedly ({type(exc).__name__}: {exc})") from exc
 
 
 def _calibrate_model(model: Any, feeds_iterable: Iterable[Any], method: str, scheme: str, percentile: float,
@@ -508,18 +503,18 @@ def _calibrate(graph: Graph, runner: _Runner, feeds: _Feeds, method: str, scheme
             bar.step()
         bar.close()
         for name in lo:
-            l, h = lo[name], hi[name]
+            low, high = lo[name], hi[name]
             if name not in hists:
-                ranges[name] = (l, h)
+                ranges[name] = (low, high)
             elif method == "entropy":
-                t = _entropy_threshold(hists[name], max(abs(l), abs(h)))
-                ranges[name] = (max(l, -t), min(h, t))
+                t = _entropy_threshold(hists[name], max(abs(low), abs(high)))
+                ranges[name] = (max(low, -t), min(high, t))
             elif symmetric:
-                amax = max(abs(l), abs(h))
+                amax = max(abs(low), abs(high))
                 _, t = _percentile_range(hists[name], 0.0, amax, percentile)
-                ranges[name] = (max(l, -t), min(h, t))
+                ranges[name] = (max(low, -t), min(high, t))
             else:
-                ranges[name] = _percentile_range(hists[name], l, h, percentile)
+                ranges[name] = _percentile_range(hists[name], low, high, percentile)
     ranges = {n: (float(a), float(b)) for n, (a, b) in ranges.items()}
     for g in [graph] + runner.graphs():
         for t in g.tensors.values():

@@ -19,17 +19,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nnhal.hostkernels.evaluate import evaluate_node
-from nnhal.errors import LimitError, NnhalError, ShapeError, where
+from nnhal.errors import LimitError, ShapeError, where, wrapped
 from nnhal.graph.graph import Graph
 from nnhal.graph.node import Node
 from nnhal.graph.tensor import Tensor, TensorKind
+from nnhal.hostkernels.evaluate import evaluate_node
 from nnhal.operator.base import Info, Prototype, use_graph_inference
 from nnhal.operator.schema import check_input_types
 from nnhal.operator.table import get_prototype
 from nnhal.optimizer.limits import MAX_FOLD_BYTES, MAX_GRAPH_BYTES, MAX_LOOP_TRIPS
 
-NEVER_FOLD = frozenset({"RandomUniform", "RandomNormal", "RandomUniformLike", "RandomNormalLike", "Bernoulli", "Multinomial"})
+NEVER_FOLD = frozenset({"RandomUniform", "RandomNormal", "RandomUniformLike", "RandomNormalLike", "Bernoulli",
+                        "Multinomial"})
 _TRACE = os.environ.get("NNHAL_TRACE_FOLD")
 
 
@@ -86,26 +87,17 @@ def infer_graph(graph: Graph, fold: bool = True, limits: FoldLimits | None = Non
 
 
 def _infer(proto: Prototype, node: Node, ins: list[Info | None], graph: Graph) -> list[Info]:
-    try:
+    with wrapped(lambda exc: ShapeError(f"{where(node)}: shape inference failed for inputs "
+                                        f"{[None if i is None else (str(i.dtype), i.shape) for i in ins]}: {exc}")):
         return proto.infer(node, ins + [info_of(graph.tensors[n]) for n in node.implicit_inputs])
-    except NnhalError:
-        raise
-    except Exception as exc:
-        raise ShapeError(f"{where(node)}: shape inference failed for inputs "
-                         f"{[None if i is None else (str(i.dtype), i.shape) for i in ins]}: {exc}") from exc
 
 
 def _evaluate(node: Node, ins: list[Info | None], outs: list[Info], graph: Graph) -> list[np.ndarray]:
     arrays = [None if i is None else i.value for i in ins] + [graph.tensors[n].value for n in node.implicit_inputs]
-    try:
+    with wrapped(lambda exc: ShapeError(f"{where(node)}: evaluating it on constant inputs failed: {exc}"),
+                 memory=lambda exc: LimitError(f"{where(node)}: constant folding ran out of memory ({exc}); lower "
+                                               f"Options.max_fold_bytes to leave such nodes to run time")):
         return evaluate_node(node, arrays, outs)
-    except NnhalError:
-        raise
-    except MemoryError as exc:
-        raise LimitError(f"{where(node)}: constant folding ran out of memory ({exc}); lower "
-                         f"Options.max_fold_bytes to leave such nodes to run time") from exc
-    except Exception as exc:
-        raise ShapeError(f"{where(node)}: evaluating it on constant inputs failed: {exc}") from exc
 
 
 def _foldable(node: Node, ins: list[Info | None], outs: list[Info], graph: Graph, limits: FoldLimits) -> bool:

@@ -31,7 +31,7 @@
 
 Every step, and per node what it chose and why, goes in the MixedReport. The
 search costs two to four quantized prepares, which share one calibration (the
-core's ``_Calibrated``) and the lowered weights (``quantize.per_block_int8``
+pipeline's ``CalibrationMemo``, nnhal.pipeline.mixed) and the lowered weights (``quantize.per_block_int8``
 caches them); the final prepare adopts the last probe when that is the
 assignment chosen; and, per weighted node, one fp32 run of the graph after it
 (most of the time). On MiniLM: 2.5-4x a uint8 prepare, depending on the
@@ -45,12 +45,24 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from dataclasses import replace as with_
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
 from nnhal.graph.graph import Graph
-from nnhal.options import Options
+
+
+class MixedOptions(Protocol):
+    """What the search reads of the options it is given (a frozen dataclass, replaced field by field):
+    the optimizer takes plain values and does not import nnhal.options, which sits above it."""
+
+    precision: str
+    keep_fp32: frozenset[str]
+    mixed_tolerance: float
+    progress: bool
+
+
+Options = TypeVar("Options", bound=MixedOptions)
 
 ROUNDS = 3
 # NOTE: the search measures on the inputs it is prepared with; unseen inputs err more (MiniLM, 16 calibration
@@ -222,8 +234,8 @@ def sensitivities(graph: Graph, plan: Any, feeds: dict[str, np.ndarray], bar=Non
                   ) -> tuple[list[np.ndarray], list[NodeSensitivity]]:
     """(the fp32 outputs, each weighted node's own quantization error on the fp32 values of its inputs)
     (see the module doc)."""
-    from nnhal.hostkernels.graphrun import compile_nodes
     from nnhal.graph.tensor import constant
+    from nnhal.hostkernels.graphrun import compile_nodes
     from nnhal.optimizer.quantize import dynamic_block, per_block_int8, per_channel_int8
 
     names = [o for n in graph.nodes for o in n.outputs if o]

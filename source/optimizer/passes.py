@@ -128,8 +128,10 @@ def fold_affine_into_conv(graph: Graph) -> int:
             a, b = affine
             if prod.op_type == "BatchNormalization":
                 scale, bias = params[0], params[1]
-                prod.inputs[1] = _new_constant(graph, prod.inputs[1], (scale.astype(np.float64) * a).astype(scale.dtype))
-                prod.inputs[2] = _new_constant(graph, prod.inputs[2], (bias.astype(np.float64) * a + b).astype(bias.dtype))
+                new_scale = (scale.astype(np.float64) * a).astype(scale.dtype)
+                prod.inputs[1] = _new_constant(graph, prod.inputs[1], new_scale)
+                new_bias = (bias.astype(np.float64) * a + b).astype(bias.dtype)
+                prod.inputs[2] = _new_constant(graph, prod.inputs[2], new_bias)
             else:
                 has_bias = prod.has_input(2)
                 bias_c = _const(graph, prod.input(2)) if has_bias else None

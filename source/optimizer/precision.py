@@ -220,7 +220,8 @@ def to_quantized(sg: Subgraph, precision: str, dynamic: bool = False) -> Subgrap
             x, weight, bias, attrs, reshape = lowered
             out = node.outputs[0]
             nxt = consumers.get(out, [])
-            if out not in sg.outputs and len(nxt) == 1 and _absorbs(nxt[0], g, qdtype) and quantizable(nxt[0].outputs[0]):
+            if out not in sg.outputs and len(nxt) == 1 and _absorbs(nxt[0], g, qdtype) \
+                    and quantizable(nxt[0].outputs[0]):
                 skipped.add(nxt[0].name)
                 out = nxt[0].outputs[0]
             if not quantizable(out):

@@ -57,7 +57,8 @@ def fuse_qdq(graph: Graph) -> int:
             continue
         opset = graph.opsets.get("", 17)
         if node.op_type == "Conv":
-            if graph.tensors[w_s].value.size not in (1, wq.value.shape[0]) or dqw.attrs.get("axis", 1) not in (0, -wq.value.ndim) \
+            if graph.tensors[w_s].value.size not in (1, wq.value.shape[0]) \
+                    or dqw.attrs.get("axis", 1) not in (0, -wq.value.ndim) \
                     and graph.tensors[w_s].value.size != 1:
                 continue
             inputs = [dqx.inputs[0], x_s, x_z, dqw.inputs[0], w_s, w_z, y_s, y_z]

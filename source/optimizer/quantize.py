@@ -49,7 +49,8 @@ def collect(graph: Graph, feeds: list[dict[str, np.ndarray]]) -> dict[str, tuple
                         continue
                 sample = flat if flat.size <= SAMPLE else flat[rng.integers(0, flat.size, SAMPLE)]
                 lo, hi, parts = stats.get(name, (np.inf, -np.inf, []))
-                stats[name] = (min(lo, float(flat.min())), max(hi, float(flat.max())), parts + [sample.astype(np.float64)])
+                stats[name] = (min(lo, float(flat.min())), max(hi, float(flat.max())),
+                               parts + [sample.astype(np.float64)])
     return {n: (lo, hi, np.concatenate(parts)) for n, (lo, hi, parts) in stats.items()}
 
 

@@ -28,6 +28,7 @@ class PlacementReport:
     moved_by_min_group: list[str] = field(default_factory=list)
     min_group_size: int = 1
     events: list = field(default_factory=list)      # fallbacks recorded by the scheduler
+    stages: list[tuple[str, float]] = field(default_factory=list)   # (prepare stage, seconds), in order
 
     def by_device(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -39,7 +40,8 @@ class PlacementReport:
         lines = [f"placement of {len(self.decisions)} nodes: "
                  + ", ".join(f"{dev} {n}" for dev, n in self.by_device().items())]
         if self.min_group_size > 1:
-            lines.append(f"min_group_size={self.min_group_size} moved {len(self.moved_by_min_group)} node(s) to the fallback")
+            lines.append(f"min_group_size={self.min_group_size} moved {len(self.moved_by_min_group)} node(s) to "
+                         "the fallback")
         lines.append("")
         lines += decision_table(self.decisions)
         lines.append("")
@@ -47,7 +49,8 @@ class PlacementReport:
         for sg in self.subgraphs:
             lines.append(f"  #{sg.index} {sg.device} ({sg.precision}): {len(sg.nodes)} node(s) "
                          f"[{sg.nodes[0]} .. {sg.nodes[-1]}], {len(sg.inputs)} input(s), {len(sg.outputs)} output(s)")
-        total = sum(b.nbytes or 0 for b in self.boundaries if b.producer != "graph input" and b.consumer != "graph output")
+        total = sum(b.nbytes or 0 for b in self.boundaries
+                    if b.producer != "graph input" and b.consumer != "graph output")
         lines.append("")
         lines.append(f"{len(self.boundaries)} boundary tensor(s); {total:,} bytes cross between subgraphs per run:")
         lines += ["  " + row for row in text_table(
@@ -56,7 +59,17 @@ class PlacementReport:
               "?" if b.nbytes is None else f"{b.nbytes:,}") for b in self.boundaries])]
         for e in self.events:
             lines.append("fallback: " + e.describe())
+        if self.stages:
+            lines.append("")
+            lines += stage_lines(self.stages)
         return "\n".join(lines)
+
+
+def stage_lines(stages: list[tuple[str, float]]) -> list[str]:
+    """The prepare stages (nnhal.pipeline) with their wall times, as a table headed by their sum."""
+    total = sum(seconds for _, seconds in stages)
+    return [f"prepare stages ({total * 1e3:.1f} ms):"] + ["  " + row for row in text_table(
+        ("stage", "ms"), [(stage, f"{seconds * 1e3:.1f}") for stage, seconds in stages])]
 
 
 def text_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
@@ -95,11 +108,12 @@ def actual_decisions(decisions: dict[str, Decision], subgraphs: list[Subgraph],
 
 
 def build_report(graph: Graph, decisions: dict[str, Decision], subgraphs: list[Subgraph],
-                 moved: list[str] | None = None, min_group_size: int = 1, events: list | None = None) -> PlacementReport:
+                 moved: list[str] | None = None, min_group_size: int = 1,
+                 events: list | None = None, stages: list[tuple[str, float]] | None = None) -> PlacementReport:
     """The report of a split; with the scheduler's fallback ``events``, nodes show where they really ran."""
     decisions = actual_decisions(decisions, subgraphs, events)
     return PlacementReport(
         [decisions[n.name] for n in graph.nodes if n.name in decisions],
         [SubgraphInfo(sg.index, sg.device, sg.precision, [n.name for n in (sg.original_nodes or sg.nodes)],
                       list(sg.inputs), list(sg.outputs)) for sg in subgraphs],
-        boundaries(graph, subgraphs), list(moved or []), min_group_size, list(events or []))
+        boundaries(graph, subgraphs), list(moved or []), min_group_size, list(events or []), list(stages or []))

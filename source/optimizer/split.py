@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from nnhal.device.manager import FALLBACK_DEVICE
-from nnhal.errors import DeviceError, NnhalError
+from nnhal.errors import DeviceError, wrapped
 from nnhal.graph.graph import Graph
 from nnhal.graph.subgraph import Subgraph
 
@@ -128,12 +128,8 @@ def enforce_min_group_size(graph: Graph, decisions: dict, min_size: int, fallbac
 
 def device_split(device: Any, graph: Graph, placement: dict[str, str]) -> list[Subgraph]:
     """Call a device's own ``split_graph`` and check its result (see :func:`check_split`)."""
-    try:
+    with wrapped(lambda exc: DeviceError(f"device '{device.name}': split_graph failed: {type(exc).__name__}: {exc}")):
         subgraphs = device.optimizer.split_graph(graph, dict(placement))
-    except NnhalError:
-        raise
-    except Exception as exc:
-        raise DeviceError(f"device '{device.name}': split_graph failed: {type(exc).__name__}: {exc}") from exc
     check_split(device.name, graph, placement, subgraphs)
     return subgraphs
 

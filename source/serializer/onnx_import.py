@@ -93,7 +93,8 @@ def load_onnx(source: ModelSource, base_dir: str | os.PathLike | None = None) ->
     if opsets[""] < MIN_OPSET:
         raise ModelError(f"model imports opset {opsets['']}; nnhal supports opsets {MIN_OPSET} to {MAX_OPSET}")
     if opsets[""] > MAX_OPSET:
-        raise ModelError(f"model imports opset {opsets['']}, newer than the installed onnx knows ({MAX_OPSET}); upgrade onnx")
+        raise ModelError(f"model imports opset {opsets['']}, newer than the installed onnx knows ({MAX_OPSET}); "
+                         "upgrade onnx")
     unsupported: dict[tuple[str, int], str] = {}
     graph = _convert_graph(model.graph, opsets, frozenset(), unsupported, folder)
     if unsupported:
@@ -218,7 +219,8 @@ def _value_type(vi: onnx.ValueInfoProto) -> tuple[np.dtype | None, tuple | None]
     tt = vi.type.tensor_type
     dtype = to_numpy(tt.elem_type)
     if dtype is None and tt.elem_type != 0:
-        raise UnsupportedTypeError(f"graph value '{vi.name}' has element type {type_name(tt.elem_type)}, which nnhal does not support")
+        raise UnsupportedTypeError(f"graph value '{vi.name}' has element type {type_name(tt.elem_type)}, which "
+                                   "nnhal does not support")
     if not tt.HasField("shape"):
         return dtype, None
     # NOTE: a negative dim_value is not valid ONNX; it is read as a dim unknown until run time.
@@ -227,7 +229,8 @@ def _value_type(vi: onnx.ValueInfoProto) -> tuple[np.dtype | None, tuple | None]
 
 def _tensor_value(tp: onnx.TensorProto, folder: str | None) -> np.ndarray:
     if to_numpy(tp.data_type) is None:
-        raise UnsupportedTypeError(f"tensor '{tp.name}' has element type {type_name(tp.data_type)}, which nnhal does not support")
+        raise UnsupportedTypeError(f"tensor '{tp.name}' has element type {type_name(tp.data_type)}, which nnhal "
+                                   "does not support")
     if is_external(tp):
         return read_external(tp, folder)
     _check_tensor_size(tp)
@@ -283,7 +286,8 @@ def _attribute(a: AttributeProto, opsets: dict[str, int], scope: frozenset[str] 
         return [_convert_graph(g, opsets, frozenset(scope), unsupported, folder) for g in a.graphs]
     if t == AttributeProto.TYPE_PROTO:
         return a.tp
-    raise ModelError(f"attribute '{a.name}' has type {AttributeProto.AttributeType.Name(t)}, which nnhal does not support")
+    raise ModelError(f"attribute '{a.name}' has type {AttributeProto.AttributeType.Name(t)}, which nnhal does not "
+                     "support")
 
 
 def _label(source: ModelSource) -> str:

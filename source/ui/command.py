@@ -13,9 +13,12 @@ Exit codes (as pytest's):
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Callable
 
 import numpy as np
@@ -131,17 +134,50 @@ def add_quiet(parser: argparse.ArgumentParser) -> None:
 
 
 # ------------------------------------------------------------------ models, devices, inputs
+@contextmanager
+def held_warnings(drop: Callable[[logging.LogRecord], bool]) -> Iterator[list[logging.LogRecord]]:
+    """Hold what the ``nnhal`` logger says inside the block; afterwards show each record once, in order,
+    except those ``drop`` names: what the command itself prints (a fallback in its report, the reason
+    in its error line) is then not said a second time. The yielded list collects the held records."""
+    held: list[logging.LogRecord] = []
+    logger = logging.getLogger("nnhal")
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = held.append
+    logger.addHandler(handler)
+    propagate, logger.propagate = logger.propagate, False
+    try:
+        yield held
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = propagate
+        shown: set[str] = set()
+        for record in held:
+            message = record.getMessage()
+            if message not in shown and not drop(record):
+                shown.add(message)
+                logger.handle(record)
+
+
 def device_list(text: str) -> list[str]:
-    """Registered device names, in priority order, from 'a,b'; UsageError naming an unknown one."""
+    """Registered device names, in priority order, from 'a,b'; UsageError naming an unknown one.
+
+    A named device that is unavailable is an error naming the reason; init()'s warning about that
+    device is then not shown as well."""
     from nnhal import api
     from nnhal.device.manager import find_device
 
     names = [d.strip() for d in text.split(",") if d.strip()]
     if not names:
         raise UsageError("--device is empty; give a comma-separated list such as 'vnpu,cpu'")
-    api.init()
-    for name in names:
-        find_device(name)       # DeviceError listing the registered devices and the closest name
+    missing: set[str] = set()
+    with held_warnings(lambda record: bool(record.args) and record.args[0] in missing):
+        api.init()
+        for name in names:
+            try:
+                find_device(name)       # DeviceError listing the registered devices and the closest name
+            except NnhalError:
+                missing.add(name)
+                raise
     return names
 
 

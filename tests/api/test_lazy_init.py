@@ -34,15 +34,15 @@ def test_cpu_session_registers_only_the_cpu_device():
 
 def test_named_device_is_registered_on_demand():
     from nnhal import api
-    from nnhal.device import manager
+    from nnhal.device import loading, manager
 
     api.release()
     try:
         api.init(["vnpu"])
         assert {"cpu", "vnpu"} <= set(manager._DEVICES)
-        assert not api._initialised
+        assert not loading.initialised()
         api.init()
-        assert api._initialised
+        assert loading.initialised()
         assert {s.name for s in api.device_status()} >= {"cpu", "vnpu"}
     finally:
         api.release()

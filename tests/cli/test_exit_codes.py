@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 import nnhal
-from nnhal.ui.command import BUG, FAILED, OK, USAGE, guarded
 from nnhal.cli.main import build_parser, main
 from nnhal.device.device import Allocator, Description, Device, Interface
 from nnhal.device.manager import register_device, unregister_device
+from nnhal.ui.command import BUG, FAILED, OK, USAGE, guarded
 from tests.cli.models import conv_softmax, save
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from nnhal.ui.htmlpage import Bar, Cell, Chart, Column, Table, page
 from nnhal.cli.main import main
+from nnhal.ui.htmlpage import Bar, Cell, Chart, Column, Table, page
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed "

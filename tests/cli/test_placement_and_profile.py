@@ -68,7 +68,7 @@ def test_cli_placement_run_shows_conversions_formats_and_bytes(capsys, tmp_path)
     model = save(conv_softmax(), tmp_path)
     assert main(["placement", model, "--device", "vnpu,cpu", "--precision", "uint8", "--run"]) == 0
     out = capsys.readouterr().out
-    table = out[out.index("boundary tensor(s)"):].splitlines()
+    table = out[out.index("boundary tensor(s)"):].split("\n\n")[0].splitlines()   # the table ends at a blank line
     assert table[1].split() == ["tensor", "from", "to", "format", "conversion", "bytes"]
     rows = {line.split()[0]: line for line in table[2:]}
     assert re.search(r"graph input\s+subgraph #0 \(vnpu\)\s+float32\[1x3x8x8\]\s+to uint8\(scale=", rows["x"])

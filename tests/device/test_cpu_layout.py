@@ -3,7 +3,6 @@ results still match onnxruntime."""
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 

@@ -15,7 +15,8 @@ from tests.conftest import make_model, vinfo
 def nms_model(center: int, with_score: bool):
     inputs = ["boxes", "scores", "limit", "iou"] + (["score"] if with_score else [])
     node = helper.make_node("NonMaxSuppression", inputs, ["sel"], center_point_box=center)
-    graph_inputs = [vinfo("boxes", ["b", "n", 4]), vinfo("scores", ["b", "c", "n"]), vinfo("limit", [1], TensorProto.INT64),
+    graph_inputs = [vinfo("boxes", ["b", "n", 4]), vinfo("scores", ["b", "c", "n"]),
+                    vinfo("limit", [1], TensorProto.INT64),
                     vinfo("iou", [1])] + ([vinfo("score", [1])] if with_score else [])
     return make_model([node], graph_inputs, [vinfo("sel", ["k", 3], TensorProto.INT64)], opset=11)
 

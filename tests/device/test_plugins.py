@@ -145,7 +145,7 @@ def test_a_builtin_entry_that_fails_leaves_the_others_registered(tmp_path, monke
     """What init() does with each enabled registry entry: a failure marks that device only."""
     from types import SimpleNamespace
 
-    from nnhal.api import _register_builtin
+    from nnhal.device.loading import register_builtin
     from nnhal.device.manager import clear_unavailable, registered_devices
 
     (tmp_path / "nnhal_test_raising_device.py").write_text(
@@ -158,9 +158,9 @@ def test_a_builtin_entry_that_fails_leaves_the_others_registered(tmp_path, monke
 
     before = [d.name for d in registered_devices()]
     try:
-        _register_builtin(entry("gone", "nnhal.device.gone.gone_device"))
-        _register_builtin(entry("raising", "nnhal_test_raising_device"))
-        _register_builtin(entry("needy", "nnhal_test_raising_device", ("nnhal_no_such_package",)))
+        register_builtin(entry("gone", "nnhal.device.gone.gone_device"))
+        register_builtin(entry("raising", "nnhal_test_raising_device"))
+        register_builtin(entry("needy", "nnhal_test_raising_device", ("nnhal_no_such_package",)))
         status = {s.name: s for s in device_status()}
         assert "No module named 'nnhal.device.gone'" in status["gone"].reason
         assert "register_raising_device() failed: OSError: driver not loaded" in status["raising"].reason

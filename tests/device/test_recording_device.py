@@ -8,9 +8,10 @@ from onnx import helper
 import nnhal
 from nnhal.device.manager import register_device, unregister_device
 from nnhal.errors import RegistryError
-from tests.conftest import make_model, vinfo
 from nnhal.testing import LIFECYCLE, check_call_order, first_calls
+from tests.conftest import make_model, vinfo
 from tests.device.recording import make_recording_device
+
 
 def two_branch_model():
     """a = relu(x); b = relu(y); s = a + b; z = relu(s): two independent branches, a join, a tail."""

@@ -135,7 +135,6 @@ def test_pool_off_runs_inline(monkeypatch):
 
 
 def _small_cnn():
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(2)
@@ -163,7 +162,8 @@ def _small_cnn():
     ]
     inits = [w("w1", 16, 3, 3, 3), w("b1", 16), w("wd", 16, 1, 3, 3), w("bd", 16), w("w3", 32, 16, 1, 1),
              w("w4", 64, 32, 3, 3), w("b4", 64), w("w5", 48, 64, 5, 3), w("wf", 10, 48),
-             numpy_helper.from_array(np.array(-0.5, np.float32), "lo"), numpy_helper.from_array(np.array(0.5, np.float32), "hi")]
+             numpy_helper.from_array(np.array(-0.5, np.float32), "lo"),
+             numpy_helper.from_array(np.array(0.5, np.float32), "hi")]
     graph = helper.make_graph(nodes, "small", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 3, 64, 64])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 10])], inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])

@@ -7,9 +7,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import nnhal
+from nnhal.hostkernels import op_matmul
 from nnhal.hostkernels._reduce import softmax
 from nnhal.hostkernels.fused import epilogue_of
-from nnhal.hostkernels import op_matmul
 from nnhal.hostkernels.op_matmul import matmul
 from tests.conftest import make_model, vinfo
 
@@ -31,7 +31,8 @@ def const(name, value):
 def gelu_chain(x, y, tag):
     """torch.onnx's exact Gelu: Mul(Mul(x, Add(Erf(Div(x, sqrt 2)), 1)), 0.5)."""
     return [helper.make_node("Div", [x, "sqrt2"], [f"{tag}d"]), helper.make_node("Erf", [f"{tag}d"], [f"{tag}e"]),
-            helper.make_node("Add", [f"{tag}e", "one"], [f"{tag}a"]), helper.make_node("Mul", [x, f"{tag}a"], [f"{tag}m"]),
+            helper.make_node("Add", [f"{tag}e", "one"], [f"{tag}a"]),
+            helper.make_node("Mul", [x, f"{tag}a"], [f"{tag}m"]),
             helper.make_node("Mul", [f"{tag}m", "half"], [y])]
 
 

@@ -46,7 +46,8 @@ def loop_model(trips: int | None, scan: bool = False, cond: bool = False) -> onn
         [helper.make_tensor_value_info("i", TensorProto.INT64, []),
          helper.make_tensor_value_info("c", TensorProto.BOOL, []),
          helper.make_tensor_value_info("s", TensorProto.FLOAT, [1])], outs,
-        [numpy_helper.from_array(np.ones(1, np.float32), "one"), numpy_helper.from_array(np.array(39, np.int64), "forty")])
+        [numpy_helper.from_array(np.ones(1, np.float32), "one"),
+         numpy_helper.from_array(np.array(39, np.int64), "forty")])
     inits = [numpy_helper.from_array(np.zeros(1, np.float32), "s0"),
              numpy_helper.from_array(np.array(True), "true")]
     if trips is not None:

@@ -6,14 +6,13 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnxruntime as ort
-
-from tests.oracles import reference_outputs
 import pytest
 
 import nnhal
 from nnhal.errors import InputError, OptionsError
 from nnhal.optimizer.calibrate import CalibrationTable, _entropy_threshold
 from nnhal.zoo import input_for, resolve
+from tests.oracles import reference_outputs
 
 DIGITS = Path(nnhal.__file__).resolve().parent / "data" / "digits_cnn.onnx"
 METHODS = ("minmax", "percentile", "entropy")

@@ -14,9 +14,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import nnhal
+from nnhal.device.cpu.fp16 import round_to_half
 from nnhal.device.device import Allocator, Description, Device, Optimizer
 from nnhal.device.manager import find_device, register_device, unregister_device
-from nnhal.optimizer.fp16 import round_to_half
 from nnhal.optimizer.precision import half, to_fp16
 from tests.conftest import make_model, vinfo
 

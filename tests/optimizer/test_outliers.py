@@ -135,7 +135,8 @@ def test_plan_keeps_norms_softmax_gelu_residuals_and_attention_in_float():
 def test_outlier_output_needs_dynamic_and_a_static_device_declines_it():
     model, g, feeds = _bert_graph()
     ffn_out = [n for n in g.nodes if n.op_type == "Add" and any(
-        p.op_type == "MatMul" and g.tensors[p.inputs[1]].shape == (128, 32) for p in g.nodes if p.outputs[0] in n.inputs)]
+        p.op_type == "MatMul" and g.tensors[p.inputs[1]].shape == (128, 32)
+        for p in g.nodes if p.outputs[0] in n.inputs)]
     assert ffn_out
     name = ffn_out[0].outputs[0]
     lo, hi = -np.ones(32), np.ones(32)

@@ -138,7 +138,8 @@ def test_missing_output_falls_back_or_raises(device_with):
         assert [f.stage for f in s.fallbacks] == ["run"]
         assert "wrote no value for output(s) ['y']" in s.fallbacks[0].error
     with nnhal.Session(model, devices=["counting"], strict=True) as s:
-        with pytest.raises(nnhal.DeviceError, match=r"device 'counting': its run wrote no value for output\(s\) \['y'\]"):
+        with pytest.raises(nnhal.DeviceError, match=r"device 'counting': its run wrote no value for output\(s\) "
+                                                    r"\['y'\]"):
             s.run({"x": X})
 
 

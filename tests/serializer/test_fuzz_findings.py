@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from onnx import AttributeProto, TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 
 import nnhal
 
@@ -107,7 +107,8 @@ def test_layer_normalization_scale_must_fit_the_normalized_shape():
     scale = numpy_helper.from_array(np.ones(3, np.float32), "s")
     model = _model([helper.make_node("LayerNormalization", ["x", "s"], ["y"], name="ln")],
                    [_f("x", [2, 5])], [_f("y", [2, 5])], [scale])
-    with pytest.raises(nnhal.ShapeError, match=r"node 'ln' \(LayerNormalization, opset 17\): shapes \[\(3,\), \(5,\)\] do not "
+    with pytest.raises(nnhal.ShapeError, match=r"node 'ln' \(LayerNormalization, opset 17\): shapes \[\(3,\), "
+                                               r"\(5,\)\] do not "
                                                r"broadcast"):
         _run(model, {"x": np.ones((2, 5), np.float32)})
 

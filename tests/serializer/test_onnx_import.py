@@ -66,5 +66,6 @@ def test_graph_with_a_cycle_or_dangling_input_is_a_model_error():
     graph = helper.make_graph([helper.make_node("Relu", ["missing"], ["y"], name="r")], "g", [vinfo("x", [2])],
                               [vinfo("y", [2])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    with pytest.raises(nnhal.ModelError, match="node 'r' \\(Relu\\) reads 'missing', which no node, input or initializer"):
+    with pytest.raises(nnhal.ModelError, match="node 'r' \\(Relu\\) reads 'missing', which no node, input or "
+                                               "initializer"):
         load_onnx(model)

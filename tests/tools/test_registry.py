@@ -14,7 +14,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
-needs_cmake = pytest.mark.skipif(shutil.which("cmake") is None, reason="cmake is not on PATH (the registry is rendered by CMake)")
+needs_cmake = pytest.mark.skipif(shutil.which("cmake") is None, reason="cmake is not on PATH (the registry is "
+                                                                       "rendered by CMake)")
 
 TPU_CMAKE = """
 nnhal_add_device(
@@ -159,8 +160,8 @@ def test_new_device_folder_is_enabled_by_the_registry_command_and_survives_a_rei
 @needs_cmake
 def test_missing_package_is_checked_at_registration_not_at_configure(tmp_path):
     import nnhal
-    from nnhal.api import _register_builtin
     from nnhal.cli.registry import regenerate
+    from nnhal.device.loading import register_builtin
     from nnhal.device.manager import clear_unavailable
     from nnhal.errors import RegistryError
 
@@ -176,7 +177,7 @@ def test_missing_package_is_checked_at_registration_not_at_configure(tmp_path):
     needy = next(e for e in ns["DEVICES"] if e.name == "needy")
     assert needy.packages == ("nnhal_no_such_package",)
 
-    _register_builtin(needy)        # what nnhal.init() does with an enabled entry
+    register_builtin(needy)        # what nnhal.init() does with an enabled entry
     try:
         status = next(s for s in nnhal.api.device_status() if s.name == "needy")
         assert not status.available
@@ -233,4 +234,5 @@ def test_registry_template_renders_an_explicit_table():
     exec(text, ns)
     assert [d.name for d in ns["DEVICES"]] == ["cpu"]
     npu = ns["ALL_DEVICES"][1]
-    assert (npu.register, npu.unregister, npu.packages, npu.enabled) == ("register_npu_device", "unregister_npu_device", ("foo", "bar"), False)
+    assert (npu.register, npu.unregister, npu.packages, npu.enabled) == (
+        "register_npu_device", "unregister_npu_device", ("foo", "bar"), False)

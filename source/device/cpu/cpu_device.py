@@ -8,9 +8,19 @@ from __future__ import annotations
 import math
 import statistics
 
+from nnhal.device.cpu.fp16 import COMPUTE, to_fp16_storage
 from nnhal.device.cpu.plan import Plan, compile_nodes
-from nnhal.device.device import (Allocator, Candidate, Description, Device, Interface, NodeTiming, Optimizer,
-                                 Performance, Verdict)
+from nnhal.device.device import (
+    Allocator,
+    Candidate,
+    Description,
+    Device,
+    Interface,
+    NodeTiming,
+    Optimizer,
+    Performance,
+    Verdict,
+)
 from nnhal.device.manager import register_device, unregister_device
 from nnhal.graph.subgraph import Subgraph
 from nnhal.hostkernels import native, parallel
@@ -18,7 +28,6 @@ from nnhal.hostkernels.graphrun import install_compiler, tensor_info
 from nnhal.hostkernels.select import implementations
 from nnhal.hostkernels.table import DOMAINS
 from nnhal.hostkernels.threads import use_threads
-from nnhal.optimizer.fp16 import COMPUTE, to_fp16_storage
 from nnhal.optimizer.precision import to_quantized
 
 
@@ -105,7 +114,7 @@ def cpu_evaluation(device: Device, candidate: Candidate) -> Verdict:
 
 
 def cpu_optimize_graph(subgraph: Subgraph, precision: str) -> Subgraph:
-    """fp16: float16 weights and boundaries, float32 compute (optimizer/fp16.py); int8/uint8: QLinearConv for
+    """fp16: float16 weights and boundaries, float32 compute (fp16.py); int8/uint8: QLinearConv for
     convolutions and matrix products, QLinear ops for add, mul, concat and average pools, integers
     through data movement and max pooling, float elsewhere (optimizer/precision.py); the token products the
     core marked dynamic take per-token activation scales (DynamicQuantizeGemm)."""
@@ -124,7 +133,8 @@ def register_cpu_device() -> None:
     # NOTE: control-flow bodies, folding and calibration run host-kernel graphs through the cpu plan
     # (fusions, layouts, arena) while the cpu device is registered; the plain interpreter otherwise.
     install_compiler(compile_nodes)
-    register_device(Device(name="cpu", interface=CPU_INTERFACE, allocator=CPU_ALLOCATOR, optimizer=Optimizer(optimize_graph=cpu_optimize_graph)))
+    register_device(Device(name="cpu", interface=CPU_INTERFACE, allocator=CPU_ALLOCATOR,
+                           optimizer=Optimizer(optimize_graph=cpu_optimize_graph)))
 
 
 def unregister_cpu_device() -> None:

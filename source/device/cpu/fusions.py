@@ -20,11 +20,11 @@ from typing import NamedTuple
 
 import numpy as np
 
+from nnhal.errors import NnhalError
+from nnhal.graph.node import Node
 from nnhal.hostkernels.base import Kernel
 from nnhal.hostkernels.fused import Activation, EpilogueOp, activation_of, epilogue_of, fuse
 from nnhal.hostkernels.select import select
-from nnhal.errors import NnhalError
-from nnhal.graph.node import Node
 from nnhal.operator.base import Info
 
 
@@ -88,7 +88,8 @@ def fuse_gelu(chosen: list[Chosen], external: set[str]) -> list[Chosen]:
             continue
         x = node.inputs[0]
         if not x or x == node.inputs[1] or ins[0] is None or ins[0].dtype != f32 or outs[0].dtype != f32 \
-                or ins[0].shape is None or outs[0].shape != ins[0].shape or not _scalar(ins[1], 1.4142135381698608, f32):
+                or ins[0].shape is None or outs[0].shape != ins[0].shape \
+                or not _scalar(ins[1], 1.4142135381698608, f32):
             continue
         j_erf = single(node.outputs[0], "Erf")
         if j_erf is None:
@@ -145,7 +146,8 @@ def fuse_matmul(chosen: list[Chosen], external: set[str]) -> list[Chosen]:
     for pos in range(len(chosen)):
         while pos not in dropped:
             node, kernel, ins, outs = chosen[pos]
-            if node.op_type != "MatMul" or node.domain or kernel.name != "reference" or activation_of(node) is not None \
+            if node.op_type != "MatMul" or node.domain or kernel.name != "reference" \
+                    or activation_of(node) is not None \
                     or len(node.outputs) != 1 or not node.outputs[0]:
                 break
             out = node.outputs[0]
@@ -160,7 +162,8 @@ def fuse_matmul(chosen: list[Chosen], external: set[str]) -> list[Chosen]:
             epi = epilogue_of(node)
             if epi and epi[-1].op == "Gelu":
                 break
-            if nxt.op_type == "Gelu" and getattr(n_kernel, "name", "") == "fast" and outs[0].dtype == np.float32 and outs[0].shape is not None \
+            if nxt.op_type == "Gelu" and getattr(n_kernel, "name", "") == "fast" and outs[0].dtype == np.float32 \
+                    and outs[0].shape is not None \
                     and all(isinstance(d, int) for d in outs[0].shape) and n_outs[0].shape == outs[0].shape:
                 node = fuse(node, nxt, outputs=list(nxt.outputs), epilogue=epi + (EpilogueOp("Gelu"),))
                 chosen[pos] = Chosen(node, kernel, ins, list(n_outs))

@@ -8,21 +8,21 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from nnhal.hostkernels.graphrun import tensor_info
-from nnhal.hostkernels.select import reference_forced, select
 from nnhal.device.cpu.fusions import Chosen, fuse_activations, fuse_channel_shuffle, fuse_gelu, fuse_matmul
-from nnhal.hostkernels.base import checking
 from nnhal.device.cpu.layout import Layouts, assign_layouts
 from nnhal.device.cpu.planner import MemoryPlan, arena_views, plan_memory
 from nnhal.device.cpu.straight import Chunk, failing_step, generate
-from nnhal.errors import DeviceError, NnhalError, where
+from nnhal.errors import DeviceError, NnhalError, where, wrapped
 from nnhal.graph.graph import Graph
 from nnhal.graph.node import Node
 from nnhal.graph.tensor import TensorKind
+from nnhal.hostkernels.base import checking
+from nnhal.hostkernels.graphrun import tensor_info
+from nnhal.hostkernels.select import reference_forced, select
 from nnhal.operator.base import Info
 from nnhal.operator.schema import check_input_types
 from nnhal.operator.table import get_prototype
@@ -221,12 +221,10 @@ def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: l
     steps: list[Step] = []
     kernels: dict[str, str] = {}
     for node, kernel, ins, outs in chosen:
-        try:
+        # out of memory passes: the caller turns it into a LimitError
+        with wrapped(lambda exc: DeviceError(f"{where(node, 'cpu')}: preparing kernel '{kernel.name}' failed: {exc}"),
+                     passthrough=(MemoryError,)):
             run = kernel.prepare(node, ins, outs)
-        except (NnhalError, MemoryError):   # out of memory: the caller turns it into a LimitError
-            raise
-        except Exception as exc:
-            raise DeviceError(f"{where(node, 'cpu')}: preparing kernel '{kernel.name}' failed: {exc}") from exc
         buffers, fresh = first.per_step[len(steps)], []
         for pos, name in enumerate(node.outputs):
             t = graph.tensors.get(name) if name else None
@@ -312,7 +310,9 @@ def _verify(step: Step, result) -> None:
             continue
         r = np.asarray(r)
         if expect.dtype is not None and r.dtype != expect.dtype:
-            raise DeviceError(f"{where(step.node, 'cpu')}: output '{name}' has dtype {r.dtype}; inference said {expect.dtype}")
+            raise DeviceError(f"{where(step.node, 'cpu')}: output '{name}' has dtype {r.dtype}; inference said "
+                              f"{expect.dtype}")
         if expect.shape is not None and (len(r.shape) != len(expect.shape) or any(
                 e is not None and e != d for e, d in zip(expect.shape, r.shape))):
-            raise DeviceError(f"{where(step.node, 'cpu')}: output '{name}' has shape {r.shape}; inference said {expect.shape}")
+            raise DeviceError(f"{where(step.node, 'cpu')}: output '{name}' has shape {r.shape}; inference said "
+                              f"{expect.shape}")

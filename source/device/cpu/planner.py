@@ -167,7 +167,8 @@ def _give(free: list[tuple[int, int]], offset: int, size: int) -> None:
     free[:] = merged
 
 
-def arena_views(plan: MemoryPlan, arena: np.ndarray, shapes: dict[str, tuple], dtypes: dict[str, np.dtype]) -> dict[str, np.ndarray]:
+def arena_views(plan: MemoryPlan, arena: np.ndarray, shapes: dict[str, tuple],
+                dtypes: dict[str, np.dtype]) -> dict[str, np.ndarray]:
     """Array views into the arena for every planned tensor that owns or reuses a buffer."""
     result = {}
     for name, tp in plan.tensors.items():

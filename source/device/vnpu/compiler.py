@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from nnhal.hostkernels.fixedpoint import quantize_multiplier
 from nnhal.errors import DeviceError, where
 from nnhal.graph.graph import Graph
 from nnhal.graph.node import Node
 from nnhal.graph.subgraph import Subgraph
+from nnhal.hostkernels.fixedpoint import quantize_multiplier
 from nnhal.operator.table import get_prototype
 from nnhal.optimizer.quantize import per_channel_int8
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from nnhal.hostkernels.op_conv import im2col
 from nnhal.device.vnpu.compiler import ADD_SHIFT, Instr
 from nnhal.hostkernels.fixedpoint import requantize
+from nnhal.hostkernels.op_conv import im2col
 
 
 def _to_u8(acc: np.ndarray, zy: int, lo: int, hi: int) -> np.ndarray:

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nnhal.hostkernels.evaluate import evaluate_node
 from nnhal.graph.subgraph import Subgraph
+from nnhal.hostkernels.evaluate import evaluate_node
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ import re
 
 from nnhal.device.webgpu.kernels.base import Launch
 
+
 def _matching(text: str, open_at: int) -> int:
     depth = 0
     for i in range(open_at, len(text)):

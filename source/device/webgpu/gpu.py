@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import tempfile
-
 import threading
 from dataclasses import dataclass, field
 from typing import Any

@@ -69,7 +69,8 @@ def _consumers(nodes: list[Node]) -> dict[str, list[Node]]:
 def _groups(sg: Subgraph, consumers: dict[str, list[Node]], max_buffers: int) -> dict[str, list[Node]]:
     """sink node name -> the elementwise nodes that fuse into it, in order."""
     outputs = set(sg.outputs)
-    shape = lambda name: tuple(sg.graph.tensors[name].shape)
+    def shape(name: str) -> tuple:
+        return tuple(sg.graph.tensors[name].shape)
     sink: dict[str, str] = {}
     for node in reversed(sg.nodes):
         if node.op_type not in EXPRS:
@@ -108,7 +109,8 @@ def make_plan(sg: Subgraph, max_buffers: int = 32) -> Plan:
         if node.op_type in ALIASES:
             src = node.inputs[0]
             root[node.outputs[0]] = root.get(src, src)
-    resolve = lambda name: root.get(name, name)
+    def resolve(name: str) -> str:
+        return root.get(name, name)
     groups = _groups(sg, consumers, max_buffers)
     sink_of = {n.name: key for key, members in groups.items() for n in members}
     outputs = set(sg.outputs)

@@ -12,10 +12,10 @@ import numpy as np
 from nnhal.device.webgpu.f16 import to_f16_storage
 from nnhal.device.webgpu.gpu import Gpu, pipeline
 from nnhal.device.webgpu.kernels import _eltwise
-from nnhal.device.webgpu.kernels.base import Epilogue, Launch, elem_of
+from nnhal.device.webgpu.kernels.base import Launch, elem_of
 from nnhal.device.webgpu.kernels.table import EXPRS, KERNELS
 from nnhal.device.webgpu.plan import Plan, Step
-from nnhal.errors import DeviceError
+from nnhal.errors import DeviceError, wrapped
 from nnhal.graph.node import Node
 from nnhal.graph.subgraph import Subgraph
 
@@ -86,21 +86,22 @@ def _lower_step(step: Step, em: Lowering) -> None:
         em.launches[first:] = [replace(launch, label=step.label) for launch in em.launches[first:]]
 
 
+def _lowering_failed(node: Node, exc: Exception) -> DeviceError:
+    return DeviceError(f"webgpu: cannot lower node '{node.name}' ({node.op_type}, opset {node.opset}): {exc}")
+
+
 def _lower_into(step: Step, em: Lowering) -> None:
-    try:
+    with wrapped(lambda exc: _lowering_failed(step.nodes[0], exc)):
         if step.node is None:
             _eltwise.lower_group(step.group, EXPRS, em)
             return
         make = None
         if step.group:
             replace = step.node.outputs[0]
-            make = lambda first: _eltwise.epilogue(step.group, EXPRS, em, replace, first)
+
+            def make(first):
+                return _eltwise.epilogue(step.group, EXPRS, em, replace, first)
         KERNELS[step.node.op_type].lower(step.node, em, make)
-    except DeviceError:
-        raise
-    except Exception as exc:
-        node = step.nodes[0]
-        raise DeviceError(f"webgpu: cannot lower node '{node.name}' ({node.op_type}, opset {node.opset}): {exc}") from exc
 
 
 def half_tensors(sg: Subgraph) -> set[str]:
@@ -124,7 +125,7 @@ def host_to_device(value: np.ndarray, half: bool = False) -> np.ndarray:
         return np.ascontiguousarray(value, dtype=np.int32)
     if value.dtype.kind in "iu":
         if value.size and (value.min() < -2 ** 31 or value.max() >= 2 ** 31):
-            raise DeviceError(f"webgpu: an integer tensor holds values outside int32, which the device stores")
+            raise DeviceError("webgpu: an integer tensor holds values outside int32, which the device stores")
         return np.ascontiguousarray(value, dtype=np.int32)
     raise DeviceError(f"webgpu: tensors of {value.dtype} cannot be held on the device")
 

@@ -29,7 +29,6 @@ from nnhal.device.webgpu.program import Memory, Program, allocate, build, read_o
 from nnhal.errors import DeviceError
 from nnhal.graph.subgraph import Subgraph
 
-
 # ------------------------------------------------------------ options, state
 GEMM_CHOICES = ("auto", "tiled", "direct")
 

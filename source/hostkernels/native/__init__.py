@@ -235,9 +235,8 @@ SGEMM_SYMBOLS = (("scipy_cblas_sgemm64_", True), ("cblas_sgemm64_", True), ("sci
 
 def _find_sgemm() -> tuple[bool, str]:
     """Hand kernels.c the cblas_sgemm of the BLAS numpy uses (threadpoolctl names its file)."""
-    from threadpoolctl import threadpool_info
-
     import numpy  # noqa: F401 - loads numpy's BLAS first
+    from threadpoolctl import threadpool_info
 
     libs = [i for i in threadpool_info() if i.get("user_api") == "blas"]
     # numpy's own BLAS first (another library, e.g. torch's, may be loaded too)

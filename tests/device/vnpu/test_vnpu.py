@@ -124,7 +124,8 @@ def test_limits_show_in_the_placement_report():
 
 
 def test_device_options_are_typed():
-    with pytest.raises(nnhal.DeviceError, match=r"no option\(s\) \['speed'\]; its options are \['memory_mb', 'trace'\]"):
+    with pytest.raises(nnhal.DeviceError, match=r"no option\(s\) \['speed'\]; its options are "
+                                                 r"\['memory_mb', 'trace'\]"):
         nnhal.create_context("x", devices=["vnpu"], device_options={"vnpu": {"speed": 2}})
     with pytest.raises(nnhal.DeviceError, match="memory_mb must be a positive number"):
         nnhal.create_context("x", devices=["vnpu"], device_options={"vnpu": {"memory_mb": -1}})

@@ -15,8 +15,13 @@ import nnhal
 from nnhal.device.device import Candidate, Device
 from nnhal.device.manager import register_device, unregister_device
 from nnhal.device.webgpu.gpu import Gpu
-from nnhal.device.webgpu.webgpu_device import (WEBGPU_ALLOCATOR, WEBGPU_INTERFACE, WebgpuState, webgpu_async_run,
-                                               webgpu_async_wait)
+from nnhal.device.webgpu.webgpu_device import (
+    WEBGPU_ALLOCATOR,
+    WEBGPU_INTERFACE,
+    WebgpuState,
+    webgpu_async_run,
+    webgpu_async_wait,
+)
 from nnhal.zoo import input_for, resolve
 
 
@@ -48,10 +53,10 @@ def test_without_the_wgpu_package_the_device_is_listed_as_unavailable():
             "print('PLACED', d.device, d.declined.get('webgpu'))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    line = next(l for l in out.stdout.splitlines() if l.startswith("webgpu"))
+    line = next(ln for ln in out.stdout.splitlines() if ln.startswith("webgpu"))
     assert "unavailable" in line
     assert "the Python package 'wgpu' is not installed" in out.stdout
-    placed = next(l for l in out.stdout.splitlines() if l.startswith("PLACED"))
+    placed = next(ln for ln in out.stdout.splitlines() if ln.startswith("PLACED"))
     # NOTE: placement reads describe() first; an unavailable device lists no ops, so it declines every node
     assert placed == "PLACED cpu does not support op Conv"
 

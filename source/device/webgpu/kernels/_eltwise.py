@@ -15,7 +15,8 @@ from nnhal.graph.node import Node
 PRELUDE = """fn nn_erf(x: f32) -> f32 {
   let a = abs(x);
   let t = 1.0 / (1.0 + 0.3275911 * a);
-  let y = 1.0 - (((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t * exp(-a * a);
+  let p = ((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t + 0.254829592;
+  let y = 1.0 - p * t * exp(-a * a);
   return select(-y, y, x >= 0.0);
 }
 fn nn_tanh(x: f32) -> f32 { return tanh(clamp(x, -15.0, 15.0)); }
@@ -84,7 +85,7 @@ def epilogue(nodes: list[Node], exprs: dict[str, Expr], em: Emitter, replace: st
 
 
 def identity_epilogue(em: Emitter, output: str) -> Epilogue:
-    return Epilogue("", f"fn epilogue(v: f32, idx: u32) -> f32 {{ return v; }}\n", (), output)
+    return Epilogue("", "fn epilogue(v: f32, idx: u32) -> f32 { return v; }\n", (), output)
 
 
 def lower_group(nodes: list[Node], exprs: dict[str, Expr], em: Emitter) -> None:
@@ -100,6 +101,7 @@ def lower_group(nodes: list[Node], exprs: dict[str, Expr], em: Emitter) -> None:
         total *= int(d)
     header, groups = grid(total)
     body = _body(nodes, exprs, em, shape, loads, out)
-    source = ("\n".join(decls) + "\n" + PRELUDE + f"fn value(idx: u32) -> {em.elem(out)} {{\n  " + "\n  ".join(body) + "\n}\n"
+    source = ("\n".join(decls) + "\n" + PRELUDE
+              + f"fn value(idx: u32) -> {em.elem(out)} {{\n  " + "\n  ".join(body) + "\n}\n"
               + header + "  out[idx] = value(idx);\n}\n")
     em.launch(Launch(source, tuple(names) + (out,), groups, "+".join(n.op_type for n in nodes)))

@@ -14,9 +14,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from nnhal.device.webgpu.kernels._eltwise import identity_epilogue
 from nnhal.device.webgpu.kernels._wgsl import decl, lit
 from nnhal.device.webgpu.kernels.base import Epilogue, EpilogueMaker, Launch
-from nnhal.device.webgpu.kernels._eltwise import identity_epilogue
 
 TK = 16
 RM = RN = 4

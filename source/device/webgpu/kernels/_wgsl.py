@@ -45,7 +45,8 @@ def coords(shape: tuple[int, ...], flat: str, prefix: str = "c") -> list[str]:
 
 
 def broadcast_index(in_shape: tuple[int, ...], out_shape: tuple[int, ...], prefix: str = "c", flat: str = "idx") -> str:
-    """The flat index into a tensor of ``in_shape`` broadcast (numpy rules) to ``out_shape`` at coordinates ``prefix``."""
+    """The flat index into a tensor of ``in_shape`` broadcast (numpy rules) to ``out_shape`` at coordinates
+    ``prefix``."""
     in_shape = tuple(int(d) for d in in_shape)
     if in_shape == tuple(out_shape):
         return flat
@@ -58,7 +59,8 @@ def broadcast_index(in_shape: tuple[int, ...], out_shape: tuple[int, ...], prefi
 
 
 def grid(total: int) -> tuple[str, tuple[int, int, int]]:
-    """A 1-D launch of ``total`` invocations: the main() header computing ``idx`` (with its guard) and the workgroups."""
+    """A 1-D launch of ``total`` invocations: the main() header computing ``idx`` (with its guard) and the
+    workgroups."""
     groups = max(1, math.ceil(total / WORKGROUP))
     gx = min(groups, MAX_GROUPS)
     gy = math.ceil(groups / gx)

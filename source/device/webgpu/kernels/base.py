@@ -12,8 +12,6 @@ from typing import Callable, Protocol
 
 import numpy as np
 
-from nnhal.graph.node import Node
-
 
 @dataclass(frozen=True)
 class Launch:
@@ -58,7 +56,3 @@ def elem_of(dtype: np.dtype | None) -> str | None:
     if dtype in (np.int64, np.int32, np.bool_):
         return "i32"
     return None
-
-
-def out_name(node: Node, i: int = 0) -> str:
-    return node.outputs[i] if i < len(node.outputs) else ""

@@ -32,7 +32,8 @@ def why_not(c: Candidate) -> str | None:
     node = c.node
     if node.attrs.get("training_mode", 0) or len([o for o in node.outputs if o]) != 1:
         return "BatchNormalization in training mode (more than one output) is not implemented"
-    if c.inputs[0] is None or c.inputs[0].dtype is None or c.inputs[0].dtype.kind != "f" or c.inputs[0].dtype.itemsize != 4:
+    x = c.inputs[0]
+    if x is None or x.dtype is None or x.dtype.kind != "f" or x.dtype.itemsize != 4:
         return "BatchNormalization runs float32 only on webgpu"
     if c.inputs[0].rank is None or c.inputs[0].rank < 2:
         return "BatchNormalization needs an input of rank >= 2"

@@ -12,8 +12,8 @@ from __future__ import annotations
 from nnhal.device.device import Candidate
 from nnhal.device.webgpu.kernels._eltwise import identity_epilogue
 from nnhal.device.webgpu.kernels._gemm import GemmSpec, gemm_launch
-from nnhal.device.webgpu.kernels._window import Window, window
 from nnhal.device.webgpu.kernels._wgsl import decl, grid
+from nnhal.device.webgpu.kernels._window import Window, window
 from nnhal.device.webgpu.kernels.base import Emitter, EpilogueMaker, Launch
 from nnhal.graph.node import Node
 
@@ -22,7 +22,7 @@ FUSES_EPILOGUE = True
 
 
 def why_not(c: Candidate) -> str | None:
-    x, w = c.inputs[0], c.inputs[1]
+    x = c.inputs[0]
     if x is None or not x.static or x.dtype is None or x.dtype.name != "float32":
         return "Conv needs a float32 input of known shape"
     if x.rank not in (3, 4):

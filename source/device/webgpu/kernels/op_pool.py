@@ -32,7 +32,8 @@ def _global(node: Node, em: Emitter) -> None:
     maxing = node.op_type == "GlobalMaxPool"
     body = [f"let base = idx * {size}u;",
             f"var acc = {'in0[base]' if maxing else '0.0'};",
-            f"for (var i = 0u; i < {size}u; i = i + 1u) {{ acc = {'max(acc, in0[base + i])' if maxing else 'acc + in0[base + i]'}; }}",
+            f"for (var i = 0u; i < {size}u; i = i + 1u) {{ "
+            f"acc = {'max(acc, in0[base + i])' if maxing else 'acc + in0[base + i]'}; }}",
             f"let val = {'acc' if maxing else f'acc / {float(size)}'};"]
     em.launch(index_launch(em, [node.inputs[0]], node.outputs[0], body, node.op_type, (nc,)))
 

@@ -100,7 +100,8 @@ def lower(node: Node, em: Emitter, epilogue=None) -> None:
     base = " + ".join(fixed) or "0u"
     if mode == "nearest":
         for a in moving:
-            body.append(f"let i{a} = u32(clamp(i32({_nearest(node.attrs.get('nearest_mode', 'round_prefer_floor'), f'x{a}')}),"
+            body.append(f"let i{a} = "
+                        f"u32(clamp(i32({_nearest(node.attrs.get('nearest_mode', 'round_prefer_floor'), f'x{a}')}),"
                         f" 0, {in_shape[a] - 1}));")
         index = " + ".join([base] + [f"i{a} * {st[a]}u" for a in moving])
         body.append(f"let val = in0[{index}];")

@@ -35,7 +35,11 @@ def _slice_params(node: Node, em: Emitter, shape: list[int]) -> tuple[list[int],
         axes = list(node.attrs.get("axes") or range(len(starts)))
         steps = [1] * len(starts)
     else:
-        value = lambda i, d: [int(v) for v in np.ravel(em.value(node.inputs[i]))] if len(node.inputs) > i and node.inputs[i] else d
+
+        def value(i: int, d: list[int]) -> list[int]:
+            if len(node.inputs) > i and node.inputs[i]:
+                return [int(v) for v in np.ravel(em.value(node.inputs[i]))]
+            return d
         starts, ends = value(1, None), value(2, None)
         axes = value(3, list(range(len(starts))))
         steps = value(4, [1] * len(starts))

@@ -39,4 +39,5 @@ def lower(node: Node, em: Emitter, epilogue=None) -> None:
     out[i] = {final};
   }}
 """
-    em.launch(row_launch([(node.inputs[0], "f32")], [(node.outputs[0], "f32")], rows, length, inner, body, node.op_type))
+    em.launch(row_launch([(node.inputs[0], "f32")], [(node.outputs[0], "f32")], rows, length, inner, body,
+                         node.op_type))

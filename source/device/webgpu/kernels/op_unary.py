@@ -70,7 +70,8 @@ OPS = tuple(EXPRS)
 
 def why_not(c: Candidate) -> str | None:
     node = c.node
-    if c.inputs[0] is None or c.inputs[0].dtype is None or c.inputs[0].dtype.kind != "f" or c.inputs[0].dtype.itemsize != 4:
+    x = c.inputs[0]
+    if x is None or x.dtype is None or x.dtype.kind != "f" or x.dtype.itemsize != 4:
         return f"{node.op_type} runs float32 only on webgpu"
     for i in range(1, len(c.inputs)):
         info = c.inputs[i]

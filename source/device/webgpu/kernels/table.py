@@ -4,9 +4,28 @@ from __future__ import annotations
 from types import ModuleType
 
 from nnhal.device.webgpu.kernels import (
-    _eltwise, op_alias, op_arg_max, op_batch_normalization, op_binary, op_cast, op_compare, op_concat, op_conv,
-    op_gather, op_gemm, op_layer_normalization, op_lrn, op_matmul, op_pool, op_reduce, op_resize, op_slice,
-    op_softmax, op_transpose, op_unary)
+    _eltwise,
+    op_alias,
+    op_arg_max,
+    op_batch_normalization,
+    op_binary,
+    op_cast,
+    op_compare,
+    op_concat,
+    op_conv,
+    op_gather,
+    op_gemm,
+    op_layer_normalization,
+    op_lrn,
+    op_matmul,
+    op_pool,
+    op_reduce,
+    op_resize,
+    op_slice,
+    op_softmax,
+    op_transpose,
+    op_unary,
+)
 
 ELEMENTWISE_MODULES = (op_unary, op_binary, op_batch_normalization, op_cast, op_compare)
 LAUNCH_MODULES = (op_conv, op_matmul, op_gemm, op_pool, op_softmax, op_layer_normalization, op_reduce, op_lrn,

@@ -60,7 +60,8 @@ def _round_attrs(node: Node) -> None:
 
 
 def rename_reads(g: Graph, mapping: dict[str, str]) -> None:
-    """Make every read of a tensor in ``mapping`` (in ``g`` and, through outer scope, in its bodies) read the new name."""
+    """Make every read of a tensor in ``mapping`` (in ``g`` and, through outer scope, in its bodies) read the new
+    name."""
     def rename(body: Graph) -> Graph:
         if body.outer:
             body.outer = frozenset(mapping.get(n, n) for n in body.outer)

@@ -1,0 +1,34 @@
+"""Stage: split. The placed graph cut into subgraphs: by the first device of the context with its own
+``split_graph`` (checked), else by the default split (maximal acyclic same-device groups). Each subgraph
+gets its precision (the asked one where its device describes it, else fp32) and the int8 plan's sets."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nnhal.device.manager import find_device
+from nnhal.graph.graph import Graph
+from nnhal.graph.subgraph import Subgraph
+from nnhal.optimizer.outliers import Int8Plan
+from nnhal.optimizer.split import default_split, device_split
+from nnhal.options import Options
+from nnhal.pipeline.placement import Placed
+
+
+@dataclass
+class Split:
+    graph: Graph                # the graph the subgraphs view
+    subgraphs: list[Subgraph]
+
+
+def split(graph: Graph, placed: Placed, plan: Int8Plan | None, options: Options) -> Split:
+    assignment = {n: d.device for n, d in placed.decisions.items()}
+    splitter = next((d for d in placed.devices if d.optimizer and d.optimizer.split_graph), None)
+    subgraphs = device_split(splitter, graph, assignment) if splitter else default_split(graph, assignment)
+    for sg in subgraphs:
+        sg.original_nodes = list(sg.nodes)
+        sg.precision = options.precision if options.precision in find_device(sg.device).describe().precisions \
+            else "fp32"
+        sg.keep_fp32 = options.keep_fp32
+        if plan is not None:
+            sg.higher, sg.dynamic = frozenset(plan.higher), dict(plan.dynamic)
+    return Split(graph, subgraphs)
