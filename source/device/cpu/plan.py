@@ -28,6 +28,37 @@ from nnhal.operator.schema import check_input_types
 from nnhal.operator.table import get_prototype
 
 
+class NestedTiming:
+    """Step timing of the plans a profiled plan runs inside its steps (If branches, Loop and Scan bodies).
+
+    While ``active`` (the cpu device's profile hook switches it on with the subgraph's own timing), every
+    plan that runs times its steps into ``plans``; each step's time is *exclusive*: what its nested plans'
+    steps took is subtracted, so a control-flow node keeps only its own bookkeeping and every body step is
+    a row of its own. ``inner`` carries, up the nesting, the seconds the steps of the innermost running
+    plan took. One profiled run at a time (profiling is a diagnostic, not a concurrent path)."""
+
+    def __init__(self) -> None:
+        self.active = False
+        self.inner = 0.0
+        self.plans: dict[int, tuple[Plan, list[float]]] = {}
+
+    def start(self) -> None:
+        self.active, self.inner, self.plans = True, 0.0, {}
+
+    def stop(self) -> list[tuple[Plan, list[float]]]:
+        found, self.active, self.plans = list(self.plans.values()), False, {}
+        return found
+
+    def timings_of(self, plan: Plan) -> list[float]:
+        entry = self.plans.get(id(plan))
+        if entry is None:
+            entry = self.plans[id(plan)] = (plan, [0.0] * len(plan.steps))
+        return entry[1]
+
+
+NESTED = NestedTiming()
+
+
 @dataclass
 class Step:
     node: Node
@@ -100,11 +131,14 @@ class Plan:
             buffers = self.pool.pop()         # NOTE: pop/append are atomic: no lock on the run path
         except IndexError:
             buffers = Buffers.lay_out(self.memory, self.layout)
+        timings = self.timings
+        if timings is None and NESTED.active:
+            timings = NESTED.timings_of(self)
         try:
-            if self.chunks and self.timings is None and not check:
+            if self.chunks and timings is None and not check:
                 self._run_straight(values, buffers.per_step)
             else:
-                self._run(values, buffers.per_step, check)
+                self._run(values, buffers.per_step, check, timings)
         finally:
             self.pool.append(buffers)
 
@@ -120,7 +154,7 @@ class Plan:
         except Exception as exc:
             # NOTE: the straight-line code keeps tensors in locals: run the plan again step by step, where
             # the failing step's operands are at hand for the prototype to explain (kernels are pure)
-            self._run(values, per_step, False)
+            self._run(values, per_step, False, None)
             k = failing_step(exc, self.chunks)
             if k is None:
                 raise DeviceError(f"cpu: a plan's run failed: {type(exc).__name__}: {exc}") from exc
@@ -130,13 +164,14 @@ class Plan:
         for name, idx in self.outputs:
             values[name] = slots[idx]
 
-    def _run(self, values: dict[str, np.ndarray], per_step: list[list], check: bool) -> None:
+    def _run(self, values: dict[str, np.ndarray], per_step: list[list], check: bool,
+             timings: list[float] | None) -> None:
         slots = list(self.slots)
         for name, idx in self.inputs:
             slots[idx] = values[name]
-        timings = self.timings
         for k, step in enumerate(self.steps):
             if timings is not None:
+                inner = NESTED.inner
                 t0 = time.perf_counter()
             bufs = per_step[k]
             if step.fresh:
@@ -161,7 +196,9 @@ class Plan:
             if check:
                 _verify(step, result)
             if timings is not None:
-                timings[k] += time.perf_counter() - t0
+                took = time.perf_counter() - t0
+                timings[k] += took - (NESTED.inner - inner)   # exclusive of nested plans' steps
+                NESTED.inner = inner + took
         for name, idx in self.outputs:
             values[name] = slots[idx]
 
