@@ -167,7 +167,6 @@ def export(name: str) -> str:
         return target
     import onnx
     import torch
-
     from models.registry import seeded
 
     spec = _specs()[name]
