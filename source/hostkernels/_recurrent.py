@@ -16,9 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
-from nnhal.hostkernels import parallel
 from nnhal.graph.node import Node
+from nnhal.hostkernels import parallel
 from nnhal.operator.base import Info
 
 

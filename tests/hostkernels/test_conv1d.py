@@ -1,12 +1,11 @@
 """1-D convolutions on the 2-D GEMM kernels (op_conv.Conv1dGemm) against the ONNX reference evaluator."""
 from __future__ import annotations
 
+import nnhal
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
-
-import nnhal
 
 # (channels, filters, kernel, stride, dilation, pad, group, fused activation)
 CASES = [(8, 16, 3, 1, 1, 1, 1, None), (8, 16, 5, 2, 1, 2, 1, "Relu"), (16, 16, 3, 1, 2, 2, 16, None),

@@ -1,12 +1,11 @@
 """The fast LSTM and GRU kernels (hostkernels/_recurrent.py) against the ONNX reference evaluator."""
 from __future__ import annotations
 
+import nnhal
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
-
-import nnhal
 
 T, B, I, H = 7, 3, 5, 4
 # Every output is a product of gates in [0, 1] and tanh values in [-1, 1]; one step's pre-activations are dot
