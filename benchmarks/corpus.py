@@ -50,15 +50,17 @@ def rel_error(got: list, want: list) -> float:
     return worst
 
 
-def block(fn, budget: float, most: int) -> list[float]:
-    """Milliseconds of runs of ``fn`` for about ``budget`` seconds (at least 2, at most ``most``)."""
-    times = []
+def block(fn, budget: float, most: int) -> tuple[list[float], list[float]]:
+    """Wall and process-CPU milliseconds of runs of ``fn`` for about ``budget`` seconds (at least 2, at most
+    ``most``)."""
+    times, cpu = [], []
     start = time.perf_counter()
     while len(times) < most and (len(times) < 2 or time.perf_counter() - start < budget):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         fn()
         times.append((time.perf_counter() - t0) * 1e3)
-    return times
+        cpu.append((time.process_time() - c0) * 1e3)
+    return times, cpu
 
 
 def measure(name: str, args) -> dict:
@@ -79,12 +81,16 @@ def measure(name: str, args) -> dict:
              "fp16": lambda: engines["fp16"].run(feeds)}
     outputs = {k: fn() for k, fn in calls.items()}      # also the warm-up run
     times: dict[str, list[float]] = defaultdict(list)
+    cpu: dict[str, list[float]] = defaultdict(list)
     for _ in range(args.rounds):
         for key, fn in calls.items():
             time.sleep(args.pause)
-            times[key] += block(fn, args.budget, args.most)
+            wall, used = block(fn, args.budget, args.most)
+            times[key] += wall
+            cpu[key] += used
     med = {k: statistics.median(v) for k, v in times.items()}
     best = {k: min(v) for k, v in times.items()}
+    work = {k: statistics.median(v) for k, v in cpu.items()}
     prof = engines["nnhal"].profile(feeds, runs=args.profile_runs, warmup=0)
     for key in ("nnhal", "fp16"):
         engines[key].close()
@@ -92,6 +98,7 @@ def measure(name: str, args) -> dict:
            "nnhal_ms": med["nnhal"], "ort_ms": med["ort"], "fp16_ms": med["fp16"],
            "ratio": med["nnhal"] / med["ort"], "fp16_ratio": med["fp16"] / med["nnhal"],
            "best_ratio": best["nnhal"] / best["ort"], "best_fp16_ratio": best["fp16"] / best["nnhal"],
+           "cpu_ratio": work["nnhal"] / max(work["ort"], 1e-6),
            "err32": rel_error(outputs["nnhal"], outputs["ort"]), "err16": rel_error(outputs["fp16"], outputs["ort"]),
            "coverage": prof.coverage(), "offenders": prof.offenders()[:8]}
     return row
@@ -104,7 +111,7 @@ def geomean(values: list[float]) -> float:
 def render(rows: list[dict], header: list[str]) -> str:
     from nnhal.profiling import CONTROL, LAYOUT, MOVEMENT, REFERENCE
 
-    cols = ["model", "half", "family", "nnhal/ort", "best", "fp16/fp32", "best", "err32", "err16", "ref", "layout", "move", "ctrl"]
+    cols = ["model", "half", "family", "nnhal/ort", "best", "cpu", "fp16/fp32", "best", "err32", "err16", "ref", "layout", "move", "ctrl"]
     lines = list(header) + [""]
     table = [cols]
     for r in rows:
@@ -114,6 +121,7 @@ def render(rows: list[dict], header: list[str]) -> str:
         flag32 = "" if r["err32"] <= FP32_TOL else "!"
         flag16 = "" if r["err16"] <= FP16_TOL else "!"
         table.append([r["model"], r["half"], r["family"], f"{r['ratio']:.2f}", f"{r['best_ratio']:.2f}",
+                      f"{r['cpu_ratio']:.2f}",
                       f"{r['fp16_ratio']:.2f}", f"{r['best_fp16_ratio']:.2f}",
                       f"{r['err32']:.1e}{flag32}", f"{r['err16']:.1e}{flag16}"]
                      + [f"{cov[c]:.1%}" for c in (REFERENCE, LAYOUT, MOVEMENT, CONTROL)])
@@ -129,7 +137,8 @@ def render(rows: list[dict], header: list[str]) -> str:
     lines.append(f"errors: max |nnhal - ort| / max |ort| over the outputs; '!' marks fp32 above {FP32_TOL:g}, "
                  f"fp16 above {FP16_TOL:g}. ref/layout/move/ctrl: share of nnhal's fp32 run time (nnhal profile). "
                  "nnhal/ort and fp16/fp32: ratios of medians; best: ratios of the fastest runs (under shared load "
-                 "the runs least disturbed by other processes)")
+                 "the runs least disturbed by other processes); cpu: ratio of the median process CPU time per run "
+                 "(every thread's, spinning included: what each engine burns, whatever the machine's load)")
     ok = [r for r in rows if "skip" not in r]
     for half in ("tuned", "untuned"):
         sel = [r for r in ok if r["half"] == half]
@@ -142,7 +151,8 @@ def render(rows: list[dict], header: list[str]) -> str:
         best = max(sel, key=lambda r: r["best_ratio"])
         lines.append(f"{half:>7} half ({len(sel)} models): geomean nnhal/ort {geomean([r['ratio'] for r in sel]):.2f}, "
                      f"worst {worst['ratio']:.2f} ({worst['model']}); of the fastest runs: geomean "
-                     f"{geomean([r['best_ratio'] for r in sel]):.2f}, worst {best['best_ratio']:.2f} ({best['model']})")
+                     f"{geomean([r['best_ratio'] for r in sel]):.2f}, worst {best['best_ratio']:.2f} ({best['model']}); "
+                     f"cpu time geomean {geomean([r['cpu_ratio'] for r in sel]):.2f}")
         lines.append(f"{'':>7} fp16/fp32 geomean "
                      f"{geomean([r['fp16_ratio'] for r in sel]):.2f}, worst {worst16['fp16_ratio']:.2f} "
                      f"({worst16['model']}); max reference share {worst_ref['coverage'][REFERENCE]:.1%} "
