@@ -1,6 +1,8 @@
 """Split on the CPU: each part copied into its own output."""
 from __future__ import annotations
 
+from itertools import pairwise
+
 import numpy as np
 
 from nnhal.hostkernels._shape import ints, put
@@ -51,7 +53,7 @@ class StaticSplitKernel(Kernel):
         sizes = split_sizes(node, shape[axis], split, len(node.outputs))
         bounds = np.concatenate([[0], np.cumsum(sizes)]).tolist()
         head = (slice(None),) * axis
-        slices = [head + (slice(a, b),) for a, b in zip(bounds[:-1], bounds[1:])]
+        slices = [head + (slice(a, b),) for a, b in pairwise(bounds)]
 
         def run(inputs, outputs):
             x = inputs[0]
