@@ -92,6 +92,8 @@ def measure(name: str, args) -> dict:
     best = {k: min(v) for k, v in times.items()}
     work = {k: statistics.median(v) for k, v in cpu.items()}
     prof = engines["nnhal"].profile(feeds, runs=args.profile_runs, warmup=0)
+    prof16 = engines["fp16"].profile(feeds, runs=args.profile_runs, warmup=0)
+    casts = sum(n.ms for n in prof16.nodes if n.op in ("Cast", "CastLike")) / max(prof16.accounted_ms, 1e-9)
     for key in ("nnhal", "fp16"):
         engines[key].close()
     row = {"model": name, "half": "tuned" if name in registry.TUNED else "untuned", "family": registry.family(name),
@@ -100,7 +102,7 @@ def measure(name: str, args) -> dict:
            "best_ratio": best["nnhal"] / best["ort"], "best_fp16_ratio": best["fp16"] / best["nnhal"],
            "cpu_ratio": work["nnhal"] / max(work["ort"], 1e-6),
            "err32": rel_error(outputs["nnhal"], outputs["ort"]), "err16": rel_error(outputs["fp16"], outputs["ort"]),
-           "coverage": prof.coverage(), "offenders": prof.offenders()[:8]}
+           "coverage": prof.coverage(), "offenders": prof.offenders()[:8], "cast16": casts}
     return row
 
 
@@ -111,7 +113,8 @@ def geomean(values: list[float]) -> float:
 def render(rows: list[dict], header: list[str]) -> str:
     from nnhal.profiling import CONTROL, LAYOUT, MOVEMENT, REFERENCE
 
-    cols = ["model", "half", "family", "nnhal/ort", "best", "cpu", "fp16/fp32", "best", "err32", "err16", "ref", "layout", "move", "ctrl"]
+    cols = ["model", "half", "family", "nnhal/ort", "best", "cpu", "fp16/fp32", "best", "err32", "err16", "ref", "layout", "move", "ctrl",
+            "cast16"]
     lines = list(header) + [""]
     table = [cols]
     for r in rows:
@@ -124,7 +127,7 @@ def render(rows: list[dict], header: list[str]) -> str:
                       f"{r['cpu_ratio']:.2f}",
                       f"{r['fp16_ratio']:.2f}", f"{r['best_fp16_ratio']:.2f}",
                       f"{r['err32']:.1e}{flag32}", f"{r['err16']:.1e}{flag16}"]
-                     + [f"{cov[c]:.1%}" for c in (REFERENCE, LAYOUT, MOVEMENT, CONTROL)])
+                     + [f"{cov[c]:.1%}" for c in (REFERENCE, LAYOUT, MOVEMENT, CONTROL)] + [f"{r['cast16']:.1%}"])
     widths = [max(len(t[i]) for t in table) for i in range(len(cols))]
     for k, t in enumerate(table):
         lines.append("  ".join(c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(t, widths))))
@@ -135,7 +138,8 @@ def render(rows: list[dict], header: list[str]) -> str:
             lines.append(f"{r['model']}: skipped: {r['skip']}")
     lines.append("")
     lines.append(f"errors: max |nnhal - ort| / max |ort| over the outputs; '!' marks fp32 above {FP32_TOL:g}, "
-                 f"fp16 above {FP16_TOL:g}. ref/layout/move/ctrl: share of nnhal's fp32 run time (nnhal profile). "
+                 f"fp16 above {FP16_TOL:g}. ref/layout/move/ctrl: share of nnhal's fp32 run time (nnhal profile); "
+                 "cast16: Cast's share of the fp16 run. "
                  "nnhal/ort and fp16/fp32: ratios of medians; best: ratios of the fastest runs (under shared load "
                  "the runs least disturbed by other processes); cpu: ratio of the median process CPU time per run "
                  "(every thread's, spinning included: what each engine burns, whatever the machine's load)")
