@@ -71,7 +71,7 @@ def cpu_profile(device: Device, subgraph: Subgraph, enable: bool) -> list[NodeTi
     timings, plan.timings = plan.timings, None
     rows = [NodeTiming(step.node.name, step.node.op_type, step.kernel_name, t)
             for step, t in zip(plan.steps, timings or ())]
-    for body, body_timings in NESTED.stop():
+    for body, body_timings in NESTED.stop(plan):
         rows += [NodeTiming(step.node.name, step.node.op_type, step.kernel_name, t)
                  for step, t in zip(body.steps, body_timings) if t]
     return rows

@@ -35,24 +35,29 @@ class NestedTiming:
     plan that runs times its steps into ``plans``; each step's time is *exclusive*: what its nested plans'
     steps took is subtracted, so a control-flow node keeps only its own bookkeeping and every body step is
     a row of its own. ``inner`` carries, up the nesting, the seconds the steps of the innermost running
-    plan took. One profiled run at a time (profiling is a diagnostic, not a concurrent path)."""
+    plan took. Nested plans are kept per profiled plan (``owner``: the one whose steps are running), so
+    several profiled subgraphs each get their own bodies. One profiled run at a time (profiling is a
+    diagnostic, not a concurrent path)."""
 
     def __init__(self) -> None:
-        self.active = False
+        self.active = 0                   # profiled plans switched on
         self.inner = 0.0
-        self.plans: dict[int, tuple[Plan, list[float]]] = {}
+        self.owner: Plan | None = None
+        self.plans: dict[int, dict[int, tuple[Plan, list[float]]]] = {}
 
     def start(self) -> None:
-        self.active, self.inner, self.plans = True, 0.0, {}
+        self.active += 1
 
-    def stop(self) -> list[tuple[Plan, list[float]]]:
-        found, self.active, self.plans = list(self.plans.values()), False, {}
-        return found
+    def stop(self, owner: Plan) -> list[tuple[Plan, list[float]]]:
+        """The nested plans that ran inside ``owner``'s steps, with their step timings; ``owner`` is off."""
+        self.active = max(0, self.active - 1)
+        return list(self.plans.pop(id(owner), {}).values())
 
     def timings_of(self, plan: Plan) -> list[float]:
-        entry = self.plans.get(id(plan))
+        found = self.plans.setdefault(id(self.owner), {})
+        entry = found.get(id(plan))
         if entry is None:
-            entry = self.plans[id(plan)] = (plan, [0.0] * len(plan.steps))
+            entry = found[id(plan)] = (plan, [0.0] * len(plan.steps))
         return entry[1]
 
 
@@ -131,8 +136,10 @@ class Plan:
             buffers = self.pool.pop()         # NOTE: pop/append are atomic: no lock on the run path
         except IndexError:
             buffers = Buffers.lay_out(self.memory, self.layout)
-        timings = self.timings
-        if timings is None and NESTED.active:
+        timings, owner = self.timings, NESTED.owner
+        if timings is not None:
+            NESTED.owner = self
+        elif NESTED.active:
             timings = NESTED.timings_of(self)
         try:
             if self.chunks and timings is None and not check:
@@ -140,6 +147,7 @@ class Plan:
             else:
                 self._run(values, buffers.per_step, check, timings)
         finally:
+            NESTED.owner = owner
             self.pool.append(buffers)
 
     def _run_straight(self, values: dict[str, np.ndarray], per_step: list[list]) -> None:
