@@ -84,9 +84,10 @@ class Relayout(Kernel):
         to_last = perm == TO_NHWC
         channels = ins[0].shape[1 if to_last else 3]
         shape = tuple(outs[0].shape)
+        dtype = outs[0].dtype      # may differ from the input's: a float Cast folded in (castfuse.py)
 
         def run(inputs, outputs):
-            y = outputs[0] if outputs[0] is not None else np.empty(shape, inputs[0].dtype)
+            y = outputs[0] if outputs[0] is not None else np.empty(shape, dtype or inputs[0].dtype)
             if channels <= FEW_CHANNELS:
                 # one strided copy per channel: an image's 3 colour planes to NHWC in 43 us where one
                 # transposing copy takes 216 (its inner loop runs over 3 elements)

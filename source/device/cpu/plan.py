@@ -14,6 +14,7 @@ import numpy as np
 
 from nnhal.hostkernels.graphrun import tensor_info
 from nnhal.hostkernels.select import reference_forced, select
+from nnhal.device.cpu.castfuse import fuse_relayout_casts
 from nnhal.device.cpu.fusions import Chosen, fuse_activations, fuse_channel_shuffle, fuse_gelu, fuse_matmul
 from nnhal.hostkernels.base import checking
 from nnhal.device.cpu.layout import Layouts, assign_layouts
@@ -242,6 +243,7 @@ def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: l
         chosen = fuse_activations(chosen, external)
         chosen = fuse_channel_shuffle(chosen, external, constants)
         chosen, layouts = assign_layouts(chosen, external)
+        chosen = fuse_relayout_casts(chosen, external)
         constants.update(layouts.constants)
     physical = layouts.physical
     sizes: dict[str, int] = {}
