@@ -14,6 +14,11 @@ returns a Profile:
 subgraph's time outside its timed nodes (a whole subgraph on a device that does not time nodes) and
 the framework's own time (scheduler, API, outputs handed back to the host) as a row of its own; the shares sum to
 100% of the wall time (of the summed subgraph time when async subgraphs overlapped).
+``Profile.coverage()`` sums the same milliseconds by *kind of implementation* (``category``): tuned kernels,
+"reference" implementations (a host reference kernel that loops or takes many passes where a tuned one
+should run), layout conversions (inserted ``to-nhwc``/``to-nchw`` steps), pure data movement (reshapes,
+transposes, concats, slices, gathers, casts), control flow's own bookkeeping (If/Loop/Scan, their bodies'
+steps counted as rows of their own), and the rest (untimed device time, the framework).
 ``Profile.table()`` renders it; ``nnhal profile MODEL`` prints it.
 Timing adds about a microsecond per node; it is off unless asked for.
 """
@@ -64,6 +69,44 @@ class Share:
 
 
 FRAMEWORK = "framework"
+
+# ------------------------------------------------------------------ coverage categories
+KERNEL, REFERENCE, LAYOUT, MOVEMENT, CONTROL, OTHER = ("kernel", "reference", "layout", "data movement",
+                                                        "control flow", "other")
+CATEGORIES = (KERNEL, REFERENCE, LAYOUT, MOVEMENT, CONTROL, OTHER)
+LAYOUT_KERNELS = frozenset({"to-nhwc", "to-nchw"})
+MOVEMENT_OPS = frozenset({
+    "Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Concat", "Split", "Slice", "Gather",
+    "GatherElements", "GatherND", "Pad", "Expand", "Tile", "DepthToSpace", "SpaceToDepth", "Shape", "Size",
+    "ConstantOfShape", "Cast", "CastLike", "Dropout", "ScatterND", "ScatterElements", "Range", "Compress",
+    "ReverseSequence", "Trilu", "CenterCropPad", "OneHot"})
+CONTROL_OPS = frozenset({"If", "Loop", "Scan"})
+# NOTE: ops whose kernel named "reference" is one BLAS call or one vectorised numpy pass per node (elementwise
+# math, activations, comparisons, reductions, softmax, normalisations over the last axis): as fast as a tuned
+# kernel would be on these sizes, so not counted as reference time. Every other op's "reference" kernel is
+# (an unknown op counts as reference until it is listed here with a reason).
+ONE_PASS_OPS = frozenset({
+    "MatMul", "Gemm", "Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Reciprocal", "Neg", "Abs", "Exp", "Log", "Erf",
+    "Tanh", "Sigmoid", "Relu", "LeakyRelu", "PRelu", "Elu", "Selu", "Celu", "Clip", "HardSigmoid", "HardSwish",
+    "Softplus", "Softsign", "Gelu", "Mish", "ThresholdedRelu", "Sin", "Cos", "Floor", "Ceil", "Round", "Sign",
+    "Min", "Max", "Sum", "Mean", "Where", "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Not",
+    "And", "Or", "Xor", "IsNaN", "IsInf", "Mod", "Softmax", "LogSoftmax", "ReduceMean", "ReduceSum", "ReduceMax",
+    "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSumExp", "ArgMax", "ArgMin",
+    "LayerNormalization", "RMSNormalization", "BatchNormalization", "GlobalAveragePool", "GlobalMaxPool",
+    "Swish", "Hardmax", "TopK", "CumSum"})
+
+
+def category(op: str, kernel: str) -> str:
+    """The kind of implementation that ran a timed node of ``op`` with ``kernel`` (see the module docstring)."""
+    if kernel in LAYOUT_KERNELS:
+        return LAYOUT
+    if op in MOVEMENT_OPS:
+        return MOVEMENT
+    if op in CONTROL_OPS:
+        return CONTROL
+    if kernel == "reference" and op not in ONE_PASS_OPS:
+        return REFERENCE
+    return KERNEL
 
 
 @dataclass(frozen=True)
@@ -119,9 +162,28 @@ class Profile:
                           self.framework_ms, 0.0))
         return [Share(r.kind, r.device, r.label, r.nodes, r.ms, r.ms / whole if whole else 0.0) for r in rows]
 
+    def coverage(self) -> dict[str, float]:
+        """The share of the accounted time per ``category`` (every category present, summing to 1): timed
+        nodes by the kind of implementation that ran them, everything else (untimed device time, the
+        framework) as "other"."""
+        whole = self.accounted_ms
+        acc = dict.fromkeys(CATEGORIES, 0.0)
+        for n in self.nodes:
+            acc[category(n.op, n.kernel)] += n.ms
+        acc[OTHER] = max(0.0, whole - sum(acc.values()))
+        return {k: (v / whole if whole else 0.0) for k, v in acc.items()}
+
+    def offenders(self) -> list[tuple[str, str, str, float]]:
+        """(category, op, kernel, share of the accounted time) of every op and kernel outside the tuned
+        kernels (reference, layout, data movement, control flow), largest first."""
+        whole = self.accounted_ms
+        rows = [(category(o, k), o, k, ms / whole if whole else 0.0) for _, o, k, _, ms in self.by_op()]
+        return sorted((r for r in rows if r[0] != KERNEL), key=lambda r: -r[3])
+
     def table(self, top: int = 20) -> str:
         whole = self.accounted_ms
         lines = [f"profile over {self.runs} run(s): {self.wall_ms:.3f} ms per run"]
+        lines.append("coverage: " + ", ".join(f"{k} {v:.1%}" for k, v in self.coverage().items()))
         if whole > self.wall_ms:
             lines.append(f"subgraphs overlapped (async devices): shares are of their summed {whole:.3f} ms")
         lines.append("")

@@ -47,6 +47,21 @@ def path(name: str) -> str:
     return os.path.join(CACHE, f"{name}-v{VERSION}-seed{SEED}.onnx")
 
 
+def seeded(build: Callable[[], object], seed: int):
+    """``build()`` in eval mode with seeded weights and BatchNorm statistics away from 0 and 1 (so the folded
+    weights are not trivial)."""
+    import torch
+
+    torch.manual_seed(seed)
+    module = build().eval()
+    with torch.no_grad():
+        for m in module.modules():
+            if isinstance(m, (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d)):
+                m.running_mean.uniform_(-0.1, 0.1)
+                m.running_var.uniform_(0.5, 1.5)
+    return module
+
+
 def export(name: str) -> str:
     """The cached .onnx of ``name``, exported first when missing."""
     target = path(name)
@@ -56,13 +71,7 @@ def export(name: str) -> str:
     import torch
 
     spec = _specs()[name]
-    torch.manual_seed(SEED)
-    module = spec.build().eval()
-    with torch.no_grad():   # BatchNorm statistics away from 0/1 so the folded weights are not trivial
-        for m in module.modules():
-            if isinstance(m, torch.nn.BatchNorm2d):
-                m.running_mean.uniform_(-0.1, 0.1)
-                m.running_var.uniform_(0.5, 1.5)
+    module = seeded(spec.build, SEED)
     x = torch.randn(1, *spec.input_shape)
     os.makedirs(CACHE, exist_ok=True)
     tmp = target + ".tmp"

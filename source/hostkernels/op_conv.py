@@ -22,6 +22,7 @@ instead of 144).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided, sliding_window_view
@@ -30,6 +31,7 @@ from nnhal.hostkernels import _conv2d, _scratch, parallel
 from nnhal.hostkernels._conv_nhwc import ConvGemmNHWC, ConvWinogradNHWC
 from nnhal.hostkernels.base import Kernel, RunFn, store
 from nnhal.hostkernels.fused import activation_of
+from nnhal.operator.base import Info
 from nnhal.operator.table import get_prototype
 
 
@@ -368,4 +370,52 @@ def _store_tiles(yb: np.ndarray, tiles: np.ndarray, r0: int, r1: int, t1: int, c
         np.copyto(yb[:, r0:r1, :], full.reshape(m, 4 * nr, 4 * tw)[:, :r1 - r0, :ow])
 
 
-IMPLEMENTATIONS = (ConvIm2col, ConvGemm, ConvWinograd, ConvGemmNHWC, ConvWinogradNHWC)
+class Conv1dGemm(Kernel):
+    """1-D convolution (audio front ends, byte and text CNNs) as the 2-D one over (N, C, 1, W): the same
+    GEMM kernels (ConvGemm: 1x1, depthwise, shifts, im2col bands) on views, no copy either side."""
+
+    op_type = "Conv"
+    name = "gemm-1d"
+    fuse_activation = True
+
+    @staticmethod
+    def as_2d(node, ins, outs):
+        """The node, operand and result infos of the 2-D convolution over (N, C, 1, W), or None when the
+        node is not a 1-D convolution with constant weights and static shapes."""
+        x, w = ins[0], ins[1]
+        if x is None or w is None or w.value is None or x.shape is None or len(x.shape) != 3 \
+                or w.value.ndim != 3 or outs[0].shape is None or len(outs[0].shape) != 3:
+            return None
+        attrs = dict(node.attrs)
+        for key, pad in (("kernel_shape", 1), ("strides", 1), ("dilations", 1)):
+            if attrs.get(key):
+                attrs[key] = [pad, *attrs[key]]
+        if attrs.get("pads"):
+            attrs["pads"] = [0, attrs["pads"][0], 0, attrs["pads"][1]]
+        node2 = replace(node, attrs=attrs)
+        wv = w.value[:, :, None, :]
+        ins2 = [Info(x.dtype, (x.shape[0], x.shape[1], 1, x.shape[2])), Info(w.dtype, wv.shape, wv), *ins[2:]]
+        o = outs[0]
+        outs2 = [Info(o.dtype, None if o.shape is None else (o.shape[0], o.shape[1], 1, o.shape[2]))]
+        return node2, ins2, outs2
+
+    def score(self, node, ins, outs) -> int:
+        view = self.as_2d(node, ins, outs)
+        return 10 if view is not None and _conv2d.geometry(*view) is not None else 0
+
+    def prepare(self, node, ins, outs) -> RunFn:
+        node2, ins2, outs2 = self.as_2d(node, ins, outs)
+        run2 = ConvGemm().prepare(node2, ins2, outs2)
+        n, c, width = ins[0].shape
+        m, ow = outs[0].shape[1], outs[0].shape[2]
+
+        def run(inputs, outputs):
+            out = outputs[0]
+            out4 = None if out is None else out.reshape(n, m, 1, ow)
+            y = run2([inputs[0].reshape(n, c, 1, width), *inputs[1:]], [out4])[0]
+            return (out if out4 is not None and y is out4 else y.reshape(n, m, ow),)
+
+        return run
+
+
+IMPLEMENTATIONS = (ConvIm2col, ConvGemm, ConvWinograd, ConvGemmNHWC, ConvWinogradNHWC, Conv1dGemm)

@@ -202,6 +202,8 @@ MS_OPS: dict[str, str] = {
     "QLinearSoftmax": "ms_qlinear_softmax",
     "QLinearAveragePool": "ms_qlinear_average_pool",
     "QGemm": "ms_qgemm",
+    "DynamicQuantizeLSTM": "ms_dynamic_quantize_lstm",
+    "MatMulIntegerToFloat": "ms_matmul_integer_to_float",
 }
 
 # nnhal's own operators (what its passes write; no onnx file carries them)

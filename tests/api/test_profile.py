@@ -85,3 +85,58 @@ def test_a_device_profile_hook_supplies_the_node_times():
     (node,) = prof.nodes
     assert (node.device, node.node, node.op, node.kernel) == ("timed", "abs", "Abs", "whole")
     assert node.ms == pytest.approx(0.006 / 3 * 1e3)
+
+
+def _branch_model():
+    """The whole graph inside one If (both branches: MatMul -> Relu -> Transpose)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    def branch(tag: str, scale: float):
+        w = numpy_helper.from_array(np.full((8, 8), scale, np.float32), f"{tag}_w")
+        nodes = [helper.make_node("MatMul", ["x", f"{tag}_w"], [f"{tag}_m"], name=f"{tag}_matmul"),
+                 helper.make_node("Relu", [f"{tag}_m"], [f"{tag}_r"], name=f"{tag}_relu"),
+                 helper.make_node("Transpose", [f"{tag}_r"], [f"{tag}_y"], name=f"{tag}_transpose", perm=[1, 0])]
+        return helper.make_graph(nodes, tag, [], [helper.make_tensor_value_info(f"{tag}_y", TensorProto.FLOAT,
+                                                                                 [8, 8])], [w])
+
+    node = helper.make_node("If", ["c"], ["y"], name="whole", then_branch=branch("then", 1.0),
+                            else_branch=branch("else", -1.0))
+    graph = helper.make_graph([node], "if", [helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+                                             helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 8])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    return model
+
+
+def test_profile_breaks_control_flow_bodies_out_into_their_own_rows():
+    from nnhal.profiling import CATEGORIES, CONTROL, KERNEL, MOVEMENT
+
+    x = np.random.default_rng(0).standard_normal((8, 8)).astype(np.float32)
+    feeds = {"c": np.array(True), "x": x}
+    with nnhal.Session(_branch_model(), devices=["cpu"]) as s:
+        prof = s.profile(feeds, runs=2)
+        rows = {n.node: n for n in prof.nodes}
+        # the taken branch's steps are rows of their own; the If keeps only its own bookkeeping
+        assert {"whole", "then_matmul", "then_transpose"} <= set(rows)
+        assert not any(name.startswith("else_") for name in rows)
+        body = sum(n.ms for n in prof.nodes if n.node != "whole")
+        assert sum(n.ms for n in prof.nodes) <= prof.accounted_ms * 1.01 and body > 0
+        cov = prof.coverage()
+        assert set(cov) == set(CATEGORIES) and abs(sum(cov.values()) - 1) < 1e-9
+        assert cov[KERNEL] > 0 and cov[MOVEMENT] > 0 and cov[CONTROL] > 0
+        assert "coverage:" in prof.table()
+        # profiling is off again: the next profile sees no stale body rows
+        np.testing.assert_allclose(s.run(feeds)[0], np.maximum(x @ np.ones((8, 8), np.float32), 0).T, rtol=1e-6)
+        assert {n.node for n in s.profile({"c": np.array(False), "x": x}, runs=1).nodes} >= {"whole", "else_matmul"}
+
+
+def test_coverage_categories():
+    from nnhal.profiling import CONTROL, KERNEL, LAYOUT, MOVEMENT, REFERENCE, category
+
+    assert category("Transpose", "to-nhwc") == LAYOUT and category("Transpose", "reference") == MOVEMENT
+    assert category("Cast", "reference") == MOVEMENT and category("Loop", "reference") == CONTROL
+    assert category("MatMul", "reference") == KERNEL and category("Conv", "gemm") == KERNEL
+    assert category("LSTM", "reference") == REFERENCE and category("LSTM", "fast") == KERNEL
+    assert category("SomeNewOp", "reference") == REFERENCE

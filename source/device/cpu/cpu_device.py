@@ -9,7 +9,7 @@ import math
 import statistics
 
 from nnhal.device.cpu.fp16 import COMPUTE, to_fp16_storage
-from nnhal.device.cpu.plan import Plan, compile_nodes
+from nnhal.device.cpu.plan import NESTED, Plan, compile_nodes
 from nnhal.device.device import (
     Allocator,
     Candidate,
@@ -69,14 +69,21 @@ def cpu_release_graph(device: Device, device_graph) -> None:
 
 def cpu_profile(device: Device, subgraph: Subgraph, enable: bool) -> list[NodeTiming] | None:
     """Time every step of the plan while enabled: kernel calls, with the implementation that ran each (a
-    fused node stands for its chain; a ``to-nhwc``/``to-nchw`` step is an inserted layout conversion)."""
+    fused node stands for its chain; a ``to-nhwc``/``to-nchw`` step is an inserted layout conversion). The
+    steps of If branches and Loop/Scan bodies are rows of their own (their plans' steps, exclusive times);
+    the control-flow node keeps only its own bookkeeping."""
     plan: Plan = subgraph.device_graph
     if enable:
         plan.timings = [0.0] * len(plan.steps)
+        NESTED.start()
         return None
     timings, plan.timings = plan.timings, None
-    return [NodeTiming(step.node.name, step.node.op_type, step.kernel_name, t)
+    rows = [NodeTiming(step.node.name, step.node.op_type, step.kernel_name, t)
             for step, t in zip(plan.steps, timings or ())]
+    for body, body_timings in NESTED.stop(plan):
+        rows += [NodeTiming(step.node.name, step.node.op_type, step.kernel_name, t)
+                 for step, t in zip(body.steps, body_timings) if t]
+    return rows
 
 
 def _native_state() -> str:

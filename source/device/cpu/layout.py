@@ -11,7 +11,7 @@ The pass runs on the compiled node list (after the CPU fusions) and decides a
 layout per tensor:
 
 * **channels-last ops** (``CHANNELS_LAST``: Conv, pooling, BatchNormalization,
-  LRN) run NHWC when a kernel with ``layout = "NHWC"`` accepts the node; their
+  LRN, ConvTranspose, Resize) run NHWC when a kernel with ``layout = "NHWC"`` accepts the node; their
   input 0 and output 0 are NHWC;
 * **layout-free ops** (element-wise ops whose non-constant operands are 4-D and
   broadcast to the output's shape, Concat, and a Gather of channels) run on whatever
@@ -52,7 +52,7 @@ TO_NCHW = (0, 3, 1, 2)
 FEW_CHANNELS = 16
 # ops whose input 0 and output 0 are NHWC when a channels-last kernel takes them
 CHANNELS_LAST = frozenset({"Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
-                           "BatchNormalization", "LRN"})
+                           "BatchNormalization", "LRN", "ConvTranspose", "Resize"})
 # element-wise ops that run unchanged on NHWC data when every non-constant operand has the output's shape
 ELEMENTWISE = frozenset({"Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Elu",
                          "Selu", "Celu", "Softplus", "Softsign", "Erf", "Exp", "Abs", "Neg", "Sqrt",
@@ -84,9 +84,10 @@ class Relayout(Kernel):
         to_last = perm == TO_NHWC
         channels = ins[0].shape[1 if to_last else 3]
         shape = tuple(outs[0].shape)
+        dtype = outs[0].dtype      # may differ from the input's: a float Cast folded in (castfuse.py)
 
         def run(inputs, outputs):
-            y = outputs[0] if outputs[0] is not None else np.empty(shape, inputs[0].dtype)
+            y = outputs[0] if outputs[0] is not None else np.empty(shape, dtype or inputs[0].dtype)
             if channels <= FEW_CHANNELS:
                 # one strided copy per channel: an image's 3 colour planes to NHWC in 43 us where one
                 # transposing copy takes 216 (its inner loop runs over 3 elements)

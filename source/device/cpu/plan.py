@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from nnhal.device.cpu.castfuse import fuse_relayout_casts
 from nnhal.device.cpu.fusions import Chosen, fuse_activations, fuse_channel_shuffle, fuse_gelu, fuse_matmul
 from nnhal.device.cpu.layout import Layouts, assign_layouts
 from nnhal.device.cpu.planner import MemoryPlan, arena_views, plan_memory
@@ -26,6 +27,42 @@ from nnhal.hostkernels.select import reference_forced, select
 from nnhal.operator.base import Info
 from nnhal.operator.schema import check_input_types
 from nnhal.operator.table import get_prototype
+
+
+class NestedTiming:
+    """Step timing of the plans a profiled plan runs inside its steps (If branches, Loop and Scan bodies).
+
+    While ``active`` (the cpu device's profile hook switches it on with the subgraph's own timing), every
+    plan that runs times its steps into ``plans``; each step's time is *exclusive*: what its nested plans'
+    steps took is subtracted, so a control-flow node keeps only its own bookkeeping and every body step is
+    a row of its own. ``inner`` carries, up the nesting, the seconds the steps of the innermost running
+    plan took. Nested plans are kept per profiled plan (``owner``: the one whose steps are running), so
+    several profiled subgraphs each get their own bodies. One profiled run at a time (profiling is a
+    diagnostic, not a concurrent path)."""
+
+    def __init__(self) -> None:
+        self.active = 0                   # profiled plans switched on
+        self.inner = 0.0
+        self.owner: Plan | None = None
+        self.plans: dict[int, dict[int, tuple[Plan, list[float]]]] = {}
+
+    def start(self) -> None:
+        self.active += 1
+
+    def stop(self, owner: Plan) -> list[tuple[Plan, list[float]]]:
+        """The nested plans that ran inside ``owner``'s steps, with their step timings; ``owner`` is off."""
+        self.active = max(0, self.active - 1)
+        return list(self.plans.pop(id(owner), {}).values())
+
+    def timings_of(self, plan: Plan) -> list[float]:
+        found = self.plans.setdefault(id(self.owner), {})
+        entry = found.get(id(plan))
+        if entry is None:
+            entry = found[id(plan)] = (plan, [0.0] * len(plan.steps))
+        return entry[1]
+
+
+NESTED = NestedTiming()
 
 
 @dataclass
@@ -100,12 +137,18 @@ class Plan:
             buffers = self.pool.pop()         # NOTE: pop/append are atomic: no lock on the run path
         except IndexError:
             buffers = Buffers.lay_out(self.memory, self.layout)
+        timings, owner = self.timings, NESTED.owner
+        if timings is not None:
+            NESTED.owner = self
+        elif NESTED.active:
+            timings = NESTED.timings_of(self)
         try:
-            if self.chunks and self.timings is None and not check:
+            if self.chunks and timings is None and not check:
                 self._run_straight(values, buffers.per_step)
             else:
-                self._run(values, buffers.per_step, check)
+                self._run(values, buffers.per_step, check, timings)
         finally:
+            NESTED.owner = owner
             self.pool.append(buffers)
 
     def _run_straight(self, values: dict[str, np.ndarray], per_step: list[list]) -> None:
@@ -120,7 +163,7 @@ class Plan:
         except Exception as exc:
             # NOTE: the straight-line code keeps tensors in locals: run the plan again step by step, where
             # the failing step's operands are at hand for the prototype to explain (kernels are pure)
-            self._run(values, per_step, False)
+            self._run(values, per_step, False, None)
             k = failing_step(exc, self.chunks)
             if k is None:
                 raise DeviceError(f"cpu: a plan's run failed: {type(exc).__name__}: {exc}") from exc
@@ -130,13 +173,14 @@ class Plan:
         for name, idx in self.outputs:
             values[name] = slots[idx]
 
-    def _run(self, values: dict[str, np.ndarray], per_step: list[list], check: bool) -> None:
+    def _run(self, values: dict[str, np.ndarray], per_step: list[list], check: bool,
+             timings: list[float] | None) -> None:
         slots = list(self.slots)
         for name, idx in self.inputs:
             slots[idx] = values[name]
-        timings = self.timings
         for k, step in enumerate(self.steps):
             if timings is not None:
+                inner = NESTED.inner
                 t0 = time.perf_counter()
             bufs = per_step[k]
             if step.fresh:
@@ -161,7 +205,9 @@ class Plan:
             if check:
                 _verify(step, result)
             if timings is not None:
-                timings[k] += time.perf_counter() - t0
+                took = time.perf_counter() - t0
+                timings[k] += took - (NESTED.inner - inner)   # exclusive of nested plans' steps
+                NESTED.inner = inner + took
         for name, idx in self.outputs:
             values[name] = slots[idx]
 
@@ -197,6 +243,7 @@ def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: l
         chosen = fuse_activations(chosen, external)
         chosen = fuse_channel_shuffle(chosen, external, constants)
         chosen, layouts = assign_layouts(chosen, external)
+        chosen = fuse_relayout_casts(chosen, external)
         constants.update(layouts.constants)
     physical = layouts.physical
     sizes: dict[str, int] = {}

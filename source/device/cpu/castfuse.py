@@ -1,0 +1,63 @@
+"""Casts folded into the CPU layout pass's conversions: one pass instead of two at an NHWC region's edge.
+
+Under fp16 storage a graph input arrives as float16, is widened to float32 (a Cast) and then converted to
+channels-last (an inserted ``to-nhwc`` step); at the other edge a ``to-nchw`` step is followed by the Cast
+back to float16. Each pair reads and writes the whole tensor twice. The conversion writes into an output
+of any float dtype (``np.copyto`` converts while it permutes), so the pair becomes one step: the Cast's
+rounding is the same, only the order of two exact-or-identical element maps changes, so results are
+bit-equal.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from nnhal.device.cpu.fusions import Chosen
+from nnhal.device.cpu.layout import Relayout
+from nnhal.hostkernels.fused import fuse
+from nnhal.operator.base import Info
+
+_FLOATS = (np.float16, np.float32, np.float64)
+
+
+def _float_cast(c: Chosen) -> bool:
+    """A Cast between float dtypes with one output."""
+    return c.node.op_type == "Cast" and not c.node.domain and len(c.node.outputs) == 1 and bool(c.ins) \
+        and c.ins[0] is not None and c.ins[0].dtype in _FLOATS and c.outs[0].dtype in _FLOATS
+
+
+def fuse_relayout_casts(chosen: list[Chosen], external: set[str]) -> list[Chosen]:
+    """Fold a float Cast into the layout conversion next to it (the Cast reads the conversion's output, or
+    the conversion reads the Cast's, and the tensor between has no other reader and is no subgraph output)."""
+    readers: dict[str, list[int]] = {}
+    for pos, c in enumerate(chosen):
+        for name in dict.fromkeys(c.node.all_inputs):
+            if name:
+                readers.setdefault(name, []).append(pos)
+
+    def only_reader(name: str) -> int | None:
+        found = readers.get(name, [])
+        return found[0] if len(found) == 1 and name not in external else None
+
+    result, dropped = [], set()
+    for pos, c in enumerate(chosen):
+        if pos in dropped:
+            continue
+        if isinstance(c.kernel, Relayout):
+            nxt = only_reader(c.node.outputs[0])
+            if nxt is not None and nxt not in dropped and _float_cast(chosen[nxt]):
+                cast = chosen[nxt]
+                node = fuse(c.node, cast.node, outputs=list(cast.node.outputs))
+                result.append(Chosen(node, c.kernel, c.ins, [Info(cast.outs[0].dtype, c.outs[0].shape)]))
+                dropped.add(nxt)
+                continue
+        if _float_cast(c):
+            nxt = only_reader(c.node.outputs[0])
+            if nxt is not None and nxt not in dropped and isinstance(chosen[nxt].kernel, Relayout):
+                relayout = chosen[nxt]
+                # NOTE: placed where the Cast was: its one input is ready there, its readers come later still
+                node = fuse(relayout.node, c.node, inputs=[c.node.inputs[0]])
+                result.append(Chosen(node, relayout.kernel, [c.ins[0]], relayout.outs))
+                dropped.add(nxt)
+                continue
+        result.append(c)
+    return result
