@@ -676,7 +676,7 @@ def _begin(g: GraphHandle, feeds: dict[str, np.ndarray]) -> Execution:
     for name in g.graph.outputs:
         t = g.prepared_graph.tensors[name]
         if t.kind is TensorKind.CONSTANT:
-            ex.values[name] = t.value
+            ex.values[name] = t.value.copy()     # the user's own: changing it must not change the graph
     return ex
 
 

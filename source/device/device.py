@@ -56,6 +56,12 @@ class Description:
     objects (``device_graph``, ``privacy``). A device that does not declare it (the default, False)
     is entered by one run at a time: the core serialises calls to that device alone.
 
+    ``reuses_outputs`` says whether the arrays ``run`` puts into ``subgraph.values`` may be written again
+    by a later run (a pool of output buffers, mapped staging memory). The default, False, promises fresh
+    arrays per run, which the core passes on as they are; with True the core copies each output as it
+    leaves the subgraph. Either way an array a user receives is never changed by a later run
+    (docs/device-guide.md, "Who owns the outputs"; ``nnhal.testing.check_output_ownership`` checks it).
+
     ``activation_quantization`` says how the device can quantize activations
     under int8/uint8: "static" (the per-tensor scales the core calibrated) and,
     when listed, "dynamic" (each row / token quantized with its own scale at
@@ -76,6 +82,7 @@ class Description:
     summary: str = ""
     compute: dict[str, str] = field(default_factory=dict)
     reentrant: bool = False
+    reuses_outputs: bool = False
     activation_quantization: tuple[str, ...] = ("static",)
 
 
@@ -127,8 +134,11 @@ class Interface:
         the boundary inputs from ``subgraph.values`` and constants from
         ``subgraph.graph.tensors[name].value``; write every name of
         ``subgraph.outputs`` into ``subgraph.values`` and nothing else (keep
-        intermediates local); a missing output is a DeviceError. Raising, or a
-        missing output, re-places the subgraph on the CPU (an error under strict).
+        intermediates local), each a fresh array (or declare
+        ``Description.reuses_outputs``) of the dtype and shape inference gave it
+        (``subgraph.graph.tensors[name]``, or the format in ``output_formats``);
+        a missing or misshapen output is a DeviceError naming the tensor. Raising,
+        or such an output, re-places the subgraph on the CPU (an error under strict).
     async_run(device, subgraph)
         Start what ``run`` does and return at once; used only when another
         subgraph can overlap. Same rules on ``values`` as ``run``.
