@@ -33,6 +33,22 @@ NAME_PATTERN = re.compile(r"^[a-z0-9]+$")
 # under Options(prefer="speed" | "power").
 API_VERSION: tuple[int, int] = (1, 1)
 PRECISIONS = ("fp32", "fp16", "int8", "uint8")
+# The device API version that added each optional hook ("table.hook") or Description field after 1.0: a
+# device declaring an older version that fills one was written against a newer contract than it says
+# (register_device warns; nnhal.testing.check_api_version fails).
+SINCE: dict[str, tuple[int, int]] = {"interface.profile": (1, 1), "description.performance": (1, 1)}
+
+
+def newer_than_declared(device: "Device", api: tuple[int, int]) -> list[str]:
+    """The hooks and Description fields ``device`` fills that its declared ``api`` version does not have."""
+    filled = {f"interface.{name}" for name in ("profile",) if getattr(device.interface, name, None) is not None}
+    try:
+        if device.describe().performance:
+            filled.add("description.performance")
+    except Exception:  # NOTE: a describe that raises is refused at registration with its own message
+        pass
+    return sorted(f"{what} (since {since[0]}.{since[1]})" for what, since in SINCE.items()
+                  if what in filled and tuple(api) < since)
 
 
 @dataclass(frozen=True)
