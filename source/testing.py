@@ -487,14 +487,13 @@ def check_lifetime(device: str, live: Callable[[Device], int] | None = None) -> 
         unregister_device(name)
     problems = []
     c = life.calls
-    for opened, closed in (("init", "release_device"), ("allocate", "release"), ("pre_run", "release_graph")):
-        if opened == "pre_run":
-            n_open = len(life.built)
-        else:
-            n_open = c.get(opened, 0)
-        filled = getattr(record.interface, closed, None) or (record.allocator and getattr(record.allocator, closed))
-        if (c.get(opened) and filled) and n_open != c.get(closed, 0):
-            problems.append(f"{opened} {n_open} time(s) but {closed} {c.get(closed, 0)}")
+    pairs = (("init", "release_device", record.interface), ("allocate", "release", record.allocator),
+             ("pre_run", "release_graph", record.interface))
+    for opened, closed, table in pairs:
+        n_open = len(life.built) if opened == "pre_run" else c.get(opened, 0)
+        if n_open and getattr(table, closed, None) is not None and n_open != c.get(closed, 0):
+            what = "compiled graphs built by pre_run" if opened == "pre_run" else f"{opened} called"
+            problems.append(f"{what} {n_open} time(s) but {closed} called {c.get(closed, 0)}")
     unreleased = [where for key, where in life.built.items() if key not in life.released]
     if unreleased and record.interface.release_graph is not None:
         problems.append(f"compiled graphs of {unreleased} never given to release_graph")
