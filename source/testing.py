@@ -41,7 +41,7 @@ import numpy as np
 
 import nnhal
 from nnhal.api import FALLBACK_DEVICE
-from nnhal.conformance.tolerance import Tolerance, compare, kit_policy
+from nnhal.conformance.tolerance import Tolerance, compare, kit_policy, quantized_atol
 from nnhal.device.device import Device
 from nnhal.device.manager import register_device, unregister_device
 
@@ -278,13 +278,12 @@ def _precision(record: Device) -> str:
 
 def _compare(device: str, got: list[np.ndarray], want: list[np.ndarray], precision: str,
              ops: frozenset[str] = frozenset(BINARY_OPS + UNARY_OPS)) -> None:
-    """Outputs against the CPU's under the kit's policy (conformance/tolerance.py: kit_policy for ``ops``);
-    quantized precisions: off by one 8-bit step of the output's range on each side."""
+    """Outputs against the CPU's under the kit's policy (conformance/tolerance.py: kit_policy for ``ops``,
+    quantized_atol under a quantized precision)."""
     for i, (g, w) in enumerate(zip(got, want)):
         tol = kit_policy(precision, ops)
         if precision not in ("fp32", "fp16"):
-            step = float(np.ptp(w)) / 255.0 if w.size else 0.0
-            tol = Tolerance(atol=2 * step, rtol=0.0, int_off_by=1)
+            tol = Tolerance(atol=quantized_atol([w]), rtol=0.0, int_off_by=1)
         why = compare(g, w, tol)
         if why:
             raise AssertionError(f"output {i} on '{device}' at {precision} differs from the CPU's: {why}")

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from nnhal.conformance.tolerance import compare, kit_policy
+from nnhal.conformance.tolerance import compare, kit_policy, quantized_atol
 from nnhal.device.manager import FALLBACK_DEVICE
 from nnhal.errors import NnhalError, UnsupportedError
 from nnhal.options import PRECISIONS
@@ -102,15 +102,12 @@ def _arrays(values) -> list[np.ndarray] | None:
     return out
 
 
-def _tolerance(precision: str, case, expected: np.ndarray):
+def _tolerance(precision: str, case, expected: np.ndarray, inputs: list[np.ndarray]):
     """The kit's policy for the case's ops (never the case's own, looser, tolerance); under a quantized
-    precision float outputs may also be off by one 8-bit step of their range (the float image of "off by one")."""
+    precision a float output may also be off by tolerance.quantized_atol of the case's inputs and this output."""
     tol = kit_policy(precision, {n.op_type for n in case.model.graph.node}, case.name)
     if precision in ("int8", "uint8") and expected.dtype.kind == "f" and expected.size:
-        finite = expected[np.isfinite(expected)]
-        if finite.size:
-            step = float(max(finite.max(), 0.0) - min(finite.min(), 0.0)) / 255.0
-            tol = replace(tol, atol=max(tol.atol, step))
+        tol = replace(tol, atol=max(tol.atol, quantized_atol([expected, *inputs])))
     return tol
 
 
@@ -166,7 +163,7 @@ def run_case(case, device: str = FALLBACK_DEVICE, precision: str = "fp32", stric
             result.placement = {name: dev for name, (dev, _) in placement.items()}
             result.fell_back = sorted({op for dev, op in placement.values() if dev != device} | set(result.fell_back))
             for i, (got, want) in enumerate(zip(outputs, expected)):
-                why = compare(got, want, _tolerance(precision, case, want))
+                why = compare(got, want, _tolerance(precision, case, want, list(inputs)))
                 if why:
                     result.status, result.reason = WRONG, f"output {i}: {why}"
                     break

@@ -94,6 +94,23 @@ def kit_policy(precision: str = "fp32", ops: Iterable[str] = (), case: str = "")
     return Tolerance(base.atol, max([base.rtol, *slack]))
 
 
+# Quantized precisions compare float outputs to the grid: QUANTIZED_STEPS 8-bit steps of the widest float
+# range involved (the core rounds float inputs to the calibrated grid, half a step; the device rounds its
+# output, half a step, and may be off by one, as NNAPI allows).
+QUANTIZED_STEPS = 2
+
+
+def quantized_atol(arrays: Iterable[np.ndarray]) -> float:
+    """QUANTIZED_STEPS 8-bit steps of the widest finite range (widened to include zero) of the float ``arrays``."""
+    widths = [0.0]
+    for a in arrays:
+        a = np.asarray(a)
+        finite = a[np.isfinite(a)] if a.dtype.kind == "f" else a[:0]
+        if finite.size:
+            widths.append(float(max(finite.max(), 0.0) - min(finite.min(), 0.0)))
+    return QUANTIZED_STEPS * max(widths) / 255.0
+
+
 def compare(actual: np.ndarray, expected: np.ndarray, tol: Tolerance) -> str | None:
     """None when ``actual`` matches ``expected`` under ``tol``, else why not."""
     actual = np.asarray(actual)
