@@ -54,7 +54,7 @@ from nnhal.optimizer.placement import Decision, place
 from nnhal.optimizer.outliers import SAMPLE_ROWS, Int8Plan, plan_int8, token_activations, token_statistics
 from nnhal.optimizer.quantize import QUANTIZED, quantize_activations
 from nnhal.optimizer.report import PlacementReport, build_report
-from nnhal.optimizer.split import default_split, device_split, enforce_min_group_size
+from nnhal.optimizer.split import enforce_min_group_size, split_per_device
 from nnhal.options import Options, validate_device_options
 from nnhal.profiling import NodeTime, Profile, SubgraphTime
 from nnhal.scheduler.cleanup import Cleanup
@@ -470,8 +470,7 @@ def _plan(g: GraphHandle, options: Options, memo: _Calibrated | None = None
                         prefer=options.prefer)
     moved = enforce_min_group_size(graph, g.placement, options.min_group_size, fallback=FALLBACK_DEVICE)
     assignment = {n: d.device for n, d in g.placement.items()}
-    splitter = next((d for d in devices if d.optimizer and d.optimizer.split_graph), None)
-    subgraphs = device_split(splitter, graph, assignment) if splitter else default_split(graph, assignment)
+    subgraphs = split_per_device(graph, assignment, devices)     # each device's split_graph for its own nodes
     for sg in subgraphs:
         sg.original_nodes = list(sg.nodes)
         sg.precision = options.precision if options.precision in find_device(sg.device).describe().precisions \

@@ -28,7 +28,7 @@ def _available(device: str) -> None:
         pytest.skip(f"{device} has nothing to run here: {desc.summary}")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _sample(device: str) -> tuple:
     cases = testing.conformance_cases(device)
     return tuple(cases[::max(1, len(cases) // SAMPLE)][:SAMPLE])
