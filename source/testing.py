@@ -41,6 +41,7 @@ import numpy as np
 
 import nnhal
 from nnhal.api import FALLBACK_DEVICE
+from nnhal.conformance.divergence import Divergence, first_divergence
 from nnhal.conformance.tolerance import Tolerance, compare, kit_policy, quantized_atol
 from nnhal.device.device import Device
 from nnhal.device.manager import register_device, unregister_device
@@ -541,7 +542,8 @@ def check_random_graphs(device: str, seeds: Any = range(10), precision: str | No
         raise AssertionError(f"{len(found)} random graph(s) differ on '{device}':\n" + "\n".join(map(str, found)))
 
 
-__all__ = ["LIFECYCLE", "Lifetime", "check_api_version", "check_boundaries", "check_call_order", "check_case",
+__all__ = ["LIFECYCLE", "Divergence", "Lifetime", "check_api_version", "check_boundaries", "check_call_order", "check_case",
            "check_concurrent_runs", "check_fallback", "check_hook_order", "check_lifetime", "check_output_ownership",
-           "check_random_graphs", "conformance_cases", "counting", "filled_hooks", "first_calls", "recording",
+           "check_random_graphs", "conformance_cases", "counting", "filled_hooks", "first_calls", "first_divergence",
+           "recording",
            "weights_coverage"]

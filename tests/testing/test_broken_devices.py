@@ -157,3 +157,40 @@ def test_outputs_stay_unchanged_after_later_runs_through_the_public_api(register
         first = s.run({"x": np.array([1, 2, 3], np.float32)})[0]
         s.run({"x": np.array([4, 5, 6], np.float32)})
     np.testing.assert_array_equal(first, [1, 2, 3])
+
+
+def _chain_model():
+    from onnx import TensorProto, helper, numpy_helper
+
+    k = numpy_helper.from_array(np.linspace(0.5, 1.5, 12, dtype=np.float32).reshape(3, 4), "k")
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="first"), helper.make_node("Mul", ["a", "k"], ["b"], name="scale"),
+             helper.make_node("Add", ["b", "x"], ["c"], name="join"), helper.make_node("Sigmoid", ["c"], ["y"], name="last")]
+    info = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [3, 4]) for n in ("x", "y")]
+    model = helper.make_model(helper.make_graph(nodes, "chain", info[:1], info[1:], [k]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    return model, {"x": np.random.default_rng(3).standard_normal((3, 4)).astype(np.float32)}
+
+
+def test_debug_mode_names_the_first_node_that_diverges(registered):
+    import dataclasses
+
+    def run(device, sg):
+        out = broken.compute(sg)
+        wrong = {n.outputs[0] for n in sg.nodes if n.op_type == "Mul"}
+        for name in sg.outputs:
+            sg.values[name] = out[name] * np.float32(1.001) if name in wrong else out[name]
+
+    model, feeds = _chain_model()
+    good = registered(broken.good, "kitdebugok")
+    assert testing.first_divergence(model, feeds, good) is None
+    bad = registered(lambda n: dataclasses.replace(broken.good(n), interface=dataclasses.replace(
+        broken.good(n).interface, run=run)), "kitdebugmul")
+    found = testing.first_divergence(model, feeds, bad)
+    assert found is not None and (found.node, found.op, found.checked) == ("scale", "Mul", 2)
+    assert "node 'scale' (Mul) on 'kitdebugmul' at fp32 diverges from the host reference" in str(found)
+
+
+@pytest.mark.parametrize("device", ["cpu", "vnpu"])
+def test_debug_mode_finds_nothing_on_in_tree_devices(device):
+    model, feeds = _chain_model()
+    assert testing.first_divergence(model, feeds, device) is None
