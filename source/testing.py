@@ -5,31 +5,36 @@
 
     DEVICE = "mydev"        # registered by nnhal.init() (entry point, NNHAL_DEVICE_PATH or built in)
 
+    @pytest.mark.parametrize("constant_weights", [False, True])
     @pytest.mark.parametrize("case", testing.conformance_cases(DEVICE), ids=str)
-    def test_conformance(case):
-        testing.check_case(DEVICE, case)
+    def test_conformance(case, constant_weights):
+        testing.check_case(DEVICE, case, constant_weights=constant_weights)
 
-    def test_hook_order():
-        testing.check_hook_order(DEVICE)
+    @pytest.mark.parametrize("check", ["check_hook_order", "check_boundaries", "check_fallback",
+                                       "check_concurrent_runs", "check_output_ownership", "check_api_version"])
+    def test_capability(check):
+        getattr(testing, check)(DEVICE)
 
-    def test_boundaries():
-        testing.check_boundaries(DEVICE)
+    def test_lifetime():
+        testing.check_lifetime(DEVICE, live=lambda device: device.privacy.live_objects)   # live: optional
 
-    def test_fallback():
-        testing.check_fallback(DEVICE)
+    def test_random_graphs():
+        testing.check_random_graphs(DEVICE, seeds=range(20))
 
-    def test_concurrent_runs():
-        testing.check_concurrent_runs(DEVICE)
-
-Five capabilities, each a test of its own (IREE's CTS): the ONNX backend node
-suite restricted to the ops and precisions the device describes, run strictly
-on the device (no CPU to hide behind); the order in which the core calls every
-hook the device fills; subgraph boundaries (graph inputs, constants, tensors
-exchanged with the CPU, graph outputs produced mid-subgraph) against the CPU's
-results; fallback to the CPU when the device's ``pre_run`` or ``run``
-fails; and one Session run from several threads at once. A check that does
-not apply is skipped with its reason, never silently.
-Failures are AssertionErrors whose message says what went wrong.
+Each capability is a test of its own (IREE's CTS): the ONNX backend node suite restricted to the ops and
+precisions the device describes, run strictly on the device (no CPU to hide behind), with the weights as
+graph inputs and, in constant-weights mode, as initializers; the order in which the core calls every hook
+the device fills; subgraph boundaries (graph inputs, constants, tensors exchanged with the CPU, graph
+outputs produced mid-subgraph) against the CPU's results; fallback to the CPU when the device's ``pre_run``
+or ``run`` fails; one Session run from several threads at once; output ownership (a returned array never
+changes, no two runs share one); lifetime (every hook that opens something is balanced by the one that
+closes it, compiled graphs are freed, the device's own live-object count returns to zero); the declared
+device API version against the hooks filled; random graphs against the CPU reference kernels, minimised,
+with a replay line. Outputs are compared under one policy per precision (conformance/tolerance.py
+``kit_policy``): at fp32 an ordinary op must be within NNAPI's numbers, so an output scaled by 1.001 fails.
+A check that does not apply is skipped with its reason, never silently. Failures are AssertionErrors whose
+message says what went wrong. ``first_divergence`` names the first node a device computes differently from
+the host reference kernels (docs/device-guide.md, "Debugging a wrong output").
 """
 from __future__ import annotations
 
@@ -542,8 +547,7 @@ def check_random_graphs(device: str, seeds: Any = range(10), precision: str | No
         raise AssertionError(f"{len(found)} random graph(s) differ on '{device}':\n" + "\n".join(map(str, found)))
 
 
-__all__ = ["LIFECYCLE", "Divergence", "Lifetime", "check_api_version", "check_boundaries", "check_call_order", "check_case",
-           "check_concurrent_runs", "check_fallback", "check_hook_order", "check_lifetime", "check_output_ownership",
-           "check_random_graphs", "conformance_cases", "counting", "filled_hooks", "first_calls", "first_divergence",
-           "recording",
-           "weights_coverage"]
+__all__ = ["LIFECYCLE", "Divergence", "Lifetime", "check_api_version", "check_boundaries", "check_call_order",
+           "check_case", "check_concurrent_runs", "check_fallback", "check_hook_order", "check_lifetime",
+           "check_output_ownership", "check_random_graphs", "conformance_cases", "counting", "filled_hooks",
+           "first_calls", "first_divergence", "recording", "weights_coverage"]

@@ -211,7 +211,8 @@ class Allocator:
         Absent: every node of a described op and precision is accepted, whatever
         its dtypes, shapes or attributes.
     allocate(device, subgraph)
-        Device memory for the subgraph's tensors, before pre_run.
+        Device memory for the subgraph's tensors, before pre_run. Keep the record of what
+        was reserved in ``subgraph.allocation`` (per subgraph; pre_run and release read it).
     release(device, subgraph)
         Free it, after post_run (also after a failure, before the CPU takes over).
     """

@@ -163,8 +163,10 @@ def _chain_model():
     from onnx import TensorProto, helper, numpy_helper
 
     k = numpy_helper.from_array(np.linspace(0.5, 1.5, 12, dtype=np.float32).reshape(3, 4), "k")
-    nodes = [helper.make_node("Relu", ["x"], ["a"], name="first"), helper.make_node("Mul", ["a", "k"], ["b"], name="scale"),
-             helper.make_node("Add", ["b", "x"], ["c"], name="join"), helper.make_node("Sigmoid", ["c"], ["y"], name="last")]
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="first"),
+             helper.make_node("Mul", ["a", "k"], ["b"], name="scale"),
+             helper.make_node("Add", ["b", "x"], ["c"], name="join"),
+             helper.make_node("Sigmoid", ["c"], ["y"], name="last")]
     info = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [3, 4]) for n in ("x", "y")]
     model = helper.make_model(helper.make_graph(nodes, "chain", info[:1], info[1:], [k]),
                               opset_imports=[helper.make_opsetid("", 17)])
