@@ -224,6 +224,15 @@ def check_selection(ops: list[str] | None, pattern: str | None) -> None:
                            + (f" among the cases of {','.join(ops)}" if ops else ""))
 
 
+def print_per_op(results: list[CaseResult], device: str) -> None:
+    """The per-op table of the device's own coverage: a pass is an op the device ran in a right case."""
+    from nnhal.conformance.report import STATUSES, per_op
+
+    print(f"{'op':28s}" + "".join(f"{s:>12s}" for s in STATUSES) + f"   (pass: run by '{device}' itself)")
+    for op, counts in per_op(results).items():
+        print(f"{op:28s}" + "".join(f"{counts[s]:12d}" for s in STATUSES))
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
@@ -250,6 +259,8 @@ def main(argv: list[str] | None = None) -> int:
     for r in results:
         if r.status not in (PASS, FALLBACK) and (args.verbose or r.status in (WRONG, ERROR)):
             print(f"{r.status:12s} {r.name}: {r.reason[:300]}")
+    if ops or args.verbose:
+        print_per_op(results, args.device)
     if args.report:
         from nnhal.conformance.report import write
 

@@ -45,7 +45,7 @@ def check_outputs(view: Subgraph) -> None:
     for name in view.outputs:
         value = view.values[name]
         dtype, shape = expected(view, name)
-        if not isinstance(value, np.ndarray):
+        if not isinstance(value, (np.ndarray, np.generic)):     # a numpy scalar is taken as a 0-d array
             if isinstance(value, (list, tuple)) and (dtype is None or shape is None):
                 continue            # a sequence value (SequenceConstruct and friends) has no tensor Info
             raise DeviceError(f"subgraph #{view.index} on device '{view.device}': output '{name}' is a "
@@ -62,8 +62,10 @@ def take_output(view: Subgraph, name: str, host_dtype: np.dtype | None, copy: bo
     """Output ``name`` of ``view`` in the host format (converted from the format the device declared), a copy
     when ``copy`` (the device reuses its output buffers) and the conversion did not already make one."""
     value = view.values[name]
+    if isinstance(value, np.generic):
+        value = np.asarray(value)
     fmt = view.output_formats.get(name)
     host = to_host(value, fmt, host_dtype) if fmt is not None and host_dtype is not None else value
-    if copy and host is value and isinstance(value, np.ndarray):
+    if copy and host is view.values[name] and isinstance(value, np.ndarray):
         host = value.copy()
     return host

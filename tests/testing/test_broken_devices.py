@@ -196,3 +196,14 @@ def test_debug_mode_names_the_first_node_that_diverges(registered):
 def test_debug_mode_finds_nothing_on_in_tree_devices(device):
     model, feeds = _chain_model()
     assert testing.first_divergence(model, feeds, device) is None
+
+
+def test_validate_prints_the_devices_own_per_op_coverage(registered, capsys):
+    from nnhal.conformance.runner import main
+
+    dev = registered(broken.declines_conv, "kitnoconvcli")
+    assert main(["--device", dev, "--ops", "Conv", "--pattern", "test_conv_with_strides_*", "-q"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    conv = next(line.split() for line in out if line.startswith("Conv "))
+    assert conv[1:3] == ["0", "3"]          # pass 0 (run by the device itself), fallback 3
+    assert out[-1].startswith("0 passed, 3 passed on fallback (not the device's), 0 wrong")
