@@ -282,10 +282,10 @@ def _precision(record: Device) -> str:
     return "fp32" if "fp32" in precisions else precisions[0]
 
 
-def _compare(device: str, got: list[np.ndarray], want: list[np.ndarray], precision: str,
-             ops: frozenset[str] = frozenset(BINARY_OPS + UNARY_OPS)) -> None:
-    """Outputs against the CPU's under the kit's policy (conformance/tolerance.py: kit_policy for ``ops``,
+def _compare(device: str, got: list[np.ndarray], want: list[np.ndarray], precision: str, model: Any) -> None:
+    """Outputs against the CPU's under the kit's policy (conformance/tolerance.py: kit_policy for ``model``'s ops,
     quantized_atol under a quantized precision)."""
+    ops = {n.op_type for n in model.graph.node}
     for i, (g, w) in enumerate(zip(got, want)):
         tol = kit_policy(precision, ops)
         if precision not in ("fp32", "fp16"):
@@ -313,7 +313,7 @@ def check_boundaries(device: str) -> None:
             raise AssertionError(f"'{device}' failed on the boundary model: {[f.describe() for f in s.fallbacks]}")
     if placed != pins:
         raise AssertionError(f"placement {placed} is not the pinned {pins}")
-    _compare(device, got, _reference(model, feeds), precision)
+    _compare(device, got, _reference(model, feeds), precision, model)
 
 
 def _failing(record: Device, stage: str, name: str) -> Device:
@@ -346,7 +346,7 @@ def check_fallback(device: str) -> None:
         if stages != {(name, stage)}:
             raise AssertionError(f"a failing {stage} on '{device}' gave the fallbacks {sorted(stages)}, "
                                  f"expected {[(name, stage)]}")
-        _compare(device, got, want, _precision(record))
+        _compare(device, got, want, _precision(record), model)
 
 
 def check_concurrent_runs(device: str, threads: int = 4, runs: int = 5) -> None:
