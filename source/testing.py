@@ -5,31 +5,36 @@
 
     DEVICE = "mydev"        # registered by nnhal.init() (entry point, NNHAL_DEVICE_PATH or built in)
 
+    @pytest.mark.parametrize("constant_weights", [False, True])
     @pytest.mark.parametrize("case", testing.conformance_cases(DEVICE), ids=str)
-    def test_conformance(case):
-        testing.check_case(DEVICE, case)
+    def test_conformance(case, constant_weights):
+        testing.check_case(DEVICE, case, constant_weights=constant_weights)
 
-    def test_hook_order():
-        testing.check_hook_order(DEVICE)
+    @pytest.mark.parametrize("check", ["check_hook_order", "check_boundaries", "check_fallback",
+                                       "check_concurrent_runs", "check_output_ownership", "check_api_version"])
+    def test_capability(check):
+        getattr(testing, check)(DEVICE)
 
-    def test_boundaries():
-        testing.check_boundaries(DEVICE)
+    def test_lifetime():
+        testing.check_lifetime(DEVICE, live=lambda device: device.privacy.live_objects)   # live: optional
 
-    def test_fallback():
-        testing.check_fallback(DEVICE)
+    def test_random_graphs():
+        testing.check_random_graphs(DEVICE, seeds=range(20))
 
-    def test_concurrent_runs():
-        testing.check_concurrent_runs(DEVICE)
-
-Five capabilities, each a test of its own (IREE's CTS): the ONNX backend node
-suite restricted to the ops and precisions the device describes, run strictly
-on the device (no CPU to hide behind); the order in which the core calls every
-hook the device fills; subgraph boundaries (graph inputs, constants, tensors
-exchanged with the CPU, graph outputs produced mid-subgraph) against the CPU's
-results; fallback to the CPU when the device's ``pre_run`` or ``run``
-fails; and one Session run from several threads at once. A check that does
-not apply is skipped with its reason, never silently.
-Failures are AssertionErrors whose message says what went wrong.
+Each capability is a test of its own (IREE's CTS): the ONNX backend node suite restricted to the ops and
+precisions the device describes, run strictly on the device (no CPU to hide behind), with the weights as
+graph inputs and, in constant-weights mode, as initializers; the order in which the core calls every hook
+the device fills; subgraph boundaries (graph inputs, constants, tensors exchanged with the CPU, graph
+outputs produced mid-subgraph) against the CPU's results; fallback to the CPU when the device's ``pre_run``
+or ``run`` fails; one Session run from several threads at once; output ownership (a returned array never
+changes, no two runs share one); lifetime (every hook that opens something is balanced by the one that
+closes it, compiled graphs are freed, the device's own live-object count returns to zero); the declared
+device API version against the hooks filled; random graphs against the CPU reference kernels, minimised,
+with a replay line. Outputs are compared under one policy per precision (conformance/tolerance.py
+``kit_policy``): at fp32 an ordinary op must be within NNAPI's numbers, so an output scaled by 1.001 fails.
+A check that does not apply is skipped with its reason, never silently. Failures are AssertionErrors whose
+message says what went wrong. ``first_divergence`` names the first node a device computes differently from
+the host reference kernels (docs/device-guide.md, "Debugging a wrong output").
 """
 from __future__ import annotations
 
@@ -40,6 +45,8 @@ from typing import Any, Callable
 import numpy as np
 
 import nnhal
+from nnhal.conformance.divergence import Divergence, first_divergence
+from nnhal.conformance.tolerance import Tolerance, compare, kit_policy, quantized_atol
 from nnhal.device.device import Device
 from nnhal.device.manager import FALLBACK_DEVICE, register_device, unregister_device
 
@@ -53,7 +60,6 @@ _RUN_HOOKS = frozenset({"run", "async_run", "async_wait"})
 # Ops the boundary and fallback models are built from, with their numpy meaning known to the CPU device.
 UNARY_OPS = ("Relu", "Abs", "Neg", "Sigmoid", "Tanh", "Identity")
 BINARY_OPS = ("Add", "Mul", "Sub", "Max", "Min", "MatMul")
-FP32_TOLERANCE = dict(rtol=1e-5, atol=1e-5)
 
 
 def find_device(name: str) -> Device:
@@ -185,18 +191,40 @@ def conformance_cases(device: str, ops: list[str] | None = None) -> list:
     return selected
 
 
-def check_case(device: str, case: Any, precision: str | None = None) -> None:
+def check_case(device: str, case: Any, precision: str | None = None, constant_weights: bool = False) -> None:
     """Run one backend case strictly on the device (no CPU fallback, so every node ran on it) at
-    ``precision`` (default: the first the device describes). A reasoned rejection (evaluation,
+    ``precision`` (default: the first the device describes), compared under the kit's tolerance policy
+    (conformance/tolerance.py ``kit_policy``: never the case's own, looser, one). ``constant_weights``: the
+    case's weight inputs become initializers first, as in a deployed model (a device taking constant
+    weights only declines every Conv and Gemm case otherwise). A reasoned rejection (evaluation,
     unsupported dtype) skips the test with that reason; a wrong output or a crash fails it."""
     from nnhal.conformance.runner import ERROR, UNSUPPORTED, WRONG, run_case
 
     precision = precision or find_device(device).describe().precisions[0]
-    result = run_case(case, device, precision, strict=True)
+    result = run_case(case, device, precision, strict=True, constant_weights=constant_weights)
+    mode = " with constant weights" if constant_weights else ""
     if result.status == UNSUPPORTED:
-        _skip(f"{case.name}: {result.reason}")
+        _skip(f"{case.name}{mode}: {result.reason}")
     elif result.status in (WRONG, ERROR):
-        raise AssertionError(f"{case.name} on '{device}' at {precision}: {result.status}: {result.reason}")
+        raise AssertionError(f"{case.name}{mode} on '{device}' at {precision}: {result.status}: {result.reason}")
+
+
+def weights_coverage(device: str, ops: list[str] | None = None, precision: str | None = None) -> dict[str, dict]:
+    """Per op, how many of the device's conformance cases it ran itself (strictly, outputs right), with the
+    weights as graph inputs and as initializers: ``{op: {"inputs": n, "constant": n, "cases": n}}``."""
+    from nnhal.conformance.runner import PASS, run_case
+
+    precision = precision or find_device(device).describe().precisions[0]
+    table: dict[str, dict] = {}
+    for case in conformance_cases(device, ops):
+        ran = {mode: run_case(case, device, precision, strict=True, constant_weights=mode == "constant").status
+               == PASS for mode in ("inputs", "constant")}
+        for op in {n.op_type for n in case.model.graph.node}:
+            row = table.setdefault(op, {"inputs": 0, "constant": 0, "cases": 0})
+            row["cases"] += 1
+            for mode, ok in ran.items():
+                row[mode] += int(ok)
+    return dict(sorted(table.items()))
 
 
 # --------------------------------------------------------- boundaries, fallback
@@ -253,17 +281,17 @@ def _precision(record: Device) -> str:
     return "fp32" if "fp32" in precisions else precisions[0]
 
 
-def _compare(device: str, got: list[np.ndarray], want: list[np.ndarray], precision: str) -> None:
+def _compare(device: str, got: list[np.ndarray], want: list[np.ndarray], precision: str, model: Any) -> None:
+    """Outputs against the CPU's under the kit's policy (conformance/tolerance.py: kit_policy for ``model``'s ops,
+    quantized_atol under a quantized precision)."""
+    ops = {n.op_type for n in model.graph.node}
     for i, (g, w) in enumerate(zip(got, want)):
-        if precision in ("fp32", "fp16"):
-            tol = FP32_TOLERANCE if precision == "fp32" else dict(rtol=5 * 2.0 ** -10, atol=5 * 2.0 ** -10)
-        else:
-            step = float(np.ptp(w)) / 255.0 if w.size else 0.0
-            tol = dict(rtol=0.0, atol=2 * step)     # quantized: off by one step on each side
-        if g.shape != w.shape or not np.allclose(g, w, **tol):
-            raise AssertionError(f"output {i} on '{device}' at {precision} differs from the CPU's: "
-                                 f"max |diff| {np.max(np.abs(g - w)) if g.shape == w.shape else 'shape'} "
-                                 f"(tolerance {tol})")
+        tol = kit_policy(precision, ops)
+        if precision not in ("fp32", "fp16"):
+            tol = Tolerance(atol=quantized_atol([w]), rtol=0.0, int_off_by=1)
+        why = compare(g, w, tol)
+        if why:
+            raise AssertionError(f"output {i} on '{device}' at {precision} differs from the CPU's: {why}")
 
 
 def _reference(model: Any, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -284,7 +312,7 @@ def check_boundaries(device: str) -> None:
             raise AssertionError(f"'{device}' failed on the boundary model: {[f.describe() for f in s.fallbacks]}")
     if placed != pins:
         raise AssertionError(f"placement {placed} is not the pinned {pins}")
-    _compare(device, got, _reference(model, feeds), precision)
+    _compare(device, got, _reference(model, feeds), precision, model)
 
 
 def _failing(record: Device, stage: str, name: str) -> Device:
@@ -317,29 +345,208 @@ def check_fallback(device: str) -> None:
         if stages != {(name, stage)}:
             raise AssertionError(f"a failing {stage} on '{device}' gave the fallbacks {sorted(stages)}, "
                                  f"expected {[(name, stage)]}")
-        _compare(device, got, want, _precision(record))
+        _compare(device, got, want, _precision(record), model)
 
 
 def check_concurrent_runs(device: str, threads: int = 4, runs: int = 5) -> None:
     """One Session on the device run from ``threads`` threads at once, each with its own inputs: every
-    output equals the one-thread output for the same input (a device that declares itself reentrant
-    must keep per-run state out of shared objects; one that does not is serialised by the core)."""
+    output (copied as its run returns) equals the one-thread output for the same input, and no two runs
+    returned arrays sharing memory (a device that declares itself reentrant must keep per-run state out
+    of shared objects; one that does not is serialised by the core)."""
     from concurrent.futures import ThreadPoolExecutor
 
     record = find_device(device)
     model, feeds, pins = _boundary_model(device, record)
     rng = np.random.default_rng(1)
     inputs = [{"x": rng.standard_normal((4, 4)).astype(np.float32)} for _ in range(threads * runs)]
+
+    def run(f: dict[str, np.ndarray]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        got = s.run(f)
+        return got, [a.copy() for a in got]
+
     with _session(model, device, pins, _precision(record)) as s:
-        alone = [s.run(f) for f in inputs]
+        alone = [run(f)[1] for f in inputs]
         with ThreadPoolExecutor(max_workers=threads) as pool:
-            together = list(pool.map(s.run, inputs))
-    for i, (a, b) in enumerate(zip(alone, together)):
+            returned = list(pool.map(run, inputs))
+        names = s.output_names
+    for i, (a, (_, b)) in enumerate(zip(alone, returned)):
         for k, (x, y) in enumerate(zip(a, b)):
-            if not np.array_equal(x, y):
+            if not np.array_equal(x, y, equal_nan=True):
                 raise AssertionError(f"run {i} of {len(inputs)} on '{device}' from {threads} threads: output {k} "
-                                     "differs from the same input run alone (per-run state shared between runs?)")
+                                     "differs from the same input run alone (per-run state, such as input "
+                                     "staging buffers, shared between runs of a reentrant device?)")
+    _check_no_aliasing(device, names, [r for r, _ in returned], {"x"})
 
 
-__all__ = ["LIFECYCLE", "check_boundaries", "check_call_order", "check_case", "check_concurrent_runs",
-           "check_fallback", "check_hook_order", "conformance_cases", "filled_hooks", "first_calls", "recording"]
+def _check_no_aliasing(device: str, names: list[str], runs: list[list[np.ndarray]], inputs: set[str]) -> None:
+    """No output array of one run shares memory with an output of another run (graph inputs excepted)."""
+    for k, name in enumerate(names):
+        if name in inputs:
+            continue
+        for i in range(len(runs)):
+            for j in range(i + 1, len(runs)):
+                if np.shares_memory(runs[i][k], runs[j][k]):
+                    raise AssertionError(
+                        f"output '{name}' of runs {i} and {j} on '{device}' share memory: the device writes its "
+                        "outputs into buffers it reuses across runs; write fresh arrays, or declare "
+                        "Description(reuses_outputs=True) so that the core copies them")
+
+
+def check_output_ownership(device: str, runs: int = 3) -> None:
+    """Arrays returned by ``Session.run`` on the device never change in later runs, and no two runs return
+    arrays sharing memory (docs/device-guide.md, "Who owns the outputs")."""
+    record = find_device(device)
+    model, feeds, pins = _boundary_model(device, record)
+    rng = np.random.default_rng(2)
+    with _session(model, device, pins, _precision(record)) as s:
+        first = s.run(feeds)
+        kept = [a.copy() for a in first]
+        later = [s.run({"x": rng.standard_normal((4, 4)).astype(np.float32)}) for _ in range(runs)]
+        names = s.output_names
+    for name, got, want in zip(names, first, kept):
+        if not np.array_equal(got, want, equal_nan=True):
+            raise AssertionError(f"output '{name}' returned by a run on '{device}' changed during {runs} later runs: "
+                                 "the device reuses its output buffers; write fresh arrays in run, or declare "
+                                 "Description(reuses_outputs=True) so that the core copies them")
+    _check_no_aliasing(device, names, [first, *later], set(feeds))
+
+
+# ------------------------------------------------------------------ lifetime
+@dataclasses.dataclass
+class Lifetime:
+    """What a counting copy of a device saw: calls per hook, the compiled graphs pre_run built and those
+    release_graph got (by id), weak references to the built ones where they take one."""
+
+    calls: dict[str, int] = dataclasses.field(default_factory=dict)
+    built: dict[int, str] = dataclasses.field(default_factory=dict)
+    released: list[int] = dataclasses.field(default_factory=list)
+    alive: list[tuple[str, Any]] = dataclasses.field(default_factory=list)
+
+
+def counting(device: Device, life: Lifetime, name: str) -> Device:
+    """A copy of ``device`` named ``name`` whose lifecycle hooks count their calls into ``life`` and whose
+    pre_run / release_graph record the compiled graph they built / got."""
+    import weakref
+
+    def wrap(hook: str, fn: Callable | None) -> Callable | None:
+        if fn is None:
+            return None
+
+        def counted(*args: Any) -> Any:
+            life.calls[hook] = life.calls.get(hook, 0) + 1
+            if hook == "release_graph":
+                life.released.append(id(args[1]))
+            result = fn(*args)
+            if hook == "pre_run" and args[1].device_graph is not None:
+                graph = args[1].device_graph
+                life.built[id(graph)] = f"subgraph #{args[1].index}"
+                try:
+                    life.alive.append((f"subgraph #{args[1].index}", weakref.ref(graph)))
+                except TypeError:  # NOTE: dicts, lists, tuples take no weak reference: counted only
+                    pass
+            return result
+        return counted
+
+    iface, alloc = device.interface, device.allocator
+    interface = dataclasses.replace(iface, **{h: wrap(h, getattr(iface, h)) for h in
+                                               ("init", "pre_run", "release_graph", "release_device")})
+    allocator = None if alloc is None else dataclasses.replace(
+        alloc, allocate=wrap("allocate", alloc.allocate), release=wrap("release", alloc.release))
+    return dataclasses.replace(device, name=name, interface=interface, allocator=allocator,
+                               privacy=_fresh(device.privacy))
+
+
+def check_lifetime(device: str, live: Callable[[Device], int] | None = None) -> None:
+    """A counting copy of the device runs the boundary model through the whole lifecycle (prepare, runs,
+    prepare again, a second graph, destroy, unregister); then init / release_device, allocate / release
+    and pre_run / release_graph balance, every compiled graph pre_run built was released once and (where it
+    takes a weak reference) is freed, and ``live(device)``, the device's own count of live objects when it
+    offers one (compiled graphs, buffers), is back to zero after the graphs are destroyed."""
+    import gc
+
+    record = find_device(device)
+    life = Lifetime()
+    name = f"{device}life"
+    model, feeds, pins = _boundary_model(device, record)
+    pins = _renamed(pins, device, name)
+    copy_ = counting(record, life, name)
+    register_device(copy_)
+    try:
+        ctx = nnhal.create_context("lifetime", list(dict.fromkeys([name, FALLBACK_DEVICE])), pins=pins)
+        options = nnhal.Options(precision=_precision(record))
+        graphs = [nnhal.create_graph(ctx, "onnx", model) for _ in range(2)]
+        for g in graphs:
+            nnhal.set_graph_input(g, "x", feeds["x"])
+            nnhal.prerun_graph(g, options)
+            nnhal.run_graph(g)
+        nnhal.prerun_graph(graphs[0], options)      # prepared again: the first preparation is released
+        nnhal.run_graph(graphs[0])
+        for g in graphs:
+            nnhal.postrun_graph(g)
+            nnhal.destroy_graph(g)
+        del graphs
+        gc.collect()
+        remaining = live(copy_) if live is not None else 0
+    finally:
+        unregister_device(name)
+    problems = []
+    c = life.calls
+    pairs = (("init", "release_device", record.interface), ("allocate", "release", record.allocator),
+             ("pre_run", "release_graph", record.interface))
+    for opened, closed, table in pairs:
+        n_open = len(life.built) if opened == "pre_run" else c.get(opened, 0)
+        if n_open and getattr(table, closed, None) is not None and n_open != c.get(closed, 0):
+            what = "compiled graphs built by pre_run" if opened == "pre_run" else f"{opened} called"
+            problems.append(f"{what} {n_open} time(s) but {closed} called {c.get(closed, 0)}")
+    unreleased = [where for key, where in life.built.items() if key not in life.released]
+    if unreleased and record.interface.release_graph is not None:
+        problems.append(f"compiled graphs of {unreleased} never given to release_graph")
+    gc.collect()
+    leaked = [where for where, ref in life.alive if ref() is not None]
+    if leaked:
+        problems.append(f"compiled graphs of {sorted(set(leaked))} still alive after release_graph and destroy "
+                        "(held by the device's own state?)")
+    if remaining:
+        problems.append(f"the device's live-object count is {remaining} after every graph was destroyed, "
+                        "expected 0 (release_graph or release does not free?)")
+    if problems:
+        raise AssertionError(f"lifetime of '{device}': " + "; ".join(problems))
+
+
+# --------------------------------------------------------------- api version
+def check_api_version(device: str) -> None:
+    """The device API version the device declared (``NNHAL_DEVICE_API``; built-in devices: the core's)
+    has every hook and Description field it fills (nnhal.device.device.SINCE)."""
+    from nnhal.device.device import newer_than_declared
+    from nnhal.device.manager import device_status
+
+    record = find_device(device)
+    declared = next((st.api for st in device_status() if st.name == device and st.available), None)
+    if declared is None:
+        _skip(f"'{device}' has no recorded device API version")
+    newer = newer_than_declared(record, declared)
+    if newer:
+        raise AssertionError(f"'{device}' declares device API {declared[0]}.{declared[1]} but fills "
+                             f"{', '.join(newer)}: declare the version it was written against")
+
+
+# --------------------------------------------------------------- random graphs
+def check_random_graphs(device: str, seeds: Any = range(10), precision: str | None = None,
+                        ops: list[str] | None = None, max_nodes: int = 8) -> None:
+    """Random graphs of the ops the device describes (nnhal.conformance.random_graph), on the device and on
+    the CPU reference kernels, compared under the kit's policy: fails listing every mismatch minimised to
+    its smallest failing cone of nodes, each with the line that replays it."""
+    from nnhal.conformance.random_graph import GENERATORS, differential
+
+    described = find_device(device).describe().ops
+    if not set(ops or described) & described & set(GENERATORS):
+        _skip(f"'{device}' describes none of the random-graph generators' ops {sorted(GENERATORS)}")
+    found = differential(device, seeds, precision, ops, max_nodes)
+    if found:
+        raise AssertionError(f"{len(found)} random graph(s) differ on '{device}':\n" + "\n".join(map(str, found)))
+
+
+__all__ = ["LIFECYCLE", "Divergence", "Lifetime", "check_api_version", "check_boundaries", "check_call_order",
+           "check_case", "check_concurrent_runs", "check_fallback", "check_hook_order", "check_lifetime",
+           "check_output_ownership", "check_random_graphs", "conformance_cases", "counting", "filled_hooks",
+           "first_calls", "first_divergence", "recording", "weights_coverage"]

@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from nnhal.conformance.tolerance import compare, policy
+from nnhal.conformance.tolerance import compare, kit_policy
 from nnhal.device.manager import FALLBACK_DEVICE
 
 OPSET = 17
@@ -256,11 +256,12 @@ class Mismatch:
     device: str
     reason: str
     nodes: list[str]           # the minimized failing cone, "name (op)"
+    replay_args: str = ""      # the arguments after seed and device that rebuild the same graph
 
     def __str__(self) -> str:
         return (f"seed {self.seed} on device '{self.device}': {self.reason}; minimized to {len(self.nodes)} node(s): "
-                f"{', '.join(self.nodes)}; replay with "
-                f"nnhal.conformance.random_graph.replay({self.seed}, '{self.device}')")
+                f"{', '.join(self.nodes)}; replay with nnhal.conformance.random_graph.replay({self.seed}, "
+                f"'{self.device}'{self.replay_args})")
 
 
 def _run(model: onnx.ModelProto, feeds: dict, devices: list[str], precision: str, reference: bool) -> list[np.ndarray]:
@@ -283,7 +284,7 @@ def _mismatch(model: onnx.ModelProto, feeds: dict, device: str, precision: str) 
     got = _run(model, feeds, [device], precision, reference=False)
     quantized = precision in ("int8", "uint8")
     want = _run(model, feeds, [FALLBACK_DEVICE], precision if quantized else "fp32", reference=not quantized)
-    tol = policy(precision)
+    tol = kit_policy(precision, {n.op_type for n in model.graph.node})
     if quantized:
         tol = replace(tol, atol=max(tol.atol, _widest_step(model, feeds) * len(model.graph.node)))
     for name, g, w in zip([o.name for o in model.graph.output], got, want):
@@ -347,6 +348,8 @@ def differential(device: str, seeds: Iterable[int], precision: str | None = None
     from nnhal.device.manager import find_device
 
     description = find_device(device).describe()
+    extra = (f", precision='{precision}'" if precision else "") + (f", ops={sorted(set(ops))}" if ops else "") \
+        + (f", max_nodes={max_nodes}" if max_nodes != 8 else "")
     if precision is None:
         precision = "fp32" if "fp32" in description.precisions else description.precisions[0]
     described = description.ops
@@ -357,7 +360,7 @@ def differential(device: str, seeds: Iterable[int], precision: str | None = None
         why = _mismatch(model, feeds, device, precision)
         if why:
             small, why = minimize(model, feeds, device, precision)
-            found.append(Mismatch(seed, device, why, [f"{n.name} ({n.op_type})" for n in small.graph.node]))
+            found.append(Mismatch(seed, device, why, [f"{n.name} ({n.op_type})" for n in small.graph.node], extra))
     return found
 
 

@@ -6,18 +6,19 @@ from collections import Counter, defaultdict
 from dataclasses import asdict
 from pathlib import Path
 
-from nnhal.conformance.results import ERROR, PASS, UNSUPPORTED, WRONG, CaseResult
+from nnhal.conformance.results import ERROR, FALLBACK, PASS, UNSUPPORTED, WRONG, CaseResult
 from nnhal.errors import OptionsError
 
-STATUSES = (PASS, WRONG, UNSUPPORTED, ERROR)
+STATUSES = (PASS, FALLBACK, WRONG, UNSUPPORTED, ERROR)
 
 
 def per_op(results: list[CaseResult]) -> dict[str, Counter]:
-    """Op type -> status counts over the cases that use it."""
+    """Op type -> status counts over the cases that use it: the device's own coverage. In a case that passed
+    on fallback, an op whose every node the device ran counts as its pass, the others as fallback."""
     table: dict[str, Counter] = defaultdict(Counter)
     for r in results:
         for op in r.ops:
-            table[op][r.status] += 1
+            table[op][PASS if r.status == FALLBACK and op not in r.fell_back else r.status] += 1
     return dict(sorted(table.items()))
 
 
@@ -50,8 +51,10 @@ def _html(data: dict) -> str:
     from nnhal.ui.htmlpage import BAD, GOOD, NEUTRAL, WARN, Bar, Cell, Chart, Column, Table, page
 
     c = data["counts"]
-    colors = {PASS: GOOD, WRONG: BAD, UNSUPPORTED: NEUTRAL, ERROR: WARN}
-    meaning = {PASS: "every output within the tolerance policy", WRONG: "an output outside it (must stay at zero)",
+    colors = {PASS: GOOD, FALLBACK: NEUTRAL, WRONG: BAD, UNSUPPORTED: NEUTRAL, ERROR: WARN}
+    meaning = {PASS: "every output within the tolerance policy, computed by the device",
+               FALLBACK: "passed on fallback: right outputs, but some node ran on the CPU (not the device's)",
+               WRONG: "an output outside it (must stay at zero)",
                UNSUPPORTED: "an explicit, reasoned rejection", ERROR: "anything else (a crash)"}
     chart = Chart(f"{data['total']} cases by outcome", [Bar(s, c[s], colors[s], f"{c[s]}") for s in STATUSES])
     op_rows = []
@@ -69,7 +72,8 @@ def _html(data: dict) -> str:
                 [[r["name"], Cell(r["status"], r["status"], r["status"]), round(r["seconds"], 4), r["reason"][:400]]
                  for r in data["cases"] if r["status"] != PASS])
     nodes = ", ".join(f"{d}: {n}" for d, n in data["nodes_per_device"].items()) or "none"
-    summary = (f"{data['total']} ONNX backend node cases: {c[PASS]} pass, {c[WRONG]} wrong, "
+    summary = (f"{data['total']} ONNX backend node cases: {c[PASS]} pass, {c[FALLBACK]} passed on fallback, "
+               f"{c[WRONG]} wrong, "
                f"{c[UNSUPPORTED]} unsupported, {c[ERROR]} error. Nodes per device: {nodes}.")
     return page(f"nnhal conformance on device '{data['device']}' ({data['precision']})", summary, chart,
                 [per_op, bad], [(colors[s], f"{s}: {meaning[s]}") for s in STATUSES])

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 PASS, WRONG, UNSUPPORTED, ERROR = "pass", "wrong", "unsupported", "error"
+FALLBACK = "fallback"     # passed, but some nodes ran elsewhere than on the validated device
 
 
 @dataclass
@@ -15,3 +16,5 @@ class CaseResult:
     reason: str = ""
     seconds: float = 0.0
     placement: dict[str, str] = field(default_factory=dict)
+    # op types with at least one node that ran elsewhere than on the validated device (status fallback)
+    fell_back: list[str] = field(default_factory=list)

@@ -1,7 +1,9 @@
 """The conformance runner: the ONNX backend node suite on any registered device.
 
 Each case is classified as
-  pass         every output within the tolerance policy,
+  pass         every output within the tolerance policy, every node run by the device validated,
+  fallback     "passed on fallback": the outputs are right but some node ran on the CPU (declined by
+               the device, or re-placed after a failure); never counted as the device's pass,
   wrong        an output outside it (the one category that must stay at zero),
   unsupported  an explicit, reasoned rejection at create or placement time,
   error        anything else (a crash of a kernel or of inference).
@@ -14,11 +16,12 @@ import time
 import warnings
 from collections import Counter
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
-from nnhal.conformance.results import ERROR, PASS, UNSUPPORTED, WRONG, CaseResult
-from nnhal.conformance.tolerance import compare, policy
+from nnhal.conformance.results import ERROR, FALLBACK, PASS, UNSUPPORTED, WRONG, CaseResult
+from nnhal.conformance.tolerance import compare, kit_policy, quantized_atol
 from nnhal.device.manager import FALLBACK_DEVICE
 from nnhal.errors import NnhalError, UnsupportedError
 from nnhal.options import PRECISIONS
@@ -49,7 +52,8 @@ def collect_cases(ops: list[str] | None = None, pattern: str | None = None) -> l
 
 def _execute(model, feeds: list[np.ndarray], device: str, precision: str,
              strict: bool = False) -> tuple[list[np.ndarray], dict]:
-    """Run one model once through the public API; returns the outputs and node -> device.
+    """Run one model once through the public API; returns the outputs and node -> (device, op type), where
+    each node ran (after any fallback).
 
     ``strict`` keeps every node on ``device`` (no CPU fallback): a node the device declines is then
     an UnsupportedError, so a case passes only when the device itself computed it."""
@@ -57,7 +61,7 @@ def _execute(model, feeds: list[np.ndarray], device: str, precision: str,
 
     with Session(model, devices=[device], precision=precision, num_thread=1, strict=strict) as session:
         outputs = session.run(list(feeds))
-        placement = {name: d.device for name, d in session.placement.items()}
+        placement = {name: (d.device, d.op_type) for name, d in session.placement.items()}
     return outputs, placement
 
 
@@ -83,38 +87,76 @@ def _arrays(values) -> list[np.ndarray] | None:
     return out
 
 
-def _tolerance(precision: str, case, expected: np.ndarray):
-    """The policy's tolerance; under a quantized precision float outputs may also be off by one
-    8-bit step of their range (the float image of "off by one")."""
-    tol = policy(precision, case.atol, case.rtol)
+def _tolerance(precision: str, case, expected: np.ndarray, inputs: list[np.ndarray]):
+    """The kit's policy for the case's ops (never the case's own, looser, tolerance); under a quantized
+    precision a float output may also be off by tolerance.quantized_atol of the case's inputs and this output."""
+    tol = kit_policy(precision, {n.op_type for n in case.model.graph.node}, case.name)
     if precision in ("int8", "uint8") and expected.dtype.kind == "f" and expected.size:
-        finite = expected[np.isfinite(expected)]
-        if finite.size:
-            step = float(max(finite.max(), 0.0) - min(finite.min(), 0.0)) / 255.0
-            tol = replace(tol, atol=max(tol.atol, step))
+        tol = replace(tol, atol=max(tol.atol, quantized_atol([expected, *inputs])))
     return tol
 
 
-def run_case(case, device: str = FALLBACK_DEVICE, precision: str = "fp32", strict: bool = False) -> CaseResult:
+def weight_inputs(model) -> list[str]:
+    """Graph inputs a node reads only as its second or later input (weights, biases, scales, shapes): what a
+    deployed model holds as initializers. The first input of a node stays a graph input."""
+    first = {n.input[0] for n in model.graph.node if n.input}
+    later = {i for n in model.graph.node for i in n.input[1:] if i}
+    return [v.name for v in model.graph.input if v.name in later and v.name not in first]
+
+
+def with_constant_weights(model, inputs: list[np.ndarray]) -> tuple[Any, list[np.ndarray]]:
+    """``model`` with its :func:`weight_inputs` made initializers holding ``inputs``' values (graph input
+    order), and the inputs that remain graph inputs."""
+    from onnx import numpy_helper
+
+    weights = set(weight_inputs(model))
+    names = [v.name for v in model.graph.input]
+    out = type(model)()
+    out.CopyFrom(model)
+    del out.graph.input[:]
+    kept = []
+    for info, name, value in zip(model.graph.input, names, inputs):
+        if name in weights:
+            out.graph.initializer.append(numpy_helper.from_array(value, name))
+        else:
+            out.graph.input.append(info)
+            kept.append(value)
+    return out, kept
+
+
+def run_case(case, device: str = FALLBACK_DEVICE, precision: str = "fp32", strict: bool = False,
+             constant_weights: bool = False) -> CaseResult:
+    """One case on ``device`` (the CPU behind it unless ``strict``); ``constant_weights`` makes its weight
+    inputs initializers first, as a deployed model has them (a case with none is unsupported so)."""
     ops = sorted({n.op_type for n in case.model.graph.node})
     start = time.perf_counter()
     result = CaseResult(case.name, ops, PASS)
+    if constant_weights and not weight_inputs(case.model):
+        result.status, result.reason = UNSUPPORTED, "no weight inputs to make constant"
+        return result
     try:
         for inputs, expected in case.data_sets:
             inputs, expected = _arrays(inputs), _arrays(expected)
             if inputs is None or expected is None:
                 result.status, result.reason = UNSUPPORTED, "sequence or optional values are not supported"
                 break
+            model = case.model
+            if constant_weights:
+                model, inputs = with_constant_weights(model, list(inputs))
             with np.errstate(all="ignore"):
-                outputs, placement = _execute(case.model, list(inputs), device, precision, strict)
-            result.placement = placement
+                outputs, placement = _execute(model, list(inputs), device, precision, strict)
+            result.placement = {name: dev for name, (dev, _) in placement.items()}
+            result.fell_back = sorted({op for dev, op in placement.values() if dev != device} | set(result.fell_back))
             for i, (got, want) in enumerate(zip(outputs, expected)):
-                why = compare(got, want, _tolerance(precision, case, want))
+                why = compare(got, want, _tolerance(precision, case, want, list(inputs)))
                 if why:
                     result.status, result.reason = WRONG, f"output {i}: {why}"
                     break
             if result.status != PASS:
                 break
+        if result.status == PASS and result.fell_back:
+            result.status = FALLBACK
+            result.reason = f"passed on fallback: {', '.join(result.fell_back)} ran on another device"
     except UnsupportedError as exc:
         result.status, result.reason = UNSUPPORTED, str(exc)
     except NnhalError as exc:
@@ -137,7 +179,7 @@ def run_suite(device: str = FALLBACK_DEVICE, precision: str = "fp32", ops: list[
         for case in cases:
             results.append(run_case(case, device, precision))
             counts[results[-1].status] += 1
-            bar.step(detail=" ".join(f"{s} {counts[s]}" for s in (PASS, WRONG, UNSUPPORTED, ERROR)))
+            bar.step(detail=" ".join(f"{s} {counts[s]}" for s in (PASS, FALLBACK, WRONG, UNSUPPORTED, ERROR)))
     return results
 
 
@@ -167,6 +209,15 @@ def check_selection(ops: list[str] | None, pattern: str | None) -> None:
                            + (f" among the cases of {','.join(ops)}" if ops else ""))
 
 
+def print_per_op(results: list[CaseResult], device: str) -> None:
+    """The per-op table of the device's own coverage: a pass is an op the device ran in a right case."""
+    from nnhal.conformance.report import STATUSES, per_op
+
+    print(f"{'op':28s}" + "".join(f"{s:>12s}" for s in STATUSES) + f"   (pass: run by '{device}' itself)")
+    for op, counts in per_op(results).items():
+        print(f"{op:28s}" + "".join(f"{counts[s]:12d}" for s in STATUSES))
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
@@ -191,13 +242,17 @@ def main(argv: list[str] | None = None) -> int:
     check_selection(ops, args.pattern)
     results = run_suite(args.device, args.precision, ops, args.pattern, progress=not args.quiet)
     for r in results:
-        if r.status != PASS and (args.verbose or r.status in (WRONG, ERROR)):
+        if r.status not in (PASS, FALLBACK) and (args.verbose or r.status in (WRONG, ERROR)):
             print(f"{r.status:12s} {r.name}: {r.reason[:300]}")
+    if ops or args.verbose:
+        print_per_op(results, args.device)
     if args.report:
         from nnhal.conformance.report import write
 
         write(results, args.report, args.device, args.precision)
         print(f"report written to {args.report}")
     c = summary(results)
-    print(f"{c[PASS]} passed, {c[WRONG]} wrong, {c[UNSUPPORTED]} unsupported, {c[ERROR]} error of {len(results)}")
+    fallback = f", {c[FALLBACK]} passed on fallback (not the device's)" if c[FALLBACK] else ""
+    print(f"{c[PASS]} passed{fallback}, {c[WRONG]} wrong, {c[UNSUPPORTED]} unsupported, {c[ERROR]} error "
+          f"of {len(results)}")
     return 1 if c[WRONG] or c[ERROR] else 0

@@ -33,6 +33,22 @@ NAME_PATTERN = re.compile(r"^[a-z0-9]+$")
 # under Options(prefer="speed" | "power").
 API_VERSION: tuple[int, int] = (1, 1)
 PRECISIONS = ("fp32", "fp16", "int8", "uint8")
+# The device API version that added each optional hook ("table.hook") or Description field after 1.0: a
+# device declaring an older version that fills one was written against a newer contract than it says
+# (register_device warns; nnhal.testing.check_api_version fails).
+SINCE: dict[str, tuple[int, int]] = {"interface.profile": (1, 1), "description.performance": (1, 1)}
+
+
+def newer_than_declared(device: "Device", api: tuple[int, int]) -> list[str]:
+    """The hooks and Description fields ``device`` fills that its declared ``api`` version does not have."""
+    filled = {f"interface.{name}" for name in ("profile",) if getattr(device.interface, name, None) is not None}
+    try:
+        if device.describe().performance:
+            filled.add("description.performance")
+    except Exception:  # NOTE: a describe that raises is refused at registration with its own message
+        pass
+    return sorted(f"{what} (since {since[0]}.{since[1]})" for what, since in SINCE.items()
+                  if what in filled and tuple(api) < since)
 
 
 @dataclass(frozen=True)
@@ -56,6 +72,12 @@ class Description:
     objects (``device_graph``, ``privacy``). A device that does not declare it (the default, False)
     is entered by one run at a time: the core serialises calls to that device alone.
 
+    ``reuses_outputs`` says whether the arrays ``run`` puts into ``subgraph.values`` may be written again
+    by a later run (a pool of output buffers, mapped staging memory). The default, False, promises fresh
+    arrays per run, which the core passes on as they are; with True the core copies each output as it
+    leaves the subgraph. Either way an array a user receives is never changed by a later run
+    (docs/device-guide.md, "Who owns the outputs"; ``nnhal.testing.check_output_ownership`` checks it).
+
     ``activation_quantization`` says how the device can quantize activations
     under int8/uint8: "static" (the per-tensor scales the core calibrated) and,
     when listed, "dynamic" (each row / token quantized with its own scale at
@@ -76,6 +98,7 @@ class Description:
     summary: str = ""
     compute: dict[str, str] = field(default_factory=dict)
     reentrant: bool = False
+    reuses_outputs: bool = False
     activation_quantization: tuple[str, ...] = ("static",)
 
 
@@ -127,8 +150,11 @@ class Interface:
         the boundary inputs from ``subgraph.values`` and constants from
         ``subgraph.graph.tensors[name].value``; write every name of
         ``subgraph.outputs`` into ``subgraph.values`` and nothing else (keep
-        intermediates local); a missing output is a DeviceError. Raising, or a
-        missing output, re-places the subgraph on the CPU (an error under strict).
+        intermediates local), each a fresh array (or declare
+        ``Description.reuses_outputs``) of the dtype and shape inference gave it
+        (``subgraph.graph.tensors[name]``, or the format in ``output_formats``);
+        a missing or misshapen output is a DeviceError naming the tensor. Raising,
+        or such an output, re-places the subgraph on the CPU (an error under strict).
     async_run(device, subgraph)
         Start what ``run`` does and return at once; used only when another
         subgraph can overlap. Same rules on ``values`` as ``run``.
@@ -185,7 +211,8 @@ class Allocator:
         Absent: every node of a described op and precision is accepted, whatever
         its dtypes, shapes or attributes.
     allocate(device, subgraph)
-        Device memory for the subgraph's tensors, before pre_run.
+        Device memory for the subgraph's tensors, before pre_run. Keep the record of what
+        was reserved in ``subgraph.allocation`` (per subgraph; pre_run and release read it).
     release(device, subgraph)
         Free it, after post_run (also after a failure, before the CPU takes over).
     """

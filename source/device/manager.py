@@ -9,6 +9,7 @@ are kept in a status table with the reason, so that ``find_device`` and
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, fields
 
 from nnhal.device.device import (
@@ -20,8 +21,11 @@ from nnhal.device.device import (
     Device,
     Interface,
     Optimizer,
+    newer_than_declared,
 )
 from nnhal.errors import DeviceError, RegistryError, did_you_mean
+
+log = logging.getLogger("nnhal")
 
 _DEVICES: dict[str, Device] = {}
 _STATUS: dict[tuple[str, str], "DeviceStatus"] = {}   # (name, origin) -> status
@@ -132,6 +136,10 @@ def register_device(device: Device, origin: str = BUILT_IN, api: tuple[int, int]
     except RegistryError:
         _undo_init(device)
         raise
+    newer = newer_than_declared(device, api)
+    if newer:
+        log.warning("nnhal: device '%s' declares device API %d.%d but fills %s: declare the version it was "
+                    "written against", device.name, api[0], api[1], ", ".join(newer))
     _DEVICES[device.name] = device
     _STATUS[(device.name, origin)] = DeviceStatus(device.name, origin, tuple(api), True)
 

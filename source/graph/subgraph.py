@@ -39,6 +39,8 @@ class Subgraph:
     not the host format (fp32 arrays): the core converts at the boundary
     (quantize, dequantize, cast), so no device handles another's formats.
     ``original_nodes`` keeps the nodes as placed, for a fallback to the CPU.
+    ``allocation`` is the device allocator's own record for this subgraph: what ``allocate`` reserved,
+    read back by ``release`` (per subgraph, so never keyed by id() in the device's privacy).
     """
 
     index: int
@@ -55,6 +57,7 @@ class Subgraph:
     output_formats: dict[str, Format] = field(default_factory=dict)
     original_nodes: list[Node] = field(default_factory=list)
     device_options: Any = None       # the device's typed options from the context (None = defaults)
+    allocation: Any = None           # what the device's allocator.allocate reserved (its release frees it)
     keep_fp32: frozenset[str] = frozenset()   # nodes a quantizing pass must leave in float
     higher: frozenset[str] = frozenset()      # nodes computed in float whose outputs may still be quantized
     # Gemms whose activations may take per-token scales at run time -> output columns they compute in float
@@ -77,6 +80,7 @@ class Subgraph:
         self.device = device
         self.device_options = None
         self.device_graph = None
+        self.allocation = None
         self.input_formats, self.output_formats = {}, {}
         if self.original_nodes:
             self.nodes = list(self.original_nodes)

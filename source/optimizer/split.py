@@ -69,7 +69,12 @@ def _topological(deps: list[set[int]]) -> list[int]:
 
 def default_split(graph: Graph, placement: dict[str, str]) -> list[Subgraph]:
     """Subgraphs with their boundary tensors, in an order producers-first."""
-    groups = group_nodes(graph, placement)
+    return subgraphs_of(graph, group_nodes(graph, placement))
+
+
+def subgraphs_of(graph: Graph, groups: list[tuple[str, list]]) -> list[Subgraph]:
+    """Subgraphs of (device, nodes) groups given in a valid run order, their boundary tensors declared:
+    inputs read from outside the group (constants excepted), outputs read outside it or graph outputs."""
     produced_in: dict[str, int] = {}
     for i, (_, nodes) in enumerate(groups):
         for node in nodes:
@@ -131,6 +136,29 @@ def device_split(device: Any, graph: Graph, placement: dict[str, str]) -> list[S
     with wrapped(lambda exc: DeviceError(f"device '{device.name}': split_graph failed: {type(exc).__name__}: {exc}")):
         subgraphs = device.optimizer.split_graph(graph, dict(placement))
     check_split(device.name, graph, placement, subgraphs)
+    return subgraphs
+
+
+def split_per_device(graph: Graph, placement: dict[str, str], devices: list[Any]) -> list[Subgraph]:
+    """The split of a context: each device with its own ``split_graph`` groups its own nodes, every other node
+    gets the default split (maximal acyclic same-device groups around them).
+
+    Each ``split_graph`` sees the whole graph and placement and its result is checked as a whole
+    (:func:`check_split`: a DeviceError names the device); only its subgraphs on its own device are kept, as
+    groups the default split then works around. The combined result is checked again."""
+    labels: dict[str, Any] = dict(placement)
+    splitters = [d for d in devices if d.optimizer is not None and d.optimizer.split_graph is not None]
+    if not splitters:
+        return default_split(graph, placement)
+    for device in splitters:
+        for sg in device_split(device, graph, placement):
+            if sg.device == device.name:
+                for node in sg.nodes:
+                    labels[node.name] = (device.name, sg.index)
+    # NOTE: a kept subgraph is convex (check_split refused a cycle), so the grouping never splits it
+    subgraphs = subgraphs_of(graph, [(label[0] if isinstance(label, tuple) else label, nodes)
+                                     for label, nodes in group_nodes(graph, labels)])
+    check_split(", ".join(d.name for d in splitters), graph, placement, subgraphs)
     return subgraphs
 
 

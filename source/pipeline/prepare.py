@@ -83,7 +83,7 @@ class Prepared:
         for name in self.graph.outputs:
             t = self.graph.tensors[name]
             if t.kind is TensorKind.CONSTANT:
-                ex.values[name] = t.value
+                ex.values[name] = t.value.copy()     # the user's own: changing it must not change the graph
         return ex
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:

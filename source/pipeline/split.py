@@ -1,5 +1,6 @@
-"""Stage: split. The placed graph cut into subgraphs: by the first device of the context with its own
-``split_graph`` (checked), else by the default split (maximal acyclic same-device groups). Each subgraph
+"""Stage: split. The placed graph cut into subgraphs: each device with its own ``split_graph`` groups only
+its own nodes (its result checked), every other node goes to the default split (maximal acyclic same-device
+groups), and the whole is checked again (optimizer/split.py, split_per_device). Each subgraph
 gets its precision (the asked one where its device describes it, else fp32) and the int8 plan's sets."""
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from nnhal.device.manager import find_device
 from nnhal.graph.graph import Graph
 from nnhal.graph.subgraph import Subgraph
 from nnhal.optimizer.outliers import Int8Plan
-from nnhal.optimizer.split import default_split, device_split
+from nnhal.optimizer.split import split_per_device
 from nnhal.options import Options
 from nnhal.pipeline.placement import Placed
 
@@ -22,8 +23,7 @@ class Split:
 
 def split(graph: Graph, placed: Placed, plan: Int8Plan | None, options: Options) -> Split:
     assignment = {n: d.device for n, d in placed.decisions.items()}
-    splitter = next((d for d in placed.devices if d.optimizer and d.optimizer.split_graph), None)
-    subgraphs = device_split(splitter, graph, assignment) if splitter else default_split(graph, assignment)
+    subgraphs = split_per_device(graph, assignment, placed.devices)
     for sg in subgraphs:
         sg.original_nodes = list(sg.nodes)
         sg.precision = options.precision if options.precision in find_device(sg.device).describe().precisions \

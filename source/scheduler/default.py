@@ -7,7 +7,8 @@ polled, so independent subgraphs on different devices run at the same time;
 otherwise (and for devices without async hooks) ``run`` is called inline. Boundary tensors
 are converted to the format each device declared (quantize, dequantize,
 cast) on the way in and out. A subgraph whose ``pre_run`` or ``run`` fails, or
-whose run leaves an output unwritten, is re-placed on the context's fallback
+whose run leaves an output unwritten or of another dtype or shape than inference
+gave it (scheduler/outputs.py), is re-placed on the context's fallback
 device (the CPU) alone, the failure recorded in the execution's report and
 logged as a warning; with ``Options(strict=True)`` the failure is raised.
 Whatever the failed device had allocated for that subgraph is released first,
@@ -28,9 +29,10 @@ from dataclasses import dataclass
 from nnhal.device.manager import FALLBACK_DEVICE
 from nnhal.errors import DeviceError, NnhalError
 from nnhal.graph.subgraph import Subgraph
-from nnhal.optimizer.boundary import to_device, to_host
+from nnhal.optimizer.boundary import to_device
 from nnhal.scheduler.cleanup import Cleanup
 from nnhal.scheduler.locks import HeldLocks
+from nnhal.scheduler.outputs import check_outputs, take_output
 from nnhal.scheduler.scheduler import Execution, Scheduler
 
 log = logging.getLogger("nnhal")
@@ -132,19 +134,12 @@ def _enter(ex: Execution, sg: Subgraph) -> Subgraph:
     return view
 
 
-def _check_outputs(view: Subgraph) -> None:
-    missing = [name for name in view.outputs if name not in view.values]
-    if missing:
-        raise DeviceError(f"subgraph #{view.index} on device '{view.device}': its run wrote no value for "
-                          f"output(s) {missing}; run must write every output into subgraph.values")
-
-
 def _leave(ex: Execution, view: Subgraph) -> None:
+    """The outputs of a checked run into the run's values, in host format; copied when the device reuses
+    its output buffers (scheduler/outputs.py)."""
+    copy = ex.reuses_outputs(view.device)
     for name in view.outputs:
-        value = view.values[name]
-        fmt = view.output_formats.get(name)
-        host = (ex.graph or view.graph).tensors[name].dtype
-        ex.values[name] = to_host(value, fmt, host) if fmt is not None else value
+        ex.values[name] = take_output(view, name, (ex.graph or view.graph).tensors[name].dtype, copy)
 
 
 def _replace_after_failure(ex: Execution, sg: Subgraph, view: Subgraph, exc: BaseException) -> None:
@@ -211,7 +206,7 @@ def _execute(ex: Execution) -> None:
                         inflight[i] = view
                         continue
                     iface.run(device, view)
-                    _check_outputs(view)
+                    check_outputs(view)
                 except Exception as exc:
                     inflight.pop(i, None)
                     try:                         # NOTE: released under the device's lock: no run is inside it
@@ -234,7 +229,7 @@ def _execute(ex: Execution) -> None:
                 try:
                     done = device.interface.async_wait(device, view, True)
                     if done:
-                        _check_outputs(view)
+                        check_outputs(view)
                 except Exception as exc:
                     del inflight[i]
                     try:

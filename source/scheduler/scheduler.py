@@ -43,6 +43,7 @@ class Execution:
     prepared: set[int] = field(default_factory=set)    # subgraphs whose pre_run succeeded
     lock: Any = field(default_factory=threading.RLock, repr=False)
     reentrant: dict[str, bool] = field(default_factory=dict)   # device name -> Description.reentrant
+    reuses: dict[str, bool] = field(default_factory=dict)      # device name -> Description.reuses_outputs
     _deps: dict[int, set[int]] | None = field(default=None, repr=False)
     _users: dict[int, list[int]] | None = field(default=None, repr=False)
 
@@ -61,6 +62,13 @@ class Execution:
         known = self.reentrant.get(device)
         if known is None:
             known = self.reentrant[device] = bool(getattr(self.devices[device].describe(), "reentrant", False))
+        return known
+
+    def reuses_outputs(self, device: str) -> bool:
+        """Whether ``device`` may overwrite its output arrays in a later run (the core then copies them)."""
+        known = self.reuses.get(device)
+        if known is None:
+            known = self.reuses[device] = bool(getattr(self.devices[device].describe(), "reuses_outputs", False))
         return known
 
     def dependencies(self) -> dict[int, set[int]]:

@@ -31,3 +31,24 @@ def test_compare_catches_what_it_must():
 def test_unknown_precision():
     with pytest.raises(ValueError, match="unknown precision"):
         policy("fp8")
+
+
+def test_kit_policy_catches_a_1_001_error_on_every_op_and_allows_only_documented_slack():
+    from nnhal.conformance.tolerance import (
+        ACCUMULATION_RTOL,
+        CASE_DATA_RTOL,
+        TRANSCENDENTAL_RTOL,
+        kit_policy,
+        quantized_atol,
+    )
+
+    x = np.linspace(0.5, 2.0, 16, dtype=np.float32)
+    for ops in (["Relu"], ["Add", "Mul"], ["Conv"], ["ReduceSum"], ["Exp"]):
+        assert "values off" in compare(x * np.float32(1.001), x, kit_policy("fp32", ops)), ops
+    assert kit_policy("fp32", ["Relu", "Add"]) == policy("fp32")           # no case tolerance, no slack
+    assert kit_policy("fp32", ["Relu", "Conv"]).rtol == ACCUMULATION_RTOL
+    assert kit_policy("fp32", ["Tanh"]).rtol == TRANSCENDENTAL_RTOL
+    assert kit_policy("fp32", ["AveragePool"], "test_averagepool_2d_ceil_last_window_starts_on_pad").rtol == \
+        CASE_DATA_RTOL
+    assert kit_policy("fp16", ["Conv"]) == policy("fp16")
+    assert quantized_atol([np.array([-1.0, 3.0]), np.array([1, 2], np.int64)]) == 2 * 4.0 / 255

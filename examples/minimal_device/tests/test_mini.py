@@ -24,9 +24,10 @@ def test_mini_is_registered_from_its_entry_point():
     assert status.origin.startswith("entry point") and status.api == (1, 0)
 
 
+@pytest.mark.parametrize("constant_weights", [False, True], ids=["weights-as-inputs", "constant-weights"])
 @pytest.mark.parametrize("case", testing.conformance_cases(DEVICE), ids=lambda c: c.name)
-def test_conformance(case):
-    testing.check_case(DEVICE, case)
+def test_conformance(case, constant_weights):
+    testing.check_case(DEVICE, case, constant_weights=constant_weights)
 
 
 def test_hook_order():
@@ -43,6 +44,22 @@ def test_fallback():
 
 def test_concurrent_runs():
     testing.check_concurrent_runs(DEVICE)
+
+
+def test_output_ownership():
+    testing.check_output_ownership(DEVICE)
+
+
+def test_lifetime():
+    testing.check_lifetime(DEVICE)
+
+
+def test_api_version():
+    testing.check_api_version(DEVICE)
+
+
+def test_random_graphs():
+    testing.check_random_graphs(DEVICE, seeds=range(10))
 
 
 def test_session_runs_matmul_relu_on_mini():

@@ -141,7 +141,7 @@ def _lower(node: Node, graph: Graph, out: str, act: Node | None) -> Instr:
         w = b if (op == "Gemm" and node.attrs.get("transB", 0)) else b.T      # [out, reduction]
         bias = None
         if op == "Gemm" and node.has_input(2):
-            bias = np.broadcast_to(graph.tensors[node.inputs[2]].value, (w.shape[0],))
+            bias = np.broadcast_to(graph.tensors[node.inputs[2]].value.reshape(-1), (w.shape[0],))
         instr = _weighted("gemm", node, graph, x, out, act, np.ascontiguousarray(w), bias, {})
         instr.params["packed"] = instr.params["wq"].T.astype(instr.params["gemm_dtype"])   # [reduction, out]
         return instr

@@ -65,9 +65,12 @@ def gemm(c: Candidate) -> str:
     b = c.inputs[1]
     if b is None or b.value is None or b.value.ndim != 2:
         return "the weight is not a constant matrix"
-    if len(c.inputs) > 2 and c.inputs[2] is not None and c.inputs[2].value is None:
+    bias = c.inputs[2] if len(c.inputs) > 2 else None
+    if bias is not None and bias.value is None:
         return "the bias is not a constant"
     k, m = (b.value.shape[1], b.value.shape[0]) if a.get("transB", 0) else b.value.shape
+    if bias is not None and (bias.value.size not in (1, m) or (bias.value.ndim == 2 and bias.value.shape[0] != 1)):
+        return f"a bias of shape {list(bias.value.shape)}: the vnpu adds one bias per output channel ({m})"
     if m > MAX_CHANNELS or k > MAX_REDUCTION:
         return f"{k}x{m} weight exceeds the vnpu's limits ({MAX_REDUCTION} x {MAX_CHANNELS})"
     return ""

@@ -131,14 +131,15 @@ def vnpu_allocate(device: Device, sg: Subgraph) -> None:
             raise DeviceError(f"vnpu: out of device memory: subgraph #{sg.index} needs {need:,} bytes, "
                               f"{capacity - state.used_bytes:,} of {capacity:,} free")
         state.used_bytes += need
-    sg.stats["vnpu_reserved"] = need
+    sg.allocation = need
 
 
 def vnpu_release(device: Device, sg: Subgraph) -> None:
     """Give the reserved device memory back."""
     state: VnpuState = device.privacy
     with state.lock:
-        state.used_bytes -= sg.stats.pop("vnpu_reserved", 0)
+        state.used_bytes -= sg.allocation or 0
+    sg.allocation = None
 
 
 def vnpu_pre_run(device: Device, sg: Subgraph, options) -> None:
