@@ -24,7 +24,10 @@ accumulated wider (float64 in a reference) to the output type, adds one to the
 count. Two computed sides each carry their own error, so the bound between
 them is twice that. The magnitude term |A| @ |B| is computed in float64 from
 the actual operands (cheap next to the test), not max|a| max|b| K, so it stays
-tight where the operands are mostly small.
+tight where the operands are mostly small. A sum stored narrower (float16
+storage of a float32 sum, ``rounded_within``) must be the rounding of some value
+within that bound of the wide result: rounding is monotone, so one value where
+no rounding boundary lies within the bound, one of its neighbours where one does.
 
 Quantized results (``steps_off``) are compared in quantization steps against a
 reference fed the engine's own inputs to the layer (tests/oracles.py
@@ -163,3 +166,20 @@ def steps_off(actual: np.ndarray, expected: np.ndarray, allowed: int = 1) -> str
         return None
     return (f"{int(np.sum(diff > allowed))} of {diff.size} values off by more than {allowed} step(s), "
             f"up to {int(diff.max())}")
+
+
+def rounded_within(actual: np.ndarray, wide: np.ndarray, bound: np.ndarray | float, dtype) -> str | None:
+    """None when ``actual`` is a ``dtype`` value (float16 storage of a float32 sum, say) that rounding some
+    value within ``bound`` of ``wide`` gives, else why not. Rounding is monotone, so those are the ``dtype``
+    values from the rounding of wide - bound to that of wide + bound: exactly one where no rounding boundary
+    lies within the bound, so this is bit equality wherever the summation order cannot matter."""
+    wide64 = np.asarray(wide, np.float64)
+    lo = (wide64 - bound).astype(dtype).astype(np.float64)
+    hi = (wide64 + bound).astype(dtype).astype(np.float64)
+    got = np.asarray(actual, np.float64)
+    bad = ~((lo <= got) & (got <= hi) & (got.astype(dtype).astype(np.float64) == got))
+    if not np.any(bad):
+        return None
+    first = tuple(int(i[0]) for i in np.nonzero(bad))
+    return (f"{int(bad.sum())} of {got.size} values are not {np.dtype(dtype).name} roundings of the wide result "
+            f"within its bound; first at {first}: {got[first]:.9g}, expected {lo[first]:.9g} to {hi[first]:.9g}")
