@@ -155,6 +155,13 @@ def within_bound(actual: np.ndarray, expected: np.ndarray, bound: np.ndarray | f
             f"> bound {float(diff[worst] - excess[worst]):.3g}")
 
 
+def assert_within_bound(actual: np.ndarray, expected: np.ndarray, bound: np.ndarray | float) -> None:
+    """``within_bound`` for tests: AssertionError saying why when ``actual`` is outside the bound."""
+    why = within_bound(actual, expected, bound)
+    if why is not None:
+        raise AssertionError(why)
+
+
 def steps_off(actual: np.ndarray, expected: np.ndarray, allowed: int = 1) -> str | None:
     """None when the quantized integers ``actual`` and ``expected`` differ by at most ``allowed`` steps
     (see the module docstring for why one), else how many differ by more and by how much."""

@@ -8,7 +8,7 @@ import threading
 
 import numpy as np
 import pytest
-from nnhal.conformance.tolerance import matmul_bound, within_bound
+from nnhal.conformance.tolerance import assert_within_bound, matmul_bound
 from nnhal.hostkernels import parallel
 
 
@@ -82,8 +82,7 @@ def test_nested_and_concurrent_use_runs_inline(two_threads):
                 x = np.arange(4096, dtype=np.float32).reshape(64, 64)
                 y = parallel.matmul(x, x)
                 # the pool's row blocks and numpy's one GEMM may sum in different orders (BLAS kernel)
-                why = within_bound(y, x @ x, bound)
-                assert why is None, why
+                assert_within_bound(y, x @ x, bound)
         except BaseException as exc:  # noqa: BLE001 - collected and asserted below
             errors.append(exc)
 
@@ -108,15 +107,10 @@ def test_matmul_split_matches_numpy(two_threads, sa, sb):
     # NOTE: numpy may run a product as GEMVs (one-row matrices) where the pool runs GEMMs on row blocks,
     # so the same sums can round apart: within float32 rounding of the K-term dot products
     bound = matmul_bound(a, b)
-
-    def check(x, y):
-        why = within_bound(x, y, bound)
-        assert why is None, why
-
-    check(got, want)
+    assert_within_bound(got, want, bound)
     out = np.empty_like(want)
     assert parallel.matmul(a, b, out) is out
-    check(out, want)
+    assert_within_bound(out, want, bound)
 
 
 @pytest.mark.parametrize("sa,sb", [((8, 56, 56, 24), (8, 1, 1, 24)), ((1, 56, 56, 24), (24,)), ((64, 100), (1, 100)),

@@ -9,7 +9,7 @@ import nnhal
 import numpy as np
 import onnx
 import pytest
-from nnhal.conformance.tolerance import matmul_bound, within_bound
+from nnhal.conformance.tolerance import assert_within_bound, matmul_bound
 from nnhal.graph.graph import Graph
 from nnhal.hostkernels.evaluate import evaluate_node
 from nnhal.optimizer.infer import infer_graph
@@ -74,8 +74,7 @@ def _check(model: onnx.ModelProto, feeds: dict[str, np.ndarray], bound=None, **t
     for g, w in zip(got, want):
         assert g.shape == w.shape
         if bound is not None:
-            why = within_bound(g, w, bound)
-            assert why is None, why
+            assert_within_bound(g, w, bound)
         else:
             np.testing.assert_allclose(g, w, **(tol or {"rtol": 0, "atol": 0}))
     return s
