@@ -26,8 +26,10 @@ them is twice that. The magnitude term |A| @ |B| is computed in float64 from
 the actual operands (cheap next to the test), not max|a| max|b| K, so it stays
 tight where the operands are mostly small. A sum stored narrower (float16
 storage of a float32 sum, ``rounded_within``) must be the rounding of some value
-within that bound of the wide result: rounding is monotone, so one value where
-no rounding boundary lies within the bound, one of its neighbours where one does.
+within that bound of the wide result: rounding is monotone, so it lies between
+the roundings of wide - bound and wide + bound (one value where no rounding
+boundary lies within the bound). The bounds assume no underflow or overflow
+(numbers of the size tests use).
 
 Quantized results (``steps_off``) are compared in quantization steps against a
 reference fed the engine's own inputs to the layer (tests/oracles.py
