@@ -59,7 +59,7 @@ def run_cli(args: Any, runner: type = PartRunner) -> int:
         raise OptionsError("nnhal batch runs on Ray Data: pip install 'nnhal[ray]'") from exc
     import nnhal
 
-    kind, _ = list_input(args.input)
+    kind, _ = list_input(args.input, args.on_error)
     devices = tuple(d for d in args.device.split(",") if d)
     job = JobSpec(model=args.model, kind=kind, devices=devices, precision=args.precision, threads=args.threads,
                   batch_size=args.batch_size, on_error=args.on_error, key_column=args.key,

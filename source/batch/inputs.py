@@ -36,8 +36,20 @@ def _parquet_rows(path: Path) -> int:
     return pq.read_metadata(path).num_rows
 
 
-def list_input(path: str) -> tuple[str, list[tuple[str, int]]]:
-    """(kind, [(file, rows)]) of an input path: a file or a folder of one kind of file, sorted by name."""
+def count_rows(kind: str, path: str) -> int:
+    """Rows of one input file of ``kind``; InputError naming the file when it cannot be read."""
+    counter = {"image": lambda p: 1, "npz": _npz_rows, "parquet": _parquet_rows}[kind]
+    try:
+        return counter(Path(path))
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:   # pyarrow's ArrowInvalid is a ValueError
+        raise InputError(f"cannot read the row count of '{path}': {exc}") from exc
+
+
+def list_input(path: str, on_error: str = "fail") -> tuple[str, list[tuple[str, int]]]:
+    """(kind, [(file, rows)]) of an input path: a file or a folder of one kind of file, sorted by name.
+
+    A file whose rows cannot be counted raises InputError naming it with ``on_error='fail'``; with 'skip' it
+    is listed as one row, which its reader (PartRunner.load) reports as failed with the same error."""
     root = Path(path)
     if root.is_dir():
         files = sorted(p for p in root.iterdir() if p.is_file() and not p.name.startswith("."))
@@ -51,17 +63,17 @@ def list_input(path: str) -> tuple[str, list[tuple[str, int]]]:
         found = sorted(kinds) or "no images, .npz or .parquet files"
         raise InputError(f"input '{path}' must hold one kind of file (images, .npz or .parquet); found {found}")
     kind = kinds.pop()
-    counts = {"image": lambda p: 1, "npz": _npz_rows, "parquet": _parquet_rows}[kind]
 
     def suffix_ok(p: Path) -> bool:
         return p.suffix.lower() in IMAGE_SUFFIXES if kind == "image" else p.suffix == f".{kind}"
     listed = []
-    for p in files:
-        if suffix_ok(p):
-            try:
-                listed.append((str(p), counts(p)))
-            except (OSError, ValueError, zipfile.BadZipFile) as exc:   # pyarrow's ArrowInvalid is a ValueError
-                raise InputError(f"cannot read the row count of '{p}': {exc}") from exc
+    for p in filter(suffix_ok, files):
+        try:
+            listed.append((str(p), count_rows(kind, str(p))))
+        except InputError:
+            if on_error == "fail":
+                raise
+            listed.append((str(p), 1))
     return kind, listed
 
 

@@ -67,7 +67,7 @@ def run_job(job: JobSpec, source: str, output: str, rows_per_part: int = 64, act
     import ray.data
 
     t0 = time.perf_counter()
-    _, files = list_input(source)
+    _, files = list_input(source, job.on_error)
     parts = plan_parts(files, rows_per_part)
     out = Path(output)
     out.mkdir(parents=True, exist_ok=True)

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from nnhal.batch.inputs import load_image, parquet_cells
+from nnhal.batch.inputs import count_rows, load_image, parquet_cells
 from nnhal.batch.spec import JobSpec, Part
 from nnhal.errors import InputError, NnhalError
 from nnhal.ray import Predictor
@@ -30,6 +30,11 @@ class PartRunner:
                                    num_thread=job.threads, batch_size=job.batch_size, on_error=job.on_error,
                                    key_column="key")
         self.mean, self.std = np.asarray(job.mean, np.float32), np.asarray(job.std, np.float32)
+        # a part whose rows all failed still writes each output column with the type of the others
+        tensors = self.predictor.session.graph.graph.tensors
+        self.empty_rows = {column: np.zeros(tensors[name].shape[1:], tensors[name].dtype)
+                           for name, column in self.predictor.output_columns.items()
+                           if tensors[name].shape and all(isinstance(d, int) for d in tensors[name].shape[1:])}
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         done: dict[str, list] = {"part": [], "rows": [], "failed": [], "node": []}
@@ -95,7 +100,13 @@ class PartRunner:
                 continue
             base = len(keys)
             try:
+                # NOTE: counted again: a file that could not be listed (one row) or lost rows since fails here
+                rows = count_rows(self.job.kind, path)
+                if rows < stop:
+                    raise InputError(f"'{path}' holds {rows} row(s), fewer than the {stop} listed")
                 arrays = self._read_rows(path, start, stop)
+            except InputError as exc:
+                arrays = {"__error__": str(exc)}
             except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
                 # NOTE: the file changed or broke since it was listed: its rows fail, the part goes on
                 arrays = {"__error__": f"cannot read rows {start}:{stop} of {name}: {exc}"}
@@ -146,7 +157,7 @@ class PartRunner:
 
         columns = {"key": pa.array(keys, pa.string()), "error": pa.array(errors, pa.string())}
         for column, values in outputs.items():
-            columns[column] = _tensor_column(values)
+            columns[column] = _tensor_column(values, self.empty_rows.get(column))
         table = pa.table(columns).replace_schema_metadata({"nnhal.rows": str(part.rows)})
         final = self.output / part.name
         tmp = self.output / f".{part.name}.{uuid.uuid4().hex}.tmp"
@@ -166,11 +177,14 @@ def _node_id() -> str:
     return ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
 
 
-def _tensor_column(values: list[np.ndarray | None]) -> Any:
-    """Rows of one shape (None for a failed row) as nested fixed-size lists, null where a row failed."""
+def _tensor_column(values: list[np.ndarray | None], empty: np.ndarray | None) -> Any:
+    """Rows of one shape (None for a failed row) as nested fixed-size lists, null where a row failed.
+
+    ``empty`` is a zero row of the output's static row shape and dtype (None when not static), which
+    gives a part whose rows all failed the column type of the others."""
     import pyarrow as pa
 
-    present = [v for v in values if v is not None]
+    present = [v for v in values if v is not None] or ([] if empty is None else [empty])
     if not present:
         return pa.nulls(len(values), pa.float32())
     shape, dtype = present[0].shape, present[0].dtype

@@ -11,6 +11,41 @@ random-graph tester) does *not* loosen to a case's own tolerance: the ONNX node 
 under which an output scaled by 1.001 passes. At fp32 an ordinary op gets NNAPI's numbers; an op whose
 float result legitimately depends on summation order or on the math library gets the documented slack
 of :data:`OP_SLACK` (still ten times tighter than a 1e-3 error).
+
+Reordered reductions (``gamma``, ``reduction_bound``, ``matmul_bound``,
+``within_bound``). Two evaluations of the same sum of K products, by different
+BLAS kernels (OpenBLAS core types, MKL, Accelerate, Arm), block sizes, thread
+splits or FMA use, differ in the last bits. The bound used is the rigorous one,
+linear in K, not the probabilistic sqrt(K) one: with unit roundoff u (2^-24 for
+float32), any evaluation order of ``sum_k a_k b_k`` with or without FMA has
+error at most gamma_K * sum_k |a_k b_k|, gamma_K = K u / (1 - K u) (Higham,
+Accuracy and Stability of Numerical Algorithms, 2nd ed., eq. 3.5 and §3.5).
+sqrt(K) u holds only with high probability for random rounding errors (Higham
+and Mary 2019), and a test verdict must not be a probability; linear K is still
+tight enough that a wrong index, a dropped term or a wrong operand is far
+outside it. For a chain of products A1 @ A2 @ ... the inner dimensions add:
+(1 + theta_j)(1 + theta_k) = 1 + theta_(j+k) (Higham Lemma 3.3), so the error is
+at most gamma_(K1+K2+...) |A1| @ |A2| @ ... . One more rounding, of a result
+accumulated wider (float64 in a reference) to the output type, adds one to the
+count. Two computed sides each carry their own error, so the bound between
+them is twice that. The magnitude term |A| @ |B| is computed in float64 from
+the actual operands (cheap next to the test), not max|a| max|b| K, so it stays
+tight where the operands are mostly small. A sum stored narrower (float16
+storage of a float32 sum, ``rounded_within``) must be the rounding of some value
+within that bound of the wide result: rounding is monotone, so it lies between
+the roundings of wide - bound and wide + bound (one value where no rounding
+boundary lies within the bound). The bounds assume no underflow or overflow
+(numbers of the size tests use).
+
+Quantized results (``steps_off``) are compared in quantization steps against a
+reference fed the engine's own inputs to the layer (tests/oracles.py
+layerwise_reference), so differences cannot cascade. One step is allowed: the
+float value before rounding differs between the two sides by at most the
+reduction bound above, which moves the rounded integer only where the value
+lies within that bound of a rounding boundary (a half step), and then by
+exactly one step, as long as the bound is below half a step (true for
+calibrated ranges: the bound is a few 1e-4 of sum |a b| for K in the
+thousands, while a step is range/255).
 """
 from __future__ import annotations
 
@@ -148,3 +183,87 @@ def compare(actual: np.ndarray, expected: np.ndarray, tol: Tolerance) -> str | N
     if np.any(diff > tol.int_off_by):
         return f"{int(np.sum(diff > tol.int_off_by))} of {diff.size} integers off by more than {tol.int_off_by}"
     return None
+
+
+def unit_roundoff(dtype=np.float32) -> float:
+    """u: half the spacing of ``dtype`` at 1 (2^-24 for float32, 2^-11 for float16)."""
+    return float(np.finfo(dtype).eps) / 2
+
+
+def gamma(n: int, dtype=np.float32) -> float:
+    """gamma_n = n u / (1 - n u): the relative error of n roundings of ``dtype`` (Higham Lemma 3.1)."""
+    nu = n * unit_roundoff(dtype)
+    if nu >= 1:
+        raise ValueError(f"gamma_{n} is unbounded for {np.dtype(dtype).name} (n u = {nu:g} >= 1)")
+    return nu / (1 - nu)
+
+
+def reduction_bound(abs_sum: np.ndarray, k: int, dtype=np.float32) -> np.ndarray:
+    """The most by which two evaluations of a sum of ``k`` products can differ, in any order, blocking or
+    FMA use, elementwise: 2 gamma_(k+1) |terms|, with ``abs_sum`` the sum of the terms' absolute values
+    (the + 1 covers a final rounding of a wider accumulator to ``dtype``)."""
+    return 2 * gamma(k + 1, dtype) * np.asarray(abs_sum, np.float64)
+
+
+def matmul_bound(*factors: np.ndarray, dtype=np.float32) -> np.ndarray:
+    """The bound of ``reduction_bound`` for the chain product factors[0] @ factors[1] @ ... (numpy matmul
+    broadcasting), whose error terms add along the chain: gamma over the sum of the inner dimensions,
+    times |A1| @ |A2| @ ... in float64. A 1-D factor is a vector, as in numpy."""
+    inner = sum(np.shape(f)[-1] for f in factors[:-1])
+    magnitude = np.abs(np.asarray(factors[0], np.float64))
+    for f in factors[1:]:
+        magnitude = magnitude @ np.abs(np.asarray(f, np.float64))
+    return reduction_bound(magnitude, inner, dtype)
+
+
+def within_bound(actual: np.ndarray, expected: np.ndarray, bound: np.ndarray | float) -> str | None:
+    """None when |actual - expected| <= bound elementwise (float64, broadcast), else why not."""
+    actual, expected = np.asarray(actual), np.asarray(expected)
+    if actual.shape != expected.shape:
+        return f"shape {actual.shape}, expected {expected.shape}"
+    diff = np.abs(actual.astype(np.float64) - expected.astype(np.float64))
+    excess = diff - np.broadcast_to(np.asarray(bound, np.float64), diff.shape)
+    bad = ~(excess <= 0)                         # NaN in either side is a failure too
+    if not np.any(bad):
+        return None
+    worst = np.unravel_index(int(np.argmax(np.where(np.isnan(excess), np.inf, excess))), diff.shape)
+    return (f"{int(bad.sum())} of {diff.size} values off; worst at {tuple(int(i) for i in worst)}: "
+            f"|{float(actual[worst]):.9g} - {float(expected[worst]):.9g}| = {float(diff[worst]):.3g} "
+            f"> bound {float(diff[worst] - excess[worst]):.3g}")
+
+
+def assert_within_bound(actual: np.ndarray, expected: np.ndarray, bound: np.ndarray | float) -> None:
+    """``within_bound`` for tests: AssertionError saying why when ``actual`` is outside the bound."""
+    why = within_bound(actual, expected, bound)
+    if why is not None:
+        raise AssertionError(why)
+
+
+def steps_off(actual: np.ndarray, expected: np.ndarray, allowed: int = 1) -> str | None:
+    """None when the quantized integers ``actual`` and ``expected`` differ by at most ``allowed`` steps
+    (see the module docstring for why one), else how many differ by more and by how much."""
+    actual, expected = np.asarray(actual), np.asarray(expected)
+    if actual.shape != expected.shape or actual.dtype != expected.dtype:
+        return f"{actual.dtype}{actual.shape}, expected {expected.dtype}{expected.shape}"
+    diff = np.abs(actual.astype(np.int64) - expected.astype(np.int64))
+    if int(diff.max(initial=0)) <= allowed:
+        return None
+    return (f"{int(np.sum(diff > allowed))} of {diff.size} values off by more than {allowed} step(s), "
+            f"up to {int(diff.max())}")
+
+
+def rounded_within(actual: np.ndarray, wide: np.ndarray, bound: np.ndarray | float, dtype) -> str | None:
+    """None when ``actual`` is a ``dtype`` value (float16 storage of a float32 sum, say) that rounding some
+    value within ``bound`` of ``wide`` gives, else why not. Rounding is monotone, so those are the ``dtype``
+    values from the rounding of wide - bound to that of wide + bound: exactly one where no rounding boundary
+    lies within the bound, so this is bit equality wherever the summation order cannot matter."""
+    wide64 = np.asarray(wide, np.float64)
+    lo = (wide64 - bound).astype(dtype).astype(np.float64)
+    hi = (wide64 + bound).astype(dtype).astype(np.float64)
+    got = np.asarray(actual, np.float64)
+    bad = ~((lo <= got) & (got <= hi) & (got.astype(dtype).astype(np.float64) == got))
+    if not np.any(bad):
+        return None
+    first = tuple(int(i[0]) for i in np.nonzero(bad))
+    return (f"{int(bad.sum())} of {got.size} values are not {np.dtype(dtype).name} roundings of the wide result "
+            f"within its bound; first at {first}: {got[first]:.9g}, expected {lo[first]:.9g} to {hi[first]:.9g}")

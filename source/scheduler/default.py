@@ -98,17 +98,23 @@ def _prerun(ex: Execution) -> None:
 def fall_back(ex: Execution, sg: Subgraph, stage: str, exc: BaseException, prepare: bool = True) -> None:
     """Re-place one subgraph on the fallback device (or raise when strict / already there).
 
-    What the failed device allocated and built for the subgraph is released first, in every case.
-    With ``prepare`` the fallback device's allocate and pre_run run at once (a failure at pre_run or
-    run); without, the subgraph is only re-placed (a failure before the scheduler's prerun).
+    What the failed device allocated and built for the subgraph is released first, except after a run
+    that fails where it stays (strict, or already on the fallback device): that subgraph stays prepared
+    there, so the Session's next run (a row whose values fail a kernel, say an index out of range, is no
+    reason to fail every later one) runs it again. With ``prepare`` the fallback device's allocate and
+    pre_run run at once (a failure at pre_run or run); without, the subgraph is only re-placed (a
+    failure before the scheduler's prerun).
     """
     failed = sg.device
-    cleanup = Cleanup(f"releasing subgraph #{sg.index} after its failure on '{failed}'")
-    release_subgraph(ex, sg, cleanup)
-    for device, hook, error in cleanup.failures:  # the device is already failing; keep the first error
-        log.warning("nnhal: cleaning up after the failure on '%s' failed too: %s raised %s", device, hook, error)
     target = ex.fallback
-    if ex.options.strict or target is None or failed == target or target not in ex.devices:
+    stays = ex.options.strict or target is None or failed == target or target not in ex.devices
+    if not (stays and stage == "run"):
+        cleanup = Cleanup(f"releasing subgraph #{sg.index} after its failure on '{failed}'")
+        release_subgraph(ex, sg, cleanup)
+        for device, hook, error in cleanup.failures:  # the device is already failing; keep the first error
+            log.warning("nnhal: cleaning up after the failure on '%s' failed too: %s raised %s", device, hook,
+                        error)
+    if stays:
         if isinstance(exc, NnhalError):
             raise exc
         raise DeviceError(f"subgraph #{sg.index} ({len(sg.nodes)} nodes, first '{sg.nodes[0].name}') on device "

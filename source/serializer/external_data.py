@@ -8,6 +8,9 @@ an ``offset`` and a ``length``. The model is untrusted input, so:
   folder (the real path is checked with a common-path test);
 - ``offset`` and ``length`` are checked against the file's size and against
   the tensor's declared size (dims x itemsize) before anything is read;
+  without ``length`` the data runs from ``offset`` to the end of the file
+  (the ONNX rule), so that span must equal the declared size: a 1 GiB file
+  behind a 4-byte tensor is a malformed model, refused unread;
 - only that range is read, ``length`` bytes from ``offset``.
 
 onnx's own loader (``onnx.load(..., load_external_data=True)``,
@@ -55,12 +58,12 @@ def read_external(tp: onnx.TensorProto, base_dir: str | None) -> np.ndarray:
     count = int(np.prod(dims, dtype=object)) if dims else 1
     expected = count * dtype.itemsize
     offset = _int_entry(name, entries, "offset", 0)
-    length = _int_entry(name, entries, "length", expected)
-    if length != expected:
-        raise ModelError(f"tensor '{name}': external data length {length} differs from its declared size "
-                         f"{expected} bytes ({dims} x {dtype.itemsize})")
+    length = _int_entry(name, entries, "length", None)
+    declared = f"its declared size {expected} bytes ({dims} x {dtype.itemsize})"
+    if length is not None and length != expected:
+        raise ModelError(f"tensor '{name}': external data length {length} differs from {declared}")
     path = resolve_location(name, entries.get("location", ""), base_dir)
-    data = _read_range(name, path, offset, length)
+    data = _read_range(name, path, offset, length, expected, declared)
     value = np.frombuffer(data, dtype=dtype.newbyteorder("<"), count=count)
     return value.astype(dtype, copy=False).reshape(dims)
 
@@ -91,7 +94,7 @@ def resolve_location(name: str, location: str, base_dir: str) -> str:
     return path
 
 
-def _int_entry(name: str, entries: dict[str, str], key: str, default: int) -> int:
+def _int_entry(name: str, entries: dict[str, str], key: str, default: int | None) -> int | None:
     if key not in entries:
         return default
     try:
@@ -103,8 +106,11 @@ def _int_entry(name: str, entries: dict[str, str], key: str, default: int) -> in
     return value
 
 
-def _read_range(name: str, path: str, offset: int, length: int) -> bytearray:
-    """Exactly ``length`` bytes from ``offset`` of ``path``, checked against its size first."""
+def _read_range(name: str, path: str, offset: int, length: int | None, expected: int, declared: str) -> bytearray:
+    """Exactly ``expected`` bytes from ``offset`` of ``path``, checked against its size first.
+
+    ``length`` None (no ``length`` entry) means to the end of the file, which must then hold exactly
+    ``expected`` bytes from ``offset`` (``declared`` describes that size for the message)."""
     # NOTE: seek + read of exactly the range rather than mmap: a file truncated while it is read gives a
     # short read (an error here), where a mapping would give SIGBUS.
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
@@ -115,6 +121,11 @@ def _read_range(name: str, path: str, offset: int, length: int) -> bytearray:
     with os.fdopen(fd, "rb", buffering=0) as f:
         try:
             size = os.fstat(f.fileno()).st_size
+            if length is None and offset <= size and size - offset != expected:
+                raise ModelError(f"tensor '{name}': external data has no length, so it runs from offset {offset} "
+                                 f"to the end of its {size}-byte file: {size - offset} bytes, which differs from "
+                                 f"{declared}")
+            length = expected
             if offset + length > size:
                 raise ModelError(f"tensor '{name}': external data range [{offset}, {offset + length}) lies "
                                  f"beyond the end of its {size}-byte file")

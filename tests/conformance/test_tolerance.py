@@ -4,7 +4,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nnhal.conformance.tolerance import compare, policy
+from nnhal.conformance.tolerance import (
+    compare,
+    gamma,
+    matmul_bound,
+    policy,
+    reduction_bound,
+    rounded_within,
+    steps_off,
+    within_bound,
+)
 
 
 def test_numbers_follow_nnapi():
@@ -52,3 +61,56 @@ def test_kit_policy_catches_a_1_001_error_on_every_op_and_allows_only_documented
         CASE_DATA_RTOL
     assert kit_policy("fp16", ["Conv"]) == policy("fp16")
     assert quantized_atol([np.array([-1.0, 3.0]), np.array([1, 2], np.int64)]) == 2 * 4.0 / 255
+
+def _sum_in_order(terms: np.ndarray, order: str) -> np.float32:
+    """A float32 sum of ``terms`` in one order: left to right, right to left, pairwise, or numpy's own."""
+    if order == "forward":
+        acc = np.float32(0)
+        for t in terms:
+            acc = np.float32(acc + t)
+        return acc
+    if order == "backward":
+        return _sum_in_order(terms[::-1], "forward")
+    if order == "pairwise":
+        while terms.size > 1:
+            terms = np.concatenate([terms[0::2][:terms.size // 2] + terms[1::2], terms[terms.size // 2 * 2:]])
+        return terms[0]
+    return terms.sum(dtype=np.float32)
+
+
+def test_reduction_bound_covers_every_order_and_not_a_dropped_term():
+    rng = np.random.default_rng(0)
+    a = (rng.standard_normal(4096) * np.exp(rng.uniform(-8, 8, 4096))).astype(np.float32)
+    b = rng.standard_normal(4096).astype(np.float32)
+    terms = a * b                       # each product rounded once, as a GEMM without FMA does
+    bound = reduction_bound(np.abs(a.astype(np.float64) * b).sum(), a.size)
+    sums = [_sum_in_order(terms, order) for order in ("forward", "backward", "pairwise", "numpy")]
+    exact = float(np.sum(a.astype(np.float64) * b))
+    for s in sums:
+        assert within_bound(np.float32(s), np.float64(exact), bound) is None
+    dropped = float(exact - a[int(np.argmax(np.abs(terms)))] * b[int(np.argmax(np.abs(terms)))])
+    assert within_bound(np.float32(dropped), np.float64(exact), bound) is not None
+
+
+def test_matmul_bound_of_a_chain_adds_the_inner_dimensions():
+    a, b, c = np.ones((2, 3)), np.ones((3, 5)), np.ones((5, 4))
+    np.testing.assert_allclose(matmul_bound(a, b, c), np.full((2, 4), 2 * gamma(3 + 5 + 1) * 15))
+    assert gamma(1, np.float16) == pytest.approx(2.0 ** -11 / (1 - 2.0 ** -11))
+    with pytest.raises(ValueError, match="unbounded"):
+        gamma(1 << 24)
+
+
+def test_within_bound_and_steps_off_say_why():
+    assert within_bound(np.array([1.0, 2.0]), np.array([1.0, 2.5]), 0.1).startswith("1 of 2 values off; worst at (1,)")
+    assert within_bound(np.array([np.nan]), np.array([1.0]), 1.0) is not None
+    assert steps_off(np.array([3, 4], np.uint8), np.array([4, 4], np.uint8)) is None
+    assert steps_off(np.array([2, 4], np.uint8), np.array([4, 4], np.uint8)) == \
+        "1 of 2 values off by more than 1 step(s), up to 2"
+
+
+def test_rounded_within_accepts_only_roundings_inside_the_bound():
+    wide = np.array([1.0 + 2.0 ** -11, 1.0 + 2.0 ** -12])        # a float16 tie, and a value far from one
+    assert rounded_within(np.array([1.0, 1.0]), wide, 1e-6, np.float16) is None
+    assert rounded_within(np.array([1.0 + 2.0 ** -10, 1.0]), wide, 1e-6, np.float16) is None   # either side
+    assert rounded_within(np.array([1.0, 1.0 + 2.0 ** -10]), wide, 1e-6, np.float16) is not None
+    assert rounded_within(np.array([1.0 + 2.0 ** -12, 1.0]), wide, 1.0, np.float16) is not None  # not a float16

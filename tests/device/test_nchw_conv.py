@@ -43,7 +43,7 @@ def check_nchw(name: str, bias: bool, act, dtype=np.float32, tol: float = 1e-4) 
     scale = float(np.abs(expect).max()) or 1.0
     np.testing.assert_allclose(y, expect, rtol=tol, atol=tol * scale)
     (fresh,) = run([x, wv, bv], [None])
-    np.testing.assert_array_equal(fresh, y)
+    np.testing.assert_array_equal(fresh, y)        # bit equality: the same prepared kernel on the same inputs
 
 
 @pytest.fixture(autouse=True)

@@ -96,7 +96,7 @@ def check(name: str, bias: bool, act: Activation | None, dtype=np.float32, tol: 
     np.testing.assert_allclose(y.transpose(0, 3, 1, 2), expect, rtol=tol, atol=tol * scale)
     (fresh,) = run([xt, wv, bv], [None])
     assert fresh.shape == (n, oh, ow, m) and fresh.dtype == dtype and fresh.flags.c_contiguous
-    np.testing.assert_array_equal(fresh, y)
+    np.testing.assert_array_equal(fresh, y)        # bit equality: the same prepared kernel on the same inputs
 
 
 @pytest.mark.parametrize("act", list(ACTIVATIONS))

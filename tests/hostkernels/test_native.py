@@ -74,7 +74,7 @@ def test_native_depthwise_shared_by_threads():
     alone = [run([xk, wv, bv], [None])[0] for xk in xs]
     with ThreadPoolExecutor(4) as pool:
         together = list(pool.map(lambda xk: run([xk, wv, bv], [None])[0], xs * 4))
-    for k, got in enumerate(together):
+    for k, got in enumerate(together):      # bit equality: the same kernel, same inputs, same order of sums
         np.testing.assert_array_equal(got, alone[k % 8])
 
 

@@ -46,7 +46,7 @@ def test_session_takes_the_table_its_ranges_and_a_saved_path_alike(table, tmp_pa
     path = tmp_path / "digits.calib.json"
     table.save(path)
     expected = _uint8_logits(table.ranges)
-    for given in (table, str(path), path):
+    for given in (table, str(path), path):     # bit equality: the same ranges, so the same model and kernels
         np.testing.assert_array_equal(_uint8_logits(given), expected)
     assert nnhal.Options(precision="uint8", calibration=table).calibration == table.ranges
 

@@ -11,6 +11,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import nnhal
+from nnhal.conformance.tolerance import assert_within_bound, matmul_bound
 from nnhal.graph.graph import Graph
 from nnhal.hostkernels.evaluate import evaluate_node
 from nnhal.optimizer.infer import infer_graph
@@ -65,13 +66,18 @@ def _prepared(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> Graph:
     return graph
 
 
-def _check(model: onnx.ModelProto, feeds: dict[str, np.ndarray], **tol) -> nnhal.Session:
+def _check(model: onnx.ModelProto, feeds: dict[str, np.ndarray], bound=None, **tol) -> nnhal.Session:
+    """nnhal against onnxruntime: bit-equal for pure data movement (no arithmetic, so no order to differ),
+    else within ``bound`` (nnhal.conformance.tolerance) or the tolerance given."""
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
     s = nnhal.Session(model, devices=["cpu"], num_thread=1)
     got = s.run(feeds)
     for g, w in zip(got, want):
         assert g.shape == w.shape
-        np.testing.assert_allclose(g, w, **(tol or {"rtol": 0, "atol": 0}))
+        if bound is not None:
+            assert_within_bound(g, w, bound)
+        else:
+            np.testing.assert_allclose(g, w, **(tol or {"rtol": 0, "atol": 0}))
     return s
 
 
@@ -182,7 +188,9 @@ def test_short_rows_cut_the_region_before_its_last_copy():
     feeds = {"x": np.random.default_rng(1).standard_normal((4, 16, 48)).astype(np.float32)}
     ops = [n.op_type for n in _prepared(model, feeds).nodes]
     assert ops.count("Gather") == 3 and ops.count("Transpose") == 1
-    _check(model, feeds, rtol=1e-6, atol=1e-6)
+    qkv = feeds["x"].reshape(4, 16, 3, 2, 8).transpose(2, 0, 3, 1, 4)
+    # (q @ k^T) @ v summed in whatever order each engine's GEMM takes: the chain's reduction bound
+    _check(model, feeds, bound=matmul_bound(qkv[0], qkv[1].transpose(0, 1, 3, 2), qkv[2]))
 
 
 def test_an_intermediate_read_elsewhere_stays_available():

@@ -185,3 +185,18 @@ def test_create_run_close_cycles_do_not_grow_memory():
             s.run({name: x})
     gc.collect()
     assert _rss_mb() - before < 50
+
+
+def test_a_run_that_fails_on_its_values_leaves_the_session_usable():
+    """A kernel that fails on this run's values (an index out of range) where no fallback remains raises,
+    and the subgraph stays prepared: the next run with good values runs (it was released before, and every
+    later run failed with AttributeError on the missing plan)."""
+    table = onnx.numpy_helper.from_array(np.arange(4, dtype=np.float32) * 2, "table")
+    model = make_model([helper.make_node("Cast", ["x"], ["i"], to=onnx.TensorProto.INT64),
+                        helper.make_node("Gather", ["table", "i"], ["y"], axis=0)],
+                       [vinfo("x", [2])], [vinfo("y", [2])], [table])
+    with nnhal.Session(model, devices=["cpu"]) as s:
+        np.testing.assert_array_equal(s.run({"x": np.array([1, 3], np.float32)})[0], [2, 6])
+        with pytest.raises(nnhal.DeviceError, match="out of range"):
+            s.run({"x": np.array([1, 9], np.float32)})
+        np.testing.assert_array_equal(s.run({"x": np.array([3, 0], np.float32)})[0], [6, 0])

@@ -112,7 +112,9 @@ def test_symlink_leaving_the_folder_is_refused_and_one_inside_is_followed(tmp_pa
 
 
 @pytest.mark.parametrize("offset, length, match", [
-    (8, None, "beyond the end"),            # 16 bytes from offset 8 in a 16-byte file
+    (8, 16, "beyond the end"),              # 16 bytes from offset 8 in a 16-byte file
+    (20, None, "beyond the end"),           # no length: the 16 declared bytes from offset 20
+    (8, None, "runs from offset 8 to the end of its 16-byte file: 8 bytes"),
     (0, 12, "differs from its declared size"),
     (0, 1 << 40, "differs from its declared size"),
     (-4, None, "negative"),
@@ -130,11 +132,13 @@ def test_offset_reads_only_its_range(tmp_path):
     np.testing.assert_array_equal(_run(_external_model("w.bin", 12, 16), base_dir=tmp_path), W)
 
 
-def test_a_four_byte_tensor_on_a_two_gib_sparse_file_reads_four_bytes(tmp_path):
-    """RSS stays small: only the declared 4 bytes are read; a 2 GiB length is refused unread."""
+def test_a_four_byte_tensor_on_a_one_gib_sparse_file(tmp_path):
+    """With an explicit length of 4 only those 4 bytes are read (RSS stays small); a 1 GiB length is refused
+    unread, and so is no length at all: then the data runs to the end of the file (the ONNX rule), 1 GiB
+    against the 4 bytes the tensor declares. /proc/self/io's rchar shows that refusal read nothing."""
     big = tmp_path / "big.bin"
     with open(big, "wb") as f:
-        f.truncate(2 << 30)
+        f.truncate(1 << 30)
     script = textwrap.dedent(f"""
         import numpy as np, onnx, nnhal
         from onnx import TensorProto, helper
@@ -148,13 +152,19 @@ def test_a_four_byte_tensor_on_a_two_gib_sparse_file_reads_four_bytes(tmp_path):
             g = helper.make_graph([helper.make_node("Identity", ["w"], ["y"])], "g", [],
                                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])], [w])
             return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-        graph = load_onnx(model(None), base_dir={str(tmp_path)!r})
+        def rchar():
+            return int(next(line.split()[1] for line in open("/proc/self/io") if line.startswith("rchar:")))
+        graph = load_onnx(model(4), base_dir={str(tmp_path)!r})
         assert graph.tensors["w"].value.tolist() == [0.0]
-        try:
-            load_onnx(model(2 << 30), base_dir={str(tmp_path)!r})
-            raise SystemExit("a 2 GiB length on a 4-byte tensor was accepted")
-        except nnhal.ModelError:
-            pass
+        for length in (1 << 30, None):
+            before = rchar()
+            try:
+                load_onnx(model(length), base_dir={str(tmp_path)!r})
+                raise SystemExit(f"length {{length}} on a 4-byte tensor in a 1 GiB file was accepted")
+            except nnhal.ModelError as exc:
+                read = rchar() - before
+                assert read < 4096, (length, read)      # the /proc files read above, not the data file
+                assert length is not None or "runs from offset 0 to the end of its 1073741824-byte file" in str(exc)
         # NOTE: VmHWM, not ru_maxrss: Linux carries ru_maxrss over fork and exec, so a child of a big pytest
         # process would report the parent's peak; the exec'd process's own mm starts VmHWM afresh
         print(next(line.split()[1] for line in open("/proc/self/status") if line.startswith("VmHWM:")))
