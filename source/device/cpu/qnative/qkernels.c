@@ -811,7 +811,8 @@ static void choose_split(job_t *j, int64_t threads, int64_t macs)
 }
 
 /* ---- A packers */
-static void pack_quantized(const job_t *j, int64_t m0, int mr, uint8_t *apack)
+static inline __attribute__((always_inline)) void pack_quantized_body(const job_t *j, int64_t m0, int mr,
+                                                               uint8_t *apack)
 {
     int64_t k = j->b->k, kp = j->b->kp;
     uint8_t flip = j->a_signed ? 0x80 : 0;
@@ -838,7 +839,8 @@ static void pack_quantized(const job_t *j, int64_t m0, int mr, uint8_t *apack)
 /* per-row dynamic quantization, as DynamicQuantizeGemm defines it (operator/nn_dynamic_quantize_gemm.py):
    int8: scale max|x| / 127, xq = rint(x / scale); uint8: over [min(x, 0), max(x, 0)], scale range / 255,
    zero rint(-lo / scale), xq = clip(rint(x / scale) + zero, 0, 255). Float32 throughout, as numpy. */
-static void pack_dynamic(const job_t *j, int64_t m0, int mr, uint8_t *apack)
+static inline __attribute__((always_inline)) void pack_dynamic_body(const job_t *j, int64_t m0, int mr,
+                                                             uint8_t *apack)
 {
     int64_t k = j->b->k, kp = j->b->kp;
     for (int i = 0; i < mr; i++) {
@@ -882,7 +884,8 @@ static void pack_dynamic(const job_t *j, int64_t m0, int mr, uint8_t *apack)
 
 /* implicit GEMM: row m is the output pixel (n, oy, ox); its K = kh * kw * c taps in (ky, kx, c) order, a
    tap outside the image reads the zero point (contributes nothing) */
-static void pack_conv(const job_t *j, int64_t m0, int mr, uint8_t *apack)
+static inline __attribute__((always_inline)) void pack_conv_body(const job_t *j, int64_t m0, int mr,
+                                                          uint8_t *apack)
 {
     int64_t kp = j->b->kp, c = j->c;
     uint8_t flip = j->a_signed ? 0x80 : 0;
@@ -919,6 +922,45 @@ static void pack_conv(const job_t *j, int64_t m0, int mr, uint8_t *apack)
         j->rows.za[m] = z + (j->a_signed ? 128 : 0);
         j->rows.rowsum[m] = sum;
     }
+}
+
+/* each packer compiled for each instruction set: the per-element division and rounding of the dynamic
+   quantization vectorize (vdivps, vroundps) only under the wider targets */
+#define PACKERS(suffix, target)                                                                          \
+    static target void pack_quantized_##suffix(const job_t *j, int64_t m0, int mr, uint8_t *apack)      \
+    {                                                                                                     \
+        pack_quantized_body(j, m0, mr, apack);                                                            \
+    }                                                                                                     \
+    static target void pack_dynamic_##suffix(const job_t *j, int64_t m0, int mr, uint8_t *apack)        \
+    {                                                                                                     \
+        pack_dynamic_body(j, m0, mr, apack);                                                              \
+    }                                                                                                     \
+    static target void pack_conv_##suffix(const job_t *j, int64_t m0, int mr, uint8_t *apack)           \
+    {                                                                                                     \
+        pack_conv_body(j, m0, mr, apack);                                                                 \
+    }
+#define T_NONE
+PACKERS(portable, T_NONE)
+#ifdef NNQ_X86
+PACKERS(avx2, T_AVX2)
+PACKERS(avx512, T_AVX512)
+#endif
+
+enum { PACK_QUANTIZED = 0, PACK_DYNAMIC = 1, PACK_CONV = 2 };
+
+static pack_fn packer_for(int isa, int kind)
+{
+    static const pack_fn portable[3] = {pack_quantized_portable, pack_dynamic_portable, pack_conv_portable};
+#ifdef NNQ_X86
+    static const pack_fn avx2[3] = {pack_quantized_avx2, pack_dynamic_avx2, pack_conv_avx2};
+    static const pack_fn avx512[3] = {pack_quantized_avx512, pack_dynamic_avx512, pack_conv_avx512};
+    if (isa == ISA_AVX512VNNI)
+        return avx512[kind];
+    if (isa == ISA_AVX2 || isa == ISA_AVXVNNI)
+        return avx2[kind];
+#endif
+    (void)isa;
+    return portable[kind];
 }
 
 /* ---- the epilogue arguments shared by every kernel: out, bias, scale, y_zero, lo, hi */
@@ -1044,7 +1086,7 @@ static PyObject *qk_gemm(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
         j.rows.scale = NULL;   /* the scale is per column: a_scale folded into it by the caller */
     j.cols.d = b->any_d ? b->d : NULL;
     j.cols.cterm = b->cterm;
-    j.pack = pack_quantized;
+    j.pack = packer_for(b->isa, PACK_QUANTIZED);
     if (j.m)
         run_job(&j, threads);
     free_rows(&j);
@@ -1106,7 +1148,7 @@ static PyObject *qk_gemm_dynamic(PyObject *mod, PyObject *const *args, Py_ssize_
         goto done;
     j.cols.d = NULL;
     j.cols.cterm = b->cterm;
-    j.pack = pack_dynamic;
+    j.pack = packer_for(b->isa, PACK_DYNAMIC);
     if (j.m)
         run_job(&j, threads);
     free_rows(&j);
@@ -1180,7 +1222,7 @@ static PyObject *qk_conv(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     j.rows.scale = NULL;
     j.cols.d = b->any_d ? b->d : NULL;
     j.cols.cterm = b->cterm;
-    j.pack = pack_conv;
+    j.pack = packer_for(b->isa, PACK_CONV);
     if (j.m)
         run_job(&j, threads);
     free_rows(&j);
