@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import statistics
 
+from nnhal.device.cpu import qnative
 from nnhal.device.cpu.plan import Plan, compile_nodes
 from nnhal.device.device import (Allocator, Candidate, Description, Device, Interface, NodeTiming, Optimizer,
                                  Performance, Verdict)
@@ -79,12 +80,19 @@ def _native_state() -> str:
     return f"loaded (depthwise conv, gates, Gelu, block quantization; thread pool {pool})"
 
 
+def _integer_state() -> str:
+    """Whether the integer GEMM and convolution kernels (device/cpu/qnative) run, on which instruction set."""
+    status = qnative.status()
+    return f"{'on' if status.available else 'off'}: {status.reason}"
+
+
 def cpu_describe(device: Device) -> Description:
     return Description(
         ops=frozenset(op for table in DOMAINS.values() for op in table),
         precisions=("fp32", "fp16", "int8", "uint8"),
         performance={"fp32": Performance(1.0, 1.0)},
-        summary=f"numpy reference and fast kernels, native C kernels {_native_state()}; fp16 is {COMPUTE}",
+        summary=f"numpy reference and fast kernels, native C kernels {_native_state()}; integer kernels "
+                f"{_integer_state()}; fp16 is {COMPUTE}",
         # NOTE: numpy has no float16 matrix product; fp16 computed in float16 ran 4x-16x slower than fp32.
         compute={"fp16": COMPUTE},
         reentrant=True,         # a plan's run takes its own arena from a pool (plan.py)

@@ -95,3 +95,25 @@ def test_dynamic_quantize_gemm_whole_rows_runs_the_integer_gemm(activation, monk
     # both sum the same integers exactly (K * 255 * 127 < 2^24); they differ only in the float32 rounding
     # of the scale products, a few ulps of the output
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
+
+
+def test_static_qdq_matmul_with_per_column_weights_runs_the_integer_gemm():
+    """DequantizeLinear -> MatMul -> QuantizeLinear (per-column weight scales, as onnxruntime's
+    quantize_static writes it) fuses into one QLinearMatMul (optimizer/qdq.py) on the integer GEMM; the
+    float QDQ graph's result and the exact integer one differ by at most one quantization step."""
+    rng = np.random.default_rng(6)
+    x = rng.integers(0, 256, (4, 6, 48), dtype=np.uint8)
+    w = rng.integers(-127, 128, (48, 20), dtype=np.int8)
+    inits = {"sx": np.array(0.03, np.float32), "zx": np.array(128, np.uint8), "w": w,
+             "sw": rng.uniform(0.001, 0.01, 20).astype(np.float32), "zw": np.zeros(20, np.int8),
+             "sy": np.array(0.04, np.float32), "zy": np.array(120, np.uint8)}
+    nodes = [helper.make_node("DequantizeLinear", ["x", "sx", "zx"], ["xf"]),
+             helper.make_node("DequantizeLinear", ["w", "sw", "zw"], ["wf"], axis=1),
+             helper.make_node("MatMul", ["xf", "wf"], ["yf"]),
+             helper.make_node("QuantizeLinear", ["yf", "sy", "zy"], ["y"])]
+    model = _model(nodes, inits, x.shape, np.uint8, np.uint8)
+    session = nnhal.Session(model, devices=["cpu"])
+    (got,) = session.run({"x": x})
+    assert [st.kernel_name for st in _steps(session) if st.node.op_type == "QLinearMatMul"] == ["int8 gemm"]
+    (want,) = ReferenceEvaluator(model).run(None, {"x": x})
+    assert np.abs(got.astype(np.int32) - want).max() <= 1
