@@ -11,7 +11,9 @@ which pack the constant weights once at prepare:
 * ``QLinearMatMul`` with a constant 2-D B and constant scales and zero points: requantized in the
   epilogue exactly as ONNX defines it (the float32 factor applied in double, rounded half to even);
 * ``QLinearConv`` (2-D, group 1 or depthwise, constant weights, scales and zero points): an implicit GEMM
-  (or the depthwise kernel) on channels-last integers, the input and output transposed around it.
+  (or the depthwise kernel) on channels-last integers, the input and output transposed around it; its
+  rescale in float32, as onnxruntime's and nnhal's numpy QLinearConv (pre-quantized models match
+  onnxruntime bit for bit; ONNX's reference rescales in double and may differ by one step on a tie).
 
 Per-block dynamic quantization (``block`` > 0, the precision passes' default, quantize.BLOCK) stays on
 its float32 path: block scales vary along K, so no integer sum spans more than a block.
@@ -128,7 +130,7 @@ class MatMulIntegerKernel(Kernel):
         def run(inputs: list, outputs: list):
             a = np.ascontiguousarray(inputs[0])
             out = _out(outputs, a.shape[:-1] + (n,), np.int32)
-            q.gemm(a, za, packed, out, None, None, 0, 0.0, 0.0, _threads())
+            q.gemm(a, za, packed, out, None, None, 0, 0.0, 0.0, 0, _threads())
             return (out,)
 
         return run
@@ -163,7 +165,7 @@ class QLinearMatMulKernel(Kernel):
         def run(inputs: list, outputs: list):
             a = np.ascontiguousarray(inputs[0])
             out = _out(outputs, a.shape[:-1] + (n,), dtype)
-            q.gemm(a, za, packed, out, None, factor, yz, -_INF, _INF, _threads())
+            q.gemm(a, za, packed, out, None, factor, yz, -_INF, _INF, 0, _threads())
             return (out,)
 
         return run
@@ -228,9 +230,9 @@ class QLinearConvKernel(Kernel):
             xt = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
             yt = np.empty((n, oh, ow, m), dtype)
             if packed is None:
-                q.dwconv(xt, x_zero, taps, geo, yt, bias, factor, yz, -_INF, _INF, _threads())
+                q.dwconv(xt, x_zero, taps, geo, yt, bias, factor, yz, -_INF, _INF, 1, _threads())
             else:
-                q.conv(xt, x_zero, packed, geo, yt, bias, factor, yz, -_INF, _INF, _threads())
+                q.conv(xt, x_zero, packed, geo, yt, bias, factor, yz, -_INF, _INF, 1, _threads())
             out = _out(outputs, (n, m, oh, ow), dtype)
             np.copyto(out, yt.transpose(0, 3, 1, 2))
             return (out,)

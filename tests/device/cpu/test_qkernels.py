@@ -61,7 +61,7 @@ def test_kernels_gemm_int32(m, k, n, adt, bdt):
             packed = _q().pack_b(np.ascontiguousarray(b.T) if trans else b, k, n, zb, trans)
             out = np.empty((m, n), np.int32)
             bias = rng.integers(-1000, 1000, n, dtype=np.int32)
-            _q().gemm(a, za, packed, out, bias, None, 0, 0.0, 0.0, 1)
+            _q().gemm(a, za, packed, out, bias, None, 0, 0.0, 0.0, 0, 1)
             np.testing.assert_array_equal(out, _int_ref(a, za, b, zb) + bias)
 
 
@@ -74,10 +74,10 @@ def test_kernels_gemm_threads_and_scalar_zero():
     want = _int_ref(a, np.full(m, 131, np.uint8), b, np.full(n, -3, np.int8))
     for threads in (1, 2, 3, 8):
         out = np.empty((m, n), np.int32)
-        _q().gemm(a, za, packed, out, None, None, 0, 0.0, 0.0, threads)
+        _q().gemm(a, za, packed, out, None, None, 0, 0.0, 0.0, 0, threads)
         np.testing.assert_array_equal(out, want)
     few = np.empty((2, n), np.int32)       # few rows: split by column panels
-    _q().gemm(a[:2], za, packed, few, None, None, 0, 0.0, 0.0, 4)
+    _q().gemm(a[:2], za, packed, few, None, None, 0, 0.0, 0.0, 0, 4)
     np.testing.assert_array_equal(few, want[:2])
 
 
@@ -95,11 +95,11 @@ def test_kernels_qlinear_matmul_equals_onnx_reference(m, k, n, adt, ydt):
     factor = np.full(n, np.array(a_scale) * np.array(b_scale) / np.array(y_scale), np.float32)
     packed = _q().pack_b(b, k, n, b_zero.reshape(1), 0)
     out = np.empty((m, n), ydt)
-    _q().gemm(a, a_zero.reshape(1), packed, out, None, factor, int(y_zero), -1e9, 1e9, 2)
+    _q().gemm(a, a_zero.reshape(1), packed, out, None, factor, int(y_zero), -1e9, 1e9, 0, 2)
     np.testing.assert_array_equal(out, want)
     # a fused Relu: the lower bound is the zero point
     relu = np.empty((m, n), ydt)
-    _q().gemm(a, a_zero.reshape(1), packed, relu, None, factor, int(y_zero), float(y_zero), 1e9, 1)
+    _q().gemm(a, a_zero.reshape(1), packed, relu, None, factor, int(y_zero), float(y_zero), 1e9, 0, 1)
     np.testing.assert_array_equal(relu, np.maximum(want, y_zero))
 
 
@@ -112,7 +112,7 @@ def test_kernels_gemm_dequantized_float(m, k, n):
     bias = rng.standard_normal(n).astype(np.float32)
     packed = _q().pack_b(b, k, n, None, 1)
     out = np.empty((m, n), np.float32)
-    _q().gemm(a, za, packed, out, bias, scale, 0, 0.0, 6.0, 1)
+    _q().gemm(a, za, packed, out, bias, scale, 0, 0.0, 6.0, 0, 1)
     acc = _int_ref(a, np.full(m, za[0]), b.T, None)
     want = np.clip(acc.astype(np.float32) * scale + bias, np.float32(0), np.float32(6))
     np.testing.assert_array_equal(out, want)
@@ -171,6 +171,22 @@ def _conv_case(rng, xdt, n, c, h, w, m, kh, kw, stride, pad, dil, group=1):
     return x, wt, x_zero, y_zero, bias, factor, geometry, want
 
 
+def _float32_rescale(x, wt, x_zero, bias, factor, y_zero, geometry):
+    """The convolution's exact int32 sums (onnx.reference with unit scales and no rounding in play), then the
+    rescale in float32: float32(sum) * factor, rounded half to even, + zero, saturated."""
+    n, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl = geometry
+    xs = np.pad(x.astype(np.int64) - int(x_zero), ((0, 0), (0, 0), (pt, kh * dh), (pl, kw * dw)))
+    acc = np.zeros((n, wt.shape[0], oh, ow), np.int64)
+    for ky in range(kh):
+        for kx in range(kw):
+            patch = xs[:, :, ky * dh:ky * dh + sh * oh:sh, kx * dw:kx * dw + sw * ow:sw]
+            acc += np.einsum("nchw,mc->nmhw", patch, wt[:, :, ky, kx].astype(np.int64))
+    acc += bias.reshape(1, -1, 1, 1)
+    y = np.rint(acc.astype(np.int32).astype(np.float32) * factor.reshape(1, -1, 1, 1)) + np.float32(y_zero)
+    info = np.iinfo(y_zero.dtype)
+    return np.clip(y, info.min, info.max).astype(y_zero.dtype)
+
+
 @pytest.mark.parametrize("xdt", [np.uint8, np.int8])
 @pytest.mark.parametrize("case", [(1, 3, 7, 9, 5, 3, 3, 1, 1, 1), (2, 8, 6, 6, 33, 3, 3, 2, 1, 1),
                                   (1, 5, 9, 8, 16, 1, 1, 1, 0, 1), (1, 4, 10, 10, 7, 3, 3, 1, 2, 2),
@@ -182,8 +198,13 @@ def test_kernels_qlinear_conv_equals_onnx_reference(xdt, case):
     packed = _q().pack_b(np.ascontiguousarray(wt.transpose(0, 2, 3, 1)), wt[0].size, m, None, 1)
     out = np.empty((geometry[0], geometry[4], geometry[5], m), xdt)
     _q().conv(np.ascontiguousarray(x.transpose(0, 2, 3, 1)), x_zero.reshape(1), packed, geometry, out, bias, factor,
-              int(y_zero), -1e9, 1e9, 2)
+              int(y_zero), -1e9, 1e9, 0, 2)
     np.testing.assert_array_equal(out.transpose(0, 3, 1, 2), want)
+    # rounding 1: the rescale in float32, as onnxruntime's (and nnhal's numpy) QLinearConv
+    _q().conv(np.ascontiguousarray(x.transpose(0, 2, 3, 1)), x_zero.reshape(1), packed, geometry, out, bias, factor,
+              int(y_zero), -1e9, 1e9, 1, 2)
+    np.testing.assert_array_equal(out.transpose(0, 3, 1, 2), _float32_rescale(x, wt, x_zero, bias, factor, y_zero,
+                                                                              geometry))
 
 
 @pytest.mark.parametrize("xdt", [np.uint8, np.int8])
@@ -197,7 +218,7 @@ def test_kernels_depthwise_equals_onnx_reference(xdt, case):
     taps = np.ascontiguousarray(wt[:, 0].transpose(1, 2, 0)).astype(np.int16)      # [kh, kw, c]
     out = np.empty((n, geometry[4], geometry[5], c), xdt)
     _q().dwconv(np.ascontiguousarray(x.transpose(0, 2, 3, 1)), x_zero.reshape(1), taps, geometry, out, bias,
-                factor, int(y_zero), -1e9, 1e9, 2)
+                factor, int(y_zero), -1e9, 1e9, 0, 2)
     np.testing.assert_array_equal(out.transpose(0, 3, 1, 2), want)
 
 
@@ -249,26 +270,26 @@ FUZZ = textwrap.dedent("""
     p = q.pack_b(w, 16, 4, None, 0)
     out = np.zeros((8, 4), np.int32)
     bad = {
-        "a float": lambda: q.gemm(a.astype(np.float32), None, p, out, None, None, 0, 0.0, 0.0, 1),
-        "a None": lambda: q.gemm(None, None, p, out, None, None, 0, 0.0, 0.0, 1),
-        "a list": lambda: q.gemm([1, 2], None, p, out, None, None, 0, 0.0, 0.0, 1),
-        "a strided": lambda: q.gemm(np.zeros((8, 32), np.uint8)[:, ::2], None, p, out, None, None, 0, 0.0, 0.0, 1),
-        "a short": lambda: q.gemm(a[:, :15].copy(), None, p, out, None, None, 0, 0.0, 0.0, 1),
-        "out small": lambda: q.gemm(a, None, p, out[:7], None, None, 0, 0.0, 0.0, 1),
+        "a float": lambda: q.gemm(a.astype(np.float32), None, p, out, None, None, 0, 0.0, 0.0, 0, 1),
+        "a None": lambda: q.gemm(None, None, p, out, None, None, 0, 0.0, 0.0, 0, 1),
+        "a list": lambda: q.gemm([1, 2], None, p, out, None, None, 0, 0.0, 0.0, 0, 1),
+        "a strided": lambda: q.gemm(np.zeros((8, 32), np.uint8)[:, ::2], None, p, out, None, None, 0, 0.0, 0.0, 0, 1),
+        "a short": lambda: q.gemm(a[:, :15].copy(), None, p, out, None, None, 0, 0.0, 0.0, 0, 1),
+        "out small": lambda: q.gemm(a, None, p, out[:7], None, None, 0, 0.0, 0.0, 0, 1),
         "out readonly": lambda: q.gemm(a, None, p, np.frombuffer(bytes(128), np.int32).reshape(8, 4), None, None,
-                                       0, 0.0, 0.0, 1),
-        "out int64": lambda: q.gemm(a, None, p, out.astype(np.int64), None, None, 0, 0.0, 0.0, 1),
-        "overlap": lambda: q.gemm(out.view(np.uint8).reshape(8, 16), None, p, out, None, None, 0, 0.0, 0.0, 1),
-        "a_zero dtype": lambda: q.gemm(a, np.zeros(1, np.int8), p, out, None, None, 0, 0.0, 0.0, 1),
-        "a_zero count": lambda: q.gemm(a, np.zeros(3, np.uint8), p, out, None, None, 0, 0.0, 0.0, 1),
-        "bias count": lambda: q.gemm(a, None, p, out, np.zeros(3, np.int32), None, 0, 0.0, 0.0, 1),
-        "scale missing": lambda: q.gemm(a, None, p, out.astype(np.float32), None, None, 0, 0.0, 0.0, 1),
-        "packed wrong": lambda: q.gemm(a, None, w, out, None, None, 0, 0.0, 0.0, 1),
-        "threads": lambda: q.gemm(a, None, p, out, None, None, 0, 0.0, 0.0, -1),
-        "threads str": lambda: q.gemm(a, None, p, out, None, None, 0, 0.0, 0.0, "2"),
+                                       0, 0.0, 0.0, 0, 1),
+        "out int64": lambda: q.gemm(a, None, p, out.astype(np.int64), None, None, 0, 0.0, 0.0, 0, 1),
+        "overlap": lambda: q.gemm(out.view(np.uint8).reshape(8, 16), None, p, out, None, None, 0, 0.0, 0.0, 0, 1),
+        "a_zero dtype": lambda: q.gemm(a, np.zeros(1, np.int8), p, out, None, None, 0, 0.0, 0.0, 0, 1),
+        "a_zero count": lambda: q.gemm(a, np.zeros(3, np.uint8), p, out, None, None, 0, 0.0, 0.0, 0, 1),
+        "bias count": lambda: q.gemm(a, None, p, out, np.zeros(3, np.int32), None, 0, 0.0, 0.0, 0, 1),
+        "scale missing": lambda: q.gemm(a, None, p, out.astype(np.float32), None, None, 0, 0.0, 0.0, 0, 1),
+        "packed wrong": lambda: q.gemm(a, None, w, out, None, None, 0, 0.0, 0.0, 0, 1),
+        "threads": lambda: q.gemm(a, None, p, out, None, None, 0, 0.0, 0.0, 0, -1),
+        "threads str": lambda: q.gemm(a, None, p, out, None, None, 0, 0.0, 0.0, 0, "2"),
         "nargs": lambda: q.gemm(a, None, p),
         "y_zero range": lambda: q.gemm(a, None, p, out.astype(np.uint8), None, np.ones(4, np.float32), 300, 0.0,
-                                       1.0, 1),
+                                       1.0, 0, 1),
         "pack K huge": lambda: q.pack_b(w, 1 << 20, 4, None, 0),
         "pack size": lambda: q.pack_b(w, 16, 5, None, 0),
         "pack zero count": lambda: q.pack_b(w, 16, 4, np.zeros(3, np.int8), 0),
@@ -277,13 +298,15 @@ FUZZ = textwrap.dedent("""
                                             1),
         "dyn out int": lambda: q.gemm_dynamic(a.astype(np.float32), 1, p, out, None, np.ones(4, np.float32), 0.0,
                                               1.0, 1),
-        "conv geometry": lambda: q.conv(a, None, p, (1, 2, 3), out, None, None, 0, 0.0, 0.0, 1),
+        "rounding": lambda: q.gemm(a, None, p, out.astype(np.uint8), None, np.ones(4, np.float32), 0, 0.0, 1.0, 2,
+                                   1),
+        "conv geometry": lambda: q.conv(a, None, p, (1, 2, 3), out, None, None, 0, 0.0, 0.0, 0, 1),
         "conv K": lambda: q.conv(a, None, p, (1, 8, 2, 8, 8, 2, 1, 1, 1, 1, 1, 1, 0, 0), out, None, None, 0, 0.0,
-                                 0.0, 1),
+                                 0.0, 0, 1),
         "dw w dtype": lambda: q.dwconv(a, None, np.zeros(16, np.int8), (1, 8, 2, 1, 8, 2, 1, 1, 1, 1, 1, 1, 0, 0),
-                                       out, None, None, 0, 0.0, 0.0, 1),
+                                       out, None, None, 0, 0.0, 0.0, 0, 1),
         "dw negative": lambda: q.dwconv(a, None, np.zeros(1, np.int16), (1, 8, 2, 1, 8, 2, 1, 1, 1, 1, 1, 1, -1, 0),
-                                        out, None, None, 0, 0.0, 0.0, 1),
+                                        out, None, None, 0, 0.0, 0.0, 0, 1),
     }
     for name, call in bad.items():
         try:
@@ -300,4 +323,4 @@ def test_argument_fuzz_gives_typed_errors_never_a_crash():
     run = subprocess.run([sys.executable, "-c", FUZZ], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "NO ERROR" not in run.stdout, run.stdout
-    assert run.stdout.count("\nok ") + run.stdout.startswith("ok ") == 28, run.stdout
+    assert run.stdout.count("\nok ") + run.stdout.startswith("ok ") == 29, run.stdout

@@ -297,6 +297,7 @@ typedef struct {
     const float *col_scale;      /* [N]: F32: the column scale; U8/S8: the requantization factor */
     double y_zero;               /* U8/S8 */
     float lo, hi;                /* F32: clamp (fused Relu / Clip); U8/S8: clamp in the quantized domain */
+    int f32_rounding;            /* U8/S8: 0: ONNX's reference (double); 1: float32, as onnxruntime */
 } epilogue_t;
 
 /* Per-row state of the packed A: za' (zero point in the au domain), rowsum(au), the row scale (F32) */
@@ -345,13 +346,24 @@ static inline __attribute__((always_inline)) void epilogue_body(const epilogue_t
             }
         } else {
             double lo = e->lo, hi = e->hi;
-            for (int j = 0; j < nc; j++) {
-                /* ONNX: int32 sum times the float32 factor, in double (numpy's int32 * float32), + zero,
-                   rounded half to even, saturated */
-                double q = nearbyint((double)v[j] * (double)e->col_scale[n0 + j] + e->y_zero);
-                q = q < lo ? lo : q;
-                q = q > hi ? hi : q;
-                v[j] = (int32_t)q;
+            if (e->f32_rounding) {
+                /* onnxruntime's QLinearConv: float32(sum) * factor in float32, rounded, + zero */
+                float z = (float)e->y_zero, flo = e->lo, fhi = e->hi;
+                for (int j = 0; j < nc; j++) {
+                    float q = nearbyintf((float)v[j] * e->col_scale[n0 + j]) + z;
+                    q = q < flo ? flo : q;
+                    q = q > fhi ? fhi : q;
+                    v[j] = (int32_t)q;
+                }
+            } else {
+                for (int j = 0; j < nc; j++) {
+                    /* ONNX: int32 sum times the float32 factor, in double (numpy's int32 * float32), + zero,
+                       rounded half to even, saturated */
+                    double q = nearbyint((double)v[j] * (double)e->col_scale[n0 + j] + e->y_zero);
+                    q = q < lo ? lo : q;
+                    q = q > hi ? hi : q;
+                    v[j] = (int32_t)q;
+                }
             }
             if (e->kind == OUT_U8) {
                 uint8_t *y = (uint8_t *)e->out + m * e->ldo + n0;
@@ -963,7 +975,7 @@ static pack_fn packer_for(int isa, int kind)
     return portable[kind];
 }
 
-/* ---- the epilogue arguments shared by every kernel: out, bias, scale, y_zero, lo, hi */
+/* ---- the epilogue arguments shared by every kernel: out, bias, scale, y_zero, lo, hi, rounding */
 static int get_epilogue(const char *kernel, PyObject *const *args, arg_t *out, arg_t *bias, arg_t *scale,
                         int64_t rows, int64_t n, epilogue_t *e)
 {
@@ -980,10 +992,11 @@ static int get_epilogue(const char *kernel, PyObject *const *args, arg_t *out, a
     e->bias_i = e->kind != OUT_F32 && bias->held ? bias->view.buf : NULL;
     e->bias_f = e->kind == OUT_F32 && bias->held ? bias->view.buf : NULL;
     e->col_scale = scale->held ? scale->view.buf : NULL;
-    int64_t yz;
+    int64_t yz, rounding;
     if (!get_int(kernel, "y_zero", args[3], -128, 255, &yz) || !get_float(kernel, "lo", args[4], &e->lo)
-        || !get_float(kernel, "hi", args[5], &e->hi))
+        || !get_float(kernel, "hi", args[5], &e->hi) || !get_int(kernel, "rounding", args[6], 0, 1, &rounding))
         return 0;
+    e->f32_rounding = (int)rounding;
     e->y_zero = (double)yz;
     if (e->kind == OUT_U8 || e->kind == OUT_S8) {
         float qlo = e->kind == OUT_U8 ? 0.0f : -128.0f, qhi = e->kind == OUT_U8 ? 255.0f : 127.0f;
@@ -1038,20 +1051,21 @@ static void run_job(job_t *j, int64_t threads)
     Py_END_ALLOW_THREADS
 }
 
-/* gemm(a, a_zero, packed, out, bias, scale, y_zero, lo, hi, threads): out[M, N] = epilogue((a - a_zero)
+/* gemm(a, a_zero, packed, out, bias, scale, y_zero, lo, hi, rounding, threads): out[M, N] = epilogue((a - a_zero)
    (b - b_zero)); a: uint8 / int8 [M, K]; a_zero: None or 1 or M zero points of a's type. out's type picks
    the epilogue: int32 (+ int32 bias), float32 (sum * scale[n] + float32 bias, clamped to [lo, hi]),
-   uint8 / int8 (requantized by the factor scale[n], + y_zero, clamped to [lo, hi] and the type). */
+   uint8 / int8 (requantized by the factor scale[n], + y_zero, clamped to [lo, hi] and the type; rounding 0:
+   as ONNX's reference, in double; 1: in float32, as onnxruntime's QLinearConv). */
 static PyObject *qk_gemm(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
 {
     static const char *kernel = "gemm";
     static const char *const names[] = {"a", "a_zero", "bias", "scale"};
     (void)mod;
-    if (!isa_ok() || !check_nargs(kernel, nargs, 10))
+    if (!isa_ok() || !check_nargs(kernel, nargs, 11))
         return NULL;
     const PackedB *b;
     int64_t threads;
-    if (!get_packed(kernel, args[2], &b) || !get_int(kernel, "threads", args[9], 0, 1 << 20, &threads))
+    if (!get_packed(kernel, args[2], &b) || !get_int(kernel, "threads", args[10], 0, 1 << 20, &threads))
         return NULL;
     arg_t in[4], out;
     memset(in, 0, sizeof in);
@@ -1133,9 +1147,10 @@ static PyObject *qk_gemm_dynamic(PyObject *mod, PyObject *const *args, Py_ssize_
     j.m = in[0].view.len / 4 / b->k;
     j.a = in[0].view.buf;
     j.a_signed = (int)sgn;
-    PyObject *eargs[6] = {args[3], args[4], args[5], NULL, args[6], args[7]};
     PyObject *zero = PyLong_FromLong(0);
-    eargs[3] = zero;
+    PyObject *eargs[7] = {args[3], args[4], args[5], zero, args[6], args[7], zero};
+    if (zero == NULL)
+        goto done;
     int ok = get_epilogue(kernel, eargs, &out, &in[1], &in[2], j.m, b->n, &j.e);
     Py_DECREF(zero);
     if (!ok)
@@ -1174,7 +1189,7 @@ static int get_geometry(const char *kernel, PyObject *obj, int64_t *g)
     return 1;
 }
 
-/* conv(x, x_zero, packed, geometry, out, bias, scale, y_zero, lo, hi, threads): a group-1 convolution in
+/* conv(x, x_zero, packed, geometry, out, bias, scale, y_zero, lo, hi, rounding, threads): a group-1 convolution in
    NHWC as an implicit GEMM: x uint8 / int8 [N, H, W, C]; packed from the weights as [M, KH, KW, C] (trans 1);
    geometry a tuple (n, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, pad_top, pad_left); out [N, OH, OW, M]
    with the epilogue of gemm. */
@@ -1183,11 +1198,11 @@ static PyObject *qk_conv(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     static const char *kernel = "conv";
     static const char *const names[] = {"x", "x_zero", "bias", "scale"};
     (void)mod;
-    if (!isa_ok() || !check_nargs(kernel, nargs, 11))
+    if (!isa_ok() || !check_nargs(kernel, nargs, 12))
         return NULL;
     const PackedB *b;
     int64_t threads, g[14];
-    if (!get_packed(kernel, args[2], &b) || !get_int(kernel, "threads", args[10], 0, 1 << 20, &threads))
+    if (!get_packed(kernel, args[2], &b) || !get_int(kernel, "threads", args[11], 0, 1 << 20, &threads))
         return NULL;
     if (!get_geometry(kernel, args[3], g))
         return NULL;
@@ -1308,7 +1323,7 @@ static void dw_part(const void *job, int part)
     free(acc);
 }
 
-/* dwconv(x, x_zero, w, geometry, out, bias, scale, y_zero, lo, hi, threads): a depthwise convolution (one
+/* dwconv(x, x_zero, w, geometry, out, bias, scale, y_zero, lo, hi, rounding, threads): a depthwise convolution (one
    filter per channel) in NHWC: x uint8 / int8 [N, H, W, C]; w int16 [KH, KW, C] = weights - their zero
    points; geometry and the epilogue as conv's (out [N, OH, OW, C]). */
 static PyObject *qk_dwconv(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
@@ -1316,10 +1331,10 @@ static PyObject *qk_dwconv(PyObject *mod, PyObject *const *args, Py_ssize_t narg
     static const char *kernel = "dwconv";
     static const char *const names[] = {"x", "x_zero", "w", "bias", "scale"};
     (void)mod;
-    if (!isa_ok() || !check_nargs(kernel, nargs, 11))
+    if (!isa_ok() || !check_nargs(kernel, nargs, 12))
         return NULL;
     int64_t threads, g[14];
-    if (!get_int(kernel, "threads", args[10], 0, 1 << 20, &threads))
+    if (!get_int(kernel, "threads", args[11], 0, 1 << 20, &threads))
         return NULL;
     if (!get_geometry(kernel, args[3], g))
         return NULL;
@@ -1406,13 +1421,13 @@ static PyMethodDef qk_methods[] = {
     {"pack_b", (PyCFunction)(void (*)(void))qk_pack_b, METH_FASTCALL,
      "pack_b(b, k, n, b_zero, trans) -> PackedB"},
     {"gemm", (PyCFunction)(void (*)(void))qk_gemm, METH_FASTCALL,
-     "gemm(a, a_zero, packed, out, bias, scale, y_zero, lo, hi, threads)"},
+     "gemm(a, a_zero, packed, out, bias, scale, y_zero, lo, hi, rounding, threads)"},
     {"gemm_dynamic", (PyCFunction)(void (*)(void))qk_gemm_dynamic, METH_FASTCALL,
      "gemm_dynamic(x, signed, packed, out, bias, scale, lo, hi, threads)"},
     {"conv", (PyCFunction)(void (*)(void))qk_conv, METH_FASTCALL,
-     "conv(x, x_zero, packed, geometry, out, bias, scale, y_zero, lo, hi, threads)"},
+     "conv(x, x_zero, packed, geometry, out, bias, scale, y_zero, lo, hi, rounding, threads)"},
     {"dwconv", (PyCFunction)(void (*)(void))qk_dwconv, METH_FASTCALL,
-     "dwconv(x, x_zero, w, geometry, out, bias, scale, y_zero, lo, hi, threads)"},
+     "dwconv(x, x_zero, w, geometry, out, bias, scale, y_zero, lo, hi, rounding, threads)"},
     {NULL, NULL, 0, NULL},
 };
 
