@@ -80,7 +80,7 @@ def _ort_models(model, calib: dict, tmp: str) -> dict[str, str]:
     return paths
 
 
-def _engines(name: str, model, calib: dict, threads: int, tmp: str) -> dict:
+def _engines(name: str, model, calib: dict, feeds: dict, threads: int, tmp: str) -> dict:
     import onnx
     import onnxruntime as ort
 
@@ -91,9 +91,9 @@ def _engines(name: str, model, calib: dict, threads: int, tmp: str) -> dict:
         if name == "minilm" else [("int8", "int8", "8")]
     engines = {"nnhal fp32": nnhal.Session(model, num_thread=threads)}
     for label, precision, block in quantized:
-        os.environ["NNHAL_DYNAMIC_BLOCK"] = block        # read while the session is prepared (its first run)
+        os.environ["NNHAL_DYNAMIC_BLOCK"] = block        # read while the session is prepared for these shapes
         engines[f"nnhal {label}"] = nnhal.Session(model, precision=precision, calibration=table, num_thread=threads)
-        engines[f"nnhal {label}"].run({k: v[:1] for k, v in calib.items()})
+        engines[f"nnhal {label}"].run(feeds)
     os.environ.pop("NNHAL_DYNAMIC_BLOCK")
     paths = _ort_models(model, calib, tmp)
     engines["nnhal on ort QDQ"] = nnhal.Session(onnx.load(paths["qdq"]), num_thread=threads)
@@ -114,7 +114,7 @@ def _run(engine, feeds):
 def bench(name: str, batch: int, repeat: int, threads: int) -> None:
     model, calib, feeds, out_index = (_minilm if name == "minilm" else _resnet50)(batch)
     with tempfile.TemporaryDirectory() as tmp:
-        engines = _engines(name, model, calib, threads, tmp)
+        engines = _engines(name, model, calib, feeds, threads, tmp)
         outputs = {k: _run(e, feeds)[out_index] for k, e in engines.items()}
         times: dict[str, list[float]] = {k: [] for k in engines}
         for _ in range(repeat):
