@@ -59,8 +59,13 @@ def _resnet50(batch: int):
 
 
 def _ort_models(model, calib: dict, tmp: str) -> dict[str, str]:
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_dynamic, \
-        quantize_static
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_dynamic,
+        quantize_static,
+    )
 
     class Reader(CalibrationDataReader):
         def __init__(self):
@@ -81,10 +86,9 @@ def _ort_models(model, calib: dict, tmp: str) -> dict[str, str]:
 
 
 def _engines(name: str, model, calib: dict, feeds: dict, threads: int, tmp: str) -> dict:
+    import nnhal
     import onnx
     import onnxruntime as ort
-
-    import nnhal
 
     table = nnhal.calibrate(model, [calib], progress=False)
     quantized = [("int8", "int8", "8"), ("int8 whole rows", "int8", "0"), ("uint8 whole rows", "uint8", "0")] \

@@ -22,7 +22,6 @@ its float32 path: block scales vary along K, so no integer sum spans more than a
 from __future__ import annotations
 
 import numpy as np
-
 from nnhal.device.cpu import qnative
 from nnhal.device.cpu.fusions import Chosen
 from nnhal.hostkernels import parallel
@@ -113,7 +112,8 @@ class MatMulIntegerKernel(Kernel):
             return 0
         za = ins[2] if len(ins) > 2 else None
         zb = ins[3] if len(ins) > 3 else None
-        if za is not None and (za.value is None or np.size(za.value) != 1):
+        # a_zero: one zero point, constant or computed (DynamicQuantizeLinear's, in onnxruntime's dynamic models)
+        if za is not None and (za.shape is None or int(np.prod(za.shape)) != 1 or za.dtype != ins[0].dtype):
             return 0
         if zb is not None and (zb.value is None or np.size(zb.value) not in (1, b.shape[1])):
             return 0
@@ -125,12 +125,13 @@ class MatMulIntegerKernel(Kernel):
         k, n = b.shape
         zb = _zero(_const(ins[3]) if len(ins) > 3 else None, b.dtype)
         packed = q.pack_b(np.ascontiguousarray(b), k, n, zb, 0)
-        za = _zero(_const(ins[2]) if len(ins) > 2 else None, ins[0].dtype)
 
         def run(inputs: list, outputs: list):
             a = np.ascontiguousarray(inputs[0])
+            za = inputs[2] if len(inputs) > 2 and inputs[2] is not None else None
             out = _out(outputs, a.shape[:-1] + (n,), np.int32)
-            q.gemm(a, za, packed, out, None, None, 0, 0.0, 0.0, 0, _threads())
+            q.gemm(a, None if za is None else np.ascontiguousarray(za).reshape(1), packed, out, None, None, 0, 0.0,
+                   0.0, 0, _threads())
             return (out,)
 
         return run

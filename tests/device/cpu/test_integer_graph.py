@@ -3,13 +3,12 @@ exact results: MatMulInteger, QLinearMatMul and QLinearConv against onnx.referen
 nnhal's DynamicQuantizeGemm (whole-row scales) against its numpy kernel within its float32 rounding."""
 from __future__ import annotations
 
+import nnhal
 import numpy as np
 import pytest
+from nnhal.device.cpu import qnative
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
-
-import nnhal
-from nnhal.device.cpu import qnative
 
 pytestmark = pytest.mark.skipif(not qnative.status().available,
                                 reason=f"integer kernels not loaded: {qnative.status().reason}")
@@ -125,3 +124,13 @@ def test_static_qdq_matmul_with_per_column_weights_runs_the_integer_gemm():
     assert [st.kernel_name for st in _steps(session) if st.node.op_type == "QLinearMatMul"] == ["int8 gemm"]
     (want,) = ReferenceEvaluator(model).run(None, {"x": x})
     assert np.abs(got.astype(np.int32) - want).max() <= 1
+
+
+def test_dynamic_quantize_linear_then_matmul_integer_runs_the_integer_gemm():
+    """onnxruntime's dynamic quantization: DynamicQuantizeLinear's computed zero point feeds MatMulInteger."""
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((5, 40)).astype(np.float32)
+    inits = {"w": rng.integers(-127, 128, (40, 12), dtype=np.int8), "zw": np.array(0, np.int8)}
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
+             helper.make_node("MatMulInteger", ["xq", "w", "xz", "zw"], ["y"])]
+    _check(_model(nodes, inits, x.shape, np.float32, np.int32), x, "MatMulInteger")

@@ -13,10 +13,9 @@ import textwrap
 
 import numpy as np
 import pytest
+from nnhal.device.cpu import qnative
 from onnx.reference.ops.op_qlinear_conv import QLinearConv
 from onnx.reference.ops.op_qlinear_matmul import QLinearMatMul
-
-from nnhal.device.cpu import qnative
 
 ISAS = ("avx512vnni", "avxvnni", "avx2", "portable")
 
@@ -161,8 +160,8 @@ def _conv_case(rng, xdt, n, c, h, w, m, kh, kw, stride, pad, dil, group=1):
     w_scale = rng.uniform(0.005, 0.02, m).astype(np.float32)
     x_zero, y_zero = np.array(_rand(rng, (), xdt)), np.array(_rand(rng, (), xdt))
     bias = rng.integers(-5000, 5000, m, dtype=np.int32)
-    attrs = dict(auto_pad="NOTSET", dilations=[dil, dil], group=group, kernel_shape=[kh, kw], pads=[pad] * 4,
-                 strides=[stride, stride])
+    attrs = {"auto_pad": "NOTSET", "dilations": [dil, dil], "group": group, "kernel_shape": [kh, kw],
+             "pads": [pad] * 4, "strides": [stride, stride]}
     want = QLinearConv._run(None, x, x_scale, x_zero, wt, w_scale, np.array(0, np.int8), y_scale, y_zero, bias,
                             **attrs)[0]
     oh, ow = want.shape[2:]
@@ -172,9 +171,9 @@ def _conv_case(rng, xdt, n, c, h, w, m, kh, kw, stride, pad, dil, group=1):
 
 
 def _float32_rescale(x, wt, x_zero, bias, factor, y_zero, geometry):
-    """The convolution's exact int32 sums (onnx.reference with unit scales and no rounding in play), then the
-    rescale in float32: float32(sum) * factor, rounded half to even, + zero, saturated."""
-    n, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl = geometry
+    """The convolution's exact int32 sums (int64 in numpy), then the rescale in float32: float32(sum) * factor,
+    rounded half to even, + zero, saturated."""
+    n, _, _, _, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl = geometry
     xs = np.pad(x.astype(np.int64) - int(x_zero), ((0, 0), (0, 0), (pt, kh * dh), (pl, kw * dw)))
     acc = np.zeros((n, wt.shape[0], oh, ow), np.int64)
     for ky in range(kh):
@@ -239,7 +238,7 @@ def test_isa_path(isa):
         pytest.skip(f"this CPU lacks {isa} (it has {', '.join(_q().available())})")
     env = dict(os.environ, NNHAL_QGEMM_ISA=isa)
     run = subprocess.run([sys.executable, "-m", "pytest", __file__, "-q", "-x", "-p", "no:cacheprovider",
-                          "-k", "kernels"], env=env, capture_output=True, text=True, timeout=600)
+                          "-k", "kernels"], env=env, check=False, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
     assert " passed" in run.stdout and "failed" not in run.stdout
 
@@ -256,7 +255,7 @@ def test_unavailable_forced_isa_is_a_clear_error():
     """)
     for isa in missing + ["sse9"]:
         run = subprocess.run([sys.executable, "-c", script], env=dict(os.environ, NNHAL_QGEMM_ISA=isa),
-                             capture_output=True, text=True, timeout=120)
+                             check=False, capture_output=True, text=True, timeout=120)
         assert run.returncode == 0, run.stderr
         assert "ERROR" in run.stdout and f"NNHAL_QGEMM_ISA={isa}" in run.stdout, run.stdout
 
@@ -320,7 +319,7 @@ FUZZ = textwrap.dedent("""
 
 
 def test_argument_fuzz_gives_typed_errors_never_a_crash():
-    run = subprocess.run([sys.executable, "-c", FUZZ], capture_output=True, text=True, timeout=120)
+    run = subprocess.run([sys.executable, "-c", FUZZ], check=False, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "NO ERROR" not in run.stdout, run.stdout
     assert run.stdout.count("\nok ") + run.stdout.startswith("ok ") == 29, run.stdout
