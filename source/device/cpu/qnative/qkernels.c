@@ -712,6 +712,7 @@ struct job {
     int64_t h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl;
     /* split */
     int parts, by_rows;
+    int *failed;          /* set by a part that could not allocate its scratch */
 };
 
 /* one part of a split kernel: fn(job, part) */
@@ -777,8 +778,10 @@ static void run_part(const void *job, int part)
     chunk = chunk / mr_max * mr_max;
     uint8_t *apack = aligned_alloc(64, (size_t)((chunk * b->kp + 63) & ~(int64_t)63));
     int32_t tile[MAX_MR * MAX_NR];
-    if (apack == NULL)
+    if (apack == NULL) {
+        __atomic_store_n(j->failed, 1, __ATOMIC_RELAXED);
         return;
+    }
     /* NOTE: columns in blocks of panels that fit L2 with the A chunk: each panel is used chunk/mr times */
     int64_t pblock = (512 * 1024) / (b->kp * nr);
     pblock = pblock < 1 ? 1 : pblock;
@@ -1043,12 +1046,20 @@ static int get_packed(const char *kernel, PyObject *obj, const PackedB **b)
     return 1;
 }
 
-static void run_job(job_t *j, int64_t threads)
+/* runs the job's parts without the GIL; 0 with MemoryError set when a part could not allocate */
+static int run_job(job_t *j, int64_t threads)
 {
+    int failed = 0;
+    j->failed = &failed;
     choose_split(j, threads, j->m * j->b->n * j->b->k);
     Py_BEGIN_ALLOW_THREADS
     run_parts(run_part, j, j->parts);
     Py_END_ALLOW_THREADS
+    if (failed) {
+        PyErr_NoMemory();
+        return 0;
+    }
+    return 1;
 }
 
 /* gemm(a, a_zero, packed, out, bias, scale, y_zero, lo, hi, rounding, threads): out[M, N] = epilogue((a - a_zero)
@@ -1101,10 +1112,9 @@ static PyObject *qk_gemm(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     j.cols.d = b->any_d ? b->d : NULL;
     j.cols.cterm = b->cterm;
     j.pack = packer_for(b->isa, PACK_QUANTIZED);
-    if (j.m)
-        run_job(&j, threads);
+    if (!j.m || run_job(&j, threads))
+        result = Py_NewRef(Py_None);
     free_rows(&j);
-    result = Py_NewRef(Py_None);
 done:
     release_all(in, 4);
     release_all(&out, 1);
@@ -1164,10 +1174,9 @@ static PyObject *qk_gemm_dynamic(PyObject *mod, PyObject *const *args, Py_ssize_
     j.cols.d = NULL;
     j.cols.cterm = b->cterm;
     j.pack = packer_for(b->isa, PACK_DYNAMIC);
-    if (j.m)
-        run_job(&j, threads);
+    if (!j.m || run_job(&j, threads))
+        result = Py_NewRef(Py_None);
     free_rows(&j);
-    result = Py_NewRef(Py_None);
 done:
     release_all(in, 3);
     release_all(&out, 1);
@@ -1238,10 +1247,9 @@ static PyObject *qk_conv(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     j.cols.d = b->any_d ? b->d : NULL;
     j.cols.cterm = b->cterm;
     j.pack = packer_for(b->isa, PACK_CONV);
-    if (j.m)
-        run_job(&j, threads);
+    if (!j.m || run_job(&j, threads))
+        result = Py_NewRef(Py_None);
     free_rows(&j);
-    result = Py_NewRef(Py_None);
 done:
     release_all(in, 4);
     release_all(&out, 1);
@@ -1257,6 +1265,7 @@ typedef struct {
     int64_t n, h, wd, c, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl;
     epilogue_t e;
     int parts;
+    int *failed;
 } dw_t;
 
 static inline __attribute__((always_inline)) void dw_rows_body(const dw_t *d, int64_t r0, int64_t r1, int32_t *acc)
@@ -1310,8 +1319,10 @@ static void dw_part(const void *job, int part)
     int64_t rows = d->n * d->oh * d->ow;
     int64_t r0 = rows * part / d->parts, r1 = rows * (part + 1) / d->parts;
     int32_t *acc = malloc((size_t)d->c * sizeof(int32_t));
-    if (acc == NULL)
+    if (acc == NULL) {
+        __atomic_store_n(d->failed, 1, __ATOMIC_RELAXED);
         return;
+    }
 #ifdef NNQ_X86
     if (g_isa == ISA_AVX512VNNI)
         dw_rows_avx512(d, r0, r1, acc);
@@ -1369,10 +1380,15 @@ static PyObject *qk_dwconv(PyObject *mod, PyObject *const *args, Py_ssize_t narg
     int64_t most = rows * g[3] * g[6] * g[7] / (1 << 18);
     parts = parts > most ? (most < 1 ? 1 : most) : parts;
     d.parts = (int)parts;
+    int failed = 0;
+    d.failed = &failed;
     Py_BEGIN_ALLOW_THREADS
     run_parts(dw_part, &d, d.parts);
     Py_END_ALLOW_THREADS
-    result = Py_NewRef(Py_None);
+    if (failed)
+        PyErr_NoMemory();
+    else
+        result = Py_NewRef(Py_None);
 done:
     release_all(in, 5);
     release_all(&out, 1);
