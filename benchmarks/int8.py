@@ -43,22 +43,30 @@ def _cosine(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def _minilm(batch: int):
-    """(model, calibration feeds, timed feeds, index of the output compared)"""
+    """(model, calibration feeds for nnhal, the same one row at a time for onnxruntime, timed feeds, index of
+    the output compared)"""
     from nnhal.models.minilm import load_minilm
 
     model, tokenizer = load_minilm(SEQ)
     sentences = [s for s in files("nnhal.models").joinpath("sentences.txt").read_text().splitlines() if s]
-    return model, tokenizer.encode(sentences[:16], SEQ), tokenizer.encode(sentences[16:16 + batch], SEQ), 1
+    calib = tokenizer.encode(sentences[:16], SEQ)
+    rows = [{k: v[i:i + 1] for k, v in calib.items()} for i in range(16)]
+    return model, [calib], rows, tokenizer.encode(sentences[16:16 + batch], SEQ), 1
 
 
 def _resnet50(batch: int):
     from nnhal import zoo
+    from nnhal.benchmark.run import load_model
 
-    model = zoo.resolve("zoo:resnet50?weights=random")
-    return model, zoo.input_for(model, seed=1, batch=8), zoo.input_for(model, seed=2, batch=batch), 0
+    from onnx import version_converter
+
+    model, _ = load_model("resnet50", batch)          # the batch written into the model (a fixed Reshape)
+    model = version_converter.convert_version(model, 13)     # per-channel QDQ needs opset 13
+    calib = [zoo.input_for(model, seed=s) for s in range(1, 9 // batch + 2)]
+    return model, calib, calib, zoo.input_for(model, seed=99), 0
 
 
-def _ort_models(model, calib: dict, tmp: str) -> dict[str, str]:
+def _ort_models(model, calib: list[dict], tmp: str) -> dict[str, str]:
     from onnxruntime.quantization import (
         CalibrationDataReader,
         QuantFormat,
@@ -69,8 +77,7 @@ def _ort_models(model, calib: dict, tmp: str) -> dict[str, str]:
 
     class Reader(CalibrationDataReader):
         def __init__(self):
-            n = next(iter(calib.values())).shape[0]
-            self.rows = iter([{k: v[i:i + 1] for k, v in calib.items()} for i in range(n)])
+            self.rows = iter(calib)
 
         def get_next(self):
             return next(self.rows, None)
@@ -85,12 +92,13 @@ def _ort_models(model, calib: dict, tmp: str) -> dict[str, str]:
     return paths
 
 
-def _engines(name: str, model, calib: dict, feeds: dict, threads: int, tmp: str) -> dict:
+def _engines(name: str, model, calib: list[dict], ort_calib: list[dict], feeds: dict, threads: int,
+             tmp: str) -> dict:
     import nnhal
     import onnx
     import onnxruntime as ort
 
-    table = nnhal.calibrate(model, [calib], progress=False)
+    table = nnhal.calibrate(model, calib, progress=False)
     quantized = [("int8", "int8", "8"), ("int8 whole rows", "int8", "0"), ("uint8 whole rows", "uint8", "0")] \
         if name == "minilm" else [("int8", "int8", "8")]
     engines = {"nnhal fp32": nnhal.Session(model, num_thread=threads)}
@@ -99,7 +107,7 @@ def _engines(name: str, model, calib: dict, feeds: dict, threads: int, tmp: str)
         engines[f"nnhal {label}"] = nnhal.Session(model, precision=precision, calibration=table, num_thread=threads)
         engines[f"nnhal {label}"].run(feeds)
     os.environ.pop("NNHAL_DYNAMIC_BLOCK")
-    paths = _ort_models(model, calib, tmp)
+    paths = _ort_models(model, ort_calib, tmp)
     engines["nnhal on ort QDQ"] = nnhal.Session(onnx.load(paths["qdq"]), num_thread=threads)
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
@@ -116,9 +124,9 @@ def _run(engine, feeds):
 
 
 def bench(name: str, batch: int, repeat: int, threads: int) -> None:
-    model, calib, feeds, out_index = (_minilm if name == "minilm" else _resnet50)(batch)
+    model, calib, ort_calib, feeds, out_index = (_minilm if name == "minilm" else _resnet50)(batch)
     with tempfile.TemporaryDirectory() as tmp:
-        engines = _engines(name, model, calib, feeds, threads, tmp)
+        engines = _engines(name, model, calib, ort_calib, feeds, threads, tmp)
         outputs = {k: _run(e, feeds)[out_index] for k, e in engines.items()}
         times: dict[str, list[float]] = {k: [] for k in engines}
         for _ in range(repeat):
