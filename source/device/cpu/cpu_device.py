@@ -33,7 +33,8 @@ def cpu_pre_run(device: Device, subgraph: Subgraph, options) -> None:
 
 
 # the nodes whose output size says whether a plan's work is large enough for the thread pools
-_PRODUCTS = frozenset({"Conv", "MatMul", "Gemm", "ConvTranspose"})
+_PRODUCTS = frozenset({"Conv", "MatMul", "Gemm", "ConvTranspose", "QLinearConv", "QLinearMatMul", "MatMulInteger",
+                       "ConvInteger", "DynamicQuantizeGemm"})
 
 
 def _median_product(subgraph: Subgraph) -> float:

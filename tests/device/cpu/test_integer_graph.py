@@ -134,3 +134,18 @@ def test_dynamic_quantize_linear_then_matmul_integer_runs_the_integer_gemm():
     nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
              helper.make_node("MatMulInteger", ["xq", "w", "xz", "zw"], ["y"])]
     _check(_model(nodes, inits, x.shape, np.float32, np.int32), x, "MatMulInteger")
+
+
+def test_a_quantized_plan_counts_its_integer_products_for_the_thread_pools(monkeypatch):
+    """The pools (and so the integer kernels' threads) are chosen by the median product size: QLinearConv
+    counts as a product, so an int8 CNN's plan splits its convolutions like the fp32 one."""
+    monkeypatch.delenv("NNHAL_CPU_POOL", raising=False)
+    rng = np.random.default_rng(9)
+    x = rng.integers(0, 256, (1, 8, 40, 40), dtype=np.uint8)
+    inits = {"sx": np.array(0.02, np.float32), "zx": np.array(5, np.uint8),
+             "w": rng.integers(-127, 128, (32, 8, 3, 3), dtype=np.int8), "sw": np.array(0.01, np.float32),
+             "zw": np.array(0, np.int8), "sy": np.array(0.2, np.float32), "zy": np.array(9, np.uint8)}
+    node = helper.make_node("QLinearConv", ["x", "sx", "zx", "w", "sw", "zw", "sy", "zy"], ["y"], pads=[1] * 4)
+    session = nnhal.Session(_model([node], inits, x.shape, np.uint8, np.uint8), devices=["cpu"])
+    session.run({"x": x})
+    assert [sg.stats["thread_pool"] for sg in session.graph.execution.subgraphs] == [True]
