@@ -71,7 +71,10 @@ def fuse_qdq(graph: Graph) -> int:
             attrs = {k: v for k, v in node.attrs.items() if v is not None}
             fused = make_node(node.name + "::qlinear", "QLinearConv", inputs, [q.outputs[0]], attrs, opset)
         else:
-            if graph.tensors[w_s].value.size != 1:
+            scales, w = graph.tensors[w_s].value, wq.value
+            per_column = w.ndim == 2 and scales.size == w.shape[1] and dqw.attrs.get("axis", 1) in (1, -1) \
+                and graph.tensors[w_z].value.size in (1, w.shape[1])
+            if scales.size != 1 and not per_column:        # QLinearMatMul takes per-column b scales
                 continue
             fused = make_node(node.name + "::qlinear", "QLinearMatMul",
                               [dqx.inputs[0], x_s, x_z, dqw.inputs[0], w_s, w_z, y_s, y_z], [q.outputs[0]], {}, opset)

@@ -11,12 +11,13 @@ business (vnpu: symmetric int8 per channel, int32 bias).
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
 from collections import OrderedDict
 
 import numpy as np
 
-from nnhal.errors import InputError
+from nnhal.errors import InputError, OptionsError
 from nnhal.graph.graph import Graph
 from nnhal.graph.subgraph import Subgraph
 from nnhal.graph.tensor import Quantization, TensorKind
@@ -115,10 +116,23 @@ def per_channel_int8(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 BLOCK = 8
 
 
+def block_setting() -> int:
+    """The dynamic products' block size: BLOCK, or NNHAL_DYNAMIC_BLOCK (0: whole rows, one scale per token;
+    the cpu device then runs them on its integer GEMM, int8 sums over the whole depth, about 3x the
+    per-node error of blocks of 8; see docs/int8.md)."""
+    text = os.environ.get("NNHAL_DYNAMIC_BLOCK", "")
+    if not text:
+        return BLOCK
+    if not text.isdigit():
+        raise OptionsError(f"NNHAL_DYNAMIC_BLOCK={text!r}: wanted a block size along K (0 for whole rows)")
+    return int(text)
+
+
 def dynamic_block(k: int) -> int:
-    """The block size along K of a dynamic product of depth ``k``: BLOCK when it divides k, else 0 (whole
-    rows, one scale per token and per output channel)."""
-    return BLOCK if k % BLOCK == 0 and k > BLOCK else 0
+    """The block size along K of a dynamic product of depth ``k``: the block setting when it divides k, else
+    0 (whole rows, one scale per token and per output channel)."""
+    block = block_setting()
+    return block if block and k % block == 0 and k > block else 0
 
 
 # NOTE: a mixed-precision search lowers the same weights in every probe and in its sensitivity sweep; the

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import statistics
 
+from nnhal.device.cpu import qnative
 from nnhal.device.cpu.fp16 import COMPUTE, to_fp16_storage
 from nnhal.device.cpu.plan import NESTED, Plan, compile_nodes
 from nnhal.device.device import (
@@ -41,7 +42,8 @@ def cpu_pre_run(device: Device, subgraph: Subgraph, options) -> None:
 
 
 # the nodes whose output size says whether a plan's work is large enough for the thread pools
-_PRODUCTS = frozenset({"Conv", "MatMul", "Gemm", "ConvTranspose"})
+_PRODUCTS = frozenset({"Conv", "MatMul", "Gemm", "ConvTranspose", "QLinearConv", "QLinearMatMul", "MatMulInteger",
+                       "ConvInteger", "DynamicQuantizeGemm"})
 
 
 def _median_product(subgraph: Subgraph) -> float:
@@ -95,12 +97,19 @@ def _native_state() -> str:
     return f"loaded (depthwise conv, gates, Gelu, block quantization; thread pool {pool})"
 
 
+def _integer_state() -> str:
+    """Whether the integer GEMM and convolution kernels (device/cpu/qnative) run, on which instruction set."""
+    status = qnative.status()
+    return f"{'on' if status.available else 'off'}: {status.reason}"
+
+
 def cpu_describe(device: Device) -> Description:
     return Description(
         ops=frozenset(op for table in DOMAINS.values() for op in table),
         precisions=("fp32", "fp16", "int8", "uint8"),
         performance={"fp32": Performance(1.0, 1.0)},
-        summary=f"numpy reference and fast kernels, native C kernels {_native_state()}; fp16 is {COMPUTE}",
+        summary=f"numpy reference and fast kernels, native C kernels {_native_state()}; integer kernels "
+                f"{_integer_state()}; fp16 is {COMPUTE}",
         # NOTE: numpy has no float16 matrix product; fp16 computed in float16 ran 4x-16x slower than fp32.
         compute={"fp16": COMPUTE},
         reentrant=True,         # a plan's run takes its own arena from a pool (plan.py)

@@ -14,6 +14,7 @@ import numpy as np
 
 from nnhal.device.cpu.castfuse import fuse_relayout_casts
 from nnhal.device.cpu.fusions import Chosen, fuse_activations, fuse_channel_shuffle, fuse_gelu, fuse_matmul
+from nnhal.device.cpu.integer import use_integer_kernels
 from nnhal.device.cpu.layout import Layouts, assign_layouts
 from nnhal.device.cpu.planner import MemoryPlan, arena_views, plan_memory
 from nnhal.device.cpu.straight import Chunk, failing_step, generate
@@ -238,6 +239,7 @@ def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: l
         kernel = select(node, ins, outs)
         chosen.append(Chosen(node, kernel, ins, outs))
     if not reference_forced():
+        chosen = use_integer_kernels(chosen)
         chosen = fuse_gelu(chosen, external)
         chosen = fuse_matmul(chosen, external)
         chosen = fuse_activations(chosen, external)

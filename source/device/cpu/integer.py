@@ -1,0 +1,260 @@
+"""The cpu device's integer kernels in the plan: quantized products that run on qnative's int8 GEMM.
+
+:func:`use_integer_kernels` runs on the plan's chosen kernels before the fusions: where the integer
+kernels are loaded (qnative.status()), it swaps the numpy kernel of each node below for one of these,
+which pack the constant weights once at prepare:
+
+* ai.nnhal ``DynamicQuantizeGemm`` with whole-row scales (``block`` 0): every row of X quantized while the
+  GEMM packs it (int8 symmetric or uint8 asymmetric, per token), dequantized with the bias in the GEMM's
+  epilogue (``float_columns`` still run in float32 beside it);
+* ``MatMulInteger`` with a constant 2-D B: int32 out;
+* ``QLinearMatMul`` with a constant 2-D B and constant scales and zero points: requantized in the
+  epilogue exactly as ONNX defines it (the float32 factor applied in double, rounded half to even);
+* ``QLinearConv`` (2-D, group 1 or depthwise, constant weights, scales and zero points): an implicit GEMM
+  (or the depthwise kernel) on channels-last integers, the input and output transposed around it; its
+  rescale in float32, as onnxruntime's and nnhal's numpy QLinearConv (pre-quantized models match
+  onnxruntime bit for bit; ONNX's reference rescales in double and may differ by one step on a tie).
+
+Per-block dynamic quantization (``block`` > 0, the precision passes' default, quantize.BLOCK) stays on
+its float32 path: block scales vary along K, so no integer sum spans more than a block.
+``NNHAL_INTEGER=0`` keeps every node on its numpy kernel (qnative/__init__.py).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from nnhal.device.cpu import qnative
+from nnhal.device.cpu.fusions import Chosen
+from nnhal.hostkernels import parallel
+from nnhal.hostkernels.base import Kernel, RunFn
+from nnhal.operator.table import get_prototype
+
+_INF = float("inf")
+
+
+def _const(info) -> np.ndarray | None:
+    return None if info is None or info.value is None else np.asarray(info.value)
+
+
+def _zero(value: np.ndarray | None, dtype) -> np.ndarray | None:
+    """A zero-point array for the kernels (None when absent or all zero)."""
+    if value is None or not np.any(value):
+        return None
+    return np.ascontiguousarray(value.reshape(-1), dtype)
+
+
+def _out(outputs: list, shape: tuple, dtype) -> np.ndarray:
+    """The planned output when it is a C-contiguous buffer of this shape and dtype, else a new array."""
+    out = outputs[0] if outputs else None
+    if out is not None and out.shape == shape and out.dtype == dtype and out.flags.c_contiguous:
+        return out
+    return np.empty(shape, dtype)
+
+
+def _threads() -> int:
+    return parallel.threads()
+
+
+class DynamicQuantizeGemmInteger(Kernel):
+    """DynamicQuantizeGemm (block 0) on the int8 GEMM: per-row quantization fused into the A packing."""
+
+    op_type = "DynamicQuantizeGemm"
+    domain = "ai.nnhal"
+    name = "int8 gemm"
+
+    def score(self, node, ins, outs) -> int:
+        ok = not int(node.attrs.get("block") or 0) and _const(ins[1]) is not None and _const(ins[2]) is not None \
+            and (len(ins) < 4 or ins[3] is None or _const(ins[3]) is not None)
+        return 10 if ok else 0
+
+    def prepare(self, node, ins, outs) -> RunFn:
+        q = qnative.kernels()
+        w = np.ascontiguousarray(_const(ins[1]), np.int8)             # [N, K]
+        n, k = w.shape
+        packed = q.pack_b(w, k, n, None, 1)
+        scale = np.ascontiguousarray(_const(ins[2]), np.float32).reshape(-1)
+        bias = _const(ins[3]) if len(ins) > 3 else None
+        bias = None if bias is None else np.ascontiguousarray(bias, np.float32).reshape(-1)
+        signed = int(node.attrs["activation"] == "int8")
+        columns = np.asarray(node.attrs["float_columns"] or [], np.int64)
+        w_float = np.ascontiguousarray(_const(ins[4]).T, np.float32) if columns.size else None
+        bias_cols = None if bias is None or not columns.size else bias[columns]
+
+        def run(inputs: list, outputs: list):
+            x = np.ascontiguousarray(inputs[0], np.float32)
+            out = _out(outputs, (x.shape[0], n), np.float32)
+            q.gemm_dynamic(x, signed, packed, out, bias, scale, -_INF, _INF, _threads())
+            if w_float is not None:
+                out[:, columns] = x @ w_float if bias_cols is None else x @ w_float + bias_cols
+            return (out,)
+
+        return run
+
+
+def _matrix_b(ins, index: int) -> np.ndarray | None:
+    b = _const(ins[index])
+    return b if b is not None and b.ndim == 2 and b.dtype in (np.uint8, np.int8) else None
+
+
+def _a_ok(info, k: int) -> bool:
+    return info is not None and info.dtype in (np.uint8, np.int8) and info.shape is not None \
+        and len(info.shape) >= 2 and info.shape[-1] == k
+
+
+class MatMulIntegerKernel(Kernel):
+    """MatMulInteger with constant B: exact int32 products on the integer GEMM (rows of every batch)."""
+
+    op_type = "MatMulInteger"
+    name = "int8 gemm"
+
+    def score(self, node, ins, outs) -> int:
+        b = _matrix_b(ins, 1)
+        if b is None or not _a_ok(ins[0], b.shape[0]):
+            return 0
+        za = ins[2] if len(ins) > 2 else None
+        zb = ins[3] if len(ins) > 3 else None
+        # a_zero: one zero point, constant or computed (DynamicQuantizeLinear's, in onnxruntime's dynamic models)
+        if za is not None and (za.shape is None or int(np.prod(za.shape)) != 1 or za.dtype != ins[0].dtype):
+            return 0
+        if zb is not None and (zb.value is None or np.size(zb.value) not in (1, b.shape[1])):
+            return 0
+        return 10
+
+    def prepare(self, node, ins, outs) -> RunFn:
+        q = qnative.kernels()
+        b = _matrix_b(ins, 1)
+        k, n = b.shape
+        zb = _zero(_const(ins[3]) if len(ins) > 3 else None, b.dtype)
+        packed = q.pack_b(np.ascontiguousarray(b), k, n, zb, 0)
+
+        def run(inputs: list, outputs: list):
+            a = np.ascontiguousarray(inputs[0])
+            za = inputs[2] if len(inputs) > 2 and inputs[2] is not None else None
+            out = _out(outputs, a.shape[:-1] + (n,), np.int32)
+            q.gemm(a, None if za is None else np.ascontiguousarray(za).reshape(1), packed, out, None, None, 0, 0.0,
+                   0.0, 0, _threads())
+            return (out,)
+
+        return run
+
+
+class QLinearMatMulKernel(Kernel):
+    """QLinearMatMul with constant B, scales and zero points: requantized in the GEMM's epilogue."""
+
+    op_type = "QLinearMatMul"
+    name = "int8 gemm"
+
+    def score(self, node, ins, outs) -> int:
+        b = _matrix_b(ins, 3)
+        if b is None or not _a_ok(ins[0], b.shape[0]) or any(_const(ins[i]) is None for i in (1, 2, 4, 5, 6, 7)):
+            return 0
+        if any(np.size(_const(ins[i])) != 1 for i in (1, 2, 6, 7)):
+            return 0
+        return 10 if all(np.size(_const(ins[i])) in (1, b.shape[1]) for i in (4, 5)) else 0
+
+    def prepare(self, node, ins, outs) -> RunFn:
+        q = qnative.kernels()
+        b = _matrix_b(ins, 3)
+        k, n = b.shape
+        packed = q.pack_b(np.ascontiguousarray(b), k, n, _zero(_const(ins[5]), b.dtype), 0)
+        za = _zero(_const(ins[2]), ins[0].dtype)
+        # NOTE: the factor in the scales' own type (float32), as ONNX forms it; the kernel applies it in double
+        factor = np.ascontiguousarray(np.broadcast_to(
+            _const(ins[1]).reshape(()) * _const(ins[4]).reshape(-1) / _const(ins[6]).reshape(()), (n,)), np.float32)
+        y_zero = _const(ins[7])
+        dtype, yz = y_zero.dtype, int(y_zero.reshape(()))
+
+        def run(inputs: list, outputs: list):
+            a = np.ascontiguousarray(inputs[0])
+            out = _out(outputs, a.shape[:-1] + (n,), dtype)
+            q.gemm(a, za, packed, out, None, factor, yz, -_INF, _INF, 0, _threads())
+            return (out,)
+
+        return run
+
+
+class QLinearConvKernel(Kernel):
+    """2-D QLinearConv (group 1 or depthwise) on the integer kernels in channels-last, with the bias and the
+    ONNX requantization fused; the NCHW input and output are transposed around the kernel."""
+
+    op_type = "QLinearConv"
+    name = "int8 conv"
+
+    def score(self, node, ins, outs) -> int:
+        w = _const(ins[3])
+        if w is None or w.ndim != 4 or w.dtype != np.int8 or ins[0] is None or ins[0].dtype not in (np.uint8, np.int8):
+            return 0
+        if ins[0].shape is None or len(ins[0].shape) != 4 or any(_const(ins[i]) is None for i in (1, 2, 4, 5, 6, 7)):
+            return 0
+        if len(ins) > 8 and ins[8] is not None and _const(ins[8]) is None:
+            return 0
+        group = node.attrs["group"]
+        depthwise = group > 1 and w.shape[1] == 1 and w.shape[0] == group
+        if group != 1 and not depthwise:
+            return 0
+        if np.size(_const(ins[2])) != 1 or np.size(_const(ins[6])) != 1 or np.size(_const(ins[7])) != 1:
+            return 0
+        if w.shape[1] * w.shape[2] * w.shape[3] > qnative.kernels().MAX_K:
+            return 0
+        return 10
+
+    def prepare(self, node, ins, outs) -> RunFn:
+        q = qnative.kernels()
+        w = _const(ins[3])
+        m = w.shape[0]
+        depthwise = node.attrs["group"] > 1
+        w_zero = np.broadcast_to(_const(ins[5]).reshape(-1), (m,)).astype(np.int32)
+        if depthwise:
+            taps = np.ascontiguousarray((w[:, 0].astype(np.int32) - w_zero[:, None, None]).transpose(1, 2, 0),
+                                        np.int16)
+            packed = None
+        else:
+            taps = None
+            packed = q.pack_b(np.ascontiguousarray(w.transpose(0, 2, 3, 1)), int(np.prod(w.shape[1:])), m,
+                              _zero(_const(ins[5]), np.int8), 1)
+        x_zero = _zero(_const(ins[2]), ins[0].dtype)
+        factor = np.ascontiguousarray(np.broadcast_to(
+            _const(ins[1]).reshape(()) * _const(ins[4]).reshape(-1) / _const(ins[6]).reshape(()), (m,)), np.float32)
+        bias = _const(ins[8]) if len(ins) > 8 else None
+        bias = None if bias is None else np.ascontiguousarray(bias, np.int32)
+        y_zero = _const(ins[7])
+        dtype, yz = y_zero.dtype, int(y_zero.reshape(()))
+        geometry = get_prototype("", "Conv").geometry
+
+        def run(inputs: list, outputs: list):
+            x = inputs[0]
+            n, c, h, wd = x.shape
+            g = geometry(node, x.shape, w.shape)
+            (kh, kw), (sh, sw), (dh, dw), pads = g["kernel"], g["strides"], g["dilations"], g["pads"]
+            oh = (h + pads[0] + pads[2] - dh * (kh - 1) - 1) // sh + 1
+            ow = (wd + pads[1] + pads[3] - dw * (kw - 1) - 1) // sw + 1
+            geo = (n, h, wd, c, oh, ow, kh, kw, sh, sw, dh, dw, pads[0], pads[1])
+            xt = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+            yt = np.empty((n, oh, ow, m), dtype)
+            if packed is None:
+                q.dwconv(xt, x_zero, taps, geo, yt, bias, factor, yz, -_INF, _INF, 1, _threads())
+            else:
+                q.conv(xt, x_zero, packed, geo, yt, bias, factor, yz, -_INF, _INF, 1, _threads())
+            out = _out(outputs, (n, m, oh, ow), dtype)
+            np.copyto(out, yt.transpose(0, 3, 1, 2))
+            return (out,)
+
+        return run
+
+
+_KERNELS = {(getattr(k, "domain", ""), k.op_type): k()
+            for k in (DynamicQuantizeGemmInteger, MatMulIntegerKernel, QLinearMatMulKernel, QLinearConvKernel)}
+
+
+def use_integer_kernels(chosen: list[Chosen]) -> list[Chosen]:
+    """The chosen kernels with each quantized product the integer kernels accept swapped for theirs (the
+    list unchanged when they are not loaded)."""
+    if not any((c.node.domain, c.node.op_type) in _KERNELS for c in chosen) or not qnative.available():
+        return chosen
+    out = []
+    for entry in chosen:
+        kernel = _KERNELS.get((entry.node.domain, entry.node.op_type))
+        if kernel is not None and kernel.score(entry.node, entry.ins, entry.outs) > 0:
+            entry = entry._replace(kernel=kernel)
+        out.append(entry)
+    return out

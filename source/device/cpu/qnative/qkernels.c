@@ -1,0 +1,1469 @@
+/* nnhal's integer kernels for the cpu device: the extension module nnhal.device.cpu.qnative._qkernels.
+ *
+ * u8 x s8 -> s32 GEMM on packed weights (s8 x s8 and u8 x u8 reduce to it, see "Offsets"), an integer
+ * implicit-GEMM convolution in NHWC and an int8 depthwise convolution, each with its epilogue fused:
+ * int32 out (+ bias), float out (dequantized: row scale x column scale, + bias, clamp), or 8-bit out
+ * (requantized exactly as ONNX QLinearMatMul / QLinearConv define it: the float32 factor a_scale *
+ * b_scale / y_scale applied to the int32 sum in double, + zero point, rounded half to even, saturated,
+ * clamped for a fused Relu / Clip). gemm_dynamic quantizes float activations per row (per token) while
+ * it packs them: the quantization is part of the A packing, not a separate pass.
+ *
+ * Instruction sets (one build runs everywhere: every kernel carries its own target attribute), chosen
+ * at import from the CPU (cpuid / xgetbv) or forced by NNHAL_QGEMM_ISA=avx512vnni|avxvnni|avx2|portable:
+ *   avx512vnni  vpdpbusd on 512 bits, 8 x 32 tiles;
+ *   avxvnni     vpdpbusd (VEX) on 256 bits, 6 x 16 tiles;
+ *   avx2        no vpmaddubsw (its u8 x s8 pair sums saturate at 16 bits): the bytes are widened to 16
+ *               bits (vpmovzxbw / vpmovsxbw) and multiplied by vpmaddwd into int32, exact, 4 x 8 tiles;
+ *   portable    plain C on the same packed layout, 4 x 8 tiles.
+ * A forced instruction set the CPU lacks makes isa() and every kernel raise RuntimeError saying so.
+ *
+ * Packed weights (PackedB): panels of NR columns; within a panel, groups of 4 along K, each group NR x 4
+ * bytes (column-major inside the group): one vpdpbusd operand per 16 columns. K is padded to a multiple
+ * of 4 and N to NR with zeros.
+ *
+ * Offsets: A is held as unsigned bytes au = a + oa (oa = 128 for int8 A, its bits flipped while packing),
+ * B as signed bytes bs = b - ob (ob = 128 for uint8 B). With za' = za + oa per row and d_n = ob - zb_n,
+ *   sum_k (a - za)(b - zb_n) = dot(au, bs) + d_n * rowsum(au) - za' * (colsum(bs)_n + K d_n),
+ * exact in int32 for K <= MAX_K (checked).
+ *
+ * Threads: every kernel takes a thread count; the rows (or, for few rows, the column panels) are split
+ * into that many parts, part 0 on the calling thread and the others on short-lived pthreads, all with
+ * the GIL released. The cpu device passes its own thread count (hostkernels/parallel.threads()).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#define NNQ_X86 1
+#include <cpuid.h>
+#include <immintrin.h>
+#endif
+
+#define MAX_K 32768          /* |sum| <= K * 255 * 256 < 2^31 */
+#define MAX_THREADS 64
+#define MAX_MR 8
+#define MAX_NR 32
+
+enum { ISA_PORTABLE = 0, ISA_AVX2 = 1, ISA_AVXVNNI = 2, ISA_AVX512VNNI = 3, ISA_COUNT = 4 };
+static const char *ISA_NAMES[ISA_COUNT] = {"portable", "avx2", "avxvnni", "avx512vnni"};
+static const int ISA_NR[ISA_COUNT] = {8, 8, 16, 32};
+static const int ISA_MR[ISA_COUNT] = {4, 4, 6, 8};
+static const char *ISA_DESCRIBE[ISA_COUNT] = {
+    "portable: plain C, 4x8 tiles, int32 sums",
+    "avx2: bytes widened to 16 bits and multiplied by vpmaddwd into int32 (exact; no vpmaddubsw, whose "
+    "u8*s8 pair sums saturate at 16 bits), 4x8 tiles",
+    "avxvnni: vpdpbusd (VEX, 256-bit) u8*s8 into int32, 6x16 tiles",
+    "avx512vnni: vpdpbusd (512-bit) u8*s8 into int32, 8x32 tiles",
+};
+
+static int g_isa = ISA_PORTABLE;
+static int g_have[ISA_COUNT];
+static char g_isa_error[256];     /* non-empty: NNHAL_QGEMM_ISA forced an instruction set this CPU lacks */
+
+/* ------------------------------------------------------------------------------------------- CPU */
+static void detect_cpu(void)
+{
+    memset(g_have, 0, sizeof g_have);
+    g_have[ISA_PORTABLE] = 1;
+#ifdef NNQ_X86
+    __builtin_cpu_init();
+    g_have[ISA_AVX2] = __builtin_cpu_supports("avx2");
+    g_have[ISA_AVX512VNNI] = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")
+        && __builtin_cpu_supports("avx512vnni");
+    /* AVX-VNNI: cpuid leaf 7 sub-leaf 1, EAX bit 4, with the OS saving the YMM state (XCR0 bits 1, 2) */
+    unsigned a, b, c, d;
+    if (g_have[ISA_AVX2] && __get_cpuid_max(0, NULL) >= 7) {
+        __cpuid_count(1, 0, a, b, c, d);
+        int osxsave = (c >> 27) & 1;
+        if (osxsave) {
+            unsigned lo, hi;
+            __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+            if ((lo & 6) == 6) {
+                __cpuid_count(7, 1, a, b, c, d);
+                g_have[ISA_AVXVNNI] = (a >> 4) & 1;
+            }
+        }
+    }
+#endif
+}
+
+static void select_isa(void)
+{
+    detect_cpu();
+    g_isa_error[0] = 0;
+    for (int i = ISA_COUNT - 1; i >= 0; i--)
+        if (g_have[i]) { g_isa = i; break; }
+    const char *forced = getenv("NNHAL_QGEMM_ISA");
+    if (forced == NULL || forced[0] == 0)
+        return;
+    for (int i = 0; i < ISA_COUNT; i++) {
+        if (strcmp(forced, ISA_NAMES[i]) == 0) {
+            if (g_have[i])
+                g_isa = i;
+            else
+                snprintf(g_isa_error, sizeof g_isa_error,
+                         "NNHAL_QGEMM_ISA=%s: this CPU lacks that instruction set (it has the best of: %s%s%s%s)",
+                         forced, g_have[3] ? "avx512vnni " : "", g_have[2] ? "avxvnni " : "",
+                         g_have[1] ? "avx2 " : "", "portable");
+            return;
+        }
+    }
+    snprintf(g_isa_error, sizeof g_isa_error,
+             "NNHAL_QGEMM_ISA=%s: unknown instruction set (avx512vnni, avxvnni, avx2 or portable)", forced);
+}
+
+static int isa_ok(void)
+{
+    if (g_isa_error[0]) {
+        PyErr_SetString(PyExc_RuntimeError, g_isa_error);
+        return 0;
+    }
+    return 1;
+}
+
+/* ---------------------------------------------------------------------------------- micro-kernels
+ * c[i * NR + j] = sum over groups g < kg of sum_t a[i * lda + 4 g + t] * b[g * NR * 4 + 4 j + t]      */
+typedef void (*micro_fn)(int mr, const uint8_t *a, int64_t lda, const int8_t *b, int64_t kg, int32_t *c);
+
+static inline __attribute__((always_inline)) void micro_c_body(int mr, const uint8_t *a, int64_t lda,
+                                                               const int8_t *b, int64_t kg, int32_t *c)
+{
+    int32_t acc[4][8];
+    memset(acc, 0, sizeof acc);
+    for (int64_t g = 0; g < kg; g++) {
+        const int8_t *bg = b + g * 32;
+        for (int i = 0; i < mr; i++) {
+            const uint8_t *ai = a + i * lda + 4 * g;
+            for (int j = 0; j < 8; j++)
+                acc[i][j] += ai[0] * bg[4 * j] + ai[1] * bg[4 * j + 1] + ai[2] * bg[4 * j + 2] + ai[3] * bg[4 * j + 3];
+        }
+    }
+    for (int i = 0; i < mr; i++)
+        memcpy(c + i * 8, acc[i], sizeof acc[i]);
+}
+
+static void micro_portable(int mr, const uint8_t *a, int64_t lda, const int8_t *b, int64_t kg, int32_t *c)
+{
+    switch (mr) {
+    case 1: micro_c_body(1, a, lda, b, kg, c); break;
+    case 2: micro_c_body(2, a, lda, b, kg, c); break;
+    case 3: micro_c_body(3, a, lda, b, kg, c); break;
+    default: micro_c_body(4, a, lda, b, kg, c); break;
+    }
+}
+
+#ifdef NNQ_X86
+static inline int32_t load4(const uint8_t *p)
+{
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+#define T_AVX2 __attribute__((target("avx2,fma")))
+#define T_AVXVNNI __attribute__((target("avx2,fma,avxvnni")))
+#define T_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma")))
+
+static inline __attribute__((always_inline)) T_AVX2 void micro_avx2_body(int mr, const uint8_t *a, int64_t lda,
+                                                                        const int8_t *b, int64_t kg, int32_t *c)
+{
+    __m256i acc[4][2];
+    for (int i = 0; i < mr; i++)
+        acc[i][0] = acc[i][1] = _mm256_setzero_si256();
+    for (int64_t g = 0; g < kg; g++) {
+        /* 8 columns x 4 k: columns 0-3 and 4-7, each k pair one 32-bit lane after vpmaddwd */
+        __m256i b0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(b + g * 32)));
+        __m256i b1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(b + g * 32 + 16)));
+        for (int i = 0; i < mr; i++) {
+            __m256i av = _mm256_broadcastq_epi64(_mm_cvtepu8_epi16(_mm_cvtsi32_si128(load4(a + i * lda + 4 * g))));
+            acc[i][0] = _mm256_add_epi32(acc[i][0], _mm256_madd_epi16(av, b0));
+            acc[i][1] = _mm256_add_epi32(acc[i][1], _mm256_madd_epi16(av, b1));
+        }
+    }
+    for (int i = 0; i < mr; i++) {
+        /* lanes (2c, 2c + 1) of each accumulator hold column c's two halves */
+        __m256i s = _mm256_hadd_epi32(acc[i][0], acc[i][1]);
+        _mm256_storeu_si256((__m256i *)(c + i * 8), _mm256_permute4x64_epi64(s, 0xD8));
+    }
+}
+
+static T_AVX2 void micro_avx2(int mr, const uint8_t *a, int64_t lda, const int8_t *b, int64_t kg, int32_t *c)
+{
+    switch (mr) {
+    case 1: micro_avx2_body(1, a, lda, b, kg, c); break;
+    case 2: micro_avx2_body(2, a, lda, b, kg, c); break;
+    case 3: micro_avx2_body(3, a, lda, b, kg, c); break;
+    default: micro_avx2_body(4, a, lda, b, kg, c); break;
+    }
+}
+
+static inline __attribute__((always_inline)) T_AVXVNNI void micro_avxvnni_body(
+    int mr, const uint8_t *a, int64_t lda, const int8_t *b, int64_t kg, int32_t *c)
+{
+    __m256i acc[6][2];
+    for (int i = 0; i < mr; i++)
+        acc[i][0] = acc[i][1] = _mm256_setzero_si256();
+    for (int64_t g = 0; g < kg; g++) {
+        __m256i b0 = _mm256_loadu_si256((const __m256i *)(b + g * 64));
+        __m256i b1 = _mm256_loadu_si256((const __m256i *)(b + g * 64 + 32));
+        for (int i = 0; i < mr; i++) {
+            __m256i av = _mm256_set1_epi32(load4(a + i * lda + 4 * g));
+            acc[i][0] = _mm256_dpbusd_avx_epi32(acc[i][0], av, b0);
+            acc[i][1] = _mm256_dpbusd_avx_epi32(acc[i][1], av, b1);
+        }
+    }
+    for (int i = 0; i < mr; i++) {
+        _mm256_storeu_si256((__m256i *)(c + i * 16), acc[i][0]);
+        _mm256_storeu_si256((__m256i *)(c + i * 16 + 8), acc[i][1]);
+    }
+}
+
+static T_AVXVNNI void micro_avxvnni(int mr, const uint8_t *a, int64_t lda, const int8_t *b, int64_t kg, int32_t *c)
+{
+    switch (mr) {
+    case 1: micro_avxvnni_body(1, a, lda, b, kg, c); break;
+    case 2: micro_avxvnni_body(2, a, lda, b, kg, c); break;
+    case 3: micro_avxvnni_body(3, a, lda, b, kg, c); break;
+    case 4: micro_avxvnni_body(4, a, lda, b, kg, c); break;
+    case 5: micro_avxvnni_body(5, a, lda, b, kg, c); break;
+    default: micro_avxvnni_body(6, a, lda, b, kg, c); break;
+    }
+}
+
+static inline __attribute__((always_inline)) T_AVX512 void micro_avx512_body(
+    int mr, const uint8_t *a, int64_t lda, const int8_t *b, int64_t kg, int32_t *c)
+{
+    __m512i acc[8][2];
+    for (int i = 0; i < mr; i++)
+        acc[i][0] = acc[i][1] = _mm512_setzero_si512();
+    for (int64_t g = 0; g < kg; g++) {
+        __m512i b0 = _mm512_loadu_si512((const void *)(b + g * 128));
+        __m512i b1 = _mm512_loadu_si512((const void *)(b + g * 128 + 64));
+        for (int i = 0; i < mr; i++) {
+            __m512i av = _mm512_set1_epi32(load4(a + i * lda + 4 * g));
+            acc[i][0] = _mm512_dpbusd_epi32(acc[i][0], av, b0);
+            acc[i][1] = _mm512_dpbusd_epi32(acc[i][1], av, b1);
+        }
+    }
+    for (int i = 0; i < mr; i++) {
+        _mm512_storeu_si512((void *)(c + i * 32), acc[i][0]);
+        _mm512_storeu_si512((void *)(c + i * 32 + 16), acc[i][1]);
+    }
+}
+
+static T_AVX512 void micro_avx512(int mr, const uint8_t *a, int64_t lda, const int8_t *b, int64_t kg, int32_t *c)
+{
+    switch (mr) {
+    case 1: micro_avx512_body(1, a, lda, b, kg, c); break;
+    case 2: micro_avx512_body(2, a, lda, b, kg, c); break;
+    case 3: micro_avx512_body(3, a, lda, b, kg, c); break;
+    case 4: micro_avx512_body(4, a, lda, b, kg, c); break;
+    case 5: micro_avx512_body(5, a, lda, b, kg, c); break;
+    case 6: micro_avx512_body(6, a, lda, b, kg, c); break;
+    case 7: micro_avx512_body(7, a, lda, b, kg, c); break;
+    default: micro_avx512_body(8, a, lda, b, kg, c); break;
+    }
+}
+#endif
+
+static micro_fn micro_for(int isa)
+{
+#ifdef NNQ_X86
+    switch (isa) {
+    case ISA_AVX2: return micro_avx2;
+    case ISA_AVXVNNI: return micro_avxvnni;
+    case ISA_AVX512VNNI: return micro_avx512;
+    default: break;
+    }
+#endif
+    (void)isa;
+    return micro_portable;
+}
+
+/* ---------------------------------------------------------------------------------------- epilogue */
+enum { OUT_S32 = 0, OUT_F32 = 1, OUT_U8 = 2, OUT_S8 = 3 };
+
+typedef struct {
+    int kind;
+    void *out;
+    int64_t ldo;                 /* elements between output rows */
+    const int32_t *bias_i;       /* [N] added to the int32 sum (S32, U8, S8) or NULL */
+    const float *bias_f;         /* [N] added after scaling (F32) or NULL */
+    const float *col_scale;      /* [N]: F32: the column scale; U8/S8: the requantization factor */
+    double y_zero;               /* U8/S8 */
+    float lo, hi;                /* F32: clamp (fused Relu / Clip); U8/S8: clamp in the quantized domain */
+    int f32_rounding;            /* U8/S8: 0: ONNX's reference (double); 1: float32, as onnxruntime */
+} epilogue_t;
+
+/* Per-row state of the packed A: za' (zero point in the au domain), rowsum(au), the row scale (F32) */
+typedef struct {
+    int32_t *za;
+    int32_t *rowsum;
+    float *scale;
+} rows_t;
+
+/* Column terms of the packed B: d_n and colsum(bs)_n + K d_n */
+typedef struct {
+    const int32_t *d;
+    const int32_t *cterm;
+} cols_t;
+
+static inline __attribute__((always_inline)) void epilogue_body(const epilogue_t *e, const rows_t *r,
+                                                                 const cols_t *cs, const int32_t *tile, int nr,
+                                                                 int64_t m0, int mr, int64_t n0, int nc)
+{
+    for (int i = 0; i < mr; i++) {
+        int64_t m = m0 + i;
+        uint32_t za = r->za ? (uint32_t)r->za[m] : 0, rsum = r->rowsum ? (uint32_t)r->rowsum[m] : 0;
+        const int32_t *t = tile + i * nr;
+        int32_t v[MAX_NR];
+        for (int j = 0; j < nc; j++) {   /* unsigned: wraps like int32 arithmetic, no undefined overflow */
+            uint32_t s = (uint32_t)t[j];
+            if (cs->d)
+                s += (uint32_t)cs->d[n0 + j] * rsum;
+            if (cs->cterm)
+                s -= za * (uint32_t)cs->cterm[n0 + j];
+            if (e->bias_i)
+                s += (uint32_t)e->bias_i[n0 + j];
+            v[j] = (int32_t)s;
+        }
+        if (e->kind == OUT_S32) {
+            memcpy((int32_t *)e->out + m * e->ldo + n0, v, nc * sizeof(int32_t));
+        } else if (e->kind == OUT_F32) {
+            float *y = (float *)e->out + m * e->ldo + n0;
+            float rs = r->scale ? r->scale[m] : 1.0f;
+            for (int j = 0; j < nc; j++) {
+                float f = (float)v[j] * rs * e->col_scale[n0 + j];
+                if (e->bias_f)
+                    f += e->bias_f[n0 + j];
+                f = f < e->lo ? e->lo : f;
+                y[j] = f > e->hi ? e->hi : f;
+            }
+        } else {
+            double lo = e->lo, hi = e->hi;
+            if (e->f32_rounding) {
+                /* onnxruntime's QLinearConv: float32(sum) * factor in float32, rounded, + zero */
+                float z = (float)e->y_zero, flo = e->lo, fhi = e->hi;
+                for (int j = 0; j < nc; j++) {
+                    float q = nearbyintf((float)v[j] * e->col_scale[n0 + j]) + z;
+                    q = q < flo ? flo : q;
+                    q = q > fhi ? fhi : q;
+                    v[j] = (int32_t)q;
+                }
+            } else {
+                for (int j = 0; j < nc; j++) {
+                    /* ONNX: int32 sum times the float32 factor, in double (numpy's int32 * float32), + zero,
+                       rounded half to even, saturated */
+                    double q = nearbyint((double)v[j] * (double)e->col_scale[n0 + j] + e->y_zero);
+                    q = q < lo ? lo : q;
+                    q = q > hi ? hi : q;
+                    v[j] = (int32_t)q;
+                }
+            }
+            if (e->kind == OUT_U8) {
+                uint8_t *y = (uint8_t *)e->out + m * e->ldo + n0;
+                for (int j = 0; j < nc; j++)
+                    y[j] = (uint8_t)v[j];
+            } else {
+                int8_t *y = (int8_t *)e->out + m * e->ldo + n0;
+                for (int j = 0; j < nc; j++)
+                    y[j] = (int8_t)v[j];
+            }
+        }
+    }
+}
+
+typedef void (*epilogue_fn)(const epilogue_t *, const rows_t *, const cols_t *, const int32_t *, int, int64_t, int,
+                            int64_t, int);
+
+static void epilogue_portable(const epilogue_t *e, const rows_t *r, const cols_t *cs, const int32_t *tile, int nr,
+                              int64_t m0, int mr, int64_t n0, int nc)
+{
+    epilogue_body(e, r, cs, tile, nr, m0, mr, n0, nc);
+}
+
+#ifdef NNQ_X86
+static T_AVX2 void epilogue_avx2(const epilogue_t *e, const rows_t *r, const cols_t *cs, const int32_t *tile, int nr,
+                                 int64_t m0, int mr, int64_t n0, int nc)
+{
+    epilogue_body(e, r, cs, tile, nr, m0, mr, n0, nc);
+}
+
+static T_AVX512 void epilogue_avx512(const epilogue_t *e, const rows_t *r, const cols_t *cs, const int32_t *tile,
+                                     int nr, int64_t m0, int mr, int64_t n0, int nc)
+{
+    epilogue_body(e, r, cs, tile, nr, m0, mr, n0, nc);
+}
+#endif
+
+static epilogue_fn epilogue_for(int isa)
+{
+#ifdef NNQ_X86
+    if (isa == ISA_AVX512VNNI)
+        return epilogue_avx512;
+    if (isa == ISA_AVX2 || isa == ISA_AVXVNNI)
+        return epilogue_avx2;
+#endif
+    (void)isa;
+    return epilogue_portable;
+}
+
+/* ---------------------------------------------------------------------------------- packed weights */
+typedef struct {
+    PyObject_HEAD
+    int isa, nr;
+    int64_t k, kp, n, panels;
+    int b_signed;
+    int8_t *data;        /* panels * kp * nr bytes, 64-byte aligned */
+    int32_t *d;          /* [n] ob - zb_n */
+    int32_t *cterm;      /* [n] colsum(bs)_n + k d_n */
+    int any_d;           /* some d_n != 0: the epilogue needs the row sums */
+} PackedB;
+
+static void packed_dealloc(PackedB *self)
+{
+    free(self->data);
+    free(self->d);
+    free(self->cterm);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *packed_repr(PackedB *self)
+{
+    return PyUnicode_FromFormat("<qkernels.PackedB K=%lld N=%lld %s %s>", (long long)self->k, (long long)self->n,
+                                self->b_signed ? "int8" : "uint8", ISA_NAMES[self->isa]);
+}
+
+static PyObject *packed_get_k(PackedB *self, void *c) { (void)c; return PyLong_FromLongLong(self->k); }
+static PyObject *packed_get_n(PackedB *self, void *c) { (void)c; return PyLong_FromLongLong(self->n); }
+static PyObject *packed_get_isa(PackedB *self, void *c) { (void)c; return PyUnicode_FromString(ISA_NAMES[self->isa]); }
+static PyObject *packed_get_nbytes(PackedB *self, void *c)
+{
+    (void)c;
+    return PyLong_FromLongLong(self->panels * self->kp * self->nr + 8 * self->n);
+}
+
+static PyGetSetDef packed_getset[] = {
+    {"k", (getter)packed_get_k, NULL, "depth K", NULL},
+    {"n", (getter)packed_get_n, NULL, "columns N", NULL},
+    {"isa", (getter)packed_get_isa, NULL, "the instruction set the panels are laid out for", NULL},
+    {"nbytes", (getter)packed_get_nbytes, NULL, "bytes held", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject PackedBType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "nnhal.device.cpu.qnative._qkernels.PackedB",
+    .tp_basicsize = sizeof(PackedB),
+    .tp_dealloc = (destructor)packed_dealloc,
+    .tp_repr = (reprfunc)packed_repr,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "An int8 / uint8 weight matrix packed for the integer GEMM (made by pack_b).",
+    .tp_getset = packed_getset,
+};
+
+/* ---------------------------------------------------------------------------- argument checking
+ * One helper for every array argument: None, buffer protocol, C-contiguity, element format, and the
+ * element count; errors name the kernel and the argument. */
+typedef struct {
+    Py_buffer view;
+    int held;
+} arg_t;
+
+static void release_all(arg_t *args, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (args[i].held) {
+            PyBuffer_Release(&args[i].view);
+            args[i].held = 0;
+        }
+}
+
+static char format_code(const Py_buffer *v)
+{
+    const char *f = v->format ? v->format : "B";
+    if (*f == '@' || *f == '=' || *f == '<')
+        f++;
+    if (f[0] == 0 || f[1] != 0)
+        return 0;
+    return f[0];
+}
+
+/* formats: the accepted element codes ("Bb": uint8 or int8; "i": int32; "f": float32; "h": int16);
+   count: the exact element count wanted, or -1 */
+static int get_array(const char *kernel, const char *name, PyObject *obj, arg_t *arg, const char *formats,
+                     Py_ssize_t count, int writable, int optional)
+{
+    arg->held = 0;
+    if (obj == Py_None) {
+        if (optional)
+            return 1;
+        PyErr_Format(PyExc_TypeError, "%s: argument '%s' must be an array, not None", kernel, name);
+        return 0;
+    }
+    if (!PyObject_CheckBuffer(obj)) {
+        PyErr_Format(PyExc_TypeError, "%s: argument '%s' must be a C-contiguous array, not %.80s", kernel, name,
+                     Py_TYPE(obj)->tp_name);
+        return 0;
+    }
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, &arg->view, flags) != 0) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "%s: argument '%s' must be a C-contiguous%s array", kernel, name,
+                     writable ? ", writable" : "");
+        return 0;
+    }
+    arg->held = 1;
+    char code = format_code(&arg->view);
+    int sizes_ok = (code == 'B' || code == 'b') ? arg->view.itemsize == 1
+        : (code == 'h') ? arg->view.itemsize == 2 : (code == 'i' || code == 'f') ? arg->view.itemsize == 4 : 0;
+    if (!code || !strchr(formats, code) || !sizes_ok) {
+        PyErr_Format(PyExc_TypeError, "%s: argument '%s' has element format '%s'; wanted one of '%s' "
+                     "(B uint8, b int8, h int16, i int32, f float32)", kernel, name,
+                     arg->view.format ? arg->view.format : "B", formats);
+        PyBuffer_Release(&arg->view);
+        arg->held = 0;
+        return 0;
+    }
+    if (count >= 0 && arg->view.len / arg->view.itemsize != count) {
+        PyErr_Format(PyExc_ValueError, "%s: argument '%s' has %zd elements; wanted %zd", kernel, name,
+                     arg->view.len / arg->view.itemsize, count);
+        PyBuffer_Release(&arg->view);
+        arg->held = 0;
+        return 0;
+    }
+    return 1;
+}
+
+static int overlaps(const arg_t *a, const arg_t *b)
+{
+    if (!a->held || !b->held)
+        return 0;
+    const char *p = a->view.buf, *q = b->view.buf;
+    return p < q + b->view.len && q < p + a->view.len;
+}
+
+static int check_no_overlap(const char *kernel, const arg_t *out, const arg_t *args, const char *const *names,
+                            int n)
+{
+    for (int i = 0; i < n; i++)
+        if (overlaps(out, &args[i])) {
+            PyErr_Format(PyExc_ValueError, "%s: argument 'out' overlaps argument '%s'", kernel, names[i]);
+            return 0;
+        }
+    return 1;
+}
+
+static int get_int(const char *kernel, const char *name, PyObject *obj, int64_t lo, int64_t hi, int64_t *v)
+{
+    if (!PyLong_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "%s: argument '%s' must be an int, not %.80s", kernel, name,
+                     Py_TYPE(obj)->tp_name);
+        return 0;
+    }
+    long long x = PyLong_AsLongLong(obj);
+    if (x == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_OverflowError, "%s: argument '%s' does not fit 64 bits", kernel, name);
+        return 0;
+    }
+    if (x < lo || x > hi) {
+        PyErr_Format(PyExc_ValueError, "%s: argument '%s' is %lld; wanted %lld..%lld", kernel, name, x,
+                     (long long)lo, (long long)hi);
+        return 0;
+    }
+    *v = x;
+    return 1;
+}
+
+static int get_float(const char *kernel, const char *name, PyObject *obj, float *v)
+{
+    double x = PyFloat_AsDouble(obj);
+    if (x == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "%s: argument '%s' must be a float, not %.80s", kernel, name,
+                     Py_TYPE(obj)->tp_name);
+        return 0;
+    }
+    *v = (float)x;
+    return 1;
+}
+
+static int check_nargs(const char *kernel, Py_ssize_t nargs, Py_ssize_t want)
+{
+    if (nargs != want) {
+        PyErr_Format(PyExc_TypeError, "%s: takes %zd arguments, got %zd", kernel, want, nargs);
+        return 0;
+    }
+    return 1;
+}
+
+static int mul_ok(const char *kernel, int64_t a, int64_t b, int64_t *r)
+{
+    if (a < 0 || b < 0 || (a && b > INT64_MAX / a)) {
+        PyErr_Format(PyExc_OverflowError, "%s: sizes %lld x %lld overflow", kernel, (long long)a, (long long)b);
+        return 0;
+    }
+    *r = a * b;
+    return 1;
+}
+
+/* ------------------------------------------------------------------------------------------ pack_b */
+/* pack_b(b, b_zero, trans) -> PackedB. b: 2-D int8 or uint8 [K, N] (trans 0) or [N, K] (trans 1), given
+   as a flat C-contiguous array with its two sizes; b_zero: None or an array of 1 or N zero points. */
+static PyObject *qk_pack_b(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    static const char *kernel = "pack_b";
+    (void)mod;
+    if (!isa_ok() || !check_nargs(kernel, nargs, 5))
+        return NULL;
+    int64_t k, n, trans;
+    if (!get_int(kernel, "k", args[1], 1, MAX_K, &k) || !get_int(kernel, "n", args[2], 1, INT32_MAX, &n)
+        || !get_int(kernel, "trans", args[4], 0, 1, &trans))
+        return NULL;
+    arg_t a[2];
+    memset(a, 0, sizeof a);
+    int64_t kn;
+    if (!mul_ok(kernel, k, n, &kn) || !get_array(kernel, "b", args[0], &a[0], "Bb", kn, 0, 0))
+        return NULL;
+    int b_signed = format_code(&a[0].view) == 'b';
+    if (!get_array(kernel, "b_zero", args[3], &a[1], b_signed ? "b" : "B", -1, 0, 1)) {
+        release_all(a, 2);
+        return NULL;
+    }
+    Py_ssize_t nz = a[1].held ? a[1].view.len : 0;
+    if (a[1].held && nz != 1 && nz != n) {
+        PyErr_Format(PyExc_ValueError, "%s: argument 'b_zero' has %zd elements; wanted 1 or N = %lld", kernel, nz,
+                     (long long)n);
+        release_all(a, 2);
+        return NULL;
+    }
+    PackedB *p = PyObject_New(PackedB, &PackedBType);
+    if (p == NULL) {
+        release_all(a, 2);
+        return NULL;
+    }
+    p->isa = g_isa;
+    p->nr = ISA_NR[g_isa];
+    p->k = k;
+    p->kp = (k + 3) & ~(int64_t)3;
+    p->n = n;
+    p->panels = (n + p->nr - 1) / p->nr;
+    p->b_signed = b_signed;
+    size_t bytes = (size_t)(p->panels * p->kp * p->nr);
+    p->data = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    p->d = malloc(n * sizeof(int32_t));
+    p->cterm = malloc(n * sizeof(int32_t));
+    if (!p->data || !p->d || !p->cterm) {
+        Py_DECREF(p);     /* packed_dealloc frees what was allocated */
+        release_all(a, 2);
+        return PyErr_NoMemory();
+    }
+    const uint8_t *src = a[0].view.buf;
+    const uint8_t *zb = a[1].held ? a[1].view.buf : NULL;
+    int nr = p->nr, ob = b_signed ? 0 : 128, any_d = 0;
+    memset(p->data, 0, bytes);
+    Py_BEGIN_ALLOW_THREADS
+    for (int64_t col = 0; col < n; col++) {
+        int8_t *panel = p->data + (col / nr) * p->kp * nr;
+        int j = (int)(col % nr);
+        int32_t colsum = 0;
+        for (int64_t kk = 0; kk < k; kk++) {
+            uint8_t raw = trans ? src[col * k + kk] : src[kk * n + col];
+            int32_t v = b_signed ? (int32_t)(int8_t)raw : (int32_t)raw - 128;   /* bs = b - ob */
+            panel[(kk >> 2) * nr * 4 + j * 4 + (kk & 3)] = (int8_t)v;
+            colsum += v;
+        }
+        int64_t zi = nz == 1 ? 0 : col;
+        int32_t z = zb == NULL ? 0 : (b_signed ? (int32_t)(int8_t)zb[zi] : (int32_t)zb[zi]);
+        p->d[col] = ob - z;
+        p->cterm[col] = colsum + (int32_t)k * p->d[col];
+        any_d |= p->d[col] != 0;
+    }
+    Py_END_ALLOW_THREADS
+    p->any_d = any_d;
+    release_all(a, 2);
+    return (PyObject *)p;
+}
+
+/* ------------------------------------------------------------------------------------ the driver */
+typedef struct job job_t;
+/* packs rows [m0, m0 + mr) of A into apack (mr rows of kp bytes), filling rows_t entries */
+typedef void (*pack_fn)(const job_t *j, int64_t m0, int mr, uint8_t *apack);
+
+struct job {
+    const PackedB *b;
+    int64_t m;
+    epilogue_t e;
+    rows_t rows;
+    cols_t cols;
+    pack_fn pack;
+    /* A sources */
+    const void *a;
+    int a_signed;
+    const uint8_t *a_zero;
+    Py_ssize_t n_azero;
+    /* convolution geometry (pack_conv) */
+    int64_t h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl;
+    /* split */
+    int parts, by_rows;
+    int *failed;          /* set by a part that could not allocate its scratch */
+};
+
+/* one part of a split kernel: fn(job, part) */
+typedef void (*part_fn)(const void *job, int part);
+
+typedef struct {
+    part_fn fn;
+    const void *job;
+    int part;
+} part_t;
+
+static void *part_thread(void *arg)
+{
+    part_t *p = arg;
+    p->fn(p->job, p->part);
+    return NULL;
+}
+
+/* run parts 1..parts-1 on pthreads and part 0 here (the GIL released by the caller); a part whose thread
+   cannot start runs here after part 0 */
+static void run_parts(part_fn fn, const void *job, int parts)
+{
+    pthread_t th[MAX_THREADS];
+    part_t ps[MAX_THREADS];
+    int started[MAX_THREADS] = {0};
+    for (int i = 1; i < parts; i++) {
+        ps[i].fn = fn;
+        ps[i].job = job;
+        ps[i].part = i;
+        started[i] = pthread_create(&th[i], NULL, part_thread, &ps[i]) == 0;
+    }
+    fn(job, 0);
+    for (int i = 1; i < parts; i++) {
+        if (started[i])
+            pthread_join(th[i], NULL);
+        else
+            fn(job, i);
+    }
+}
+
+static void run_part(const void *job, int part)
+{
+    const job_t *j = job;
+    const PackedB *b = j->b;
+    int isa = b->isa, nr = b->nr, mr_max = ISA_MR[isa];
+    micro_fn micro = micro_for(isa);
+    epilogue_fn epi = epilogue_for(isa);
+    int64_t m_lo = 0, m_hi = j->m, p_lo = 0, p_hi = b->panels;
+    if (j->by_rows) {
+        int64_t blocks = (j->m + mr_max - 1) / mr_max;
+        m_lo = blocks * part / j->parts * mr_max;
+        m_hi = blocks * (part + 1) / j->parts * mr_max;
+        m_hi = m_hi > j->m ? j->m : m_hi;
+    } else {
+        p_lo = b->panels * part / j->parts;
+        p_hi = b->panels * (part + 1) / j->parts;
+    }
+    if (m_lo >= m_hi || p_lo >= p_hi)
+        return;
+    /* rows in chunks whose packed A stays in L2 beside the panels (and at most 256 rows) */
+    int64_t chunk = (256 * 1024) / b->kp;
+    chunk = chunk < mr_max ? mr_max : chunk > 256 ? 256 : chunk;
+    chunk = chunk / mr_max * mr_max;
+    uint8_t *apack = aligned_alloc(64, (size_t)((chunk * b->kp + 63) & ~(int64_t)63));
+    int32_t tile[MAX_MR * MAX_NR];
+    if (apack == NULL) {
+        __atomic_store_n(j->failed, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    /* NOTE: columns in blocks of panels that fit L2 with the A chunk: each panel is used chunk/mr times */
+    int64_t pblock = (512 * 1024) / (b->kp * nr);
+    pblock = pblock < 1 ? 1 : pblock;
+    for (int64_t c0 = m_lo; c0 < m_hi; c0 += chunk) {
+        int64_t c1 = c0 + chunk > m_hi ? m_hi : c0 + chunk;
+        for (int64_t m0 = c0; m0 < c1; m0 += mr_max) {
+            int mr = (int)(c1 - m0 < mr_max ? c1 - m0 : mr_max);
+            j->pack(j, m0, mr, apack + (m0 - c0) * b->kp);
+        }
+        for (int64_t pb = p_lo; pb < p_hi; pb += pblock) {
+            int64_t pe = pb + pblock > p_hi ? p_hi : pb + pblock;
+            for (int64_t m0 = c0; m0 < c1; m0 += mr_max) {
+                int mr = (int)(c1 - m0 < mr_max ? c1 - m0 : mr_max);
+                const uint8_t *ap = apack + (m0 - c0) * b->kp;
+                for (int64_t p = pb; p < pe; p++) {
+                    micro(mr, ap, b->kp, b->data + p * b->kp * nr, b->kp / 4, tile);
+                    int64_t n0 = p * nr;
+                    int nc = (int)(b->n - n0 < nr ? b->n - n0 : nr);
+                    epi(&j->e, &j->rows, &j->cols, tile, nr, m0, mr, n0, nc);
+                }
+            }
+        }
+    }
+    free(apack);
+}
+
+static void choose_split(job_t *j, int64_t threads, int64_t macs)
+{
+    int mr = ISA_MR[j->b->isa];
+    int64_t parts = threads < 1 ? 1 : threads > MAX_THREADS ? MAX_THREADS : threads;
+    /* a part should have at least ~2M multiply-adds (a thread start costs ~20 us) */
+    int64_t most = macs / (2 << 20);
+    parts = parts > most ? (most < 1 ? 1 : most) : parts;
+    j->by_rows = j->m >= parts * mr * 2 || j->b->panels < parts;
+    if (j->by_rows) {
+        int64_t blocks = (j->m + mr - 1) / mr;
+        parts = parts > blocks ? blocks : parts;
+    } else if (parts > j->b->panels) {
+        parts = j->b->panels;
+    }
+    j->parts = (int)(parts < 1 ? 1 : parts);
+}
+
+/* ---- A packers */
+static inline __attribute__((always_inline)) void pack_quantized_body(const job_t *j, int64_t m0, int mr,
+                                                               uint8_t *apack)
+{
+    int64_t k = j->b->k, kp = j->b->kp;
+    uint8_t flip = j->a_signed ? 0x80 : 0;
+    for (int i = 0; i < mr; i++) {
+        int64_t m = m0 + i;
+        const uint8_t *src = (const uint8_t *)j->a + m * k;
+        uint8_t *dst = apack + i * kp;
+        int32_t sum = 0;
+        for (int64_t kk = 0; kk < k; kk++) {
+            uint8_t v = src[kk] ^ flip;
+            dst[kk] = v;
+            sum += v;
+        }
+        for (int64_t kk = k; kk < kp; kk++)
+            dst[kk] = 0;
+        int32_t z = 0;
+        if (j->a_zero)
+            z = j->a_signed ? (int32_t)(int8_t)j->a_zero[j->n_azero == 1 ? 0 : m] : j->a_zero[j->n_azero == 1 ? 0 : m];
+        j->rows.za[m] = z + (j->a_signed ? 128 : 0);
+        j->rows.rowsum[m] = sum;
+    }
+}
+
+/* per-row dynamic quantization, as DynamicQuantizeGemm defines it (operator/nn_dynamic_quantize_gemm.py):
+   int8: scale max|x| / 127, xq = rint(x / scale); uint8: over [min(x, 0), max(x, 0)], scale range / 255,
+   zero rint(-lo / scale), xq = clip(rint(x / scale) + zero, 0, 255). Float32 throughout, as numpy. */
+static inline __attribute__((always_inline)) void pack_dynamic_body(const job_t *j, int64_t m0, int mr,
+                                                             uint8_t *apack)
+{
+    int64_t k = j->b->k, kp = j->b->kp;
+    for (int i = 0; i < mr; i++) {
+        int64_t m = m0 + i;
+        const float *x = (const float *)j->a + m * k;
+        uint8_t *dst = apack + i * kp;
+        float lo = 0.0f, hi = 0.0f;
+        for (int64_t kk = 0; kk < k; kk++) {
+            lo = x[kk] < lo ? x[kk] : lo;
+            hi = x[kk] > hi ? x[kk] : hi;
+        }
+        float scale;
+        int32_t zero, sum = 0;
+        if (j->a_signed) {
+            float peak = -lo > hi ? -lo : hi;
+            scale = peak > 0 ? peak / 127.0f : 1.0f;
+            zero = 128;
+            for (int64_t kk = 0; kk < k; kk++) {
+                float q = nearbyintf(x[kk] / scale);
+                q = q < -127.0f ? -127.0f : q > 127.0f ? 127.0f : q;
+                dst[kk] = (uint8_t)((int32_t)q + 128);
+                sum += dst[kk];
+            }
+        } else {
+            scale = hi > lo ? (hi - lo) / 255.0f : 1.0f;
+            zero = (int32_t)nearbyintf(-lo / scale);
+            for (int64_t kk = 0; kk < k; kk++) {
+                float q = nearbyintf(x[kk] / scale) + (float)zero;
+                q = q < 0.0f ? 0.0f : q > 255.0f ? 255.0f : q;
+                dst[kk] = (uint8_t)(int32_t)q;
+                sum += dst[kk];
+            }
+        }
+        for (int64_t kk = k; kk < kp; kk++)
+            dst[kk] = 0;
+        j->rows.za[m] = zero;
+        j->rows.rowsum[m] = sum;
+        j->rows.scale[m] = scale;
+    }
+}
+
+/* implicit GEMM: row m is the output pixel (n, oy, ox); its K = kh * kw * c taps in (ky, kx, c) order, a
+   tap outside the image reads the zero point (contributes nothing) */
+static inline __attribute__((always_inline)) void pack_conv_body(const job_t *j, int64_t m0, int mr,
+                                                          uint8_t *apack)
+{
+    int64_t kp = j->b->kp, c = j->c;
+    uint8_t flip = j->a_signed ? 0x80 : 0;
+    int32_t z = 0;
+    if (j->a_zero)
+        z = j->a_signed ? (int32_t)(int8_t)j->a_zero[0] : j->a_zero[0];
+    uint8_t pad = (uint8_t)(z + (j->a_signed ? 128 : 0));
+    for (int i = 0; i < mr; i++) {
+        int64_t m = m0 + i;
+        int64_t ox = m % j->ow, oy = (m / j->ow) % j->oh, img = m / (j->ow * j->oh);
+        uint8_t *dst = apack + i * kp;
+        int64_t pos = 0;
+        for (int64_t ky = 0; ky < j->kh; ky++) {
+            int64_t iy = oy * j->sh - j->pt + ky * j->dh;
+            for (int64_t kx = 0; kx < j->kw; kx++, pos += c) {
+                int64_t ix = ox * j->sw - j->pl + kx * j->dw;
+                if (iy < 0 || iy >= j->h || ix < 0 || ix >= j->w) {
+                    memset(dst + pos, pad, c);
+                    continue;
+                }
+                const uint8_t *src = (const uint8_t *)j->a + ((img * j->h + iy) * j->w + ix) * c;
+                if (flip)
+                    for (int64_t cc = 0; cc < c; cc++)
+                        dst[pos + cc] = src[cc] ^ flip;
+                else
+                    memcpy(dst + pos, src, c);
+            }
+        }
+        int32_t sum = 0;
+        for (int64_t kk = 0; kk < pos; kk++)
+            sum += dst[kk];
+        for (int64_t kk = pos; kk < kp; kk++)
+            dst[kk] = 0;
+        j->rows.za[m] = z + (j->a_signed ? 128 : 0);
+        j->rows.rowsum[m] = sum;
+    }
+}
+
+/* each packer compiled for each instruction set: the per-element division and rounding of the dynamic
+   quantization vectorize (vdivps, vroundps) only under the wider targets */
+#define PACKERS(suffix, target)                                                                          \
+    static target void pack_quantized_##suffix(const job_t *j, int64_t m0, int mr, uint8_t *apack)      \
+    {                                                                                                     \
+        pack_quantized_body(j, m0, mr, apack);                                                            \
+    }                                                                                                     \
+    static target void pack_dynamic_##suffix(const job_t *j, int64_t m0, int mr, uint8_t *apack)        \
+    {                                                                                                     \
+        pack_dynamic_body(j, m0, mr, apack);                                                              \
+    }                                                                                                     \
+    static target void pack_conv_##suffix(const job_t *j, int64_t m0, int mr, uint8_t *apack)           \
+    {                                                                                                     \
+        pack_conv_body(j, m0, mr, apack);                                                                 \
+    }
+#define T_NONE
+PACKERS(portable, T_NONE)
+#ifdef NNQ_X86
+PACKERS(avx2, T_AVX2)
+PACKERS(avx512, T_AVX512)
+#endif
+
+enum { PACK_QUANTIZED = 0, PACK_DYNAMIC = 1, PACK_CONV = 2 };
+
+static pack_fn packer_for(int isa, int kind)
+{
+    static const pack_fn portable[3] = {pack_quantized_portable, pack_dynamic_portable, pack_conv_portable};
+#ifdef NNQ_X86
+    static const pack_fn avx2[3] = {pack_quantized_avx2, pack_dynamic_avx2, pack_conv_avx2};
+    static const pack_fn avx512[3] = {pack_quantized_avx512, pack_dynamic_avx512, pack_conv_avx512};
+    if (isa == ISA_AVX512VNNI)
+        return avx512[kind];
+    if (isa == ISA_AVX2 || isa == ISA_AVXVNNI)
+        return avx2[kind];
+#endif
+    (void)isa;
+    return portable[kind];
+}
+
+/* ---- the epilogue arguments shared by every kernel: out, bias, scale, y_zero, lo, hi, rounding */
+static int get_epilogue(const char *kernel, PyObject *const *args, arg_t *out, arg_t *bias, arg_t *scale,
+                        int64_t rows, int64_t n, epilogue_t *e)
+{
+    int64_t count;
+    if (!mul_ok(kernel, rows, n, &count) || !get_array(kernel, "out", args[0], out, "ifBb", count, 1, 0))
+        return 0;
+    char code = format_code(&out->view);
+    e->kind = code == 'i' ? OUT_S32 : code == 'f' ? OUT_F32 : code == 'B' ? OUT_U8 : OUT_S8;
+    e->out = out->view.buf;
+    e->ldo = n;
+    if (!get_array(kernel, "bias", args[1], bias, e->kind == OUT_F32 ? "f" : "i", n, 0, 1)
+        || !get_array(kernel, "scale", args[2], scale, "f", n, 0, e->kind == OUT_S32))
+        return 0;
+    e->bias_i = e->kind != OUT_F32 && bias->held ? bias->view.buf : NULL;
+    e->bias_f = e->kind == OUT_F32 && bias->held ? bias->view.buf : NULL;
+    e->col_scale = scale->held ? scale->view.buf : NULL;
+    int64_t yz, rounding;
+    if (!get_int(kernel, "y_zero", args[3], -128, 255, &yz) || !get_float(kernel, "lo", args[4], &e->lo)
+        || !get_float(kernel, "hi", args[5], &e->hi) || !get_int(kernel, "rounding", args[6], 0, 1, &rounding))
+        return 0;
+    e->f32_rounding = (int)rounding;
+    e->y_zero = (double)yz;
+    if (e->kind == OUT_U8 || e->kind == OUT_S8) {
+        float qlo = e->kind == OUT_U8 ? 0.0f : -128.0f, qhi = e->kind == OUT_U8 ? 255.0f : 127.0f;
+        e->lo = e->lo > qlo ? e->lo : qlo;
+        e->hi = e->hi < qhi ? e->hi : qhi;
+    }
+    return 1;
+}
+
+static int alloc_rows(job_t *j, int need_scale)
+{
+    size_t m = (size_t)(j->m > 0 ? j->m : 1);
+    j->rows.za = malloc(m * sizeof(int32_t));
+    j->rows.rowsum = malloc(m * sizeof(int32_t));
+    j->rows.scale = need_scale ? malloc(m * sizeof(float)) : NULL;
+    if (!j->rows.za || !j->rows.rowsum || (need_scale && !j->rows.scale)) {
+        free(j->rows.za); free(j->rows.rowsum); free(j->rows.scale);
+        PyErr_NoMemory();
+        return 0;
+    }
+    return 1;
+}
+
+static void free_rows(job_t *j)
+{
+    free(j->rows.za);
+    free(j->rows.rowsum);
+    free(j->rows.scale);
+}
+
+static int get_packed(const char *kernel, PyObject *obj, const PackedB **b)
+{
+    if (!PyObject_TypeCheck(obj, &PackedBType)) {
+        PyErr_Format(PyExc_TypeError, "%s: argument 'packed' must be a PackedB (from pack_b), not %.80s", kernel,
+                     Py_TYPE(obj)->tp_name);
+        return 0;
+    }
+    *b = (const PackedB *)obj;
+    if ((*b)->isa != g_isa) {
+        PyErr_Format(PyExc_RuntimeError, "%s: argument 'packed' was packed for %s; this process runs %s", kernel,
+                     ISA_NAMES[(*b)->isa], ISA_NAMES[g_isa]);
+        return 0;
+    }
+    return 1;
+}
+
+/* runs the job's parts without the GIL; 0 with MemoryError set when a part could not allocate */
+static int run_job(job_t *j, int64_t threads)
+{
+    int failed = 0;
+    j->failed = &failed;
+    choose_split(j, threads, j->m * j->b->n * j->b->k);
+    Py_BEGIN_ALLOW_THREADS
+    run_parts(run_part, j, j->parts);
+    Py_END_ALLOW_THREADS
+    if (failed) {
+        PyErr_NoMemory();
+        return 0;
+    }
+    return 1;
+}
+
+/* gemm(a, a_zero, packed, out, bias, scale, y_zero, lo, hi, rounding, threads): out[M, N] = epilogue((a - a_zero)
+   (b - b_zero)); a: uint8 / int8 [M, K]; a_zero: None or 1 or M zero points of a's type. out's type picks
+   the epilogue: int32 (+ int32 bias), float32 (sum * scale[n] + float32 bias, clamped to [lo, hi]),
+   uint8 / int8 (requantized by the factor scale[n], + y_zero, clamped to [lo, hi] and the type; rounding 0:
+   as ONNX's reference, in double; 1: in float32, as onnxruntime's QLinearConv). */
+static PyObject *qk_gemm(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    static const char *kernel = "gemm";
+    static const char *const names[] = {"a", "a_zero", "bias", "scale"};
+    (void)mod;
+    if (!isa_ok() || !check_nargs(kernel, nargs, 11))
+        return NULL;
+    const PackedB *b;
+    int64_t threads;
+    if (!get_packed(kernel, args[2], &b) || !get_int(kernel, "threads", args[10], 0, 1 << 20, &threads))
+        return NULL;
+    arg_t in[4], out;
+    memset(in, 0, sizeof in);
+    memset(&out, 0, sizeof out);
+    job_t j;
+    memset(&j, 0, sizeof j);
+    j.b = b;
+    PyObject *result = NULL;
+    if (!get_array(kernel, "a", args[0], &in[0], "Bb", -1, 0, 0))
+        goto done;
+    if (in[0].view.len % b->k) {
+        PyErr_Format(PyExc_ValueError, "%s: argument 'a' has %zd elements, not a multiple of K = %lld", kernel,
+                     in[0].view.len, (long long)b->k);
+        goto done;
+    }
+    j.m = in[0].view.len / b->k;
+    j.a = in[0].view.buf;
+    j.a_signed = format_code(&in[0].view) == 'b';
+    if (!get_array(kernel, "a_zero", args[1], &in[1], j.a_signed ? "b" : "B", -1, 0, 1))
+        goto done;
+    j.n_azero = in[1].held ? in[1].view.len : 0;
+    if (in[1].held && j.n_azero != 1 && j.n_azero != j.m) {
+        PyErr_Format(PyExc_ValueError, "%s: argument 'a_zero' has %zd elements; wanted 1 or M = %lld", kernel,
+                     j.n_azero, (long long)j.m);
+        goto done;
+    }
+    j.a_zero = in[1].held ? in[1].view.buf : NULL;
+    if (!get_epilogue(kernel, args + 3, &out, &in[2], &in[3], j.m, b->n, &j.e)
+        || !check_no_overlap(kernel, &out, in, names, 4) || !alloc_rows(&j, 0))
+        goto done;
+    if (j.e.kind == OUT_F32)
+        j.rows.scale = NULL;   /* the scale is per column: a_scale folded into it by the caller */
+    j.cols.d = b->any_d ? b->d : NULL;
+    j.cols.cterm = b->cterm;
+    j.pack = packer_for(b->isa, PACK_QUANTIZED);
+    if (!j.m || run_job(&j, threads))
+        result = Py_NewRef(Py_None);
+    free_rows(&j);
+done:
+    release_all(in, 4);
+    release_all(&out, 1);
+    return result;
+}
+
+/* gemm_dynamic(x, signed, packed, out, bias, scale, lo, hi, threads): out float32 [M, N] =
+   clamp((xq - zx) bs * sx[m] * scale[n] + bias) with every row of float32 x [M, K] quantized while packed
+   (int8 symmetric when signed, else uint8 asymmetric); the weights must be int8 with no zero point. */
+static PyObject *qk_gemm_dynamic(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    static const char *kernel = "gemm_dynamic";
+    static const char *const names[] = {"x", "bias", "scale"};
+    (void)mod;
+    if (!isa_ok() || !check_nargs(kernel, nargs, 9))
+        return NULL;
+    const PackedB *b;
+    int64_t threads, sgn;
+    if (!get_packed(kernel, args[2], &b) || !get_int(kernel, "threads", args[8], 0, 1 << 20, &threads)
+        || !get_int(kernel, "signed", args[1], 0, 1, &sgn))
+        return NULL;
+    if (!b->b_signed || b->any_d) {
+        PyErr_Format(PyExc_ValueError, "%s: argument 'packed' must hold int8 weights with zero point 0", kernel);
+        return NULL;
+    }
+    arg_t in[3], out;
+    memset(in, 0, sizeof in);
+    memset(&out, 0, sizeof out);
+    job_t j;
+    memset(&j, 0, sizeof j);
+    j.b = b;
+    PyObject *result = NULL;
+    if (!get_array(kernel, "x", args[0], &in[0], "f", -1, 0, 0))
+        goto done;
+    if (in[0].view.len / 4 % b->k) {
+        PyErr_Format(PyExc_ValueError, "%s: argument 'x' has %zd elements, not a multiple of K = %lld", kernel,
+                     in[0].view.len / 4, (long long)b->k);
+        goto done;
+    }
+    j.m = in[0].view.len / 4 / b->k;
+    j.a = in[0].view.buf;
+    j.a_signed = (int)sgn;
+    PyObject *zero = PyLong_FromLong(0);
+    PyObject *eargs[7] = {args[3], args[4], args[5], zero, args[6], args[7], zero};
+    if (zero == NULL)
+        goto done;
+    int ok = get_epilogue(kernel, eargs, &out, &in[1], &in[2], j.m, b->n, &j.e);
+    Py_DECREF(zero);
+    if (!ok)
+        goto done;
+    if (j.e.kind != OUT_F32) {
+        PyErr_Format(PyExc_TypeError, "%s: argument 'out' must be float32", kernel);
+        goto done;
+    }
+    if (!check_no_overlap(kernel, &out, in, names, 3) || !alloc_rows(&j, 1))
+        goto done;
+    j.cols.d = NULL;
+    j.cols.cterm = b->cterm;
+    j.pack = packer_for(b->isa, PACK_DYNAMIC);
+    if (!j.m || run_job(&j, threads))
+        result = Py_NewRef(Py_None);
+    free_rows(&j);
+done:
+    release_all(in, 3);
+    release_all(&out, 1);
+    return result;
+}
+
+/* a convolution's geometry: (n, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, pad_top, pad_left) */
+static int get_geometry(const char *kernel, PyObject *obj, int64_t *g)
+{
+    static const char *names[14] = {"n", "h", "w", "c", "oh", "ow", "kh", "kw", "sh", "sw", "dh", "dw", "pad_top",
+                                    "pad_left"};
+    if (!PyTuple_Check(obj) || PyTuple_GET_SIZE(obj) != 14) {
+        PyErr_Format(PyExc_TypeError, "%s: argument 'geometry' must be a tuple of 14 ints", kernel);
+        return 0;
+    }
+    for (int i = 0; i < 14; i++)
+        if (!get_int(kernel, names[i], PyTuple_GET_ITEM(obj, i), i >= 12 ? 0 : 1, INT32_MAX, &g[i]))
+            return 0;
+    return 1;
+}
+
+/* conv(x, x_zero, packed, geometry, out, bias, scale, y_zero, lo, hi, rounding, threads): a group-1 convolution in
+   NHWC as an implicit GEMM: x uint8 / int8 [N, H, W, C]; packed from the weights as [M, KH, KW, C] (trans 1);
+   geometry a tuple (n, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, pad_top, pad_left); out [N, OH, OW, M]
+   with the epilogue of gemm. */
+static PyObject *qk_conv(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    static const char *kernel = "conv";
+    static const char *const names[] = {"x", "x_zero", "bias", "scale"};
+    (void)mod;
+    if (!isa_ok() || !check_nargs(kernel, nargs, 12))
+        return NULL;
+    const PackedB *b;
+    int64_t threads, g[14];
+    if (!get_packed(kernel, args[2], &b) || !get_int(kernel, "threads", args[11], 0, 1 << 20, &threads))
+        return NULL;
+    if (!get_geometry(kernel, args[3], g))
+        return NULL;
+    if (g[6] * g[7] * g[3] != b->k) {
+        PyErr_Format(PyExc_ValueError, "%s: kh * kw * c = %lld is not the packed K = %lld", kernel,
+                     (long long)(g[6] * g[7] * g[3]), (long long)b->k);
+        return NULL;
+    }
+    arg_t in[4], out;
+    memset(in, 0, sizeof in);
+    memset(&out, 0, sizeof out);
+    job_t j;
+    memset(&j, 0, sizeof j);
+    j.b = b;
+    PyObject *result = NULL;
+    int64_t xsize, rows;
+    if (!mul_ok(kernel, g[0] * g[1], g[2] * g[3], &xsize) || !mul_ok(kernel, g[0] * g[4], g[5], &rows)
+        || !get_array(kernel, "x", args[0], &in[0], "Bb", xsize, 0, 0))
+        goto done;
+    j.a_signed = format_code(&in[0].view) == 'b';
+    if (!get_array(kernel, "x_zero", args[1], &in[1], j.a_signed ? "b" : "B", 1, 0, 1))
+        goto done;
+    j.a = in[0].view.buf;
+    j.a_zero = in[1].held ? in[1].view.buf : NULL;
+    j.n_azero = 1;
+    j.m = rows;
+    j.h = g[1]; j.w = g[2]; j.c = g[3]; j.oh = g[4]; j.ow = g[5]; j.kh = g[6]; j.kw = g[7];
+    j.sh = g[8]; j.sw = g[9]; j.dh = g[10]; j.dw = g[11]; j.pt = g[12]; j.pl = g[13];
+    if (!get_epilogue(kernel, args + 4, &out, &in[2], &in[3], rows, b->n, &j.e)
+        || !check_no_overlap(kernel, &out, in, names, 4) || !alloc_rows(&j, 0))
+        goto done;
+    j.rows.scale = NULL;
+    j.cols.d = b->any_d ? b->d : NULL;
+    j.cols.cterm = b->cterm;
+    j.pack = packer_for(b->isa, PACK_CONV);
+    if (!j.m || run_job(&j, threads))
+        result = Py_NewRef(Py_None);
+    free_rows(&j);
+done:
+    release_all(in, 4);
+    release_all(&out, 1);
+    return result;
+}
+
+/* ---------------------------------------------------------------------------------- depthwise */
+typedef struct {
+    const uint8_t *x;
+    const int16_t *w;          /* [kh * kw, c]: w - w_zero */
+    int a_signed;
+    int32_t xz;
+    int64_t n, h, wd, c, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl;
+    epilogue_t e;
+    int parts;
+    int *failed;
+} dw_t;
+
+static inline __attribute__((always_inline)) void dw_rows_body(const dw_t *d, int64_t r0, int64_t r1, int32_t *acc)
+{
+    rows_t rows = {NULL, NULL, NULL};
+    cols_t cols = {NULL, NULL};
+    int64_t c = d->c;
+    int32_t flip = d->a_signed ? 128 : 0, xz = d->xz + flip;
+    for (int64_t r = r0; r < r1; r++) {    /* r: output pixel */
+        int64_t ox = r % d->ow, oy = (r / d->ow) % d->oh, img = r / (d->ow * d->oh);
+        for (int64_t cc = 0; cc < c; cc++)
+            acc[cc] = 0;
+        for (int64_t ky = 0; ky < d->kh; ky++) {
+            int64_t iy = oy * d->sh - d->pt + ky * d->dh;
+            if (iy < 0 || iy >= d->h)
+                continue;
+            for (int64_t kx = 0; kx < d->kw; kx++) {
+                int64_t ix = ox * d->sw - d->pl + kx * d->dw;
+                if (ix < 0 || ix >= d->wd)
+                    continue;
+                const uint8_t *src = d->x + ((img * d->h + iy) * d->wd + ix) * c;
+                const int16_t *wt = d->w + (ky * d->kw + kx) * c;
+                if (flip)
+                    for (int64_t cc = 0; cc < c; cc++)
+                        acc[cc] += ((int32_t)(uint8_t)(src[cc] ^ 0x80) - xz) * wt[cc];
+                else
+                    for (int64_t cc = 0; cc < c; cc++)
+                        acc[cc] += ((int32_t)src[cc] - xz) * wt[cc];
+            }
+        }
+        /* the epilogue over the channels, a tile of 32 at a time */
+        for (int64_t c0 = 0; c0 < c; c0 += MAX_NR) {
+            int nc = (int)(c - c0 < MAX_NR ? c - c0 : MAX_NR);
+            epilogue_body(&d->e, &rows, &cols, acc + c0, 0, r, 1, c0, nc);
+        }
+    }
+}
+
+static void dw_rows_portable(const dw_t *d, int64_t r0, int64_t r1, int32_t *acc) { dw_rows_body(d, r0, r1, acc); }
+#ifdef NNQ_X86
+static T_AVX2 void dw_rows_avx2(const dw_t *d, int64_t r0, int64_t r1, int32_t *acc) { dw_rows_body(d, r0, r1, acc); }
+static T_AVX512 void dw_rows_avx512(const dw_t *d, int64_t r0, int64_t r1, int32_t *acc)
+{
+    dw_rows_body(d, r0, r1, acc);
+}
+#endif
+
+static void dw_part(const void *job, int part)
+{
+    const dw_t *d = job;
+    int64_t rows = d->n * d->oh * d->ow;
+    int64_t r0 = rows * part / d->parts, r1 = rows * (part + 1) / d->parts;
+    int32_t *acc = malloc((size_t)d->c * sizeof(int32_t));
+    if (acc == NULL) {
+        __atomic_store_n(d->failed, 1, __ATOMIC_RELAXED);
+        return;
+    }
+#ifdef NNQ_X86
+    if (g_isa == ISA_AVX512VNNI)
+        dw_rows_avx512(d, r0, r1, acc);
+    else if (g_isa != ISA_PORTABLE)
+        dw_rows_avx2(d, r0, r1, acc);
+    else
+#endif
+        dw_rows_portable(d, r0, r1, acc);
+    free(acc);
+}
+
+/* dwconv(x, x_zero, w, geometry, out, bias, scale, y_zero, lo, hi, rounding, threads): a depthwise convolution (one
+   filter per channel) in NHWC: x uint8 / int8 [N, H, W, C]; w int16 [KH, KW, C] = weights - their zero
+   points; geometry and the epilogue as conv's (out [N, OH, OW, C]). */
+static PyObject *qk_dwconv(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    static const char *kernel = "dwconv";
+    static const char *const names[] = {"x", "x_zero", "w", "bias", "scale"};
+    (void)mod;
+    if (!isa_ok() || !check_nargs(kernel, nargs, 12))
+        return NULL;
+    int64_t threads, g[14];
+    if (!get_int(kernel, "threads", args[11], 0, 1 << 20, &threads))
+        return NULL;
+    if (!get_geometry(kernel, args[3], g))
+        return NULL;
+    if (g[6] * g[7] > MAX_K) {
+        PyErr_Format(PyExc_ValueError, "%s: a %lld x %lld window is too large for exact int32 sums", kernel,
+                     (long long)g[6], (long long)g[7]);
+        return NULL;
+    }
+    arg_t in[5], out;
+    memset(in, 0, sizeof in);
+    memset(&out, 0, sizeof out);
+    dw_t d;
+    memset(&d, 0, sizeof d);
+    PyObject *result = NULL;
+    int64_t xsize, rows;
+    if (!mul_ok(kernel, g[0] * g[1], g[2] * g[3], &xsize) || !mul_ok(kernel, g[0] * g[4], g[5], &rows)
+        || !get_array(kernel, "x", args[0], &in[0], "Bb", xsize, 0, 0))
+        goto done;
+    d.a_signed = format_code(&in[0].view) == 'b';
+    if (!get_array(kernel, "x_zero", args[1], &in[1], d.a_signed ? "b" : "B", 1, 0, 1)
+        || !get_array(kernel, "w", args[2], &in[2], "h", g[6] * g[7] * g[3], 0, 0)
+        || !get_epilogue(kernel, args + 4, &out, &in[3], &in[4], rows, g[3], &d.e)
+        || !check_no_overlap(kernel, &out, in, names, 5))
+        goto done;
+    d.x = in[0].view.buf;
+    d.w = in[2].view.buf;
+    d.xz = in[1].held ? (d.a_signed ? (int32_t)((const int8_t *)in[1].view.buf)[0]
+                                    : (int32_t)((const uint8_t *)in[1].view.buf)[0]) : 0;
+    d.n = g[0]; d.h = g[1]; d.wd = g[2]; d.c = g[3]; d.oh = g[4]; d.ow = g[5]; d.kh = g[6]; d.kw = g[7];
+    d.sh = g[8]; d.sw = g[9]; d.dh = g[10]; d.dw = g[11]; d.pt = g[12]; d.pl = g[13];
+    int64_t parts = threads < 1 ? 1 : threads > MAX_THREADS ? MAX_THREADS : threads;
+    int64_t most = rows * g[3] * g[6] * g[7] / (1 << 18);
+    parts = parts > most ? (most < 1 ? 1 : most) : parts;
+    d.parts = (int)parts;
+    int failed = 0;
+    d.failed = &failed;
+    Py_BEGIN_ALLOW_THREADS
+    run_parts(dw_part, &d, d.parts);
+    Py_END_ALLOW_THREADS
+    if (failed)
+        PyErr_NoMemory();
+    else
+        result = Py_NewRef(Py_None);
+done:
+    release_all(in, 5);
+    release_all(&out, 1);
+    return result;
+}
+
+/* ------------------------------------------------------------------------------------------ module */
+static PyObject *qk_isa(PyObject *mod, PyObject *unused)
+{
+    (void)mod; (void)unused;
+    if (!isa_ok())
+        return NULL;
+    return PyUnicode_FromString(ISA_NAMES[g_isa]);
+}
+
+static PyObject *qk_available(PyObject *mod, PyObject *unused)
+{
+    (void)mod; (void)unused;
+    PyObject *list = PyList_New(0);
+    for (int i = ISA_COUNT - 1; list && i >= 0; i--)
+        if (g_have[i]) {
+            PyObject *s = PyUnicode_FromString(ISA_NAMES[i]);
+            if (s == NULL || PyList_Append(list, s) < 0) {
+                Py_XDECREF(s);
+                Py_DECREF(list);
+                return NULL;
+            }
+            Py_DECREF(s);
+        }
+    return list;
+}
+
+static PyObject *qk_describe(PyObject *mod, PyObject *unused)
+{
+    (void)mod; (void)unused;
+    if (!isa_ok())
+        return NULL;
+    return PyUnicode_FromString(ISA_DESCRIBE[g_isa]);
+}
+
+static PyMethodDef qk_methods[] = {
+    {"isa", qk_isa, METH_NOARGS, "The instruction set the kernels run (RuntimeError if NNHAL_QGEMM_ISA forced one "
+                                 "this CPU lacks)."},
+    {"available", qk_available, METH_NOARGS, "The instruction sets this CPU runs, best first."},
+    {"describe", qk_describe, METH_NOARGS, "How the chosen instruction set multiplies 8-bit values."},
+    {"pack_b", (PyCFunction)(void (*)(void))qk_pack_b, METH_FASTCALL,
+     "pack_b(b, k, n, b_zero, trans) -> PackedB"},
+    {"gemm", (PyCFunction)(void (*)(void))qk_gemm, METH_FASTCALL,
+     "gemm(a, a_zero, packed, out, bias, scale, y_zero, lo, hi, rounding, threads)"},
+    {"gemm_dynamic", (PyCFunction)(void (*)(void))qk_gemm_dynamic, METH_FASTCALL,
+     "gemm_dynamic(x, signed, packed, out, bias, scale, lo, hi, threads)"},
+    {"conv", (PyCFunction)(void (*)(void))qk_conv, METH_FASTCALL,
+     "conv(x, x_zero, packed, geometry, out, bias, scale, y_zero, lo, hi, rounding, threads)"},
+    {"dwconv", (PyCFunction)(void (*)(void))qk_dwconv, METH_FASTCALL,
+     "dwconv(x, x_zero, w, geometry, out, bias, scale, y_zero, lo, hi, rounding, threads)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef qk_module = {
+    PyModuleDef_HEAD_INIT, "_qkernels", "nnhal's integer GEMM and convolution kernels (see qkernels.c).", -1,
+    qk_methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__qkernels(void)
+{
+    select_isa();
+    if (PyType_Ready(&PackedBType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&qk_module);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddObjectRef(m, "PackedB", (PyObject *)&PackedBType) < 0
+        || PyModule_AddIntConstant(m, "MAX_K", MAX_K) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
