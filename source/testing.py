@@ -43,6 +43,7 @@ import nnhal
 from nnhal.api import FALLBACK_DEVICE
 from nnhal.device.device import Device
 from nnhal.device.manager import register_device, unregister_device
+from nnhal.serializer.onnx_export import export_node, export_subgraph  # noqa: F401 (the kit's export helper)
 
 # The moment of first call of each hook, in lifecycle order (run, async_run and async_wait excepted:
 # which of them comes first depends on the scheduler's choice; profile comes with nnhal.profile, after a
