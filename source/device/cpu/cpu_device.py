@@ -9,8 +9,8 @@ import math
 import statistics
 
 from nnhal.device.cpu.plan import Plan, compile_nodes
-from nnhal.device.device import (Allocator, Candidate, Description, Device, Interface, NodeTiming, Optimizer,
-                                 Performance, Verdict)
+from nnhal.device.device import (HOST_MEMORY, Allocator, Candidate, Description, Device, Interface, NodeTiming,
+                                 Optimizer, Performance, Verdict)
 from nnhal.device.manager import register_device, unregister_device
 from nnhal.graph.subgraph import Subgraph
 from nnhal.hostkernels import native, parallel
@@ -89,6 +89,7 @@ def cpu_describe(device: Device) -> Description:
         compute={"fp16": COMPUTE},
         reentrant=True,         # a plan's run takes its own arena from a pool (plan.py)
         activation_quantization=("static", "dynamic"),
+        memory=HOST_MEMORY,     # its memory is the host's: a boundary tensor is the numpy array itself
     )
 
 

@@ -1,0 +1,229 @@
+"""What the openvino device asks of OpenVINO: its targets, per-node support (query_model), compilation,
+infer requests bound to numpy memory, and per-layer counters mapped back to nnhal's node names.
+
+Nothing here knows the device record; openvino_device.py holds the hooks.
+"""
+from __future__ import annotations
+
+import hashlib
+import queue
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+import openvino as ov
+
+from nnhal.graph.node import Node
+
+# node types of a converted model that are not computation (present in every query and model)
+PLUMBING = frozenset({"Parameter", "Result", "Constant"})
+QUERY_CACHE_SIZE = 4096
+
+
+def targets(core: ov.Core) -> list[str]:
+    """OpenVINO's devices here ("CPU", "GPU.0", "NPU", ...), with "AUTO" when any exists."""
+    found = list(core.available_devices)
+    return [*found, "AUTO"] if found else []
+
+
+def has_target(available: list[str], target: str) -> bool:
+    """``target`` ("GPU" matches "GPU.0") is among ``available``."""
+    return any(t == target or t.split(".")[0] == target for t in available)
+
+
+def half_precision(core: ov.Core, target: str) -> str | None:
+    """The 16-bit inference precision ``target`` computes in ("f16" or "bf16"), or None when it has none."""
+    try:
+        caps = set(core.get_property(target.split(".")[0] if target != "AUTO" else "CPU",
+                                     "OPTIMIZATION_CAPABILITIES"))
+    except RuntimeError:
+        return None
+    return "f16" if "FP16" in caps else "bf16" if "BF16" in caps else None
+
+
+def first_line(exc: BaseException, limit: int = 240) -> str:
+    """OpenVINO's own reason, shortened: its messages carry a stack of source locations."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip() and not ln.strip().startswith(("Check ", "/"))]
+    text = " ".join(lines) or type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def read(core: ov.Core, model: onnx.ModelProto) -> ov.Model:
+    """An exported ONNX model read by OpenVINO's ONNX frontend (raises OpenVINO's error)."""
+    return core.read_model(model=model.SerializeToString())
+
+
+class QueryCache:
+    """Support verdicts of single-node models, keyed by the SHA-256 of the exported model (op, domain,
+    opset, attributes, dtypes, shapes and constant values) and the target; LRU-bounded, thread-safe."""
+
+    def __init__(self, size: int = QUERY_CACHE_SIZE) -> None:
+        self.entries: OrderedDict[tuple[str, str], str] = OrderedDict()
+        self.lock = threading.Lock()
+        self.size = size
+        self.hits = self.misses = 0
+
+    def verdict(self, core: ov.Core, model: onnx.ModelProto, target: str) -> str:
+        """"" when OpenVINO's ``target`` runs every op the node converts to; else OpenVINO's reason."""
+        data = model.SerializeToString()
+        key = (hashlib.sha256(data).hexdigest(), target)
+        with self.lock:
+            if key in self.entries:
+                self.hits += 1
+                self.entries.move_to_end(key)
+                return self.entries[key]
+            self.misses += 1
+        why = _query(core, data, target)
+        with self.lock:
+            self.entries[key] = why
+            while len(self.entries) > self.size:
+                self.entries.popitem(last=False)
+        return why
+
+
+def _query(core: ov.Core, data: bytes, target: str) -> str:
+    try:
+        model = core.read_model(model=data)
+    except RuntimeError as exc:
+        return f"OpenVINO's ONNX frontend: {first_line(exc)}"
+    try:
+        supported = core.query_model(model, target)
+    except RuntimeError as exc:
+        return f"OpenVINO {target} query_model: {first_line(exc)}"
+    missing = sorted({f"{op.get_type_name()}" for op in model.get_ops()
+                      if op.get_type_name() not in PLUMBING and op.get_friendly_name() not in supported})
+    if missing:
+        return f"OpenVINO {target} does not support {', '.join(missing)} (query_model)"
+    return ""
+
+
+@dataclass
+class Compiled:
+    """A compiled subgraph and its pool of infer requests (one per concurrent run, made on demand)."""
+
+    model: ov.CompiledModel
+    inputs: list[str]                     # subgraph input names, in the compiled model's input order
+    outputs: list[str]                    # subgraph output names, in its output order
+    output_types: list[np.dtype | None]   # numpy dtype of each compiled output (None: no numpy twin)
+    pool: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)
+    made: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def take(self) -> ov.InferRequest:
+        try:
+            return self.pool.get_nowait()
+        except queue.Empty:
+            with self.lock:
+                self.made += 1
+            return self.model.create_infer_request()
+
+    def give(self, request: ov.InferRequest) -> None:
+        self.pool.put(request)
+
+    def requests(self) -> list[ov.InferRequest]:
+        """Every idle request (drained from the pool and put back): what profiling reads."""
+        taken = []
+        while True:
+            try:
+                taken.append(self.pool.get_nowait())
+            except queue.Empty:
+                break
+        for r in taken:
+            self.pool.put(r)
+        return taken
+
+
+def compile_model(core: ov.Core, model: ov.Model, target: str, config: dict, inputs: list[str],
+                  outputs: list[str]) -> Compiled:
+    compiled = core.compile_model(model, target, config)
+    in_order = [p.get_any_name() for p in compiled.inputs]
+    out_order = []
+    for port in compiled.outputs:
+        names = port.get_names()
+        out_order.append(next((n for n in outputs if n in names), port.get_any_name()))
+    types = [_numpy_type(port.get_element_type()) for port in compiled.outputs]
+    if sorted(in_order) != sorted(inputs) or sorted(out_order) != sorted(outputs):
+        raise RuntimeError(f"the compiled model's inputs {in_order} / outputs {out_order} are not the subgraph's "
+                           f"{inputs} / {outputs}")
+    return Compiled(compiled, in_order, out_order, types)
+
+
+def _numpy_type(element: ov.Type) -> np.dtype | None:
+    try:
+        return np.dtype(element.to_dtype())
+    except (RuntimeError, TypeError, AttributeError):
+        return None
+
+
+@dataclass
+class Bound:
+    """One run's request with its host memory bound: outputs preallocated (fresh arrays, zero-copy) where
+    the shape is known before the run, else read back after it."""
+
+    request: ov.InferRequest
+    outputs: dict[str, np.ndarray]        # name -> array OpenVINO writes into (zero-copy outputs)
+    shared_in: int = 0                    # bytes read in place
+    copied_in: int = 0                    # bytes copied to match OpenVINO's element type / layout
+
+
+def bind(compiled: Compiled, values: dict[str, np.ndarray], shapes: dict[str, tuple | None]) -> Bound:
+    """Take a request and bind the run's inputs (shared where dtype and layout allow) and fresh outputs."""
+    request = compiled.take()
+    bound = Bound(request, {})
+    for i, name in enumerate(compiled.inputs):
+        value = values[name]
+        want = _numpy_type(compiled.model.inputs[i].get_element_type())
+        if isinstance(value, np.ndarray) and value.flags.c_contiguous and (want is None or value.dtype == want) \
+                and value.flags.aligned:
+            bound.shared_in += value.nbytes
+        else:
+            value = np.ascontiguousarray(value, dtype=want)
+            bound.copied_in += value.nbytes
+        request.set_input_tensor(i, ov.Tensor(value, shared_memory=True))
+    for i, name in enumerate(compiled.outputs):
+        shape, dtype = shapes.get(name), compiled.output_types[i]
+        if shape is not None and dtype is not None and all(isinstance(d, int) for d in shape):
+            out = np.empty(shape, dtype)
+            request.set_output_tensor(i, ov.Tensor(out, shared_memory=True))
+            bound.outputs[name] = out
+    return bound
+
+
+def collect(compiled: Compiled, bound: Bound) -> tuple[dict[str, np.ndarray], int]:
+    """The run's outputs (the bound arrays, or copies of what OpenVINO allocated) and the bytes copied."""
+    results, copied = {}, 0
+    for i, name in enumerate(compiled.outputs):
+        if name in bound.outputs:
+            results[name] = bound.outputs[name]
+        else:
+            results[name] = np.array(bound.request.get_output_tensor(i).data, copy=True)
+            copied += results[name].nbytes
+    return results, copied
+
+
+def layer_times(requests: list[ov.InferRequest]) -> dict[str, tuple[str, str, float]]:
+    """OpenVINO's per-layer counters of ``requests`` summed: layer -> (layer type, kernel, seconds)."""
+    times: dict[str, tuple[str, str, float]] = {}
+    for request in requests:
+        for info in request.profiling_info:
+            if info.status != info.Status.EXECUTED:
+                continue
+            kind, kernel, seconds = times.get(info.node_name, (info.node_type, info.exec_type, 0.0))
+            times[info.node_name] = (kind, kernel, seconds + info.real_time.total_seconds())
+    return times
+
+
+def node_for_layer(layer: str, nodes: list[Node]) -> Node | None:
+    """The nnhal node an OpenVINO layer comes from: OpenVINO names a converted node after the node or after
+    its output tensor, and what it derives or fuses after those with a suffix ("name/...", "name_...")."""
+    by_name = {n.name: n for n in nodes}
+    by_output = {o: n for n in nodes for o in n.outputs if o}
+    candidates = [layer, layer.split("/")[0], layer.rsplit("_", 1)[0]]
+    for c in candidates:
+        if c in by_name:
+            return by_name[c]
+        if c in by_output:
+            return by_output[c]
+    return None
