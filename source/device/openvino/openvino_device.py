@@ -149,10 +149,10 @@ def openvino_evaluation(device: Device, candidate: Candidate) -> Verdict:
     target = "CPU" if runtime.has_target(state.targets, "CPU") else (state.targets or ["CPU"])[0]
     node = candidate.node
     try:
-        model = export_node(node, candidate.inputs, candidate.outputs)
+        why = state.queries.verdict(state.core, runtime.signature(node, candidate.inputs, candidate.outputs),
+                                    lambda: export_node(node, candidate.inputs, candidate.outputs), target)
     except NnhalError as exc:
         return Verdict.no(f"no ONNX form for OpenVINO: {exc}")
-    why = state.queries.verdict(state.core, model, target)
     return Verdict.no(why) if why else Verdict.yes()
 
 
@@ -177,9 +177,10 @@ def _cache_dir(opts: OpenvinoOptions) -> str | None:
 
     key = "-".join([ov.get_version().split("-")[0], _versions()["nnhal"], _versions()["importer"]])
     folder = Path(opts.cache_dir) / "openvino" / key
-    why = trusted_directory(folder)
-    if why is not None:
-        raise DeviceError(f"openvino: cache_dir {folder} is not used: {why}")
+    for where in (Path(opts.cache_dir), folder):
+        why = trusted_directory(where)
+        if why is not None:
+            raise DeviceError(f"openvino: the model cache in {where} is not used: {why}")
     return str(folder)
 
 

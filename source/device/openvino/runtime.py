@@ -9,6 +9,7 @@ import hashlib
 import queue
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,6 +21,7 @@ from nnhal.graph.node import Node
 # node types of a converted model that are not computation (present in every query and model)
 PLUMBING = frozenset({"Parameter", "Result", "Constant"})
 QUERY_CACHE_SIZE = 4096
+SMALL_CONSTANT = 64         # constants up to this many elements key the query cache by value (axes, shapes)
 
 
 def targets(core: ov.Core) -> list[str]:
@@ -56,47 +58,115 @@ def read(core: ov.Core, model: onnx.ModelProto) -> ov.Model:
 
 
 class QueryCache:
-    """Support verdicts of single-node models, keyed by the SHA-256 of the exported model (op, domain,
-    opset, attributes, dtypes, shapes and constant values) and the target; LRU-bounded, thread-safe."""
+    """Support verdicts, cached at two levels (LRU-bounded, thread-safe):
+
+    * by the node's signature (op, domain, opset, attributes, input and output dtypes and shapes, which
+      inputs are constant and the values of small constants: axes, shapes, pads), so the repeated layers of
+      a model cost one look-up each;
+    * by what OpenVINO's frontend made of the node (the OpenVINO op types, versions, element types and
+      ranks), so query_model, which costs ~0.2 s a call on the CPU plugin whatever the model's size, runs
+      once per distinct OpenVINO form: every 3x3 float Conv is one Convolution + Add.
+    """
 
     def __init__(self, size: int = QUERY_CACHE_SIZE) -> None:
-        self.entries: OrderedDict[tuple[str, str], str] = OrderedDict()
+        self.nodes: OrderedDict[tuple, str] = OrderedDict()
+        self.forms: OrderedDict[tuple, str] = OrderedDict()
         self.lock = threading.Lock()
         self.size = size
-        self.hits = self.misses = 0
+        self.queries = 0
 
-    def verdict(self, core: ov.Core, model: onnx.ModelProto, target: str) -> str:
-        """"" when OpenVINO's ``target`` runs every op the node converts to; else OpenVINO's reason."""
-        data = model.SerializeToString()
-        key = (hashlib.sha256(data).hexdigest(), target)
+    def _get(self, table: OrderedDict, key: tuple) -> str | None:
         with self.lock:
-            if key in self.entries:
-                self.hits += 1
-                self.entries.move_to_end(key)
-                return self.entries[key]
-            self.misses += 1
-        why = _query(core, data, target)
+            if key in table:
+                table.move_to_end(key)
+                return table[key]
+        return None
+
+    def _put(self, table: OrderedDict, key: tuple, why: str) -> None:
         with self.lock:
-            self.entries[key] = why
-            while len(self.entries) > self.size:
-                self.entries.popitem(last=False)
+            table[key] = why
+            while len(table) > self.size:
+                table.popitem(last=False)
+
+    def verdict(self, core: ov.Core, signature: tuple, model: Callable[[], onnx.ModelProto], target: str) -> str:
+        """"" when OpenVINO's ``target`` runs every op the node converts to; else OpenVINO's reason.
+        ``model`` exports the node (called only when the signature is new)."""
+        key = (signature, target)
+        why = self._get(self.nodes, key)
+        if why is None:
+            why = self._form_verdict(core, model(), target)
+            self._put(self.nodes, key, why)
+        return why
+
+    def _form_verdict(self, core: ov.Core, model: onnx.ModelProto, target: str) -> str:
+        try:
+            converted = core.read_model(model=model.SerializeToString())
+        except RuntimeError as exc:
+            return f"OpenVINO's ONNX frontend: {first_line(exc)}"
+        form = (_form(converted), target)
+        why = self._get(self.forms, form)
+        if why is None:
+            with self.lock:
+                self.queries += 1
+            why = _query(core, converted, target)
+            self._put(self.forms, form, why)
         return why
 
 
-def _query(core: ov.Core, data: bytes, target: str) -> str:
-    try:
-        model = core.read_model(model=data)
-    except RuntimeError as exc:
-        return f"OpenVINO's ONNX frontend: {first_line(exc)}"
+def _form(model: ov.Model) -> tuple:
+    """OpenVINO op types (with opset), output element types and ranks of a converted model, in order."""
+    return tuple((op.get_type_info().name, op.get_type_info().version_id,
+                  tuple((str(op.get_output_element_type(i)), op.get_output_partial_shape(i).rank.get_length()
+                         if op.get_output_partial_shape(i).rank.is_static else -1)
+                        for i in range(op.get_output_size())))
+                 for op in model.get_ordered_ops())
+
+
+def _computes(op) -> bool:
+    """Whether ``op`` reads a value that is not a constant (ops over constants only are folded away by the
+    plugin, and query_model then does not name them)."""
+    return op.get_type_name() not in PLUMBING and any(
+        v.get_node().get_type_name() != "Constant" for v in op.input_values())
+
+
+def _query(core: ov.Core, model: ov.Model, target: str) -> str:
     try:
         supported = core.query_model(model, target)
     except RuntimeError as exc:
         return f"OpenVINO {target} query_model: {first_line(exc)}"
-    missing = sorted({f"{op.get_type_name()}" for op in model.get_ops()
-                      if op.get_type_name() not in PLUMBING and op.get_friendly_name() not in supported})
+    missing = sorted({op.get_type_name() for op in model.get_ops()
+                      if _computes(op) and op.get_friendly_name() not in supported})
     if missing:
         return f"OpenVINO {target} does not support {', '.join(missing)} (query_model)"
     return ""
+
+
+def signature(node: Node, inputs: list, outputs: list) -> tuple:
+    """What a node's support can depend on, hashable: op, domain, opset, attributes, dtypes and shapes, which
+    inputs are constant, and the values of small constants (large ones, weights, count by shape only)."""
+    def info(i) -> tuple:
+        if i is None:
+            return ()
+        value = None
+        if i.value is not None:
+            v = np.asarray(i.value)
+            value = hashlib.sha256(v.tobytes()).hexdigest() if v.size <= SMALL_CONSTANT else "const"
+        return (str(i.dtype), i.shape, value)
+
+    return (node.op_type, node.domain, node.opset, _frozen(node.attrs),
+            tuple(info(i) for i in inputs), tuple(info(o) for o in outputs))
+
+
+def _frozen(value) -> object:
+    if isinstance(value, dict):
+        return tuple(sorted((k, _frozen(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(_frozen(v) for v in value)
+    if isinstance(value, np.ndarray):
+        return (str(value.dtype), value.shape, hashlib.sha256(value.tobytes()).hexdigest())
+    if isinstance(value, (int, float, str, bool, type(None))):
+        return value
+    return ("id", id(value))     # a body graph: its own identity (a node's bodies are not shared)
 
 
 @dataclass
@@ -138,11 +208,9 @@ class Compiled:
 def compile_model(core: ov.Core, model: ov.Model, target: str, config: dict, inputs: list[str],
                   outputs: list[str]) -> Compiled:
     compiled = core.compile_model(model, target, config)
-    in_order = [p.get_any_name() for p in compiled.inputs]
-    out_order = []
-    for port in compiled.outputs:
-        names = port.get_names()
-        out_order.append(next((n for n in outputs if n in names), port.get_any_name()))
+    # NOTE: a port has a set of tensor names (the frontend may add its own); the subgraph's name is among them
+    in_order = [next((n for n in inputs if n in p.get_names()), p.get_any_name()) for p in compiled.inputs]
+    out_order = [next((n for n in outputs if n in p.get_names()), p.get_any_name()) for p in compiled.outputs]
     types = [_numpy_type(port.get_element_type()) for port in compiled.outputs]
     if sorted(in_order) != sorted(inputs) or sorted(out_order) != sorted(outputs):
         raise RuntimeError(f"the compiled model's inputs {in_order} / outputs {out_order} are not the subgraph's "
