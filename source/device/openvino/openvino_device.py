@@ -148,6 +148,12 @@ def openvino_evaluation(device: Device, candidate: Candidate) -> Verdict:
     # placement asks the CPU plugin, the one OpenVINO always has
     target = "CPU" if runtime.has_target(state.targets, "CPU") else (state.targets or ["CPU"])[0]
     node = candidate.node
+    for i, info in enumerate(candidate.inputs):
+        if info is not None and info.value is None and info.shape is None and node.inputs[i]:
+            # NOTE: OpenVINO's words at compile_model: "CPU plug-in doesn't support Parameter operation with
+            # dynamic rank"; query_model of the one-node model does not see it (the node's input is no Parameter)
+            return Verdict.no(f"input {i} has a rank unknown before the run; the OpenVINO CPU plugin takes no "
+                              f"Parameter of dynamic rank")
     try:
         why = state.queries.verdict(state.core, runtime.signature(node, candidate.inputs, candidate.outputs),
                                     lambda: export_node(node, candidate.inputs, candidate.outputs), target)
