@@ -99,6 +99,10 @@ class Description:
     "float16 storage, float32 compute"); a precision absent from it is
     computed as named.
 
+    ``float_in_quantized`` says the device computes, inside a subgraph it runs quantized, the nodes the
+    core keeps in float32 under int8/uint8 (normalizations, softmax, residual adds: Options.keep_fp32 and the
+    core's own choices). False (the default, an integer-only chip): only the fallback device takes them.
+
     ``memory`` says whether boundary tensors are copied or shared with the host (BoundaryMemory); the
     placement report counts copies and copied bytes per boundary from it.
     """
@@ -112,6 +116,7 @@ class Description:
     reentrant: bool = False
     activation_quantization: tuple[str, ...] = ("static",)
     memory: BoundaryMemory = field(default_factory=BoundaryMemory)
+    float_in_quantized: bool = False
 
 
 @dataclass(frozen=True)

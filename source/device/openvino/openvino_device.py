@@ -30,6 +30,7 @@ from nnhal.device.device import (Allocator, BoundaryMemory, Candidate, Descripti
 from nnhal.device.manager import register_device, unregister_device
 from nnhal.device.openvino import runtime
 from nnhal.device.openvino.qdq import to_qdq
+from nnhal.device.openvino.rules import why_not
 from nnhal.errors import DeviceError, NnhalError
 from nnhal.graph.node import Node
 from nnhal.graph.subgraph import Subgraph
@@ -40,6 +41,7 @@ from nnhal.serializer.onnx_export import export_node, export_subgraph
 # ------------------------------------------------------------ options, state
 TARGETS = ("CPU", "GPU", "NPU", "AUTO")
 HINTS = {"latency": "LATENCY", "throughput": "THROUGHPUT"}
+DYNAMIC_GROUP = 32          # columns per run-time activation scale of the token products (OpenVINO's default)
 
 
 @dataclass(frozen=True)
@@ -135,6 +137,11 @@ def openvino_describe(device: Device) -> Description:
                  "uint8": "QDQ: OpenVINO integer kernels"} if half else
                 {"int8": "QDQ: OpenVINO integer kernels", "uint8": "QDQ: OpenVINO integer kernels"},
         reentrant=True,      # a run binds its own infer request from the subgraph's pool
+        # NOTE: under int8 the float nodes (normalizations, residual adds, softmax) stay in OpenVINO's graph
+        # in f32 between the integer kernels, and the token products quantize per token at run time
+        # (DYNAMIC_QUANTIZATION_GROUP_SIZE) over int8 weights
+        float_in_quantized=True,
+        activation_quantization=("static", "dynamic"),
         # NOTE: on the CPU target OpenVINO reads inputs and writes outputs in numpy's memory; a GPU target
         # copies over PCIe, and keeping tensors on it between subgraphs needs RemoteTensors (not done)
         memory=BoundaryMemory(host_inputs="shared", host_outputs="shared"),
@@ -148,6 +155,9 @@ def openvino_evaluation(device: Device, candidate: Candidate) -> Verdict:
     # placement asks the CPU plugin, the one OpenVINO always has
     target = "CPU" if runtime.has_target(state.targets, "CPU") else (state.targets or ["CPU"])[0]
     node = candidate.node
+    deviation = why_not(candidate)
+    if deviation:
+        return Verdict.no(deviation)
     for i, info in enumerate(candidate.inputs):
         if info is not None and info.value is None and info.shape is None and node.inputs[i]:
             # NOTE: OpenVINO's words at compile_model: "CPU plug-in doesn't support Parameter operation with
@@ -207,6 +217,8 @@ def _config(core: ov.Core, sg: Subgraph, options, opts: OpenvinoOptions, profile
     cache = _cache_dir(opts)
     if cache is not None:
         config["CACHE_DIR"] = cache
+    if sg.stats.get("openvino_dynamic"):
+        config["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = DYNAMIC_GROUP
     if profile:
         config["PERF_COUNT"] = True
     return config
@@ -224,15 +236,17 @@ def openvino_pre_run(device: Device, sg: Subgraph, options) -> None:
     except RuntimeError as exc:
         raise DeviceError(f"openvino: OpenVINO cannot read subgraph #{sg.index}: {runtime.first_line(exc)}") from exc
 
+    shapes = {n: sg.graph.tensors[n].shape if sg.graph.tensors[n].static else None for n in sg.outputs}
+
     def build(profile: bool) -> runtime.Compiled:
         try:
             return runtime.compile_model(state.core, model, opts.target, _config(state.core, sg, options, opts,
-                                                                                  profile), sg.inputs, sg.outputs)
+                                                                                  profile), sg.inputs, sg.outputs,
+                                         shapes)
         except RuntimeError as exc:
             raise DeviceError(f"openvino: compile_model of subgraph #{sg.index} for {opts.target} failed: "
                               f"{runtime.first_line(exc)}") from exc
 
-    shapes = {n: sg.graph.tensors[n].shape if sg.graph.tensors[n].static else None for n in sg.outputs}
     sg.device_graph = OpenvinoGraph(build(False), shapes, list(sg.nodes), recompile=build)
     with state.lock:
         state.live += 1

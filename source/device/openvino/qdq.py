@@ -5,8 +5,10 @@ inputs come through DequantizeLinear: the activation through QuantizeLinear -> D
 per-tensor parameters the core set (``Tensor.quant``: uint8 asymmetric or int8 symmetric), the constant
 weight as int8 symmetric values (per output channel from opset 13, per tensor below) through a
 DequantizeLinear. Everything else stays float32; nodes the user or the core keeps in float
-(``keep_fp32``, ``higher``) are left alone. The subgraph gets a graph of its own (the shared one is
-untouched); its boundaries stay float32, so the core converts nothing.
+(``keep_fp32``, ``higher``) are left alone. The token products the core marks dynamic get int8 weights
+only: OpenVINO quantizes their activations per token at run time (DYNAMIC_QUANTIZATION_GROUP_SIZE). The
+subgraph gets a graph of its own (the shared one is untouched); its boundaries stay float32, so the core
+converts nothing.
 """
 from __future__ import annotations
 
@@ -83,11 +85,17 @@ def to_qdq(sg: Subgraph, precision: str) -> Subgraph:
         t = g.tensors.get(name)
         return t is not None and t.dtype == F32 and t.quant is not None and not t.is_constant
 
+    dynamic = 0
     for node in g.nodes:
         if node.op_type in ("Conv", "Gemm", "MatMul") and not node.domain and node.name not in keep:
             x, w = node.inputs[0], node.inputs[1]
             wt = g.tensors[w]
-            if quantizable(x) and wt.is_constant and wt.dtype == F32 and (node.op_type != "MatMul" or wt.value.ndim == 2):
+            constant = wt.is_constant and wt.dtype == F32 and (node.op_type != "MatMul" or wt.value.ndim == 2)
+            if constant and node.name in sg.dynamic:
+                # a token product: int8 weights, the activation quantized per token by OpenVINO at run time
+                node.inputs[1] = weight(node, w)
+                dynamic += 1
+            elif quantizable(x) and constant:
                 node.inputs[0] = activation(x)
                 node.inputs[1] = weight(node, w)
             elif node.op_type == "MatMul" and quantizable(x) and quantizable(w):
@@ -96,4 +104,5 @@ def to_qdq(sg: Subgraph, precision: str) -> Subgraph:
     g.nodes = nodes
     sg.graph, sg.nodes = g, nodes
     sg.stats["openvino_qdq"] = len(twins)
+    sg.stats["openvino_dynamic"] = dynamic
     return sg

@@ -177,6 +177,7 @@ class Compiled:
     inputs: list[str]                     # subgraph input names, in the compiled model's input order
     outputs: list[str]                    # subgraph output names, in its output order
     output_types: list[np.dtype | None]   # numpy dtype of each compiled output (None: no numpy twin)
+    unbound: frozenset[str] = frozenset()  # outputs OpenVINO writes in its own memory only (copied after a run)
     pool: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)
     made: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -206,16 +207,32 @@ class Compiled:
 
 
 def compile_model(core: ov.Core, model: ov.Model, target: str, config: dict, inputs: list[str],
-                  outputs: list[str]) -> Compiled:
+                  outputs: list[str], shapes: dict[str, tuple | None]) -> Compiled:
     compiled = core.compile_model(model, target, config)
     # NOTE: a port has a set of tensor names (the frontend may add its own); the subgraph's name is among them
     in_order = [next((n for n in inputs if n in p.get_names()), p.get_any_name()) for p in compiled.inputs]
     out_order = [next((n for n in outputs if n in p.get_names()), p.get_any_name()) for p in compiled.outputs]
     types = [_numpy_type(port.get_element_type()) for port in compiled.outputs]
+    for name, port in zip(out_order, compiled.outputs):
+        shape, theirs = shapes.get(name), port.get_partial_shape()
+        if shape is not None and theirs.is_static and tuple(theirs.to_shape()) != tuple(shape):
+            raise RuntimeError(f"OpenVINO infers output '{name}' as {tuple(theirs.to_shape())}, nnhal as "
+                               f"{tuple(shape)}: the two read the model differently")
     if sorted(in_order) != sorted(inputs) or sorted(out_order) != sorted(outputs):
         raise RuntimeError(f"the compiled model's inputs {in_order} / outputs {out_order} are not the subgraph's "
                            f"{inputs} / {outputs}")
-    return Compiled(compiled, in_order, out_order, types)
+    # NOTE: OpenVINO leaves a bound output tensor unwritten (no error) where the compiled graph passes an
+    # input or a constant straight through (Max of one input, Einsum "->" of a scalar) and where the output's
+    # shape is dynamic in the compiled model (Tile with its repeats an input: it allocates anew at run time)
+    unbound = frozenset(name for name, port, op in zip(out_order, compiled.outputs, _results(compiled))
+                        if not port.get_partial_shape().is_static
+                        or op.input_value(0).get_node().get_type_name() in ("Parameter", "Constant"))
+    return Compiled(compiled, in_order, out_order, types, unbound)
+
+
+def _results(compiled: ov.CompiledModel) -> list:
+    """The Result ops of the compiled (runtime) graph, in the compiled model's output order."""
+    return list(compiled.get_runtime_model().get_results())
 
 
 def _numpy_type(element: ov.Type) -> np.dtype | None:
@@ -252,7 +269,8 @@ def bind(compiled: Compiled, values: dict[str, np.ndarray], shapes: dict[str, tu
         request.set_input_tensor(i, ov.Tensor(value, shared_memory=True))
     for i, name in enumerate(compiled.outputs):
         shape, dtype = shapes.get(name), compiled.output_types[i]
-        if shape is not None and dtype is not None and all(isinstance(d, int) for d in shape):
+        if shape is not None and dtype is not None and name not in compiled.unbound and \
+                all(isinstance(d, int) for d in shape):
             out = np.empty(shape, dtype)
             request.set_output_tensor(i, ov.Tensor(out, shared_memory=True))
             bound.outputs[name] = out
