@@ -40,13 +40,9 @@ def _reduce_extreme(c: Candidate) -> str | None:
     x = c.inputs[0] if c.inputs else None
     if x is not None and x.shape is not None and 0 in x.shape:
         return "OpenVINO reduces an empty set otherwise than ONNX (-inf / +inf) (test_reduce_max_empty_set)"
-    return None
-
-
-def _quantize_linear(c: Candidate) -> str | None:
-    out = c.outputs[0] if c.outputs else None
-    if out is not None and out.dtype is not None and out.dtype.itemsize > 1:
-        return "OpenVINO rounds QuantizeLinear to 16-bit integers otherwise than ONNX (test_quantizelinear_uint16)"
+    if x is not None and (x.dtype is None or x.dtype.kind == "f"):
+        return "OpenVINO's float ReduceMax / ReduceMin give -3.4e38 for a row of -inf and drop NaNs " \
+               "(test_attention_*_nan_robustness_expanded)"
     return None
 
 
@@ -66,7 +62,8 @@ RULES: dict[str, Callable[[Candidate], str | None]] = {
     "RoiAlign": _roi_align,
     "ReduceMax": _reduce_extreme,
     "ReduceMin": _reduce_extreme,
-    "QuantizeLinear": _quantize_linear,
+    "QuantizeLinear": _always("OpenVINO rounds some halfway values of QuantizeLinear otherwise than ONNX's round "
+                              "half to even (test_dynamicquantizelinear_expanded, test_quantizelinear_uint16)"),
     "SpaceToDepth": _space_to_depth,
     "TopK": _always("OpenVINO orders equal values otherwise than ONNX (lower index first) (test_top_k_same_values)"),
     "BitShift": _always("OpenVINO shifts by the width or more, or negative values, otherwise than ONNX "
