@@ -134,6 +134,40 @@ def measure_int8(name: str, batch: int, threads: int, blocks: int) -> dict:
             "uint8/fp32": ms["uint8"] / ms["fp32"], "rel_err_vs_fp32": err, "quantized_tensors": qdq}
 
 
+def validate_table(report: str) -> str:
+    """Per op, from a ``nnhal validate --device openvino --report X.json`` report: cases whose nodes of
+    that op all ran on openvino and passed, cases that passed with a node of it on the CPU (fallback,
+    not openvino's), wrong, unsupported and error. Node names map to op types through the cases."""
+    import json
+    from collections import defaultdict
+
+    from nnhal.conformance.runner import all_cases
+
+    models = {c.name: c.model for c in all_cases()}
+    counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    cases: dict[str, int] = defaultdict(int)
+    for case in json.load(open(report))["cases"]:
+        devices = set(case["placement"].values())
+        cases[case["status"] if case["status"] != "pass" else
+              "on openvino" if devices == {"openvino"} else "on fallback"] += 1
+        graph = models[case["name"]].graph
+        op_of = {(n.name or f"{n.op_type}_{i}"): n.op_type for i, n in enumerate(graph.node)}
+        for op in case["ops"]:
+            where = {d for name, d in case["placement"].items() if op_of.get(name) == op}
+            status = case["status"]
+            if status == "pass":
+                status = "on openvino" if where <= {"openvino"} and where else "on fallback"
+            counts[op][status] += 1
+    cols = ("on openvino", "on fallback", "wrong", "unsupported", "error")
+    lines = ["cases: " + ", ".join(f"{cases[c]} {c}" for c in cols) + "\n",
+             "| op | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
+    for op in sorted(counts):
+        lines.append(f"| {op} | " + " | ".join(str(counts[op][c]) for c in cols) + " |")
+    total = {c: sum(counts[op][c] for op in counts) for c in cols}
+    lines.append("| (all ops) | " + " | ".join(str(total[c]) for c in cols) + " |")
+    return "\n".join(lines)
+
+
 def modern_names() -> list[str]:
     try:
         import torch  # noqa: F401
@@ -154,7 +188,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--blocks", type=int, default=3, help="alternating blocks per model")
     parser.add_argument("--int8", action="store_true", help="also uint8 vs fp32 on openvino for bert and resnet50")
     parser.add_argument("--no-fp32", action="store_true", help="skip the fp32 comparison")
+    parser.add_argument("--validate-report", default=None,
+                        help="only print the per-op table of a `nnhal validate --device openvino --report X.json`")
     args = parser.parse_args(argv)
+    if args.validate_report:
+        print(validate_table(args.validate_report))
+        return 0
     names = [n for n in args.models.split(",") if n] or [*ZOO, "bert", *modern_names()]
     print(f"# benchmarks/openvino.py: {args.threads} threads, batch {args.batch}, {args.blocks} alternating blocks; "
           f"{', '.join(DROPPED_ENV)} removed from the environment; measured under whatever load the machine has")

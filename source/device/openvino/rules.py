@@ -52,12 +52,34 @@ def _space_to_depth(c: Candidate) -> str | None:
     return None
 
 
+def _pool(c: Candidate) -> str | None:
+    a, x = c.node.attrs, c.inputs[0] if c.inputs else None
+    if not a.get("ceil_mode") or x is None or x.shape is None or a.get("auto_pad", "NOTSET") != "NOTSET":
+        return None
+    kernel = list(a.get("kernel_shape") or [])
+    n = len(kernel)
+    strides = list(a.get("strides") or [1] * n)
+    dilations = list(a.get("dilations") or [1] * n)
+    pads = list(a.get("pads") or [0] * 2 * n)
+    for i, size in enumerate(x.shape[2:]):
+        if size is None:
+            return "ceil_mode with a spatial size unknown before the run (OpenVINO may keep one window more)"
+        span = (kernel[i] - 1) * dilations[i] + 1
+        out = -(-(size + pads[i] + pads[i + n] - span) // strides[i]) + 1
+        if (out - 1) * strides[i] >= size + pads[i]:
+            return "OpenVINO keeps the last ceil_mode window that starts in the padding; ONNX drops it " \
+                   "(test_maxpool_2d_ceil_output_size_reduce_by_one)"
+    return None
+
+
 def _always(reason: str) -> Callable[[Candidate], str]:
     return lambda c: reason
 
 
 RULES: dict[str, Callable[[Candidate], str | None]] = {
     "Tile": _tile,
+    "MaxPool": _pool,
+    "AveragePool": _pool,
     "Resize": _resize,
     "RoiAlign": _roi_align,
     "ReduceMax": _reduce_extreme,

@@ -8,7 +8,8 @@ import pytest
 
 from nnhal import testing
 
-# the ops of the zoo, BERT and the modern models: where a wrong kernel would show first
+# the ops of the zoo, BERT and the modern models: where a wrong kernel would show first (the function-expanded
+# variants of the cases are left to `nnhal validate`: they repeat the same ops, decomposed)
 KIT_OPS = ["Conv", "Gemm", "MatMul", "Relu", "Softmax", "Add", "MaxPool", "AveragePool", "LayerNormalization",
            "Erf", "Concat", "Transpose", "Reshape", "BatchNormalization", "Sigmoid", "Where"]
 
@@ -37,7 +38,7 @@ def _cases():
     import nnhal
 
     nnhal.init()
-    return testing.conformance_cases("openvino", KIT_OPS)
+    return [c for c in testing.conformance_cases("openvino", KIT_OPS) if not c.name.endswith("_expanded")]
 
 
 @pytest.mark.parametrize("case", _cases(), ids=lambda c: c.name)

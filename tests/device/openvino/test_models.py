@@ -40,7 +40,7 @@ def check(model: onnx.ModelProto, feeds: dict) -> None:
         assert float(np.abs(g - w).max()) <= RELATIVE * scale, f"max |diff| {np.abs(g - w).max():.3g}, scale {scale:.3g}"
 
 
-@pytest.mark.parametrize("name", ["squeezenet", "resnet50"])
+@pytest.mark.parametrize("name", ["squeezenet", "resnet50"])   # the other seven: benchmarks/openvino.py
 def test_zoo(openvino, name):
     model = logits(resolve(f"zoo:{name}?weights=random&seed=1"))
     check(model, input_for(model, seed=2))
