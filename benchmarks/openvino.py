@@ -146,7 +146,9 @@ def validate_table(report: str) -> str:
     models = {c.name: c.model for c in all_cases()}
     counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     cases: dict[str, int] = defaultdict(int)
-    for case in json.load(open(report))["cases"]:
+    with open(report, encoding="utf-8") as f:
+        report_cases = json.load(f)["cases"]
+    for case in report_cases:
         devices = set(case["placement"].values())
         cases[case["status"] if case["status"] != "pass" else
               "on openvino" if devices == {"openvino"} else "on fallback"] += 1

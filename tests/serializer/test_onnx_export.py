@@ -73,7 +73,7 @@ def test_round_trip_through_onnxruntime(name):
             with warnings.catch_warnings(), np.errstate(all="ignore"):
                 warnings.simplefilter("ignore")
                 reference = _ort_run(case.model, inputs)
-        except Exception as exc:  # onnxruntime's own errors are untyped (Fail, NotImplemented, ...)
+        except Exception as exc:  # noqa: BLE001 - onnxruntime's own errors are untyped (Fail, NotImplemented)
             pytest.skip(f"onnxruntime does not run the case's own model: {str(exc)[:120]}")
         if _matches(reference, expected, case):
             pytest.skip("onnxruntime's result for the case's own model is outside the tolerance")

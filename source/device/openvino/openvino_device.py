@@ -78,7 +78,7 @@ class OpenvinoState:
     shared_bytes: int = 0         # boundary bytes OpenVINO read or wrote in place
     copied_bytes: int = 0         # boundary bytes copied (an element type or layout OpenVINO could not take)
 
-    def __deepcopy__(self, memo: dict) -> "OpenvinoState":
+    def __deepcopy__(self, memo: dict) -> OpenvinoState:
         # NOTE: the kit's recording copy of the record gets counters of its own over the same Core
         return OpenvinoState(self.core, list(self.targets))
 
