@@ -49,6 +49,7 @@ from nnhal.conformance.divergence import Divergence, first_divergence
 from nnhal.conformance.tolerance import Tolerance, compare, kit_policy, quantized_atol
 from nnhal.device.device import Device
 from nnhal.device.manager import FALLBACK_DEVICE, register_device, unregister_device
+from nnhal.serializer.onnx_export import export_node, export_subgraph  # noqa: F401 (the kit's export helper)
 
 # The moment of first call of each hook, in lifecycle order (run, async_run and async_wait excepted:
 # which of them comes first depends on the scheduler's choice; profile comes with nnhal.profile, after a

@@ -61,6 +61,37 @@ class Performance:
     power_usage: float = 1.0
 
 
+HOST_TRANSFERS = ("copy", "shared")
+
+
+@dataclass(frozen=True)
+class BoundaryMemory:
+    """How a device's memory meets the host at a subgraph boundary (``Description.memory``), so the core can
+    count the copies a split costs. The default is a device with memory of its own (every crossing a copy).
+
+    ``host_inputs``: "copy" when the device copies a host array into its own memory before a run; "shared"
+    when it reads the host array where it is (a CPU runtime binding numpy memory, a GPU with unified memory
+    importing it). ``host_outputs``: "copy" when results are copied out into host arrays; "shared" when the
+    device writes them straight into host arrays (fresh ones each run: the arrays a user receives are never
+    written again). ``device_resident``: a tensor passed between two adjacent subgraphs on this device stays
+    in device memory (no host round trip); the device then keeps it in what its ``allocate`` hook planned
+    and reads it back by name. A declaration only describes: the device's hooks do what it says.
+    """
+
+    host_inputs: str = "copy"
+    host_outputs: str = "copy"
+    device_resident: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("host_inputs", "host_outputs"):
+            if getattr(self, name) not in HOST_TRANSFERS:
+                raise ValueError(f"BoundaryMemory.{name} must be one of {HOST_TRANSFERS}, got {getattr(self, name)!r}")
+
+
+# A device whose memory is the host's (the numpy CPU device): nothing is copied at its boundaries.
+HOST_MEMORY = BoundaryMemory(host_inputs="shared", host_outputs="shared", device_resident=True)
+
+
 @dataclass(frozen=True)
 class Description:
     """What a device supports, statically: op types, precisions, options, performance (per precision,
@@ -89,6 +120,13 @@ class Description:
     it when that is not what the name implies (e.g. the CPU's fp16:
     "float16 storage, float32 compute"); a precision absent from it is
     computed as named.
+
+    ``float_in_quantized`` says the device computes, inside a subgraph it runs quantized, the nodes the
+    core keeps in float32 under int8/uint8 (normalizations, softmax, residual adds: Options.keep_fp32 and the
+    core's own choices). False (the default, an integer-only chip): only the fallback device takes them.
+
+    ``memory`` says whether boundary tensors are copied or shared with the host (BoundaryMemory); the
+    placement report counts copies and copied bytes per boundary from it.
     """
 
     ops: frozenset[str]
@@ -100,6 +138,8 @@ class Description:
     reentrant: bool = False
     reuses_outputs: bool = False
     activation_quantization: tuple[str, ...] = ("static",)
+    memory: BoundaryMemory = field(default_factory=BoundaryMemory)
+    float_in_quantized: bool = False
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,8 @@ def place(graph: Graph, devices: list[Device], precision: str, pins: dict[str, s
     When no device offers ``precision`` for a node, the fallback device (the
     CPU) takes it at fp32, and the decision says so. ``higher`` (node -> why)
     names nodes a quantized precision computes in float: only the fallback
-    device takes them, the others are declined with that reason. ``dynamic``
+    device and devices whose Description says ``float_in_quantized`` take them, the others are declined
+    with that reason. ``dynamic``
     (node -> why) names nodes that need dynamic activation quantization: a
     device whose Description does not list it declines them.
     """
@@ -70,7 +71,8 @@ def place(graph: Graph, devices: list[Device], precision: str, pins: dict[str, s
                 declined[device.name] = why
                 continue
             # NOTE: after the device's own verdict, so a device that lacks the op says that first
-            if node.name in higher and device.name != fallback and not pinned:
+            if node.name in higher and device.name != fallback and not pinned \
+                    and not descriptions[device.name].float_in_quantized:
                 declined[device.name] = f"kept in float32 under {precision}: {higher[node.name]}"
                 continue
             if node.name in dynamic and "dynamic" not in descriptions[device.name].activation_quantization:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from nnhal.device.device import BoundaryMemory
 from nnhal.graph.graph import Graph
 from nnhal.graph.subgraph import Subgraph
 from nnhal.optimizer.boundary import Boundary, boundaries
@@ -52,10 +53,13 @@ class PlacementReport:
         total = sum(b.nbytes or 0 for b in self.boundaries
                     if b.producer != "graph input" and b.consumer != "graph output")
         lines.append("")
-        lines.append(f"{len(self.boundaries)} boundary tensor(s); {total:,} bytes cross between subgraphs per run:")
+        copies = sum(b.copies for b in self.boundaries)
+        copied = sum(b.copied_bytes or 0 for b in self.boundaries)
+        lines.append(f"{len(self.boundaries)} boundary tensor(s); {total:,} bytes cross between subgraphs per run; "
+                     f"{copies} copies, {copied:,} bytes copied per run (inputs and outputs included):")
         lines += ["  " + row for row in text_table(
-            ("tensor", "from", "to", "format", "conversion", "bytes"),
-            [(b.tensor, b.producer, b.consumer, b.host or "?", b.conversion,
+            ("tensor", "from", "to", "format", "conversion", "transfer", "bytes"),
+            [(b.tensor, b.producer, b.consumer, b.host or "?", b.conversion, b.transfer or "?",
               "?" if b.nbytes is None else f"{b.nbytes:,}") for b in self.boundaries])]
         for e in self.events:
             lines.append("fallback: " + e.describe())
@@ -116,4 +120,13 @@ def build_report(graph: Graph, decisions: dict[str, Decision], subgraphs: list[S
         [decisions[n.name] for n in graph.nodes if n.name in decisions],
         [SubgraphInfo(sg.index, sg.device, sg.precision, [n.name for n in (sg.original_nodes or sg.nodes)],
                       list(sg.inputs), list(sg.outputs)) for sg in subgraphs],
-        boundaries(graph, subgraphs), list(moved or []), min_group_size, list(events or []), list(stages or []))
+        boundaries(graph, subgraphs, _memory(subgraphs)), list(moved or []), min_group_size, list(events or []),
+        list(stages or []))
+
+
+def _memory(subgraphs: list[Subgraph]) -> dict[str, BoundaryMemory]:
+    """Each registered device's BoundaryMemory declaration (a device gone since is left out: it copies)."""
+    from nnhal.device.manager import registered_devices
+
+    devices = {d.name: d for d in registered_devices()}
+    return {sg.device: devices[sg.device].describe().memory for sg in subgraphs if sg.device in devices}

@@ -12,6 +12,7 @@ from nnhal.device.cpu import qnative
 from nnhal.device.cpu.fp16 import COMPUTE, to_fp16_storage
 from nnhal.device.cpu.plan import NESTED, Plan, compile_nodes
 from nnhal.device.device import (
+    HOST_MEMORY,
     Allocator,
     Candidate,
     Description,
@@ -114,6 +115,7 @@ def cpu_describe(device: Device) -> Description:
         compute={"fp16": COMPUTE},
         reentrant=True,         # a plan's run takes its own arena from a pool (plan.py)
         activation_quantization=("static", "dynamic"),
+        memory=HOST_MEMORY,     # its memory is the host's: a boundary tensor is the numpy array itself
     )
 
 
