@@ -122,9 +122,9 @@ def _native_gate(y: np.ndarray, kind: str, alpha: float = 0.2, beta: float = 0.5
     act = native.make_act(kind, alpha=alpha, beta=beta)
     parts = parallel.native_parts(y.size * 2, y.size // 16) if parallel.native_pool() else 1
     if parts > 1:
-        native.activation_parallel(y, y, act, parts)
+        native.activation(y, y, act, parts)
     else:
-        native.activation(y, y, act)
+        native.activation(y, y, act, 1)
     return True
 
 

@@ -6,8 +6,8 @@ its own block while that block is in cache.
 
 Two pools, one per kind of part:
 
-* the native pool (kernels.c ``nn_pool_run``): Python makes one ctypes call, which releases the GIL, and
-  C workers run the parts (GEMM with bias and activation: :func:`gemm`, per-head products:
+* the native pool (kernels.c ``nn_pool_run``): Python makes one call into the extension, which releases
+  the GIL, and C workers run the parts (GEMM with bias and activation: :func:`gemm`, per-head products:
   :func:`matmul`, im2col convolutions, depthwise convolutions, gates). Its workers spin briefly for the
   next part before they sleep, as onnxruntime's and OpenBLAS's do: a hand-over costs ~5 us, where a
   sleeping thread of a virtual machine took 20-50 us to wake.
@@ -98,8 +98,6 @@ WAIT_SPIN_NS = 5_000_000
 def _spin(flag: np.ndarray, value: int, max_ns: int) -> int:
     """Wait for flag[0] != value for at most max_ns by the native spin (GIL released); without the native
     kernels, just the flag's value (the caller then blocks)."""
-    from nnhal.hostkernels import native
-
     if native.available():
         return native.spin_wait(flag, value, max_ns)
     return int(flag[0])
@@ -223,8 +221,8 @@ def set_threads(n: int) -> None:
 
 def native_pool() -> bool:
     """Whether kernels hand their parts to the native pool (kernels.c: no GIL between parts): the pool is
-    on, the native kernels are loaded and numpy's BLAS exports cblas_sgemm."""
-    return enabled() and native.available() and native.pool_available()
+    on and the native kernels (with their linked BLAS) are loaded."""
+    return enabled() and native.available()
 
 
 def native_parts(work: int, units: int) -> int:

@@ -101,10 +101,10 @@ def test_pool_rows_and_channel_slice(kind):
     xh = x.transpose(0, 2, 3, 1).copy()
     whole = np.empty((n, oh, ow, c), np.float32)
     _pool_native.make_pool(g, shape, kind)(xh, whole)
-    params = native.PoolParams(n, 15, 14, c, oh, ow, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, c, native.POOLS[kind])
+    pool = native.Pool2d((n, 15, 14, c, oh, ow, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1), native.POOLS[kind])
     parts = np.full_like(whole, np.nan)
     for r0, r1 in [(0, 3), (3, 11), (11, n * oh)]:
-        native.pool_nhwc(xh, parts, params, r0, r1)
+        pool.run(xh, parts, r0, r1, 1)
     np.testing.assert_array_equal(parts, whole)
     wide = np.full((n, oh, ow, c + 40), 7.0, np.float32)
     _pool_native.make_pool(g, shape, kind)(xh, wide[..., 16:16 + c])

@@ -75,8 +75,11 @@ def _native_state() -> str:
     status = native.status()
     if not status.available:
         return f"off: {status.reason}"
-    pool = "on" if parallel.native_pool() else "off (NNHAL_CPU_POOL=0 or no cblas_sgemm in numpy's BLAS)"
-    return f"loaded (depthwise conv, gates, Gelu, block quantization; thread pool {pool})"
+    pool = "on" if parallel.native_pool() else "off (NNHAL_CPU_POOL=0)"
+    blas = native.blas_info()
+    return (f"loaded (depthwise conv, gates, Gelu, block quantization; thread pool {pool}; BLAS {blas['library']}: "
+            f"{blas['config'].strip()}, {blas['threads']} threads now: 1 inside the pool's parts, num_thread without "
+            "the pool)")
 
 
 def cpu_describe(device: Device) -> Description:
