@@ -248,3 +248,36 @@ def test_out_of_tree_examples_import_no_device_folder():
                 [f"{node.module}.{a.name}" for a in node.names] if isinstance(node, ast.ImportFrom) else []
             bad += [f"{path.relative_to(examples)}:{node.lineno} -> {n}" for n in names if device_folder(n)]
     assert not bad, _report("imports of a device folder from examples/", bad)
+
+
+def test_no_ctypes_in_source():
+    """The product is ctypes-free: native code is a CPython extension module (DESIGN.md, 'Native code')."""
+    bad = []
+    for path in sorted(SOURCE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            bad += [f"{path.relative_to(SOURCE)}:{node.lineno} imports {n}" for n in names
+                    if n == "ctypes" or n.startswith("ctypes.")]
+    assert not bad, _report("imports of ctypes under source/", bad)
+
+
+def test_hostkernels_import_no_device():
+    """The host kernels are the shared numpy layer: no device folder, not the device contract either."""
+    bad = [i for i in IMPORTS if package_of(i.module) == "hostkernels"
+           and (package_of(i.target).startswith("device") or i.target == "nnhal.registry")]
+    assert not bad, _report("imports of a device from nnhal.hostkernels", bad)
+
+
+# The native extension and its pool: who may import them. NOTE: today they live in hostkernels/native and
+# the kernels that call them in hostkernels/ too (the move of the fast path into source/device/cpu is issue
+# 24's step 3, not done yet); the optimizer, the scheduler, the other devices and the public surface must
+# not reach them. A module added to this list needs a reason.
+NATIVE = ("nnhal.hostkernels.native", "nnhal.hostkernels.parallel", "nnhal.hostkernels.threads")
+NATIVE_USERS_OUTSIDE_THE_CPU_DEVICE = ("nnhal.hostkernels.", "nnhal.benchmark.run")
+
+
+def test_only_the_cpu_fast_path_imports_the_native_kernels():
+    bad = [i for i in IMPORTS if any(i.target == n or i.target.startswith(n + ".") for n in NATIVE)
+           and device_folder(i.module) != "cpu" and not i.module.startswith(NATIVE_USERS_OUTSIDE_THE_CPU_DEVICE)]
+    assert not bad, _report("imports of the native kernels or their pools from outside the cpu device", bad)

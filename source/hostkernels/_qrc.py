@@ -8,7 +8,7 @@ import numpy as np
 
 from nnhal.hostkernels import parallel
 from nnhal.hostkernels.graphrun import compile_nodes
-from nnhal.hostkernels.op_conv import im2col
+from nnhal.hostkernels.windows import im2col
 from nnhal.errors import ShapeError, where
 from nnhal.graph.graph import Graph, free_names
 from nnhal.graph.node import Node

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from nnhal.hostkernels.op_conv import im2col
+from nnhal.hostkernels.windows import im2col
 from nnhal.device.vnpu.compiler import ADD_SHIFT, Instr
 from nnhal.hostkernels.fixedpoint import requantize
 
