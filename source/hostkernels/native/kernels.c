@@ -1039,16 +1039,16 @@ typedef struct {
 static PyTypeObject nn_act_type;
 
 static PyObject *nn_act_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    int kind = 0;
+    PyObject *kind_obj = NULL;
+    int64_t kind = 0;
     float lo = -INFINITY, hi = INFINITY, alpha = 0.2f, beta = 0.5f;
     static char *names[] = {"kind", "lo", "hi", "alpha", "beta", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|iffff:Act", names, &kind, &lo, &hi, &alpha, &beta)) return NULL;
-    if (kind < NN_ACT_NONE || kind > NN_ACT_GELU)
-        return PyErr_Format(PyExc_ValueError, "native kernel Act: argument 'kind' must be in [0, %d], not %d",
-                            NN_ACT_GELU, kind);
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|Offff:Act", names, &kind_obj, &lo, &hi, &alpha, &beta))
+        return NULL;
+    if (kind_obj != NULL && nn_int(kind_obj, "Act", "kind", NN_ACT_NONE, NN_ACT_GELU, &kind)) return NULL;
     nn_act_object *self = (nn_act_object *)type->tp_alloc(type, 0);
     if (self == NULL) return NULL;
-    self->act = (nn_act){kind, lo, hi, alpha, beta};
+    self->act = (nn_act){(int32_t)kind, lo, hi, alpha, beta};
     return (PyObject *)self;
 }
 
@@ -1520,6 +1520,8 @@ static PyObject *nn_conv_run(nn_conv_object *self, PyObject *const *args, Py_ssi
     int64_t parts;
     if (nn_nargs(nargs, 4, k) || nn_get_parts(args[3], k, &parts)) return NULL;
     const int im2col = self->kind == NN_CONV_IM2COL;
+    if (!im2col && args[2] != Py_None) return PyErr_Format(PyExc_ValueError, "native kernel %s: argument 'scratch' "
+                                                           "must be None (only im2col takes scratch)", k);
     if (nn_get(&b[0], args[0], k, "x", NN_F32, 0) || nn_need(&b[0], k, "x", self->x_items) ||
         nn_get(&b[1], args[1], k, "y", NN_F32, NN_OUT) || nn_need(&b[1], k, "y", self->y_items) ||
         nn_get(&b[2], args[2], k, "scratch", NN_F32, NN_OUT | (im2col ? 0 : NN_NONE_OK)) ||
@@ -1577,14 +1579,13 @@ typedef struct {
  * pad_right; kind 0 max, 1 average over the taps inside the input, 2 average over the padded window */
 static PyObject *nn_pool2d_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
     const char *k = "Pool2d";
-    PyObject *geometry;
-    int kind;
+    PyObject *geometry, *kind_obj;
+    int64_t kind;
     if (kwargs && PyDict_GET_SIZE(kwargs)) return PyErr_Format(PyExc_TypeError, "Pool2d takes no keyword arguments");
-    if (!PyArg_ParseTuple(args, "Oi:Pool2d", &geometry, &kind)) return NULL;
+    if (!PyArg_ParseTuple(args, "OO:Pool2d", &geometry, &kind_obj)) return NULL;
     int64_t g[16];
-    if (nn_ints(geometry, k, "geometry", 16, 0, g)) return NULL;
-    if (kind < NN_POOL_MAX || kind > NN_POOL_AVG_PAD)
-        return PyErr_Format(PyExc_ValueError, "native kernel Pool2d: argument 'kind' must be 0, 1 or 2");
+    if (nn_ints(geometry, k, "geometry", 16, 0, g) || nn_int(kind_obj, k, "kind", NN_POOL_MAX, NN_POOL_AVG_PAD, &kind))
+        return NULL;
     /* the window's taps live on the stack (one row and one column of offsets) */
     if (g[6] < 1 || g[7] < 1 || g[6] > 4096 || g[7] > 4096 || g[8] < 1 || g[9] < 1 || g[10] < 1 || g[11] < 1)
         return PyErr_Format(PyExc_ValueError, "native kernel Pool2d: argument 'geometry' needs kernel sides in "
@@ -1595,7 +1596,7 @@ static PyObject *nn_pool2d_new(PyTypeObject *type, PyObject *args, PyObject *kwa
     nn_pool2d_object *self = (nn_pool2d_object *)type->tp_alloc(type, 0);
     if (self == NULL) return NULL;
     self->p = (nn_pool_params){g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8], g[9], g[10], g[11], g[12], g[13],
-                               g[14], g[15], g[3], kind};
+                               g[14], g[15], g[3], (int32_t)kind};
     return (PyObject *)self;
 }
 
