@@ -42,6 +42,12 @@ def test_native_built_where_required():
     if os.environ.get("NNHAL_REQUIRE_NATIVE") != "1":
         pytest.skip("NNHAL_REQUIRE_NATIVE is not 1 (only CI requires the native kernels to be built)")
     assert native.available(), native.status().reason
+    # the BLAS is the one linked at build time (scipy-openblas32), and the native pool is what runs the GEMMs
+    blas = native.blas_info()
+    assert "scipy-openblas32" in blas["library"] and "OpenBLAS" in blas["config"], blas
+    from nnhal.hostkernels import parallel
+
+    assert parallel.native_pool() or os.environ.get("NNHAL_CPU_POOL") == "0"
 
 
 @needs_native
