@@ -30,6 +30,8 @@ starts over); :func:`pool_set_threads` makes sure it has them.
 from __future__ import annotations
 
 import functools
+import importlib
+import importlib.util
 import os
 from dataclasses import dataclass
 
@@ -54,12 +56,12 @@ class Status:
 def _load():
     if os.environ.get("NNHAL_NATIVE", "1") == "0":
         return None, Status(False, "switched off by NNHAL_NATIVE=0")
-    try:
-        from nnhal.hostkernels.native import _kernels
-    except ModuleNotFoundError:
+    if importlib.util.find_spec(f"{__name__}._kernels") is None:
         return None, Status(False, "not built (no C compiler, Python headers or scipy-openblas32 at install, or "
                                    "NNHAL_NATIVE_KERNELS=OFF): numpy runs every kernel")
-    except ImportError as exc:
+    try:
+        _kernels = importlib.import_module(f"{__name__}._kernels")
+    except ImportError as exc:          # built, but its BLAS (or Python ABI) not found at load
         return None, Status(False, f"cannot load the native kernels: {exc}")
     return _kernels, Status(True, "loaded", _kernels.__file__)
 
@@ -86,7 +88,9 @@ def blas_info() -> dict | None:
 def make_act(kind: str | None, lo: float | None = None, hi: float | None = None,
              alpha: float = 0.2, beta: float = 0.5):
     """The Act of an activation kind (None: no activation); one shared object per set of arguments (the
-    kernels only read it)."""
+    kernels only read it). None without the native kernels (a plan may prepare one it then does not use)."""
+    if _k is None:
+        return None
     return _k.Act(ACTIVATIONS[kind] if kind else 0, -np.inf if lo is None else float(lo),
                   np.inf if hi is None else float(hi), float(alpha), float(beta))
 
