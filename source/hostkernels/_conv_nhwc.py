@@ -304,7 +304,7 @@ NATIVE_BAND_BYTES = 1 << 20
 
 
 def native_im2col(s: _conv2d.Conv2d, wk: np.ndarray, ld: int, bias: np.ndarray | None, act: Activation | None):
-    """run(x, y) -> bool: a group-1 float32 convolution on the native pool (kernels.c nn_conv_im2col_f32:
+    """run(x, y) -> bool: a group-1 float32 convolution on the native pool (kernels.c nn_conv_task through native.Conv("im2col"):
     each thread gathers its bands of columns, runs their GEMM and the epilogue); None when it does not
     apply, and run returns False when the pool is off or the input is strided (numpy runs it then)."""
     if s.dtype != np.float32 or s.group != 1 or not native.available():
