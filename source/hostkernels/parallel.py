@@ -401,9 +401,10 @@ def _native_stack(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
 
 
 def _native_gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray, bias: np.ndarray | None, act,
-                 row_align: int) -> bool:
+                 row_align: int, prepared=None) -> bool:
     """out = act(a @ b + bias) on the native pool (False when it does not apply: not float32, strides BLAS
-    cannot take, the pool off): split by rows (multiples of row_align) or, few rows, by columns."""
+    cannot take, the pool off): split by rows (multiples of row_align) or, few rows, by columns. ``prepared``:
+    a native.Gemm made at prepare from this b, bias and act, which runs it."""
     if not native_pool() or not (_blas_matrix(a, False) and _blas_matrix(b, True) and _blas_matrix(out, False)):
         return False
     m, k = a.shape
@@ -416,13 +417,16 @@ def _native_gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray, bias: np.ndarray
         parts, by_cols = native_parts(work, n // 64), True
     if parts <= 1 and bias is None and act is None:
         return False            # numpy's own call (a one-row product is a GEMV there)
-    native.gemm(a, b, out, bias, act if act is not None else native.make_act(None), parts, row_align, by_cols)
+    if prepared is not None:
+        prepared.run(a, out, parts, row_align, by_cols)
+    else:
+        native.gemm(a, b, out, bias, act if act is not None else native.make_act(None), parts, row_align, by_cols)
     return True
 
 
 def gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray, bias: np.ndarray | None = None, act=None,
-         row_align: int = 1) -> bool:
+         row_align: int = 1, prepared=None) -> bool:
     """out = act(a @ b + bias) (``act`` a native activation record or None) with the bias and activation
     applied by each part to its own rows while they are in cache; False when the native pool cannot take
-    it (the caller then runs its numpy path)."""
-    return _native_gemm(a, b, out, bias, act, row_align)
+    it (the caller then runs its numpy path). ``prepared``: a native.Gemm of this b, bias and act."""
+    return _native_gemm(a, b, out, bias, act, row_align, prepared)

@@ -54,6 +54,10 @@ def cases():
     yield "gemm", native.gemm, lambda: [arr(5, 7), arr(7, 3), arr(5, 3), arr(3), act(), 2, 1, 0], \
         [("in", np.zeros((1, 1), F)), ("in", np.zeros((1, 1), F)), ("out", np.zeros((1, 1), F)), ("opt", tiny),
          "act", "int", "int", "int"]
+    yield "Gemm", native.Gemm, lambda: [arr(7, 3), arr(3), act()], [("in", None), ("opt", tiny), "act"]
+    gemm = native.Gemm(arr(7, 3), arr(3), act())
+    yield "Gemm.run", gemm.run, lambda: [arr(5, 7), arr(5, 3), 2, 1, 0], \
+        [("in", np.zeros((1, 1), F)), ("out", np.zeros((1, 1), F)), "int", "int", "int"]
     yield "batched_gemm", native.batched_gemm, lambda: [arr(2, 5, 7), arr(2, 7, 3), arr(2, 5, 3), 2], \
         [("in", np.zeros((1, 1, 1), F)), ("in", np.zeros((1, 1, 1), F)), ("out", np.zeros((1, 1, 1), F)), "int"]
     yield "spin_wait", native.spin_wait, lambda: [np.ones(2, np.int64), 0, 1000], \

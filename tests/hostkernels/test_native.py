@@ -178,3 +178,43 @@ def test_dynamic_gemm_blocks_without_native(monkeypatch, activation):
 
     monkeypatch.setattr(native, "available", lambda: False)
     test_dynamic_gemm_in_blocks_scales_each_block_and_beats_whole_rows(activation)
+
+
+@needs_native
+def test_matmul_with_constant_weights_runs_a_prepared_gemm(monkeypatch):
+    """MatMul + bias + Relu with a constant B: the GEMM is prepared once (native.Gemm holds B and the bias)
+    and every run goes through it, with the result of numpy's product."""
+    import nnhal
+    from onnx import TensorProto, helper, numpy_helper
+
+    monkeypatch.setenv("NNHAL_CPU_POOL", "1")
+    runs = []
+    real = native.Gemm
+
+    class Recording:
+        def __init__(self, *args):
+            self.gemm = real(*args)
+
+        def run(self, *args):
+            runs.append(args[2])
+            return self.gemm.run(*args)
+
+    monkeypatch.setattr(native, "Gemm", Recording)
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((64, 96)).astype(np.float32)
+    bias = rng.standard_normal(96).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["t"]), helper.make_node("Add", ["t", "b"], ["u"]),
+             helper.make_node("Relu", ["u"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [256, 64])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(w, "w"), numpy_helper.from_array(bias, "b")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    x = rng.standard_normal((256, 64)).astype(np.float32)
+    with nnhal.Session(model, devices=["cpu"], num_thread=2) as s:
+        got = [s.run({"x": x})[0] for _ in range(2)]
+    assert len(runs) >= 2, "the prepared GEMM did not run"
+    want = np.maximum(x.astype(np.float64) @ w + bias, 0)
+    # float32 sums of K + 1 terms in any order: at most (K + 1) roundings of the sum of magnitudes
+    bound = (w.shape[0] + 1) * 2.0 ** -24 * (np.abs(x).astype(np.float64) @ np.abs(w) + np.abs(bias))
+    for y in got:
+        assert np.all(np.abs(y - want) <= bound + 2.0 ** -126)

@@ -21,6 +21,7 @@ never a crash. They release the GIL around their loops. What they compute:
 * :func:`gather_last` / :func:`shuffle_last`: Gather along the last axis of 4-byte elements, the channel
   shuffle's permutation by interleaving stores;
 * :func:`add_act`: a + b with a fused activation in one pass; :func:`layernorm`: LayerNormalization;
+* :class:`Gemm`: a prepared GEMM (constant B, its bias and activation), made once at prepare;
 * :func:`gemm` / :func:`batched_gemm`: GEMMs with their bias and activation through the cblas_sgemm of the
   linked OpenBLAS (:func:`blas_info`), single-threaded inside the pool's parts (:func:`blas_set_threads`).
 
@@ -99,6 +100,7 @@ if _k is not None:
     Act = _k.Act
     Conv = _k.Conv
     Pool2d = _k.Pool2d
+    Gemm = _k.Gemm                              # Gemm(b, bias, act).run(a, c, parts, row_align, by_cols)
     # the module's functions themselves: one FASTCALL each, no Python frame between
     activation = _k.activation                  # (x, y, act, parts)
     add_act = _k.add_act                        # (a, b, y, act, i0, i1)

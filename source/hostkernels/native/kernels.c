@@ -1314,9 +1314,9 @@ static int nn_matrix(const nn_arg *m, int trans_ok, const char *k, const char *n
 /* nn_get for a matrix argument: strides allowed (the last axis' unit stride is checked by nn_matrix, which
  * also accepts b transposed), ``ndim`` axes */
 static int nn_get_matrix(nn_arg *a, PyObject *obj, const char *k, const char *name, int flags, int ndim) {
+    a->held = 0;
     if (obj == Py_None) return nn_type_error(k, name, "must be an array, not None");
     if (!PyObject_CheckBuffer(obj)) return nn_type_error(k, name, "must be an array (buffer protocol)");
-    a->held = 0;
     int request = PyBUF_FORMAT | PyBUF_STRIDES | ((flags & NN_OUT) ? PyBUF_WRITABLE : 0);
     if (PyObject_GetBuffer(obj, &a->view, request) != 0) {
         PyErr_Clear();
@@ -1338,44 +1338,120 @@ static int nn_get_matrix(nn_arg *a, PyObject *obj, const char *k, const char *na
     return 0;
 }
 
-/* gemm(a, b, c, bias, act, parts, row_align, by_cols): c = act(a @ b + bias), split into parts by rows of c
- * (multiples of row_align) or by columns */
-static PyObject *nn_py_gemm(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    (void)module;
-    const char *k = "gemm";
-    nn_arg b[4] = {{.held = 0}, {.held = 0}, {.held = 0}, {.held = 0}};
-    int64_t parts, row_align, by_cols, lda, ldb, ldc;
-    int ta, tb, tc;
-    const nn_act *act;
-    if (nn_nargs(nargs, 8, k) || (act = nn_get_act(args[4], k)) == NULL || nn_get_parts(args[5], k, &parts) ||
-        nn_int(args[6], k, "row_align", 1, INT32_MAX, &row_align) || nn_int(args[7], k, "by_cols", 0, 1, &by_cols))
+/* The operands a GEMM keeps: b (k, n), read transposed when tb, its bias (n,) or NULL, its activation. */
+typedef struct {
+    nn_arg b, bias;
+    int64_t ldb;
+    int tb;
+    nn_act act;
+} nn_gemm_operands;
+
+/* Take b and bias into ``o``; -1 otherwise (the caller releases o->b and o->bias). */
+static int nn_gemm_take(nn_gemm_operands *o, PyObject *b, PyObject *bias, const char *k) {
+    o->bias.held = 0;
+    if (nn_get_matrix(&o->b, b, k, "b", 0, 2) || nn_matrix(&o->b, 1, k, "b", &o->ldb, &o->tb) ||
+        nn_get(&o->bias, bias, k, "bias", NN_F32, NN_NONE_OK) || nn_need(&o->bias, k, "bias", o->b.view.shape[1]))
+        return -1;
+    if (o->b.view.shape[0] == 0) return nn_value_error(k, "b", "must have a non-empty inner dimension");
+    return 0;
+}
+
+/* c = act(a @ b + bias) for the kept operands, split into parts by rows of c (multiples of row_align) or by
+ * columns (args: a, c, parts, row_align, by_cols) */
+static PyObject *nn_gemm_call(const nn_gemm_operands *o, PyObject *const *args, const char *k) {
+    nn_arg v[2] = {{.held = 0}, {.held = 0}};
+    int64_t parts, row_align, by_cols, lda, ldc;
+    int ta, tc;
+    if (nn_get_parts(args[2], k, &parts) || nn_int(args[3], k, "row_align", 1, INT32_MAX, &row_align) ||
+        nn_int(args[4], k, "by_cols", 0, 1, &by_cols))
         return NULL;
-    if (nn_get_matrix(&b[0], args[0], k, "a", 0, 2) || nn_get_matrix(&b[1], args[1], k, "b", 0, 2) ||
-        nn_get_matrix(&b[2], args[2], k, "c", NN_OUT, 2) || nn_matrix(&b[0], 0, k, "a", &lda, &ta) ||
-        nn_matrix(&b[1], 1, k, "b", &ldb, &tb) || nn_matrix(&b[2], 0, k, "c", &ldc, &tc))
+    if (nn_get_matrix(&v[0], args[0], k, "a", 0, 2) || nn_get_matrix(&v[1], args[1], k, "c", NN_OUT, 2) ||
+        nn_matrix(&v[0], 0, k, "a", &lda, &ta) || nn_matrix(&v[1], 0, k, "c", &ldc, &tc))
         goto fail;
-    const int64_t m = b[0].view.shape[0], kk = b[0].view.shape[1], n = b[1].view.shape[1];
-    if (b[1].view.shape[0] != kk || b[2].view.shape[0] != m || b[2].view.shape[1] != n) {
+    const int64_t m = v[0].view.shape[0], kk = v[0].view.shape[1], n = o->b.view.shape[1];
+    if (o->b.view.shape[0] != kk || v[1].view.shape[0] != m || v[1].view.shape[1] != n) {
         nn_value_error(k, "c", "must be (m, n) for a (m, k) and b (k, n)");
         goto fail;
     }
-    if (nn_get(&b[3], args[3], k, "bias", NN_F32, NN_NONE_OK) || nn_need(&b[3], k, "bias", n) ||
-        nn_disjoint(&b[2], &b[0], k, "c", "a", 0) || nn_disjoint(&b[2], &b[1], k, "c", "b", 0) ||
-        nn_disjoint(&b[2], &b[3], k, "c", "bias", 0))
+    if (nn_disjoint(&v[1], &v[0], k, "c", "a", 0) || nn_disjoint(&v[1], &o->b, k, "c", "b", 0) ||
+        nn_disjoint(&v[1], &o->bias, k, "c", "bias", 0))
         goto fail;
-    nn_gemm_args g = {b[0].view.buf, b[1].view.buf, b[2].view.buf, b[3].view.buf, m, n, kk, lda, ldb, ldc,
-                      row_align, tb, (int32_t)by_cols, *act};
-    if (kk == 0) {
-        nn_value_error(k, "a", "must have a non-empty inner dimension");
-        goto fail;
-    }
+    nn_gemm_args g = {v[0].view.buf, o->b.view.buf, v[1].view.buf, o->bias.view.buf, m, n, kk, lda, o->ldb, ldc,
+                      row_align, o->tb, (int32_t)by_cols, o->act};
     Py_BEGIN_ALLOW_THREADS
     nn_pool_run(nn_gemm_task, &g, parts);
     Py_END_ALLOW_THREADS
-    return nn_finish(b, 4, 1);
+    return nn_finish(v, 2, 1);
 fail:
-    return nn_finish(b, 4, 0);
+    return nn_finish(v, 2, 0);
 }
+
+/* gemm(a, b, c, bias, act, parts, row_align, by_cols): c = act(a @ b + bias), every operand given now */
+static PyObject *nn_py_gemm(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    const char *k = "gemm";
+    const nn_act *act;
+    if (nn_nargs(nargs, 8, k) || (act = nn_get_act(args[4], k)) == NULL) return NULL;
+    nn_gemm_operands o = {.act = *act};
+    PyObject *rest[5] = {args[0], args[2], args[5], args[6], args[7]};
+    PyObject *result = nn_gemm_take(&o, args[1], args[3], k) ? NULL : nn_gemm_call(&o, rest, k);
+    nn_release(&o.b, 1);
+    nn_release(&o.bias, 1);
+    return result;
+}
+
+/* ---- Gemm: a prepared GEMM (constant b, its bias and activation), made once at prepare */
+typedef struct {
+    PyObject_HEAD
+    nn_gemm_operands o;
+} nn_gemm_object;
+
+static void nn_gemm_dealloc(nn_gemm_object *self) {
+    nn_release(&self->o.b, 1);
+    nn_release(&self->o.bias, 1);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Gemm(b, bias, act): b (k, n) float32 with a unit stride along one axis, bias (n,) or None; both held */
+static PyObject *nn_gemm_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    const char *k = "Gemm";
+    PyObject *b, *bias, *act_obj;
+    if (kwargs && PyDict_GET_SIZE(kwargs)) return PyErr_Format(PyExc_TypeError, "Gemm takes no keyword arguments");
+    if (!PyArg_ParseTuple(args, "OOO:Gemm", &b, &bias, &act_obj)) return NULL;
+    const nn_act *act = nn_get_act(act_obj, k);
+    if (act == NULL) return NULL;
+    nn_gemm_object *self = (nn_gemm_object *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    self->o.act = *act;
+    if (nn_gemm_take(&self->o, b, bias, k)) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+static PyObject *nn_gemm_run(nn_gemm_object *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nn_nargs(nargs, 5, "Gemm.run")) return NULL;
+    return nn_gemm_call(&self->o, args, "Gemm.run");
+}
+
+static PyMethodDef nn_gemm_methods[] = {
+    {"run", (PyCFunction)(void (*)(void))nn_gemm_run, METH_FASTCALL,
+     "run(a, c, parts, row_align, by_cols): c = act(a @ b + bias), split by rows (multiples of row_align) or "
+     "columns into parts"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject nn_gemm_type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "nnhal._kernels.Gemm",
+    .tp_doc = "Gemm(b, bias, act): a prepared GEMM with a constant b, its bias and activation (held, read only)",
+    .tp_basicsize = sizeof(nn_gemm_object),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = nn_gemm_new,
+    .tp_dealloc = (destructor)nn_gemm_dealloc,
+    .tp_methods = nn_gemm_methods,
+};
 
 /* batched_gemm(a, b, c, parts): c[i] = a[i] @ b[i] for a (batch, m, k), b (batch or 1, k, n), c (batch, m, n) */
 static PyObject *nn_py_batched_gemm(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
@@ -1750,13 +1826,13 @@ static struct PyModuleDef nn_module = {
 };
 
 PyMODINIT_FUNC PyInit__kernels(void) {
-    PyTypeObject *types[] = {&nn_act_type, &nn_conv_type, &nn_pool2d_type};
-    const char *names[] = {"Act", "Conv", "Pool2d"};
-    for (int i = 0; i < 3; i++)
+    PyTypeObject *types[] = {&nn_act_type, &nn_conv_type, &nn_pool2d_type, &nn_gemm_type};
+    const char *names[] = {"Act", "Conv", "Pool2d", "Gemm"};
+    for (int i = 0; i < 4; i++)
         if (PyType_Ready(types[i]) < 0) return NULL;
     PyObject *m = PyModule_Create(&nn_module);
     if (m == NULL) return NULL;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         Py_INCREF(types[i]);
         if (PyModule_AddObject(m, names[i], (PyObject *)types[i]) < 0) {
             Py_DECREF(types[i]);
