@@ -18,7 +18,7 @@ import threading
 
 import numpy as np
 
-from nnhal.hostkernels import native, parallel
+from nnhal.device.cpu import native, parallel
 
 # length of the repeated blocks (16K measured as fast as 64K, and fastest for channels-last BatchNormalization)
 BLOCK = 1 << 14

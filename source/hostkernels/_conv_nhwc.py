@@ -30,7 +30,8 @@ from collections.abc import Callable
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from nnhal.hostkernels import _conv2d, _scratch, native, parallel
+from nnhal.hostkernels import _conv2d, _scratch
+from nnhal.device.cpu import native, parallel
 from nnhal.hostkernels.base import Kernel, RunFn
 from nnhal.hostkernels.fused import Activation, activation_of
 from nnhal.graph.node import Node

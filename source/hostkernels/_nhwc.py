@@ -40,7 +40,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nnhal.hostkernels import _blocks, _scratch, native, parallel
+from nnhal.hostkernels import _blocks, _scratch
+from nnhal.device.cpu import native, parallel
 from nnhal.hostkernels.base import Kernel, RunFn
 from nnhal.operator.base import Info
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from nnhal.hostkernels import native, parallel
+from nnhal.device.cpu import native, parallel
 from nnhal.operator._nn import pool_geometry
 from nnhal.operator.base import Info
 

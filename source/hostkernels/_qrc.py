@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from nnhal.hostkernels import parallel
+from nnhal.device.cpu import parallel
 from nnhal.hostkernels.graphrun import compile_nodes
 from nnhal.hostkernels.windows import im2col
 from nnhal.errors import ShapeError, where

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnhal.hostkernels import native, parallel
+from nnhal.device.cpu import native, parallel
 from nnhal.hostkernels.base import Kernel, RunFn, store
 
 

@@ -26,7 +26,8 @@ from collections.abc import Callable
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from nnhal.hostkernels import _conv2d, _scratch, parallel
+from nnhal.hostkernels import _conv2d, _scratch
+from nnhal.device.cpu import parallel
 from nnhal.hostkernels._conv_nhwc import ConvGemmNHWC, ConvWinogradNHWC
 from nnhal.hostkernels.base import Kernel, RunFn, store
 from nnhal.hostkernels.fused import activation_of
@@ -77,7 +78,7 @@ def _pack(w: np.ndarray, group: int) -> np.ndarray:
 
 # scratch bound of one im2col band (bytes); bigger convolutions run in bands of output rows
 BAND_BYTES = 6 << 20
-# NOTE: splitting a convolution over Python threads (hostkernels/threads.parallel, GEMM parts on
+# NOTE: splitting a convolution over Python threads (device/cpu/threads, GEMM parts on
 # single-threaded BLAS) was measured and lost on an idle 2-core machine (ResNet-50 55 ms against 74 ms:
 # OpenBLAS's idle workers spin against the pool thread; element-wise splits lost 1-5 %), so these kernels
 # run one GEMM on BLAS's own threads; the zoo's shipped-output tests also pin that GEMM's rounding.

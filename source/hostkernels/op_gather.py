@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnhal.hostkernels import native
+from nnhal.device.cpu import native
 from nnhal.hostkernels._shape import wrap_indices
 from nnhal.hostkernels.base import Kernel, RunFn
 

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from nnhal.hostkernels import native
+from nnhal.device.cpu import native
 from nnhal.hostkernels._unary import FormulaKernel, erf
 from nnhal.hostkernels.base import Kernel, RunFn
 from nnhal.hostkernels.op_erf import erf_chunk

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnhal.hostkernels import _blocks, native, parallel
+from nnhal.hostkernels import _blocks
+from nnhal.device.cpu import native, parallel
 from nnhal.hostkernels.base import Kernel, RunFn, store
 from nnhal.operator._nn import STASH_TYPES
 

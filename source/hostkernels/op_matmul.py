@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnhal.hostkernels import _blocks, _scratch, native, parallel
+from nnhal.hostkernels import _blocks, _scratch
+from nnhal.device.cpu import native, parallel
 from nnhal.hostkernels._scratch import fused
 from nnhal.hostkernels.base import Kernel, RunFn
 from nnhal.hostkernels.fused import epilogue_of

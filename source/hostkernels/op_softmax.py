@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnhal.hostkernels import parallel
+from nnhal.device.cpu import parallel
 from nnhal.hostkernels._reduce import SoftmaxFamilyKernel, softmax
 from nnhal.hostkernels.base import Kernel, RunFn
 from nnhal.operator._reduce import softmax_axes

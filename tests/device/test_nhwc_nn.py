@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nnhal.hostkernels import native
+from nnhal.device.cpu import native
 from nnhal.hostkernels.base import Kernel
 from nnhal.hostkernels.fused import Activation, FusedNode
 from nnhal.hostkernels.select import force_reference, implementations, select

@@ -13,11 +13,11 @@ from nnhal.device.device import (Allocator, Candidate, Description, Device, Inte
                                  Performance, Verdict)
 from nnhal.device.manager import register_device, unregister_device
 from nnhal.graph.subgraph import Subgraph
-from nnhal.hostkernels import native, parallel
+from nnhal.device.cpu import native, parallel
 from nnhal.hostkernels.graphrun import install_compiler, tensor_info
 from nnhal.hostkernels.select import implementations
 from nnhal.hostkernels.table import DOMAINS
-from nnhal.hostkernels.threads import use_threads
+from nnhal.device.cpu.threads import use_threads
 from nnhal.optimizer.fp16 import COMPUTE, to_fp16_storage
 from nnhal.optimizer.precision import to_quantized
 
@@ -71,7 +71,7 @@ def cpu_profile(device: Device, subgraph: Subgraph, enable: bool) -> list[NodeTi
 
 
 def _native_state() -> str:
-    """Whether the native kernels (hostkernels/native) run, and why not, for ``nnhal devices``."""
+    """Whether the native kernels (device/cpu/native) run, and why not, for ``nnhal devices``."""
     status = native.status()
     if not status.available:
         return f"off: {status.reason}"

@@ -1,6 +1,6 @@
 /*
  * nnhal's native kernels: the cpu device's float32 loops that numpy cannot run in one pass, as the CPython
- * extension module nnhal.hostkernels.native._kernels (built by CMake at install time; the Python side is
+ * extension module nnhal.device.cpu.native._kernels (built by CMake at install time; the Python side is
  * native/__init__.py).
  *
  * Every entry point is a METH_FASTCALL function or a method of a small prepared object (Act, Conv, Pool2d)
@@ -295,7 +295,7 @@ NN_API NN_CLONES void nn_fake_quantize_blocks_f32(const float *x, float *y, int6
 
 /* Waits, without the GIL, until *flag differs from ``value`` or ``max_ns`` nanoseconds
  * have passed, and returns the flag's value: the short spin before the cpu device's pool threads block
- * (hostkernels/parallel.py). A blocked thread on a virtual machine takes tens of microseconds to wake; a
+ * (device/cpu/parallel.py). A blocked thread on a virtual machine takes tens of microseconds to wake; a
  * spinning one sees the store at once. */
 NN_API int64_t nn_spin_wait(const volatile int64_t *flag, int64_t value, int64_t max_ns) {
     struct timespec t0, t;

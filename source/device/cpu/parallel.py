@@ -39,7 +39,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from nnhal.hostkernels import native
+from nnhal.device.cpu import native
 
 # Work is counted in units of about one element of a memory-bound element-wise pass (~0.3 ns here); a
 # GEMM's multiply-add is 1/MACS_PER_UNIT of a unit (BLAS runs ~16 of them in that time on one core). A

@@ -9,7 +9,8 @@ import os
 import numpy as np
 import pytest
 
-from nnhal.hostkernels import _blocks, native, op_gelu
+from nnhal.hostkernels import _blocks, op_gelu
+from nnhal.device.cpu import native
 from nnhal.hostkernels.fused import Activation
 from tests.device import test_nhwc_conv as nhwc
 
@@ -45,7 +46,7 @@ def test_native_built_where_required():
     # the BLAS is the one linked at build time (scipy-openblas32), and the native pool is what runs the GEMMs
     blas = native.blas_info()
     assert "scipy-openblas32" in blas["library"] and "OpenBLAS" in blas["config"], blas
-    from nnhal.hostkernels import parallel
+    from nnhal.device.cpu import parallel
 
     assert parallel.native_pool() or os.environ.get("NNHAL_CPU_POOL") == "0"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nnhal.hostkernels import native
+from nnhal.device.cpu import native
 from nnhal.hostkernels.op_gather import GatherKernel, GatherLastAxis
 from nnhal.hostkernels.select import select
 from nnhal.operator.base import Info

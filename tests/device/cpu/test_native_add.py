@@ -6,7 +6,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import nnhal
-from nnhal.hostkernels import native
+from nnhal.device.cpu import native
 from nnhal.hostkernels.fused import Activation, fuse
 from nnhal.hostkernels.op_add import AddKernel, AddNative
 from nnhal.hostkernels.op_sum import SumNative

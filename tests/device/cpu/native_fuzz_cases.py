@@ -1,7 +1,7 @@
 """The argument fuzz of the native extension, run as a script by test_native_fuzz.py (in a subprocess, so that a
 crash is a failed test, not a dead test run).
 
-Every entry point of ``nnhal.hostkernels.native`` is first called with good arguments (it must succeed), then
+Every entry point of ``nnhal.device.cpu.native`` is first called with good arguments (it must succeed), then
 with each argument spoiled in turn: another dtype, a non-contiguous view, a buffer too small for the geometry,
 None, a list, an output overlapping an input, a read-only output, negative, huge and overflowing sizes, the
 wrong kind of object. Each spoiled call must raise TypeError or ValueError. Prints one JSON line:
@@ -14,7 +14,7 @@ import sys
 
 import numpy as np
 
-from nnhal.hostkernels import native
+from nnhal.device.cpu import native
 
 F = np.float32
 RNG = np.random.default_rng(0)

@@ -8,7 +8,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import nnhal
-from nnhal.hostkernels import native
+from nnhal.device.cpu import native
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="the native kernels are not built here "
                                                                "(no C compiler at install, or NNHAL_NATIVE=0)")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nnhal.hostkernels import _pool_native, native
+from nnhal.hostkernels import _pool_native
+from nnhal.device.cpu import native
 from nnhal.hostkernels.select import force_reference
 from nnhal.operator.base import Info
 from tests.device.test_nhwc_nn import image, make_node, run_nchw, run_nhwc

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 
-from nnhal.hostkernels import native, parallel
+from nnhal.device.cpu import native, parallel
 
 _current: int | None = None
 _controller = None

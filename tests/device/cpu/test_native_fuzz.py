@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from nnhal.hostkernels import native
+from nnhal.device.cpu import native
 
 CASES = Path(__file__).with_name("native_fuzz_cases.py")
 

@@ -1,4 +1,4 @@
-"""The cpu device's own thread pool (hostkernels/parallel.py): parts cover the work exactly once, errors
+"""The cpu device's own thread pool (device/cpu/parallel.py): parts cover the work exactly once, errors
 come back to the caller, nested and concurrent use run inline, and split kernels give the bits of
 unsplit ones."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import threading
 import numpy as np
 import pytest
 
-from nnhal.hostkernels import parallel
+from nnhal.device.cpu import parallel
 
 
 @pytest.fixture
