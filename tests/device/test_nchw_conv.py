@@ -8,7 +8,7 @@ import pytest
 
 from nnhal.hostkernels import op_conv
 from nnhal.hostkernels._conv2d import conv2d
-from nnhal.hostkernels.select import select
+from nnhal.device.cpu.kernels import select
 from tests.device.test_nhwc_conv import ACTIVATIONS, CASES, make, reference
 
 # id: (N, C, H, W, M, kernel, strides, pads, dilations, group): shapes that reach the output-side shifts

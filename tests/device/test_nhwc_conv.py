@@ -9,7 +9,8 @@ import pytest
 
 from nnhal.hostkernels import _conv_nhwc
 from nnhal.hostkernels.fused import Activation, FusedNode, activation_of
-from nnhal.hostkernels.select import force_reference, implementations, select
+from nnhal.device.cpu.kernels import select
+from nnhal.hostkernels.select import force_reference, implementations
 from nnhal.graph.node import Node
 from nnhal.operator.base import Info
 from nnhal.operator.table import get_prototype

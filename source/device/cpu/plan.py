@@ -13,7 +13,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from nnhal.hostkernels.graphrun import tensor_info
-from nnhal.hostkernels.select import reference_forced, select
+from nnhal.device.cpu.kernels import select
+from nnhal.hostkernels.select import reference_forced
 from nnhal.device.cpu.fusions import Chosen, fuse_activations, fuse_channel_shuffle, fuse_gelu, fuse_matmul
 from nnhal.hostkernels.base import checking
 from nnhal.device.cpu.layout import Layouts, assign_layouts

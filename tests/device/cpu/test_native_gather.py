@@ -6,7 +6,7 @@ import pytest
 
 from nnhal.device.cpu import native
 from nnhal.hostkernels.op_gather import GatherKernel, GatherLastAxis
-from nnhal.hostkernels.select import select
+from nnhal.device.cpu.kernels import select
 from nnhal.operator.base import Info
 from tests.device.test_nhwc_nn import make_node
 
