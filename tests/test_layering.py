@@ -138,8 +138,8 @@ IMPORTS = all_imports()
 NATIVE = ("nnhal.device.cpu.native", "nnhal.device.cpu.parallel", "nnhal.device.cpu.threads")
 FAST_PATH_STILL_IN_HOSTKERNELS = frozenset(f"nnhal.hostkernels.{m}" for m in (
     "_blocks", "_conv_nhwc", "_nhwc", "_pool_native", "_qrc", "ms_qgemm", "nn_dynamic_quantize_gemm",
-    "op_attention", "op_conv", "op_gather", "op_gelu", "op_gemm", "op_layer_normalization", "op_matmul",
-    "op_matmul_integer", "op_qlinear_conv", "op_qlinear_matmul", "op_softmax"))
+    "op_attention", "op_conv", "op_gelu", "op_gemm", "op_matmul",
+    "op_matmul_integer", "op_qlinear_conv", "op_qlinear_matmul"))
 
 
 def _is_native(target: str) -> bool:
