@@ -13,7 +13,7 @@ from nnhal.hostkernels.op_add import AddKernel
 from nnhal.device.cpu.kernels import select
 from nnhal.hostkernels.select import select as host_select
 from nnhal.operator.base import Info
-from tests.device.test_nhwc_nn import make_node
+from tests.device.cpu.test_nhwc_nn import make_node
 
 needs_native = pytest.mark.skipif(not native.available(), reason=f"native kernels: {native.status().reason}")
 

@@ -9,7 +9,7 @@ from nnhal.device.cpu.kernels.gather import GatherLastAxis
 from nnhal.hostkernels.op_gather import GatherKernel
 from nnhal.device.cpu.kernels import select
 from nnhal.operator.base import Info
-from tests.device.test_nhwc_nn import make_node
+from tests.device.cpu.test_nhwc_nn import make_node
 
 needs_native = pytest.mark.skipif(not native.available(), reason=f"native kernels: {native.status().reason}")
 

@@ -9,7 +9,7 @@ from nnhal.hostkernels import _pool_native
 from nnhal.device.cpu import native
 from nnhal.hostkernels.select import force_reference
 from nnhal.operator.base import Info
-from tests.device.test_nhwc_nn import image, make_node, run_nchw, run_nhwc
+from tests.device.cpu.test_nhwc_nn import image, make_node, run_nchw, run_nhwc
 
 needs_native = pytest.mark.skipif(not native.available(), reason=f"native kernels: {native.status().reason}")
 
