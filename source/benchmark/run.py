@@ -352,10 +352,11 @@ def environment_lines() -> list[str]:
         if info.get("user_api") == "blas":
             lines.append(f"BLAS: {info.get('internal_api')} {info.get('version')} kernel={info.get('architecture')} "
                          f"threading={info.get('threading_layer')} ({os.path.basename(info.get('filepath', ''))})")
-    from nnhal.hostkernels import parallel
+    from nnhal import api
 
-    lines.append("nnhal cpu threads: " + ("its own pool, BLAS single-threaded inside (hostkernels/parallel.py)"
-                                          if parallel.enabled() else "BLAS's threads (NNHAL_CPU_POOL=0)"))
+    cpu = {d.name: d for d in api.devices()}.get("cpu")
+    if cpu is not None:     # its threads and BLAS, as `nnhal devices` says them
+        lines.append("nnhal cpu: " + cpu.describe().summary)
     return lines
 
 

@@ -18,7 +18,7 @@ import threading
 
 import numpy as np
 
-from nnhal.hostkernels import native, parallel
+from nnhal.device.cpu import native, parallel
 
 # length of the repeated blocks (16K measured as fast as 64K, and fastest for channels-last BatchNormalization)
 BLOCK = 1 << 14
@@ -122,9 +122,9 @@ def _native_gate(y: np.ndarray, kind: str, alpha: float = 0.2, beta: float = 0.5
     act = native.make_act(kind, alpha=alpha, beta=beta)
     parts = parallel.native_parts(y.size * 2, y.size // 16) if parallel.native_pool() else 1
     if parts > 1:
-        native.activation_parallel(y, y, act, parts)
+        native.activation(y, y, act, parts)
     else:
-        native.activation(y, y, act)
+        native.activation(y, y, act, 1)
     return True
 
 

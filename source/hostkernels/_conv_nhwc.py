@@ -30,8 +30,9 @@ from collections.abc import Callable
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from nnhal.device.cpu import native, parallel
 from nnhal.graph.node import Node
-from nnhal.hostkernels import _conv2d, _scratch, native, parallel
+from nnhal.hostkernels import _conv2d, _scratch
 from nnhal.hostkernels.base import Kernel, RunFn
 from nnhal.hostkernels.fused import Activation, activation_of
 from nnhal.operator.base import Info
@@ -205,16 +206,17 @@ def native_grouped(s: _conv2d.Conv2d, wv: np.ndarray, bias: np.ndarray | None, a
     (kh, kw), (sh, sw), (dh, dw) = s.kernel, s.strides, s.dilations
     wk = np.ascontiguousarray(wv.reshape(s.group, s.mg, s.cg, kh, kw).transpose(0, 3, 4, 2, 1), dtype=np.float32)
     b = None if bias is None else np.ascontiguousarray(bias, dtype=np.float32)
-    params = native.GconvParams(s.n, s.h, s.w, s.c, s.oh, s.ow, s.m, kh, kw, sh, sw, dh, dw, s.pads[0], s.pads[1],
-                                s.group, s.cg, s.mg, act_record(act))
+    conv = native.Conv("grouped", (s.n, s.h, s.w, s.c, s.oh, s.ow, s.m, kh, kw, sh, sw, dh, dw, s.pads[0],
+                                   s.pads[1], s.group, s.cg, s.mg), wk, b, act_record(act))
     work = parallel.gemm_work(s.n * s.oh * s.ow * s.m * s.cg * kh * kw) * 4
-    return _native_rows_run(s, work, lambda x, y, parts: native.gconv_nhwc(x, y, wk, b, params, parts))
+    return _native_rows_run(s, work, conv)
 
 
-def _native_rows_run(s: _conv2d.Conv2d, work: int, call: Callable[[np.ndarray, np.ndarray, int], None]) -> RunFn:
-    """The run of a native convolution split by output rows: a C-contiguous float32 input, a contiguous
-    output (the planned one, else a new array), ``call(x, y, parts)`` with parts for the native pool."""
+def _native_rows_run(s: _conv2d.Conv2d, work: int, conv) -> RunFn:
+    """The run of a prepared native convolution (native.Conv) split by output rows: a C-contiguous float32
+    input, a contiguous output (the planned one, else a new array), parts for the native pool."""
     out_shape, rows = (s.n, s.oh, s.ow, s.m), s.n * s.oh
+    call = conv.run
 
     def run_native(inputs, outputs):
         x = inputs[0]
@@ -223,7 +225,7 @@ def _native_rows_run(s: _conv2d.Conv2d, work: int, call: Callable[[np.ndarray, n
         y = outputs[0]
         if y is None or not y.flags.c_contiguous:
             y = np.empty(out_shape, np.float32)
-        call(x, y, parallel.native_parts(work, rows) if parallel.native_pool() else 1)
+        call(x, y, None, parallel.native_parts(work, rows) if parallel.native_pool() else 1)
         return (y,)
 
     return run_native
@@ -239,12 +241,11 @@ def native_depthwise(s: _conv2d.Conv2d, wv: np.ndarray, bias: np.ndarray | None,
     (kh, kw), (sh, sw), (dh, dw) = s.kernel, s.strides, s.dilations
     wk = np.ascontiguousarray(wv.reshape(s.m, kh, kw).transpose(1, 2, 0), dtype=np.float32)   # (KH, KW, C)
     b = None if bias is None else np.ascontiguousarray(bias, dtype=np.float32)
-    params = native.DwParams(s.n, s.h, s.w, s.c, s.oh, s.ow, kh, kw, sh, sw, dh, dw, s.pads[0], s.pads[1],
-                             act_record(act))
+    conv = native.Conv("depthwise", (s.n, s.h, s.w, s.c, s.oh, s.ow, kh, kw, sh, sw, dh, dw, s.pads[0], s.pads[1]),
+                       wk, b, act_record(act))
     # a tap's multiply-add over a channel vector runs about as fast as a copied element
     work = s.n * s.oh * s.ow * s.m * kh * kw // 4
-
-    return _native_rows_run(s, work, lambda x, y, parts: native.dwconv_parallel(x, y, wk, b, params, parts))
+    return _native_rows_run(s, work, conv)
 
 
 def nhwc_1x1(s: _conv2d.Conv2d, wv: np.ndarray, finish: Callable[[np.ndarray], None],
@@ -304,9 +305,9 @@ NATIVE_BAND_BYTES = 1 << 20
 
 
 def native_im2col(s: _conv2d.Conv2d, wk: np.ndarray, ld: int, bias: np.ndarray | None, act: Activation | None):
-    """run(x, y) -> bool: a group-1 float32 convolution on the native pool (kernels.c nn_conv_im2col_f32:
-    each thread gathers its bands of columns, runs their GEMM and the epilogue); None when it does not
-    apply, and run returns False when the pool is off or the input is strided (numpy runs it then)."""
+    """run(x, y) -> bool: a group-1 float32 convolution on the native pool (kernels.c nn_conv_task through
+    native.Conv("im2col"): each thread gathers its bands of columns, runs their GEMM and the epilogue); None when
+    it does not apply, and run returns False when the pool is off or the input is strided (numpy runs it then)."""
     if s.dtype != np.float32 or s.group != 1 or not native.available():
         return None
     (kh, kw), (sh, sw), (dh, dw) = s.kernel, s.strides, s.dilations
@@ -317,21 +318,17 @@ def native_im2col(s: _conv2d.Conv2d, wk: np.ndarray, ld: int, bias: np.ndarray |
     band_rows = max(1, NATIVE_BAND_BYTES // (s.ow * ld * 4))
     rows = s.n * s.oh
     work = s.n * s.oh * s.ow * (kk + s.m) + parallel.gemm_work(s.n * s.oh * s.ow * kk * s.m)
-    args = native.ConvArgs(0, w.ctypes.data, None if b is None else b.ctypes.data, 0, 0,
-                           s.n, s.h, s.w, s.c, s.oh, s.ow, s.m, kh, kw, sh, sw, dh, dw, s.pads[0], s.pads[1], ld,
-                           band_rows, act_record(act))
+    conv = native.Conv("im2col", (s.n, s.h, s.w, s.c, s.oh, s.ow, s.m, kh, kw, sh, sw, dh, dw, s.pads[0],
+                                  s.pads[1], ld, band_rows), w, b, act_record(act))
 
     def run(x: np.ndarray, y: np.ndarray) -> bool:
         if not parallel.native_pool() or not x.flags.c_contiguous or not y.flags.c_contiguous:
             return False
         parts = parallel.native_parts(work, rows)
         (cols,) = _scratch.scratch(((parts * band_rows * s.ow * ld,), np.float32))
-        call = native.ConvArgs.from_buffer_copy(args)      # per call: runs on several threads may overlap
-        call.x, call.y, call.scratch = x.ctypes.data, y.ctypes.data, cols.ctypes.data
-        native.conv_im2col(call, parts)
+        conv.run(x, y, cols, parts)
         return True
 
-    run.arrays = (w, b)     # type: ignore[attr-defined]  # the args point into these: kept alive with run
     return run
 
 

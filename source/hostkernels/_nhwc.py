@@ -40,7 +40,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nnhal.hostkernels import _blocks, _scratch, native, parallel
+from nnhal.device.cpu import native, parallel
+from nnhal.hostkernels import _blocks, _scratch
 from nnhal.hostkernels.base import Kernel, RunFn
 from nnhal.operator.base import Info
 
@@ -181,18 +182,14 @@ class GlobalPool(Kernel):
         dtype = outs[0].dtype
         reduce = self.reduce
         if native.available() and dtype == np.float32 and self.native_kind:
-            kind = self.native_kind
+            kind = native.POOLS[self.native_kind]
 
             def run_native(inputs, outputs):
                 x, out = inputs[0], outputs[0]
                 if out is None or not out.flags.c_contiguous:
                     out = np.empty((n, 1, 1, c), dtype)
                 x = np.ascontiguousarray(x)
-                parts = parallel.native_parts(x.size, n) if parallel.native_pool() else 1
-                if parts > 1:
-                    native.pool_parallel(x, out, None, kind, parts)
-                else:
-                    native.global_pool_nhwc(x, out, kind, 0, n)
+                native.global_pool(x, out, kind, parallel.native_parts(x.size, n) if parallel.native_pool() else 1)
                 return (out,)
 
             return run_native

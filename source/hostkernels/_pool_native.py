@@ -1,9 +1,10 @@
 """The native (C) channels-last 2-D pooling behind the NHWC MaxPool and AveragePool kernels.
 
 One pass over the input: every output pixel's window is reduced while its channels are in L1
-(kernels.c, nn_pool_nhwc_f32), where the numpy kernel (_nhwc.make_pool) makes a pass per kernel tap over
-a scratch copy. Unlike that kernel it also runs dilated windows. The output may be a channel slice of a
-wider tensor (a Concat's output the CPU planner placed it in): pixels ``y_stride`` floats apart.
+(kernels.c, nn_pool_nhwc_f32, prepared once as a native.Pool2d), where the numpy kernel (_nhwc.make_pool)
+makes a pass per kernel tap over a scratch copy. Unlike that kernel it also runs dilated windows. The output
+may be a channel slice of a wider tensor (a Concat's output the CPU planner placed it in): pixels evenly
+spaced, channels contiguous (the extension reads the spacing from the output's strides).
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from nnhal.hostkernels import native, parallel
+from nnhal.device.cpu import native, parallel
 from nnhal.operator._nn import pool_geometry
 from nnhal.operator.base import Info
 
@@ -38,37 +39,21 @@ def make_pool(g: dict, shape: tuple[int, ...], kind: str) -> Callable[[np.ndarra
     sh, sw = g["strides"]
     dh, dw = g["dilations"]
     pads = g["pads"]
-    by_stride: dict[tuple[int, ...], native.PoolParams] = {}
-
-    def params_for(out: np.ndarray) -> native.PoolParams | None:
-        """The parameters for an output with ``out``'s strides; None when its pixels are not evenly spaced."""
-        strides = out.strides
-        params = by_stride.get(strides)
-        if params is None:
-            pixel = strides[2]
-            if strides[3] != 4 or pixel % 4 or pixel < 4 * c or strides[1] != ow * pixel \
-                    or strides[0] != oh * ow * pixel:
-                return None
-            params = native.PoolParams(n, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, pads[0], pads[1], pads[2],
-                                       pads[3], pixel // 4, native.POOLS[kind])
-            by_stride[strides] = params
-        return params
+    pool = native.Pool2d((n, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, *pads), native.POOLS[kind])
+    rows = n * oh
 
     def run(x: np.ndarray, out: np.ndarray) -> np.ndarray:
         if not x.flags.c_contiguous:
             x = np.ascontiguousarray(x)
-        params = params_for(out)
-        if params is None:
+        strides = out.strides
+        pixel = strides[2]
+        if strides[3] != 4 or pixel % 4 or pixel < 4 * c or strides[1] != ow * pixel or strides[0] != oh * ow * pixel:
             # NOTE: an output whose pixels are not evenly spaced cannot come from the CPU plan; kept correct anyway
             tmp = np.empty((n, oh, ow, c), np.float32)
             run(x, tmp)
             np.copyto(out, tmp)
             return out
-        parts = parallel.native_parts(out.size * 2, n * oh) if parallel.native_pool() else 1
-        if parts > 1:
-            native.pool_parallel(x, out, params, "", parts)
-        else:
-            native.pool_nhwc(x, out, params, 0, n * oh)
+        pool.run(x, out, 0, rows, parallel.native_parts(out.size * 2, rows) if parallel.native_pool() else 1)
         return out
 
     return run

@@ -6,13 +6,13 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from nnhal.device.cpu import parallel
 from nnhal.errors import ShapeError, where
 from nnhal.graph.graph import Graph, free_names
 from nnhal.graph.node import Node
 from nnhal.graph.tensor import Tensor, TensorKind
-from nnhal.hostkernels import parallel
-from nnhal.hostkernels.graphrun import compile_nodes
-from nnhal.hostkernels.op_conv import im2col
+from nnhal.hostkernels.graphrun import Compiler, compile_nodes
+from nnhal.hostkernels.windows import im2col
 from nnhal.operator._qrc import QUANT_RANGES
 from nnhal.operator.base import infer_body_graph
 from nnhal.operator.table import get_prototype
@@ -271,8 +271,9 @@ class BodyRunner:
 
     MAX_CACHED = 16
 
-    def __init__(self, body: Graph, implicit: Sequence[str]):
+    def __init__(self, body: Graph, implicit: Sequence[str], compiler: Compiler | None = None):
         self.body = body
+        self.compiler = compiler or compile_nodes     # a device's own (the cpu plan), else the host's
         reads = free_names(body)
         self.implicit = [n for n in implicit if n in reads]
         self.names = list(body.inputs) + self.implicit
@@ -325,7 +326,7 @@ class BodyRunner:
             t.dtype, t.shape = a.dtype, tuple(shape)
         infer_body_graph(graph)
         self.compiles += 1
-        return compile_nodes(graph, graph.nodes, self.names, graph.outputs)
+        return self.compiler(graph, graph.nodes, self.names, graph.outputs)
 
 
 def _matches(pattern: tuple, key: tuple) -> bool:

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from nnhal.device.cpu import parallel
 from nnhal.graph.node import Node
-from nnhal.hostkernels import parallel
 from nnhal.operator.base import Info
 
 

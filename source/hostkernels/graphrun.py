@@ -6,8 +6,11 @@ Loop/Scan/If, and calibration runs of the optimizer.
 
 By default it is a plain interpreter: each node's best host kernel, prepared once, run in order.
 A device that compiles host-kernel graphs better (the cpu device: fusions, channels-last layout, a
-planned arena) installs its compiler with ``install_compiler`` when it registers; the results are the
-same either way, only the speed differs.
+planned arena) passes its compiler to the control-flow kernels explicitly (their ``compiler``; the cpu
+device's If/Loop/Scan in device/cpu/kernels/control.py). NOTE: ``install_compiler`` remains only for the
+optimizer's calibration and sensitivity runs, which call ``compile_nodes`` here; it goes once they take
+the compiler as an argument from their caller (issue 24). The results are the same either way, only the
+speed differs.
 """
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnhal.hostkernels import parallel
+from nnhal.device.cpu import parallel
 from nnhal.hostkernels._qrc import col_param, row_param, shifted
 from nnhal.hostkernels.base import FunctionKernel
 

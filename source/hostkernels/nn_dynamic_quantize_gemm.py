@@ -4,8 +4,28 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnhal.hostkernels import native, parallel
+from nnhal.device.cpu import native, parallel
 from nnhal.hostkernels.base import Kernel, RunFn, store
+
+
+def fake_quantize_blocks(x: np.ndarray, block: int, signed: bool) -> np.ndarray:
+    """float32 ``x`` (m, k) quantized per row and block of ``block`` columns (int8: peak / 127; uint8: range
+    including 0 / 255 with a zero point) and dequantized, in float32: the steps of the cpu device's native
+    pass, one for one (a division, rint, clip, a product), so both give the same bits."""
+    m, k = x.shape
+    rows = x.reshape(m, k // block, block)
+    if signed:
+        peak = np.abs(rows).max(axis=2, keepdims=True)
+        scale = np.where(peak > 0, peak / np.float32(127.0), np.float32(1.0)).astype(np.float32)
+        xq = np.clip(np.rint(rows / scale), -127.0, 127.0)
+    else:
+        lo = np.minimum(rows.min(axis=2, keepdims=True), 0)
+        hi = np.maximum(rows.max(axis=2, keepdims=True), 0)
+        scale = np.where(hi > lo, (hi - lo) / np.float32(255.0), np.float32(1.0)).astype(np.float32)
+        zero = np.rint(-lo / scale)
+        xq = np.clip(np.rint(rows / scale) + zero, 0, 255) - zero
+    xq *= scale
+    return xq.reshape(m, k)
 
 
 class DynamicQuantizeGemmKernel(Kernel):
@@ -39,7 +59,6 @@ class DynamicQuantizeGemmKernel(Kernel):
 
         def run_blocks(inputs: list, outputs: list):
             x = inputs[0]
-            m, k = x.shape
             if native.available() and x.dtype == np.float32 and x.flags.c_contiguous:
                 xq = np.empty_like(x)
                 native.fake_quantize_blocks(x, xq, block, signed)     # the steps below, in one pass
@@ -50,19 +69,7 @@ class DynamicQuantizeGemmKernel(Kernel):
                         out[:, columns] = x @ w_float if bias_cols is None else x @ w_float + bias_cols
                     return (out,)
                 return finish(x, parallel.matmul(xq, wt), outputs)
-            rows = x.reshape(m, k // block, block)
-            if signed:
-                peak = np.abs(rows).max(axis=2, keepdims=True)
-                scale = np.where(peak > 0, peak / levels, np.float32(1.0)).astype(np.float32)
-                xq = np.clip(np.rint(rows / scale), -levels, levels)
-            else:
-                lo = np.minimum(rows.min(axis=2, keepdims=True), 0)
-                hi = np.maximum(rows.max(axis=2, keepdims=True), 0)
-                scale = np.where(hi > lo, (hi - lo) / levels, np.float32(1.0)).astype(np.float32)
-                zero = np.rint(-lo / scale)
-                xq = np.clip(np.rint(rows / scale) + zero, 0, 255) - zero
-            xq *= scale
-            return finish(x, parallel.matmul(xq.reshape(m, k), wt), outputs)
+            return finish(x, parallel.matmul(fake_quantize_blocks(x, block, signed), wt), outputs)
 
         def finish(x, y, outputs):
             y = y.astype(np.float32, copy=False)

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnhal.hostkernels import _add_native
 from nnhal.hostkernels._binary import BinaryKernel
 from nnhal.hostkernels._scratch import fused
 
@@ -17,8 +16,4 @@ class AddKernel(BinaryKernel):
         return fused(super().prepare(node, ins, outs), node)
 
 
-class AddNative(_add_native.OnePass, AddKernel):
-    """Same-shape float32 operands: with a fused activation one native pass (see _add_native), else numpy's."""
-
-
-IMPLEMENTATIONS = (AddKernel, AddNative)
+IMPLEMENTATIONS = (AddKernel,)

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from nnhal.device.cpu import parallel
 from nnhal.errors import ShapeError, where
-from nnhal.hostkernels import parallel
 from nnhal.hostkernels.base import Kernel, RunFn, store
 from nnhal.operator.op_attention import softmax_dtype
 

@@ -25,29 +25,16 @@ from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided, sliding_window_view
+from numpy.lib.stride_tricks import as_strided
 
-from nnhal.hostkernels import _conv2d, _scratch, parallel
+from nnhal.device.cpu import parallel
+from nnhal.hostkernels import _conv2d, _scratch
 from nnhal.hostkernels._conv_nhwc import ConvGemmNHWC, ConvWinogradNHWC
 from nnhal.hostkernels.base import Kernel, RunFn, store
 from nnhal.hostkernels.fused import activation_of
+from nnhal.hostkernels.windows import im2col
 from nnhal.operator.base import Info
 from nnhal.operator.table import get_prototype
-
-
-def im2col(x: np.ndarray, kernel: list[int], strides: list[int], dilations: list[int],
-           pads: list[int]) -> tuple[np.ndarray, list[int]]:
-    """Windows of x (N, C, *S) as a view (N, C, *out, *kernel) after padding."""
-    n = len(kernel)
-    if any(pads):
-        width = [(0, 0), (0, 0)] + [(pads[i], pads[i + n]) for i in range(n)]
-        x = np.pad(x, width)
-    spans = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
-    win = sliding_window_view(x, spans, axis=tuple(range(2, 2 + n)))
-    index = (slice(None), slice(None)) + tuple(slice(None, None, s) for s in strides) \
-        + tuple(slice(None, None, d) for d in dilations)
-    win = win[index]
-    return win, list(win.shape[2:2 + n])
 
 
 class ConvIm2col(Kernel):
@@ -93,7 +80,7 @@ def _pack(w: np.ndarray, group: int) -> np.ndarray:
 
 # scratch bound of one im2col band (bytes); bigger convolutions run in bands of output rows
 BAND_BYTES = 6 << 20
-# NOTE: splitting a convolution over Python threads (hostkernels/threads.parallel, GEMM parts on
+# NOTE: splitting a convolution over Python threads (device/cpu/threads, GEMM parts on
 # single-threaded BLAS) was measured and lost on an idle 2-core machine (ResNet-50 55 ms against 74 ms:
 # OpenBLAS's idle workers spin against the pool thread; element-wise splits lost 1-5 %), so these kernels
 # run one GEMM on BLAS's own threads; the zoo's shipped-output tests also pin that GEMM's rounding.

@@ -1,10 +1,9 @@
-"""Gather on the CPU: numpy take with negative indices wrapped; a native row-wise pick along the last axis;
-constant indices checked once at prepare."""
+"""Gather on the CPU: numpy take with negative indices wrapped;
+constant indices checked once at prepare (the cpu device's native pick: device/cpu/kernels/gather.py)."""
 from __future__ import annotations
 
 import numpy as np
 
-from nnhal.hostkernels import native
 from nnhal.hostkernels._shape import wrap_indices
 from nnhal.hostkernels.base import Kernel, RunFn
 
@@ -18,49 +17,6 @@ class GatherKernel(Kernel):
             axis = node.attrs["axis"] % data.ndim
             idx = wrap_indices(indices, data.shape[axis])
             return (np.take(data, idx, axis=axis, out=outputs[0]),)
-
-        return run
-
-
-class GatherLastAxis(Kernel):
-    """The last axis of static 4-byte data by constant 1-D indices, all in range: the native kernel picks
-    each row's elements while the row is in L1. np.take copies whole blocks on any other axis.
-    ShuffleNet's channel shuffle (a Gather of the channel axis in NHWC, indices the transpose of a
-    (g, C/g) matrix) runs as that transpose, without gather instructions (8x28x28x240, 3 groups: np.take
-    1.18 ms, gathers 0.44, the transpose 0.17, a plain copy 0.15)."""
-
-    op_type = "Gather"
-    name = "native-last"
-
-    def score(self, node, ins, outs) -> int:
-        data, indices = ins[0], ins[1] if len(ins) > 1 else None
-        if not native.available() or data is None or not data.static or not data.shape or data.dtype is None \
-                or data.dtype.itemsize != 4 or data.dtype.kind not in "fiu" or indices is None or indices.value is None:
-            return 0
-        rank = len(data.shape)
-        idx = np.asarray(indices.value)
-        if node.attrs.get("axis", 0) % rank != rank - 1 or idx.ndim != 1 or idx.size == 0:
-            return 0
-        dim = data.shape[-1]
-        return 10 if bool(np.all((idx >= -dim) & (idx < dim))) else 0
-
-    def prepare(self, node, ins, outs) -> RunFn:
-        data = ins[0]
-        idx = np.ascontiguousarray(wrap_indices(ins[1].value, data.shape[-1]), dtype=np.int32)
-        shape = tuple(data.shape[:-1]) + (idx.size,)
-        rows = int(np.prod(data.shape[:-1], dtype=np.int64))
-        groups = _shuffle_groups(idx, data.shape[-1])
-
-        def run(inputs, outputs):
-            x = np.ascontiguousarray(inputs[0])
-            out = outputs[0]
-            if out is None or not out.flags.c_contiguous:
-                out = np.empty(shape, x.dtype)
-            if groups:
-                native.shuffle_last(x, out, groups, 0, rows)
-            else:
-                native.gather_last(x, out, idx, 0, rows)
-            return (out,)
 
         return run
 
@@ -96,14 +52,4 @@ class GatherConstant(Kernel):
         return run
 
 
-def _shuffle_groups(idx: np.ndarray, dim: int) -> int:
-    """g when ``idx`` is the channel shuffle of ``dim`` channels in g > 1 groups (idx[k * g + j] = j * dim / g + k),
-    else 0."""
-    if idx.size != dim or dim < 2 or idx[0] != 0 or idx[1] <= 0 or dim % int(idx[1]):
-        return 0
-    groups = dim // int(idx[1])
-    shuffle = np.arange(dim).reshape(groups, dim // groups).T.reshape(-1)
-    return groups if groups > 1 and np.array_equal(idx, shuffle) else 0
-
-
-IMPLEMENTATIONS = (GatherKernel, GatherLastAxis, GatherConstant)
+IMPLEMENTATIONS = (GatherKernel, GatherConstant)

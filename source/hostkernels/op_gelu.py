@@ -6,8 +6,8 @@ import math
 
 import numpy as np
 
+from nnhal.device.cpu import native
 from nnhal.graph.node import Node
-from nnhal.hostkernels import native
 from nnhal.hostkernels._unary import FormulaKernel, erf
 from nnhal.hostkernels.base import Kernel, RunFn
 from nnhal.hostkernels.op_erf import erf_chunk
@@ -70,7 +70,7 @@ def gelu_chunk(x: np.ndarray, out: np.ndarray, tmp: np.ndarray, xc: np.ndarray, 
     """Exact float32 Gelu of the 1-d ``x`` into ``out`` (may alias x) as torch.onnx's Div/Erf/Add/Mul/Mul
     computes it; tmp, xc and t are scratch of x's size. The native kernel, when built, in one pass."""
     if native.available():
-        native.activation(x, out, _NATIVE_GELU)
+        native.activation(x, out, _NATIVE_GELU, 1)
         return out
     np.divide(x, _SQRT2, out=t)
     erf_chunk(t, tmp, xc, t)
@@ -82,7 +82,7 @@ def gelu_chunk(x: np.ndarray, out: np.ndarray, tmp: np.ndarray, xc: np.ndarray, 
 def _gelu_into(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Exact float32 Gelu of the contiguous ``x`` into the contiguous ``y`` (may be x), in cache-sized chunks."""
     if native.available():
-        native.activation(x, y, _NATIVE_GELU)
+        native.activation(x, y, _NATIVE_GELU, 1)
         return y
     flat_x, flat_y = x.reshape(-1), y.reshape(-1)
     n = flat_x.size

@@ -1,16 +1,21 @@
 """If on the CPU: run the chosen branch's compiled plan (cached per outer shapes)."""
 from __future__ import annotations
 
+from typing import ClassVar
+
 from nnhal.hostkernels._qrc import BodyRunner, check_bool, outer_values, own
 from nnhal.hostkernels.base import Kernel, RunFn, checking, store
+from nnhal.hostkernels.graphrun import Compiler
 
 
 class IfKernel(Kernel):
     op_type = "If"
+    # the compiler of its bodies; None = the host one (graphrun.compile_nodes); a device sets its own
+    compiler: ClassVar[Compiler | None] = None
 
     def prepare(self, node, ins, outs) -> RunFn:
-        branches = {True: BodyRunner(node.attrs["then_branch"], node.implicit_inputs),
-                    False: BodyRunner(node.attrs["else_branch"], node.implicit_inputs)}
+        branches = {True: BodyRunner(node.attrs["then_branch"], node.implicit_inputs, self.compiler),
+                    False: BodyRunner(node.attrs["else_branch"], node.implicit_inputs, self.compiler)}
         dtypes = [o.dtype for o in outs]
 
         def run(inputs, outputs):

@@ -1,18 +1,23 @@
 """Loop on the CPU: run the body's compiled plan per iteration (cached per carried shapes)."""
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 
 from nnhal.errors import ShapeError, where
 from nnhal.hostkernels._qrc import BodyRunner, check_bool, outer_values, own
 from nnhal.hostkernels.base import Kernel, RunFn, checking, store
+from nnhal.hostkernels.graphrun import Compiler
 
 
 class LoopKernel(Kernel):
     op_type = "Loop"
+    # the compiler of its bodies; None = the host one (graphrun.compile_nodes); a device sets its own
+    compiler: ClassVar[Compiler | None] = None
 
     def prepare(self, node, ins, outs) -> RunFn:
-        runner = BodyRunner(node.attrs["body"], node.implicit_inputs)
+        runner = BodyRunner(node.attrs["body"], node.implicit_inputs, self.compiler)
         n = max(0, len(node.inputs) - 2)
         has_m = bool(node.input(0))
         has_cond = bool(node.input(1))

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnhal.hostkernels import _blocks, _scratch, native, parallel
+from nnhal.device.cpu import native, parallel
+from nnhal.hostkernels import _blocks, _scratch
 from nnhal.hostkernels._scratch import fused
 from nnhal.hostkernels.base import Kernel, RunFn
 from nnhal.hostkernels.fused import epilogue_of
@@ -85,12 +86,17 @@ def _native_first(run: RunFn, ops, ins, out_info, act: str | None) -> RunFn:
         bias = np.ascontiguousarray(v.reshape(-1))
     record = native.make_act(act)
     shape = tuple(out_info.shape)
+    # a constant float32 B: its GEMM prepared once (the buffers of B and the bias held and checked now)
+    w = ins[1].value if len(ins) > 1 and ins[1] is not None else None
+    prepared = native.Gemm(w, bias, record) if native.available() and isinstance(w, np.ndarray) \
+        and w.ndim == 2 and w.dtype == np.float32 and (w.flags.c_contiguous or w.flags.f_contiguous) else None
 
     def run_native(inputs, outputs):
         a, b, y = inputs[0], inputs[1], outputs[0]
         if b.ndim == 2 and a.ndim >= 2 and y is not None and y.flags.c_contiguous and y.shape == shape:
             a2, y2 = a.reshape(-1, a.shape[-1]), y.reshape(-1, width)
-            if np.shares_memory(a2, a) and parallel.gemm(a2, b, y2, bias, record):
+            if np.shares_memory(a2, a) and parallel.gemm(a2, b, y2, bias, record,
+                                                         prepared=prepared if b is w else None):
                 return (y,)
         return run(inputs, outputs)
 

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnhal.hostkernels import parallel
+from nnhal.device.cpu import parallel
 from nnhal.hostkernels._qrc import channel_param, integer_conv, saturate, shifted, weight_zero
 from nnhal.hostkernels.base import FunctionKernel, Kernel, RunFn, store
-from nnhal.hostkernels.op_conv import im2col
+from nnhal.hostkernels.windows import im2col
 from nnhal.operator.table import get_prototype
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnhal.hostkernels import parallel
+from nnhal.device.cpu import parallel
 from nnhal.hostkernels._qrc import col_param, requantize, row_param, shifted
 from nnhal.hostkernels.base import FunctionKernel
 

@@ -1,18 +1,23 @@
 """Scan on the CPU: run the body's compiled plan per slice (compiled once per shapes)."""
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 
 from nnhal.errors import ShapeError, where
 from nnhal.hostkernels._qrc import BodyRunner, outer_values, own
 from nnhal.hostkernels.base import Kernel, RunFn, checking, store
+from nnhal.hostkernels.graphrun import Compiler
 
 
 class ScanKernel(Kernel):
     op_type = "Scan"
+    # the compiler of its bodies; None = the host one (graphrun.compile_nodes); a device sets its own
+    compiler: ClassVar[Compiler | None] = None
 
     def prepare(self, node, ins, outs) -> RunFn:
-        runner = BodyRunner(node.attrs["body"], node.implicit_inputs)
+        runner = BodyRunner(node.attrs["body"], node.implicit_inputs, self.compiler)
         first = 1 if node.version == 8 else 0
         m = node.attrs["num_scan_inputs"]
         n = len(node.inputs) - first - m

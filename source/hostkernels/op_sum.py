@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnhal.hostkernels import _add_native
 from nnhal.hostkernels._binary import VariadicKernel
 from nnhal.hostkernels._scratch import fused
 
@@ -17,8 +16,4 @@ class SumKernel(VariadicKernel):
         return fused(super().prepare(node, ins, outs), node)
 
 
-class SumNative(_add_native.OnePass, SumKernel):
-    """Same-shape float32 inputs (two): with a fused activation one native pass (see _add_native), else numpy's."""
-
-
-IMPLEMENTATIONS = (SumKernel, SumNative)
+IMPLEMENTATIONS = (SumKernel,)

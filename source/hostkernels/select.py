@@ -9,6 +9,7 @@ import contextlib
 import importlib
 import os
 import threading
+from collections.abc import Iterable, Mapping
 from functools import lru_cache
 
 from nnhal.errors import DeviceError, where
@@ -26,6 +27,24 @@ def implementations(op_type: str, domain: str = "") -> tuple[Kernel, ...]:
         return ()
     module = importlib.import_module(f"nnhal.hostkernels.{module_name}")
     return tuple(cls() for cls in module.IMPLEMENTATIONS)
+
+
+# A device's own kernels for some ops, beside the host kernels: (domain, op_type) -> instances. The cpu device
+# passes its fast (native, pooled) kernels this way; the host layer itself never sees them.
+KernelTable = Mapping[tuple[str, str], tuple[Kernel, ...]]
+
+
+def _domain(domain: str) -> str:
+    return "" if domain == "ai.onnx" else domain
+
+
+def kernel_table(classes: Iterable[type[Kernel]], domain: str = "") -> dict[tuple[str, str], tuple[Kernel, ...]]:
+    """A KernelTable of one instance of each class, keyed by its op_type in ``domain``."""
+    table: dict[tuple[str, str], tuple[Kernel, ...]] = {}
+    for cls in classes:
+        key = (_domain(domain), cls.op_type)
+        table[key] = (*table.get(key, ()), cls())
+    return table
 
 
 _forced = threading.local()
@@ -47,10 +66,13 @@ def force_reference():
         _forced.on = before
 
 
-def select(node: Node, ins: list[Info | None], outs: list[Info], layout: str | None = None) -> Kernel:
+def select(node: Node, ins: list[Info | None], outs: list[Info], layout: str | None = None,
+           extra: KernelTable | None = None) -> Kernel:
     """The best CPU implementation for this node running in ``layout`` (None = ONNX's NCHW, "NHWC" =
-    channels last: see Kernel.layout); DeviceError when none applies."""
-    impls = tuple(i for i in implementations(node.op_type, node.domain) if i.layout == layout)
+    channels last: see Kernel.layout), among the host kernels and a device's own ``extra`` ones; DeviceError
+    when none applies."""
+    own = extra.get((_domain(node.domain), node.op_type), ()) if extra else ()
+    impls = tuple(i for i in (*implementations(node.op_type, node.domain), *own) if i.layout == layout)
     if reference_forced() and layout is None:
         for impl in impls:
             if impl.name == "reference":

@@ -187,16 +187,14 @@ def fake_quantize_rows(x: np.ndarray, signed: bool, block: int = 0) -> np.ndarra
 
 
 def fake_quantize_blocks(x: np.ndarray, signed: bool, block: int) -> np.ndarray:
-    """``fake_quantize_rows`` of a 2-D float32 ``x`` in float32, by the native pass the CPU's kernel runs
-    where it is built (numpy's reductions over 8-wide blocks are ~10x slower); else ``fake_quantize_rows``."""
-    from nnhal.hostkernels import native
+    """``fake_quantize_rows`` of a 2-D float32 ``x`` in float32: the DynamicQuantizeGemm host kernel's steps
+    (hostkernels/nn_dynamic_quantize_gemm.py, the same bits as the cpu device's native pass); no block:
+    ``fake_quantize_rows``."""
+    from nnhal.hostkernels.nn_dynamic_quantize_gemm import fake_quantize_blocks as in_float32
 
-    if not block or not native.available():
+    if not block:
         return fake_quantize_rows(x, signed, block)
-    x = np.ascontiguousarray(x, np.float32)
-    out = np.empty_like(x)
-    native.fake_quantize_blocks(x, out, block, signed)
-    return out
+    return in_float32(np.ascontiguousarray(x, np.float32), block, signed)
 
 
 def uint8_params(lo: float, hi: float) -> Quantization:

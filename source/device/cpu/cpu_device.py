@@ -8,9 +8,10 @@ from __future__ import annotations
 import math
 import statistics
 
-from nnhal.device.cpu import qnative
+from nnhal.device.cpu import native, parallel, qnative
 from nnhal.device.cpu.fp16 import COMPUTE, to_fp16_storage
 from nnhal.device.cpu.plan import NESTED, Plan, compile_nodes
+from nnhal.device.cpu.threads import use_threads
 from nnhal.device.device import (
     HOST_MEMORY,
     Allocator,
@@ -25,11 +26,9 @@ from nnhal.device.device import (
 )
 from nnhal.device.manager import register_device, unregister_device
 from nnhal.graph.subgraph import Subgraph
-from nnhal.hostkernels import native, parallel
 from nnhal.hostkernels.graphrun import install_compiler, tensor_info
 from nnhal.hostkernels.select import implementations
 from nnhal.hostkernels.table import DOMAINS
-from nnhal.hostkernels.threads import use_threads
 from nnhal.optimizer.precision import to_quantized
 
 
@@ -90,12 +89,15 @@ def cpu_profile(device: Device, subgraph: Subgraph, enable: bool) -> list[NodeTi
 
 
 def _native_state() -> str:
-    """Whether the native kernels (hostkernels/native) run, and why not, for ``nnhal devices``."""
+    """Whether the native kernels (device/cpu/native) run, and why not, for ``nnhal devices``."""
     status = native.status()
     if not status.available:
         return f"off: {status.reason}"
-    pool = "on" if parallel.native_pool() else "off (NNHAL_CPU_POOL=0 or no cblas_sgemm in numpy's BLAS)"
-    return f"loaded (depthwise conv, gates, Gelu, block quantization; thread pool {pool})"
+    pool = "on" if parallel.native_pool() else "off (NNHAL_CPU_POOL=0)"
+    blas = native.blas_info()
+    return (f"loaded (depthwise conv, gates, Gelu, block quantization; thread pool {pool}; BLAS {blas['library']}: "
+            f"{blas['config'].strip()}, {blas['threads']} threads now: 1 inside the pool's parts, num_thread without "
+            "the pool)")
 
 
 def _integer_state() -> str:

@@ -20,11 +20,11 @@ from typing import NamedTuple
 
 import numpy as np
 
+from nnhal.device.cpu.kernels import select
 from nnhal.errors import NnhalError
 from nnhal.graph.node import Node
 from nnhal.hostkernels.base import Kernel
 from nnhal.hostkernels.fused import Activation, EpilogueOp, activation_of, epilogue_of, fuse
-from nnhal.hostkernels.select import select
 from nnhal.operator.base import Info
 
 

@@ -23,9 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnhal.device.cpu import qnative
+from nnhal.device.cpu import parallel, qnative
 from nnhal.device.cpu.fusions import Chosen
-from nnhal.hostkernels import parallel
 from nnhal.hostkernels.base import Kernel, RunFn
 from nnhal.operator.table import get_prototype
 

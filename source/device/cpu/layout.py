@@ -38,11 +38,11 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from nnhal.device.cpu.fusions import Chosen
+from nnhal.device.cpu.kernels import select
 from nnhal.errors import NnhalError
 from nnhal.graph.node import Node
 from nnhal.hostkernels.base import Kernel, RunFn
 from nnhal.hostkernels.fused import activation_of
-from nnhal.hostkernels.select import select
 from nnhal.operator.base import Info
 
 NHWC = "NHWC"

@@ -15,6 +15,7 @@ import numpy as np
 from nnhal.device.cpu.castfuse import fuse_relayout_casts
 from nnhal.device.cpu.fusions import Chosen, fuse_activations, fuse_channel_shuffle, fuse_gelu, fuse_matmul
 from nnhal.device.cpu.integer import use_integer_kernels
+from nnhal.device.cpu.kernels import select
 from nnhal.device.cpu.layout import Layouts, assign_layouts
 from nnhal.device.cpu.planner import MemoryPlan, arena_views, plan_memory
 from nnhal.device.cpu.straight import Chunk, failing_step, generate
@@ -24,7 +25,7 @@ from nnhal.graph.node import Node
 from nnhal.graph.tensor import TensorKind
 from nnhal.hostkernels.base import checking
 from nnhal.hostkernels.graphrun import tensor_info
-from nnhal.hostkernels.select import reference_forced, select
+from nnhal.hostkernels.select import reference_forced
 from nnhal.operator.base import Info
 from nnhal.operator.schema import check_input_types
 from nnhal.operator.table import get_prototype

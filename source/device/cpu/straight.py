@@ -17,7 +17,7 @@ from types import CodeType
 
 import numpy as np
 
-from nnhal.hostkernels import parallel
+from nnhal.device.cpu import parallel
 
 CHUNK = 256           # steps per generated function
 FIRST_STEP_LINE = 3   # line of a chunk's first step (after the def line and the bindings line)
@@ -127,7 +127,7 @@ def _direct_ufunc(step):
             or ufunc.nin != len(step.ins) or 0 in step.ins or step.outs[0] == 1:
         return None
     if step.buffers[0].size >= 2 * parallel.MIN_PART_WORK:
-        return parallel.elementwise(ufunc)     # split over the pool when it runs (hostkernels/parallel.py)
+        return parallel.elementwise(ufunc)     # split over the pool when it runs (device/cpu/parallel.py)
     return ufunc
 
 

@@ -8,7 +8,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from nnhal.device.vnpu.compiler import ADD_SHIFT, Instr
 from nnhal.hostkernels.fixedpoint import requantize
-from nnhal.hostkernels.op_conv import im2col
+from nnhal.hostkernels.windows import im2col
 
 
 def _to_u8(acc: np.ndarray, zy: int, lo: int, hi: int) -> np.ndarray:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nnhal.hostkernels import native
+from nnhal.device.cpu import native
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="the native kernels are not built here "
                                                                "(no C compiler at install, or NNHAL_NATIVE=0)")

@@ -1,34 +1,39 @@
 /*
- * nnhal's native host kernels: the few float32 loops numpy cannot run in one pass.
+ * nnhal's native kernels: the cpu device's float32 loops that numpy cannot run in one pass, as the CPython
+ * extension module nnhal.device.cpu.native._kernels (built by CMake at install time; the Python side is
+ * native/__init__.py).
  *
- * Built by CMake at install time (source/hostkernels/native/CMakeLists.txt) as the Python extension
- * module nnhal.hostkernels.native._native; Python finds the file through the import system and calls
- * these functions with ctypes (source/hostkernels/native/__init__.py). Nothing here allocates, keeps
- * state or calls back into Python; every function works on caller-owned, C-contiguous float32 buffers.
+ * Every entry point is a METH_FASTCALL function or a method of a small prepared object (Act, Conv, Pool2d)
+ * taking numpy arrays through the buffer protocol; nn_buffer.h checks each argument (dtype, contiguity,
+ * sizes against the geometry, overlap of output and input, None) and raises TypeError / ValueError naming
+ * the kernel and the argument. The loops run with the GIL released.
  *
- * - nn_dwconv_nhwc_f32: depthwise 2-D convolution (one input channel per group), channels last, with
- *   the bias and the fused activation applied while an output pixel's channels are still in L1.
- * - nn_fake_quantize_blocks_f32: per-block dynamic int8/uint8 quantization of activations, dequantized.
- * - nn_activation_f32: an element-wise activation (Relu, Clip, HardSigmoid, HardSwish, Sigmoid, SiLU, Gelu).
- * - nn_pool_nhwc_f32: 2-D MaxPool / AveragePool, channels last, one pass over the input, on a range of
- *   output rows; nn_global_pool_nhwc_f32: GlobalAveragePool / GlobalMaxPool on a range of images.
- * - nn_gather_last_b32: Gather along the last axis of 4-byte elements (a channel permutation in NHWC);
- *   nn_shuffle_last_b32: the channel shuffle's permutation (each row a (g, c/g) matrix transposed).
- * - nn_add_act_f32: a + b of one shape with the fused activation, in one pass (a residual Add + Relu).
+ * - dwconv (Conv "depthwise"): depthwise 2-D convolution, channels last, bias and activation fused while an
+ *   output pixel's channels are still in L1; Conv "grouped": grouped convolution of narrow groups; Conv
+ *   "im2col": a group-1 convolution by im2col bands and GEMM.
+ * - fake_quantize_blocks: per-block dynamic int8/uint8 quantization of activations, dequantized.
+ * - activation: Relu, Clip, HardSigmoid, HardSwish, Sigmoid, SiLU, Gelu in one pass.
+ * - Pool2d: 2-D MaxPool / AveragePool, channels last, one pass over the input; global_pool: GlobalAveragePool
+ *   / GlobalMaxPool.
+ * - gather_last / shuffle_last: Gather along the last axis of 4-byte elements, the channel shuffle.
+ * - add_act: a + b of one shape with the fused activation, in one pass (a residual Add + Relu).
+ * - layernorm: LayerNormalization over the last axis.
+ * - gemm / batched_gemm: GEMMs with their bias and activation through the cblas_sgemm of the OpenBLAS linked
+ *   at build time (the scipy-openblas32 wheel: scipy_cblas_sgemm, as its cblas.h declares it).
  *
- * - nn_pool_run and its tasks: the cpu device's own thread pool (below), which runs GEMMs with their
- *   bias and activation (through the cblas_sgemm of numpy's BLAS, single-threaded), stacks of GEMMs,
- *   im2col convolutions, depthwise convolutions and activations split over threads.
- *
- * The kernels themselves run on the calling thread; nn_pool_run spreads their parts. NOTE: OpenMP threads
- * were tried and removed: an OpenMP runtime already loaded by another library (torch's import brings one
- * that reads OMP_WAIT_POLICY before nnhal can set it) spins between kernels against OpenBLAS's spinning
- * workers; MobileNetV3-small at 2 threads went from 3.6 to 36 ms that way. The pool is plain pthreads,
- * and BLAS is single-threaded while it runs. ``#pragma omp simd`` needs only -fopenmp-simd, no runtime.
+ * nn_pool_run, the cpu device's own thread pool (below), spreads a kernel's parts over pinned pthread
+ * workers. NOTE: OpenMP threads were tried and removed: an OpenMP runtime already loaded by another library
+ * (torch's import brings one that reads OMP_WAIT_POLICY before nnhal can set it) spins between kernels
+ * against OpenBLAS's spinning workers; MobileNetV3-small at 2 threads went from 3.6 to 36 ms that way. The
+ * pool is plain pthreads, and BLAS is single-threaded while it runs (the Python side sets it through
+ * blas_set_threads). ``#pragma omp simd`` needs only -fopenmp-simd, no runtime.
  *
  * Hot loops are compiled for several x86-64 levels (GCC target_clones: the loader picks the best one the
  * CPU has), so the library may be built on one machine and run on another.
  */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE     /* pthread_setaffinity_np, CPU_SET */
 #endif
@@ -37,7 +42,9 @@
 #include <string.h>
 #include <time.h>
 
-#include <Python.h>
+#include <cblas.h>
+
+#include "nn_buffer.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define NN_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
@@ -45,7 +52,7 @@
 #define NN_CLONES
 #endif
 
-#define NN_API __attribute__((visibility("default")))
+#define NN_API static
 /* Helpers are forced inline: a helper left out of line is compiled for the baseline target only, and the
  * target_clones copies of its callers would call that scalar SSE2 code (measured: sigmoid 10x slower). */
 #define NN_INLINE static inline __attribute__((always_inline))
@@ -74,8 +81,6 @@ typedef struct {
     int64_t kh, kw, sh, sw, dh, dw, pad_top, pad_left;
     nn_act act;
 } nn_dw_params;
-
-NN_API int nn_abi_version(void) { return 11; }
 
 /* exp(x) for float32 to about 2 ulp: x = k ln2 + r, |r| <= ln2 / 2, exp(r) by a degree-6 polynomial,
  * 2^k put into the exponent bits. Written with plain arithmetic so that the loops calling it vectorize. */
@@ -288,9 +293,9 @@ NN_API NN_CLONES void nn_fake_quantize_blocks_f32(const float *x, float *y, int6
     }
 }
 
-/* Waits, without the GIL (ctypes releases it), until *flag differs from ``value`` or ``max_ns`` nanoseconds
+/* Waits, without the GIL, until *flag differs from ``value`` or ``max_ns`` nanoseconds
  * have passed, and returns the flag's value: the short spin before the cpu device's pool threads block
- * (hostkernels/parallel.py). A blocked thread on a virtual machine takes tens of microseconds to wake; a
+ * (device/cpu/parallel.py). A blocked thread on a virtual machine takes tens of microseconds to wake; a
  * spinning one sees the store at once. */
 NN_API int64_t nn_spin_wait(const volatile int64_t *flag, int64_t value, int64_t max_ns) {
     struct timespec t0, t;
@@ -310,8 +315,8 @@ NN_API int64_t nn_spin_wait(const volatile int64_t *flag, int64_t value, int64_t
 }
 
 /* ------------------------------------------------------------------------------------------------
- * The cpu device's thread pool. Python hands a whole split kernel to nn_pool_run through ctypes (which
- * releases the GIL), so no part ever waits for the GIL: a part is a C function over a slice of the work
+ * The cpu device's thread pool. Python hands a whole split kernel to nn_pool_run with the GIL
+ * released, so no part ever waits for the GIL: a part is a C function over a slice of the work
  * (rows of a GEMM with its bias and activation, rows of a depthwise convolution, a range of an
  * activation, bands of an im2col convolution). Part 0 runs on the caller, part i on worker i - 1. A
  * worker spins on its own sequence number for a while (SPIN: a sleeping thread of a virtual machine
@@ -342,7 +347,7 @@ static struct {
     const void *args;
     int64_t parts;
     nn_slot slot[NN_MAX_WORKERS];
-} nn_pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 2000000};
+} nn_pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 2000000, NULL, NULL, 0, {{0}}};
 
 static int64_t nn_now_ns(void) {
     struct timespec t;
@@ -482,28 +487,13 @@ NN_INLINE void nn_split(int64_t total, int64_t align, int64_t p, int64_t n, int6
     if (*hi > total) *hi = total;
 }
 
-/* --- BLAS, found by the Python side in the library numpy uses (cblas_sgemm, 64- or 32-bit integers) */
-typedef void (*nn_sgemm64)(int, int, int, int64_t, int64_t, int64_t, float, const float *, int64_t,
-                           const float *, int64_t, float, float *, int64_t);
-typedef void (*nn_sgemm32)(int, int, int, int32_t, int32_t, int32_t, float, const float *, int32_t,
-                           const float *, int32_t, float, float *, int32_t);
-static void *nn_sgemm_fn = NULL;
-static int nn_sgemm_ilp64 = 1;
-
-NN_API void nn_set_sgemm(void *fn, int32_t ilp64) {
-    nn_sgemm_fn = fn;
-    nn_sgemm_ilp64 = ilp64;
-}
-
 /* C (m, n) = A (m, k) @ B, row major; B is (k, n), or (n, k) read transposed when trans_b */
 NN_INLINE void nn_sgemm(const float *a, int64_t lda, const float *b, int64_t ldb, int trans_b, float *c,
                      int64_t ldc, int64_t m, int64_t n, int64_t k) {
     if (m <= 0 || n <= 0) return;
-    if (nn_sgemm_ilp64)
-        ((nn_sgemm64)nn_sgemm_fn)(101, 111, trans_b ? 112 : 111, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
-    else
-        ((nn_sgemm32)nn_sgemm_fn)(101, 111, trans_b ? 112 : 111, (int32_t)m, (int32_t)n, (int32_t)k, 1.0f, a,
-                                  (int32_t)lda, b, (int32_t)ldb, 0.0f, c, (int32_t)ldc);
+    /* the binding checked that every size and leading dimension fits a blasint */
+    scipy_cblas_sgemm(CblasRowMajor, CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, (blasint)m, (blasint)n,
+                      (blasint)k, 1.0f, a, (blasint)lda, b, (blasint)ldb, 0.0f, c, (blasint)ldc);
 }
 
 /* bias (per column, may be NULL) and the activation over rows [0, m) and columns [0, n) of C */
@@ -543,7 +533,6 @@ static NN_CLONES void nn_gemm_task(const void *args, int64_t p, int64_t parts) {
     }
 }
 
-NN_API void nn_gemm_f32(const nn_gemm_args *g, int64_t parts) { nn_pool_run(nn_gemm_task, g, parts); }
 
 /* A stack of GEMMs C[i] = A[i] @ B[i] (element strides sa, sb, sc between them; sb = 0: one B for all),
  * split over the flattened (stack index, row) space: a part takes a range of rows across the stack. */
@@ -566,7 +555,6 @@ static void nn_bgemm_task(const void *args, int64_t p, int64_t parts) {
     }
 }
 
-NN_API void nn_bgemm_f32(const nn_bgemm_args *bg, int64_t parts) { nn_pool_run(nn_bgemm_task, bg, parts); }
 
 /* rows [lo, hi) of a depthwise convolution per part */
 typedef struct {
@@ -582,7 +570,6 @@ static void nn_dw_task(const void *args, int64_t part, int64_t parts) {
     nn_dwconv_nhwc_f32(d->x, d->y, d->wt, d->bias, d->p, lo, hi);
 }
 
-NN_API void nn_dwconv_parallel_f32(const nn_dw_args *d, int64_t parts) { nn_pool_run(nn_dw_task, d, parts); }
 
 /* an activation over a range per part */
 typedef struct {
@@ -599,7 +586,6 @@ static void nn_act_task(const void *args, int64_t part, int64_t parts) {
     if (hi > lo) nn_activation_f32(a->x + lo, a->y + lo, hi - lo, a->act);
 }
 
-NN_API void nn_activation_parallel_f32(const nn_act_args *a, int64_t parts) { nn_pool_run(nn_act_task, a, parts); }
 
 /* A group-1 convolution, channels last, by im2col: each part takes a range of output rows (of the
  * flattened N * OH) and, a band of rows at a time, gathers the columns (output pixels x KH * KW * C,
@@ -647,7 +633,6 @@ static NN_CLONES void nn_conv_task(const void *args, int64_t part, int64_t parts
     }
 }
 
-NN_API void nn_conv_im2col_f32(const nn_conv_args *a, int64_t parts) { nn_pool_run(nn_conv_task, a, parts); }
 /* Pooling kinds: the same numbers as POOLS in __init__.py. */
 enum {
     NN_POOL_MAX = 0,
@@ -881,7 +866,7 @@ typedef struct {
     const float *x;
     float *y;
     const nn_pool_params *p;     /* 2-D pooling; NULL for global pooling */
-    int64_t total, hw, c;        /* rows (2-D: N * OH) or images (global) */
+    int64_t first, total, hw, c; /* rows [first, first + total) (2-D: of N * OH) or images (global) */
     int32_t kind;
 } nn_pool_args;
 
@@ -889,13 +874,13 @@ static void nn_pool_task(const void *args, int64_t part, int64_t parts) {
     const nn_pool_args *a = (const nn_pool_args *)args;
     int64_t lo, hi;
     nn_split(a->total, 1, part, parts, &lo, &hi);
+    lo += a->first, hi += a->first;
     if (a->p)
         nn_pool_nhwc_f32(a->x, a->y, a->p, lo, hi);
     else
         nn_global_pool_nhwc_f32(a->x, a->y, a->hw, a->c, a->kind, lo, hi);
 }
 
-NN_API void nn_pool_parallel_f32(const nn_pool_args *a, int64_t parts) { nn_pool_run(nn_pool_task, a, parts); }
 
 /* LayerNormalization over the last axis, rows [r0, r1) of x (rows, width) C-contiguous into y (may be x):
  * the row's mean, the mean of its squared deviations, then (x - mean) / sqrt(var + eps) * scale + bias
@@ -951,9 +936,6 @@ static void nn_layernorm_task(const void *args, int64_t part, int64_t parts) {
     nn_layernorm_f32(a->x, a->y, a->width, a->scale, a->bias, a->eps, lo, hi);
 }
 
-NN_API void nn_layernorm_parallel_f32(const nn_layernorm_args *a, int64_t parts) {
-    nn_pool_run(nn_layernorm_task, a, parts);
-}
 
 /* Grouped 2-D convolution, channels last, groups of a few channels each (RegNet's and ResNeXt's 3x3
  * convolutions: 8 or 4 input channels a group). Weights (G, KH, KW, CG, MG), MG a multiple of 8: per
@@ -1040,10 +1022,827 @@ static void nn_gconv_task(const void *args, int64_t part, int64_t parts) {
     nn_gconv_nhwc_f32(a->x, a->y, a->wt, a->bias, a->p, lo, hi);
 }
 
-NN_API void nn_gconv_parallel_f32(const nn_gconv_args *a, int64_t parts) { nn_pool_run(nn_gconv_task, a, parts); }
 
-/* The module itself only has to import: Python reaches the functions above through ctypes. */
-static struct PyModuleDef nn_module = {PyModuleDef_HEAD_INIT, "_native",
-                                       "nnhal's native host kernels (called through ctypes)", -1, NULL};
 
-PyMODINIT_FUNC PyInit__native(void) { return PyModule_Create(&nn_module); }
+/* ================================================================================================
+ * The Python binding: argument checks (nn_buffer.h), the GIL released around every loop.
+ * ================================================================================================ */
+
+#define NN_BLAS_MAX INT32_MAX     /* scipy-openblas32's blasint: 32-bit sizes and leading dimensions */
+
+/* ---- Act: an activation kind and its parameters, made once at prepare */
+typedef struct {
+    PyObject_HEAD
+    nn_act act;
+} nn_act_object;
+
+static PyTypeObject nn_act_type;
+
+static PyObject *nn_act_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    PyObject *kind_obj = NULL;
+    int64_t kind = 0;
+    float lo = -INFINITY, hi = INFINITY, alpha = 0.2f, beta = 0.5f;
+    static char *names[] = {"kind", "lo", "hi", "alpha", "beta", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|Offff:Act", names, &kind_obj, &lo, &hi, &alpha, &beta))
+        return NULL;
+    if (kind_obj != NULL && nn_int(kind_obj, "Act", "kind", NN_ACT_NONE, NN_ACT_GELU, &kind)) return NULL;
+    nn_act_object *self = (nn_act_object *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    self->act = (nn_act){(int32_t)kind, lo, hi, alpha, beta};
+    return (PyObject *)self;
+}
+
+static PyObject *nn_act_repr(nn_act_object *self) {
+    char text[160];
+    PyOS_snprintf(text, sizeof text, "Act(kind=%d, lo=%g, hi=%g, alpha=%g, beta=%g)", self->act.kind,
+                  (double)self->act.lo, (double)self->act.hi, (double)self->act.alpha, (double)self->act.beta);
+    return PyUnicode_FromString(text);
+}
+
+static PyObject *nn_act_kind(nn_act_object *self, void *closure) {
+    (void)closure;
+    return PyLong_FromLong(self->act.kind);
+}
+
+static PyGetSetDef nn_act_getset[] = {{"kind", (getter)nn_act_kind, NULL, "the activation kind", NULL}, {NULL}};
+
+static PyTypeObject nn_act_type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "nnhal._kernels.Act",
+    .tp_doc = "Act(kind=0, lo=-inf, hi=inf, alpha=0.2, beta=0.5): a fused activation (kinds as numbered in "
+              "kernels.c: 0 none, 1 relu, 2 clip, 3 hardsigmoid, 4 hardswish, 5 sigmoid, 6 silu, 7 gelu)",
+    .tp_basicsize = sizeof(nn_act_object),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = nn_act_new,
+    .tp_repr = (reprfunc)nn_act_repr,
+    .tp_getset = nn_act_getset,
+};
+
+/* The nn_act of an Act argument; NULL with TypeError otherwise. */
+static const nn_act *nn_get_act(PyObject *obj, const char *kernel) {
+    if (!PyObject_TypeCheck(obj, &nn_act_type)) {
+        PyErr_Format(PyExc_TypeError, "native kernel %s: argument 'act' must be an Act, not %.100s", kernel,
+                     Py_TYPE(obj)->tp_name);
+        return NULL;
+    }
+    return &((nn_act_object *)obj)->act;
+}
+
+/* parts for the pool: 1 .. NN_MAX_WORKERS + 1 */
+static int nn_get_parts(PyObject *obj, const char *kernel, int64_t *parts) {
+    return nn_int(obj, kernel, "parts", 1, 1 << 16, parts);     /* more parts than threads run inline */
+}
+
+/* ---- activation(x, y, act, parts): y = act(x), y may be x */
+static PyObject *nn_py_activation(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    const char *k = "activation";
+    nn_arg b[2];
+    int64_t parts;
+    const nn_act *act;
+    if (nn_nargs(nargs, 4, k) || (act = nn_get_act(args[2], k)) == NULL || nn_get_parts(args[3], k, &parts)) return NULL;
+    if (nn_get(&b[0], args[0], k, "x", NN_F32, 0)) return NULL;
+    if (nn_get(&b[1], args[1], k, "y", NN_F32, NN_OUT) || nn_need(&b[1], k, "y", b[0].items) ||
+        nn_disjoint(&b[1], &b[0], k, "y", "x", 1))
+        goto fail;
+    nn_act_args a = {b[0].view.buf, b[1].view.buf, b[0].items, act};
+    Py_BEGIN_ALLOW_THREADS
+    if (parts > 1)
+        nn_pool_run(nn_act_task, &a, parts);
+    else
+        nn_activation_f32(a.x, a.y, a.len, act);
+    Py_END_ALLOW_THREADS
+    return nn_finish(b, 2, 1);
+fail:
+    return nn_finish(b, 2, 0);
+}
+
+/* ---- add_act(a, b, y, act, i0, i1): y[i] = act(a[i] + b[i]) for i in [i0, i1), y may be a or b */
+static PyObject *nn_py_add_act(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    const char *k = "add_act";
+    nn_arg b[3] = {{.held = 0}, {.held = 0}, {.held = 0}};
+    int64_t i0, i1;
+    const nn_act *act;
+    if (nn_nargs(nargs, 6, k) || (act = nn_get_act(args[3], k)) == NULL) return NULL;
+    if (nn_get(&b[0], args[0], k, "a", NN_F32, 0) || nn_get(&b[1], args[1], k, "b", NN_F32, 0) ||
+        nn_get(&b[2], args[2], k, "y", NN_F32, NN_OUT))
+        goto fail;
+    if (nn_int(args[4], k, "i0", 0, INT64_MAX, &i0) || nn_int(args[5], k, "i1", i0, INT64_MAX, &i1) ||
+        nn_need(&b[0], k, "a", i1) || nn_need(&b[1], k, "b", i1) || nn_need(&b[2], k, "y", i1) ||
+        nn_disjoint(&b[2], &b[0], k, "y", "a", 1) || nn_disjoint(&b[2], &b[1], k, "y", "b", 1))
+        goto fail;
+    Py_BEGIN_ALLOW_THREADS
+    nn_add_act_f32(b[0].view.buf, b[1].view.buf, b[2].view.buf, i0, i1, act);
+    Py_END_ALLOW_THREADS
+    return nn_finish(b, 3, 1);
+fail:
+    return nn_finish(b, 3, 0);
+}
+
+/* ---- fake_quantize_blocks(x, y, block, signed): x and y (m, k), k a multiple of block */
+static PyObject *nn_py_fake_quantize(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    const char *k = "fake_quantize_blocks";
+    nn_arg b[2] = {{.held = 0}, {.held = 0}};
+    int64_t block, is_signed;
+    if (nn_nargs(nargs, 4, k) || nn_int(args[2], k, "block", 1, INT32_MAX, &block) ||
+        nn_int(args[3], k, "signed", 0, 1, &is_signed))
+        return NULL;
+    if (nn_get(&b[0], args[0], k, "x", NN_F32, 0) || nn_ndim(&b[0], k, "x", 2) ||
+        nn_get(&b[1], args[1], k, "y", NN_F32, NN_OUT) || nn_need(&b[1], k, "y", b[0].items) ||
+        nn_disjoint(&b[1], &b[0], k, "y", "x", 1))
+        goto fail;
+    const int64_t m = b[0].view.shape[0], cols = b[0].view.shape[1];
+    if (cols % block != 0) {
+        nn_value_error(k, "block", "must divide the row length of x");
+        goto fail;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    nn_fake_quantize_blocks_f32(b[0].view.buf, b[1].view.buf, m, cols, block, (int32_t)is_signed);
+    Py_END_ALLOW_THREADS
+    return nn_finish(b, 2, 1);
+fail:
+    return nn_finish(b, 2, 0);
+}
+
+/* ---- layernorm(x, y, scale, bias, eps, parts): over the last axis of x, y may be x */
+static PyObject *nn_py_layernorm(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    const char *k = "layernorm";
+    nn_arg b[4] = {{.held = 0}, {.held = 0}, {.held = 0}, {.held = 0}};
+    int64_t parts;
+    if (nn_nargs(nargs, 6, k) || nn_get_parts(args[5], k, &parts)) return NULL;
+    const double eps = PyFloat_AsDouble(args[4]);
+    if (eps == -1.0 && PyErr_Occurred()) return NULL;
+    if (nn_get(&b[0], args[0], k, "x", NN_F32, 0)) goto fail;
+    if (b[0].view.ndim < 1) {
+        nn_value_error(k, "x", "must have at least one axis");
+        goto fail;
+    }
+    const int64_t width = b[0].view.shape[b[0].view.ndim - 1];
+    if (nn_get(&b[1], args[1], k, "y", NN_F32, NN_OUT) || nn_need(&b[1], k, "y", b[0].items) ||
+        nn_get(&b[2], args[2], k, "scale", NN_F32, NN_NONE_OK) || nn_need(&b[2], k, "scale", width) ||
+        nn_get(&b[3], args[3], k, "bias", NN_F32, NN_NONE_OK) || nn_need(&b[3], k, "bias", width) ||
+        nn_disjoint(&b[1], &b[0], k, "y", "x", 1) || nn_disjoint(&b[1], &b[2], k, "y", "scale", 0) ||
+        nn_disjoint(&b[1], &b[3], k, "y", "bias", 0))
+        goto fail;
+    nn_layernorm_args a = {b[0].view.buf, b[2].view.buf, b[3].view.buf, b[1].view.buf,
+                           width ? b[0].items / width : 0, width, (float)eps};
+    Py_BEGIN_ALLOW_THREADS
+    nn_pool_run(nn_layernorm_task, &a, parts);
+    Py_END_ALLOW_THREADS
+    return nn_finish(b, 4, 1);
+fail:
+    return nn_finish(b, 4, 0);
+}
+
+/* ---- global_pool(x, y, kind, parts): x (n, h, w, c), y n * c elements; kind 0 max, 1 average */
+static PyObject *nn_py_global_pool(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    const char *k = "global_pool";
+    nn_arg b[2] = {{.held = 0}, {.held = 0}};
+    int64_t kind, parts;
+    if (nn_nargs(nargs, 4, k) || nn_int(args[2], k, "kind", NN_POOL_MAX, NN_POOL_AVG, &kind) ||
+        nn_get_parts(args[3], k, &parts))
+        return NULL;
+    if (nn_get(&b[0], args[0], k, "x", NN_F32, 0) || nn_ndim(&b[0], k, "x", 4)) goto fail;
+    const Py_ssize_t *s = b[0].view.shape;
+    if (nn_get(&b[1], args[1], k, "y", NN_F32, NN_OUT) || nn_need(&b[1], k, "y", (int64_t)s[0] * s[3]) ||
+        nn_disjoint(&b[1], &b[0], k, "y", "x", 0))
+        goto fail;
+    nn_pool_args a = {b[0].view.buf, b[1].view.buf, NULL, 0, s[0], (int64_t)s[1] * s[2], s[3], (int32_t)kind};
+    Py_BEGIN_ALLOW_THREADS
+    nn_pool_run(nn_pool_task, &a, parts);
+    Py_END_ALLOW_THREADS
+    return nn_finish(b, 2, 1);
+fail:
+    return nn_finish(b, 2, 0);
+}
+
+/* ---- gather_last(x, y, idx, r0, r1) and shuffle_last(x, y, groups, r0, r1): 4-byte elements, rows of the
+ * last axis; x and y C-contiguous with the same leading axes. */
+static int nn_rows_of(nn_arg *b, PyObject *const *args, const char *k, int64_t *rows, int64_t *in_row,
+                      int64_t *out_row) {
+    if (nn_get(&b[0], args[0], k, "x", NN_ANY32, 0) || nn_get(&b[1], args[1], k, "y", NN_ANY32, NN_OUT) ||
+        nn_disjoint(&b[1], &b[0], k, "y", "x", 0))
+        return -1;
+    if (b[0].view.ndim < 1 || b[1].view.ndim < 1) return nn_value_error(k, "x", "must have at least one axis");
+    *in_row = b[0].view.shape[b[0].view.ndim - 1];
+    *out_row = b[1].view.shape[b[1].view.ndim - 1];
+    *rows = *in_row ? b[0].items / *in_row : 0;
+    if (*rows != (*out_row ? b[1].items / *out_row : 0))
+        return nn_value_error(k, "y", "must have the leading axes of x");
+    return 0;
+}
+
+static int nn_row_range(PyObject *const *args, const char *k, int64_t rows, int64_t *r0, int64_t *r1) {
+    if (nn_int(args[3], k, "r0", 0, rows, r0) || nn_int(args[4], k, "r1", *r0, rows, r1)) return -1;
+    return 0;
+}
+
+static PyObject *nn_py_gather_last(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    const char *k = "gather_last";
+    nn_arg b[3] = {{.held = 0}, {.held = 0}, {.held = 0}};
+    int64_t rows, in_row, out_row, r0, r1;
+    if (nn_nargs(nargs, 5, k)) return NULL;
+    if (nn_rows_of(b, args, k, &rows, &in_row, &out_row) || nn_get(&b[2], args[2], k, "idx", NN_I32, 0) ||
+        nn_row_range(args, k, rows, &r0, &r1))
+        goto fail;
+    if (b[2].items != out_row) {
+        nn_value_error(k, "idx", "must have as many indices as y's last axis");
+        goto fail;
+    }
+    const int32_t *idx = b[2].view.buf;
+    for (int64_t i = 0; i < b[2].items; i++)
+        if (idx[i] < 0 || idx[i] >= in_row) {
+            nn_value_error(k, "idx", "has an index outside x's last axis");
+            goto fail;
+        }
+    Py_BEGIN_ALLOW_THREADS
+    nn_gather_last_b32(b[0].view.buf, b[1].view.buf, idx, out_row, in_row, r0, r1);
+    Py_END_ALLOW_THREADS
+    return nn_finish(b, 3, 1);
+fail:
+    return nn_finish(b, 3, 0);
+}
+
+static PyObject *nn_py_shuffle_last(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    const char *k = "shuffle_last";
+    nn_arg b[2] = {{.held = 0}, {.held = 0}};
+    int64_t rows, in_row, out_row, groups, r0, r1;
+    if (nn_nargs(nargs, 5, k)) return NULL;
+    if (nn_rows_of(b, args, k, &rows, &in_row, &out_row) || nn_int(args[2], k, "groups", 1, INT32_MAX, &groups) ||
+        nn_row_range(args, k, rows, &r0, &r1))
+        goto fail;
+    if (in_row != out_row || in_row % groups != 0) {
+        nn_value_error(k, "groups", "must divide the last axis, of one length in x and y");
+        goto fail;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    nn_shuffle_last_b32(b[0].view.buf, b[1].view.buf, groups, in_row / groups, r0, r1);
+    Py_END_ALLOW_THREADS
+    return nn_finish(b, 2, 1);
+fail:
+    return nn_finish(b, 2, 0);
+}
+
+/* ---- GEMMs through the linked BLAS. A matrix argument is a strided view with unit column stride (b may be
+ * the transpose: unit row stride); ld is its row stride in elements. */
+static int nn_matrix(const nn_arg *m, int trans_ok, const char *k, const char *name, int64_t *ld, int *trans) {
+    const Py_ssize_t rows = m->view.shape[m->view.ndim - 2], cols = m->view.shape[m->view.ndim - 1];
+    const Py_ssize_t sr = m->view.strides[m->view.ndim - 2], sc = m->view.strides[m->view.ndim - 1];
+    if (cols <= 1 || sc == 4) {                 /* row major: rows sr / 4 elements apart */
+        *trans = 0;
+        *ld = rows > 1 ? sr / 4 : (cols > 1 ? cols : 1);
+        if (rows > 1 && (sr % 4 != 0 || *ld < cols)) return nn_value_error(k, name, "has rows that overlap");
+    } else if (trans_ok && (rows <= 1 || sr == 4)) {  /* column major: read transposed */
+        *trans = 1;
+        *ld = sc / 4;
+        if (sc % 4 != 0 || *ld < rows) return nn_value_error(k, name, "has columns that overlap");
+    } else {
+        return nn_value_error(k, name, "must have a unit stride along one of its last two axes");
+    }
+    if (*ld < 1) *ld = 1;
+    if (rows > NN_BLAS_MAX || cols > NN_BLAS_MAX || *ld > NN_BLAS_MAX)
+        return nn_value_error(k, name, "is too large for the 32-bit BLAS");
+    return 0;
+}
+
+/* nn_get for a matrix argument: strides allowed (the last axis' unit stride is checked by nn_matrix, which
+ * also accepts b transposed), ``ndim`` axes */
+static int nn_get_matrix(nn_arg *a, PyObject *obj, const char *k, const char *name, int flags, int ndim) {
+    a->held = 0;
+    if (obj == Py_None) return nn_type_error(k, name, "must be an array, not None");
+    if (!PyObject_CheckBuffer(obj)) return nn_type_error(k, name, "must be an array (buffer protocol)");
+    int request = PyBUF_FORMAT | PyBUF_STRIDES | ((flags & NN_OUT) ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, &a->view, request) != 0) {
+        PyErr_Clear();
+        return nn_value_error(k, name, (flags & NN_OUT) ? "must be a writable array" : "must be an array");
+    }
+    a->held = 1;
+    if (!nn_format_is(a->view.format, a->view.itemsize, NN_F32)) return nn_type_error(k, name, "must be float32");
+    if (nn_ndim(a, k, name, ndim)) return -1;
+    Py_ssize_t span = 4;
+    a->items = 1;
+    for (int d = 0; d < ndim; d++) {
+        const Py_ssize_t n = a->view.shape[d], s = a->view.strides[d];
+        a->items *= n;
+        if (s < 0 || (s == 0 && n > 1 && d >= ndim - 2)) return nn_value_error(k, name, "must not have negative or zero strides");
+        span += n ? (n - 1) * s : 0;
+    }
+    a->lo = a->view.buf;
+    a->hi = a->items ? a->lo + span : a->lo;
+    return 0;
+}
+
+/* The operands a GEMM keeps: b (k, n), read transposed when tb, its bias (n,) or NULL, its activation. */
+typedef struct {
+    nn_arg b, bias;
+    int64_t ldb;
+    int tb;
+    nn_act act;
+} nn_gemm_operands;
+
+/* Take b and bias into ``o``; -1 otherwise (the caller releases o->b and o->bias). */
+static int nn_gemm_take(nn_gemm_operands *o, PyObject *b, PyObject *bias, const char *k) {
+    o->bias.held = 0;
+    if (nn_get_matrix(&o->b, b, k, "b", 0, 2) || nn_matrix(&o->b, 1, k, "b", &o->ldb, &o->tb) ||
+        nn_get(&o->bias, bias, k, "bias", NN_F32, NN_NONE_OK) || nn_need(&o->bias, k, "bias", o->b.view.shape[1]))
+        return -1;
+    if (o->b.view.shape[0] == 0) return nn_value_error(k, "b", "must have a non-empty inner dimension");
+    return 0;
+}
+
+/* c = act(a @ b + bias) for the kept operands, split into parts by rows of c (multiples of row_align) or by
+ * columns (args: a, c, parts, row_align, by_cols) */
+static PyObject *nn_gemm_call(const nn_gemm_operands *o, PyObject *const *args, const char *k) {
+    nn_arg v[2] = {{.held = 0}, {.held = 0}};
+    int64_t parts, row_align, by_cols, lda, ldc;
+    int ta, tc;
+    if (nn_get_parts(args[2], k, &parts) || nn_int(args[3], k, "row_align", 1, INT32_MAX, &row_align) ||
+        nn_int(args[4], k, "by_cols", 0, 1, &by_cols))
+        return NULL;
+    if (nn_get_matrix(&v[0], args[0], k, "a", 0, 2) || nn_get_matrix(&v[1], args[1], k, "c", NN_OUT, 2) ||
+        nn_matrix(&v[0], 0, k, "a", &lda, &ta) || nn_matrix(&v[1], 0, k, "c", &ldc, &tc))
+        goto fail;
+    const int64_t m = v[0].view.shape[0], kk = v[0].view.shape[1], n = o->b.view.shape[1];
+    if (o->b.view.shape[0] != kk || v[1].view.shape[0] != m || v[1].view.shape[1] != n) {
+        nn_value_error(k, "c", "must be (m, n) for a (m, k) and b (k, n)");
+        goto fail;
+    }
+    if (nn_disjoint(&v[1], &v[0], k, "c", "a", 0) || nn_disjoint(&v[1], &o->b, k, "c", "b", 0) ||
+        nn_disjoint(&v[1], &o->bias, k, "c", "bias", 0))
+        goto fail;
+    nn_gemm_args g = {v[0].view.buf, o->b.view.buf, v[1].view.buf, o->bias.view.buf, m, n, kk, lda, o->ldb, ldc,
+                      row_align, o->tb, (int32_t)by_cols, o->act};
+    Py_BEGIN_ALLOW_THREADS
+    nn_pool_run(nn_gemm_task, &g, parts);
+    Py_END_ALLOW_THREADS
+    return nn_finish(v, 2, 1);
+fail:
+    return nn_finish(v, 2, 0);
+}
+
+/* gemm(a, b, c, bias, act, parts, row_align, by_cols): c = act(a @ b + bias), every operand given now */
+static PyObject *nn_py_gemm(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    const char *k = "gemm";
+    const nn_act *act;
+    if (nn_nargs(nargs, 8, k) || (act = nn_get_act(args[4], k)) == NULL) return NULL;
+    nn_gemm_operands o = {.act = *act};
+    PyObject *rest[5] = {args[0], args[2], args[5], args[6], args[7]};
+    PyObject *result = nn_gemm_take(&o, args[1], args[3], k) ? NULL : nn_gemm_call(&o, rest, k);
+    nn_release(&o.b, 1);
+    nn_release(&o.bias, 1);
+    return result;
+}
+
+/* ---- Gemm: a prepared GEMM (constant b, its bias and activation), made once at prepare */
+typedef struct {
+    PyObject_HEAD
+    nn_gemm_operands o;
+} nn_gemm_object;
+
+static void nn_gemm_dealloc(nn_gemm_object *self) {
+    nn_release(&self->o.b, 1);
+    nn_release(&self->o.bias, 1);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Gemm(b, bias, act): b (k, n) float32 with a unit stride along one axis, bias (n,) or None; both held */
+static PyObject *nn_gemm_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    const char *k = "Gemm";
+    PyObject *b, *bias, *act_obj;
+    if (kwargs && PyDict_GET_SIZE(kwargs)) return PyErr_Format(PyExc_TypeError, "Gemm takes no keyword arguments");
+    if (!PyArg_ParseTuple(args, "OOO:Gemm", &b, &bias, &act_obj)) return NULL;
+    const nn_act *act = nn_get_act(act_obj, k);
+    if (act == NULL) return NULL;
+    nn_gemm_object *self = (nn_gemm_object *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    self->o.act = *act;
+    if (nn_gemm_take(&self->o, b, bias, k)) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+static PyObject *nn_gemm_run(nn_gemm_object *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nn_nargs(nargs, 5, "Gemm.run")) return NULL;
+    return nn_gemm_call(&self->o, args, "Gemm.run");
+}
+
+static PyMethodDef nn_gemm_methods[] = {
+    {"run", (PyCFunction)(void (*)(void))nn_gemm_run, METH_FASTCALL,
+     "run(a, c, parts, row_align, by_cols): c = act(a @ b + bias), split by rows (multiples of row_align) or "
+     "columns into parts"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject nn_gemm_type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "nnhal._kernels.Gemm",
+    .tp_doc = "Gemm(b, bias, act): a prepared GEMM with a constant b, its bias and activation (held, read only)",
+    .tp_basicsize = sizeof(nn_gemm_object),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = nn_gemm_new,
+    .tp_dealloc = (destructor)nn_gemm_dealloc,
+    .tp_methods = nn_gemm_methods,
+};
+
+/* batched_gemm(a, b, c, parts): c[i] = a[i] @ b[i] for a (batch, m, k), b (batch or 1, k, n), c (batch, m, n) */
+static PyObject *nn_py_batched_gemm(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    const char *k = "batched_gemm";
+    nn_arg b[3] = {{.held = 0}, {.held = 0}, {.held = 0}};
+    int64_t parts, lda, ldb, ldc;
+    int ta, tb, tc;
+    if (nn_nargs(nargs, 4, k) || nn_get_parts(args[3], k, &parts)) return NULL;
+    if (nn_get_matrix(&b[0], args[0], k, "a", 0, 3) || nn_get_matrix(&b[1], args[1], k, "b", 0, 3) ||
+        nn_get_matrix(&b[2], args[2], k, "c", NN_OUT, 3) || nn_matrix(&b[0], 0, k, "a", &lda, &ta) ||
+        nn_matrix(&b[1], 1, k, "b", &ldb, &tb) || nn_matrix(&b[2], 0, k, "c", &ldc, &tc))
+        goto fail;
+    const Py_ssize_t *sa = b[0].view.shape, *sb = b[1].view.shape, *sc = b[2].view.shape;
+    if (sb[1] != sa[2] || sc[0] != sa[0] || sc[1] != sa[1] || sc[2] != sb[2] || (sb[0] != sa[0] && sb[0] != 1)) {
+        nn_value_error(k, "c", "must be (batch, m, n) for a (batch, m, k) and b (batch or 1, k, n)");
+        goto fail;
+    }
+    if (sa[2] == 0) {
+        nn_value_error(k, "a", "must have a non-empty inner dimension");
+        goto fail;
+    }
+    for (int i = 0; i < 3; i++)
+        if (b[i].view.strides[0] % 4 != 0) {
+            nn_value_error(k, i == 0 ? "a" : i == 1 ? "b" : "c", "must have whole-element strides");
+            goto fail;
+        }
+    if (nn_disjoint(&b[2], &b[0], k, "c", "a", 0) || nn_disjoint(&b[2], &b[1], k, "c", "b", 0)) goto fail;
+    nn_bgemm_args g = {{b[0].view.buf, b[1].view.buf, b[2].view.buf, NULL, sa[1], sb[2], sa[2], lda, ldb, ldc, 1, tb,
+                        0, {NN_ACT_NONE, 0, 0, 0, 0}},
+                       sa[0], b[0].view.strides[0] / 4, sb[0] == 1 ? 0 : b[1].view.strides[0] / 4,
+                       b[2].view.strides[0] / 4};
+    Py_BEGIN_ALLOW_THREADS
+    nn_pool_run(nn_bgemm_task, &g, parts);
+    Py_END_ALLOW_THREADS
+    return nn_finish(b, 3, 1);
+fail:
+    return nn_finish(b, 3, 0);
+}
+
+/* ---- Conv: a prepared 2-D convolution, channels last (geometry, packed weights, bias, activation) */
+enum { NN_CONV_DEPTHWISE = 0, NN_CONV_GROUPED = 1, NN_CONV_IM2COL = 2 };
+
+typedef struct {
+    PyObject_HEAD
+    int kind;
+    nn_arg w, bias;             /* held for the object's life */
+    int64_t x_items, y_items, scratch_per_part;
+    nn_dw_params dw;
+    nn_gconv_params gc;
+    nn_conv_args im;            /* geometry, weights, bias, activation; x, y, scratch per call */
+} nn_conv_object;
+
+static PyTypeObject nn_conv_type;
+
+static void nn_conv_dealloc(nn_conv_object *self) {
+    nn_release(&self->w, 1);
+    nn_release(&self->bias, 1);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Conv(kind, geometry, weights, bias, act): kind "depthwise" (geometry n, h, w, c, oh, ow, kh, kw, sh, sw, dh,
+ * dw, pad_top, pad_left; weights (kh, kw, c)), "grouped" (n, h, w, c, oh, ow, m, kh, kw, sh, sw, dh, dw,
+ * pad_top, pad_left, groups, cg, mg; weights (groups, kh, kw, cg, mg), mg a multiple of 8) or "im2col" (n, h, w,
+ * c, oh, ow, m, kh, kw, sh, sw, dh, dw, pad_top, pad_left, ld, band_rows; weights (ld, m), ld >= kh * kw * c) */
+static PyObject *nn_conv_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    const char *k = "Conv";
+    const char *kind_name;
+    PyObject *geometry, *weights, *bias, *act_obj;
+    if (kwargs && PyDict_GET_SIZE(kwargs)) return PyErr_Format(PyExc_TypeError, "Conv takes no keyword arguments");
+    if (!PyArg_ParseTuple(args, "sOOOO:Conv", &kind_name, &geometry, &weights, &bias, &act_obj)) return NULL;
+    const nn_act *act = nn_get_act(act_obj, k);
+    if (act == NULL) return NULL;
+    int kind;
+    Py_ssize_t count;
+    if (strcmp(kind_name, "depthwise") == 0) kind = NN_CONV_DEPTHWISE, count = 14;
+    else if (strcmp(kind_name, "grouped") == 0) kind = NN_CONV_GROUPED, count = 18;
+    else if (strcmp(kind_name, "im2col") == 0) kind = NN_CONV_IM2COL, count = 17;
+    else return PyErr_Format(PyExc_ValueError, "native kernel Conv: argument 'kind' must be depthwise, grouped or "
+                             "im2col, not %s", kind_name);
+    int64_t g[18];
+    if (nn_ints(geometry, k, "geometry", count, 0, g)) return NULL;
+    /* n, h, w, c, oh, ow, [m,] kh, kw, sh, sw, dh, dw: sizes; strides and dilations at least 1 */
+    const int off = kind == NN_CONV_DEPTHWISE ? 0 : 1;
+    for (int i = 8 + off; i < 12 + off; i++)
+        if (g[i] < 1) return PyErr_Format(PyExc_ValueError, "native kernel Conv: argument 'geometry' has a stride "
+                                          "or dilation below 1");
+    nn_conv_object *self = (nn_conv_object *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    self->kind = kind;
+    if (nn_get(&self->w, weights, k, "weights", NN_F32, 0) || nn_get(&self->bias, bias, k, "bias", NN_F32, NN_NONE_OK))
+        goto fail;
+    const int64_t in_dims[4] = {g[0], g[1], g[2], g[3]};
+    self->x_items = nn_mul(4, in_dims);
+    if (kind == NN_CONV_DEPTHWISE) {
+        self->dw = (nn_dw_params){g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8], g[9], g[10], g[11], g[12],
+                                  g[13], *act};
+        const int64_t wd[3] = {g[6], g[7], g[3]}, yd[4] = {g[0], g[4], g[5], g[3]};
+        self->y_items = nn_mul(4, yd);
+        if (nn_need(&self->w, k, "weights", nn_mul(3, wd)) || nn_need(&self->bias, k, "bias", g[3])) goto fail;
+    } else if (kind == NN_CONV_GROUPED) {
+        self->gc = (nn_gconv_params){g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8], g[9], g[10], g[11], g[12],
+                                     g[13], g[14], g[15], g[16], g[17], *act};
+        const int64_t wd[5] = {g[15], g[7], g[8], g[16], g[17]}, yd[4] = {g[0], g[4], g[5], g[6]};
+        const int64_t gc[2] = {g[15], g[16]}, gm[2] = {g[15], g[17]};
+        self->y_items = nn_mul(4, yd);
+        if (g[17] % 8 != 0 || nn_mul(2, gc) > g[3] || nn_mul(2, gm) > g[6]) {
+            nn_value_error(k, "geometry", "needs mg a multiple of 8, groups * cg <= c and groups * mg <= m");
+            goto fail;
+        }
+        if (nn_need(&self->w, k, "weights", nn_mul(5, wd)) || nn_need(&self->bias, k, "bias", g[6])) goto fail;
+    } else {
+        const int64_t kk[3] = {g[7], g[8], g[3]}, wd[2] = {g[15], g[6]}, yd[4] = {g[0], g[4], g[5], g[6]};
+        const int64_t band[3] = {g[16], g[5], g[15]}, rows[2] = {g[16], g[5]};
+        self->y_items = nn_mul(4, yd);
+        self->scratch_per_part = nn_mul(3, band);
+        const int64_t taps = nn_mul(3, kk), band_pixels = nn_mul(2, rows);
+        if (taps < 0 || g[15] < taps || g[16] < 1 || band_pixels < 0 || band_pixels > NN_BLAS_MAX ||
+            self->scratch_per_part < 0) {
+            nn_value_error(k, "geometry", "needs ld >= kh * kw * c, band_rows >= 1 and a band within the 32-bit BLAS");
+            goto fail;
+        }
+        if (nn_need(&self->w, k, "weights", nn_mul(2, wd)) || nn_need(&self->bias, k, "bias", g[6])) goto fail;
+        self->im = (nn_conv_args){NULL, self->w.view.buf, self->bias.view.buf, NULL, NULL, g[0], g[1], g[2], g[3], g[4],
+                                  g[5], g[6], g[7], g[8], g[9], g[10], g[11], g[12], g[13], g[14], g[15], g[16], *act};
+    }
+    if (self->x_items < 0 || self->y_items < 0) {
+        nn_value_error(k, "geometry", "has sizes whose product overflows");
+        goto fail;
+    }
+    return (PyObject *)self;
+fail:
+    Py_DECREF(self);
+    return NULL;
+}
+
+/* conv.run(x, y, scratch, parts): the whole convolution of x (n, h, w, c) into y (n, oh, ow, m), split by output
+ * rows into parts; scratch (im2col only, else None): parts * band_rows * ow * ld floats. */
+static PyObject *nn_conv_run(nn_conv_object *self, PyObject *const *args, Py_ssize_t nargs) {
+    const char *k = "Conv.run";
+    nn_arg b[3] = {{.held = 0}, {.held = 0}, {.held = 0}};
+    int64_t parts;
+    if (nn_nargs(nargs, 4, k) || nn_get_parts(args[3], k, &parts)) return NULL;
+    const int im2col = self->kind == NN_CONV_IM2COL;
+    if (!im2col && args[2] != Py_None) return PyErr_Format(PyExc_ValueError, "native kernel %s: argument 'scratch' "
+                                                           "must be None (only im2col takes scratch)", k);
+    if (nn_get(&b[0], args[0], k, "x", NN_F32, 0) || nn_need(&b[0], k, "x", self->x_items) ||
+        nn_get(&b[1], args[1], k, "y", NN_F32, NN_OUT) || nn_need(&b[1], k, "y", self->y_items) ||
+        nn_get(&b[2], args[2], k, "scratch", NN_F32, NN_OUT | (im2col ? 0 : NN_NONE_OK)) ||
+        (im2col && nn_need(&b[2], k, "scratch", self->scratch_per_part * parts)) ||
+        nn_disjoint(&b[1], &b[0], k, "y", "x", 0) || nn_disjoint(&b[1], &self->w, k, "y", "weights", 0) ||
+        nn_disjoint(&b[1], &self->bias, k, "y", "bias", 0) || nn_disjoint(&b[2], &b[0], k, "scratch", "x", 0) ||
+        nn_disjoint(&b[2], &b[1], k, "scratch", "y", 0) || nn_disjoint(&b[2], &self->w, k, "scratch", "weights", 0))
+        goto fail;
+    const float *x = b[0].view.buf, *w = self->w.view.buf, *bias = self->bias.view.buf;
+    float *y = b[1].view.buf;
+    Py_BEGIN_ALLOW_THREADS
+    if (self->kind == NN_CONV_DEPTHWISE) {
+        nn_dw_args a = {x, w, bias, y, &self->dw};
+        nn_pool_run(nn_dw_task, &a, parts);
+    } else if (self->kind == NN_CONV_GROUPED) {
+        nn_gconv_args a = {x, w, bias, y, &self->gc};
+        nn_pool_run(nn_gconv_task, &a, parts);
+    } else {
+        nn_conv_args a = self->im;
+        a.x = x, a.y = y, a.scratch = b[2].view.buf;
+        nn_pool_run(nn_conv_task, &a, parts);
+    }
+    Py_END_ALLOW_THREADS
+    return nn_finish(b, 3, 1);
+fail:
+    return nn_finish(b, 3, 0);
+}
+
+static PyMethodDef nn_conv_methods[] = {
+    {"run", (PyCFunction)(void (*)(void))nn_conv_run, METH_FASTCALL,
+     "run(x, y, scratch, parts): the convolution of x into y, split by output rows into parts (scratch: im2col's "
+     "columns, parts * band_rows * ow * ld floats; None for the others)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject nn_conv_type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "nnhal._kernels.Conv",
+    .tp_doc = "Conv(kind, geometry, weights, bias, act): a prepared channels-last convolution (kernels.c says "
+              "each kind's geometry); weights and bias are held, read only, for the object's life",
+    .tp_basicsize = sizeof(nn_conv_object),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = nn_conv_new,
+    .tp_dealloc = (destructor)nn_conv_dealloc,
+    .tp_methods = nn_conv_methods,
+};
+
+/* ---- Pool2d: a prepared 2-D pooling, channels last */
+typedef struct {
+    PyObject_HEAD
+    nn_pool_params p;
+} nn_pool2d_object;
+
+/* Pool2d(geometry, kind): geometry n, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, pad_top, pad_left, pad_bottom,
+ * pad_right; kind 0 max, 1 average over the taps inside the input, 2 average over the padded window */
+static PyObject *nn_pool2d_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    const char *k = "Pool2d";
+    PyObject *geometry, *kind_obj;
+    int64_t kind;
+    if (kwargs && PyDict_GET_SIZE(kwargs)) return PyErr_Format(PyExc_TypeError, "Pool2d takes no keyword arguments");
+    if (!PyArg_ParseTuple(args, "OO:Pool2d", &geometry, &kind_obj)) return NULL;
+    int64_t g[16];
+    if (nn_ints(geometry, k, "geometry", 16, 0, g) || nn_int(kind_obj, k, "kind", NN_POOL_MAX, NN_POOL_AVG_PAD, &kind))
+        return NULL;
+    /* the window's taps live on the stack (one row and one column of offsets) */
+    if (g[6] < 1 || g[7] < 1 || g[6] > 4096 || g[7] > 4096 || g[8] < 1 || g[9] < 1 || g[10] < 1 || g[11] < 1)
+        return PyErr_Format(PyExc_ValueError, "native kernel Pool2d: argument 'geometry' needs kernel sides in "
+                            "[1, 4096] and strides and dilations >= 1");
+    const int64_t xd[4] = {g[0], g[1], g[2], g[3]}, yd[4] = {g[0], g[4], g[5], g[3]};
+    if (nn_mul(4, xd) < 0 || nn_mul(4, yd) < 0)
+        return PyErr_Format(PyExc_ValueError, "native kernel Pool2d: argument 'geometry' overflows");
+    nn_pool2d_object *self = (nn_pool2d_object *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    self->p = (nn_pool_params){g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8], g[9], g[10], g[11], g[12], g[13],
+                               g[14], g[15], g[3], (int32_t)kind};
+    return (PyObject *)self;
+}
+
+/* pool.run(x, y, r0, r1, parts): output rows [r0, r1) of the flattened n * oh, split into parts. x (n, h, w, c)
+ * C-contiguous; y (n, oh, ow, c) with contiguous channels and whole pixels between them (a channel slice of a
+ * wider tensor is fine) */
+static PyObject *nn_pool2d_run(nn_pool2d_object *self, PyObject *const *args, Py_ssize_t nargs) {
+    const char *k = "Pool2d.run";
+    nn_arg b[2] = {{.held = 0}, {.held = 0}};
+    int64_t r0, r1, parts;
+    const nn_pool_params *p = &self->p;
+    if (nn_nargs(nargs, 5, k) || nn_int(args[2], k, "r0", 0, p->n * p->oh, &r0) ||
+        nn_int(args[3], k, "r1", r0, p->n * p->oh, &r1) || nn_get_parts(args[4], k, &parts))
+        return NULL;
+    const int64_t xd[4] = {p->n, p->h, p->w, p->c};
+    if (nn_get(&b[0], args[0], k, "x", NN_F32, 0) || nn_need(&b[0], k, "x", nn_mul(4, xd)) ||
+        nn_get(&b[1], args[1], k, "y", NN_F32, NN_OUT | NN_STRIDED) || nn_ndim(&b[1], k, "y", 4) ||
+        nn_disjoint(&b[1], &b[0], k, "y", "x", 0))
+        goto fail;
+    const Py_ssize_t *ys = b[1].view.shape, *st = b[1].view.strides;
+    if (ys[0] != p->n || ys[1] != p->oh || ys[2] != p->ow || ys[3] != p->c) {
+        nn_value_error(k, "y", "must be (n, oh, ow, c) of the geometry");
+        goto fail;
+    }
+    const int64_t pixel = st[2];
+    if (pixel % 4 != 0 || pixel / 4 < p->c || st[1] != pixel * p->ow || st[0] != st[1] * p->oh) {
+        nn_value_error(k, "y", "must have contiguous channels and whole pixels between them");
+        goto fail;
+    }
+    nn_pool_params q = *p;
+    q.y_stride = pixel / 4;
+    nn_pool_args a = {b[0].view.buf, b[1].view.buf, &q, r0, r1 - r0, 0, 0, 0};
+    Py_BEGIN_ALLOW_THREADS
+    nn_pool_run(nn_pool_task, &a, parts);
+    Py_END_ALLOW_THREADS
+    return nn_finish(b, 2, 1);
+fail:
+    return nn_finish(b, 2, 0);
+}
+
+static PyMethodDef nn_pool2d_methods[] = {
+    {"run", (PyCFunction)(void (*)(void))nn_pool2d_run, METH_FASTCALL,
+     "run(x, y, r0, r1, parts): output rows [r0, r1) of the flattened n * oh, split into parts"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject nn_pool2d_type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "nnhal._kernels.Pool2d",
+    .tp_doc = "Pool2d(geometry, kind): a prepared channels-last 2-D MaxPool (kind 0) or AveragePool (1: over the "
+              "taps inside the input, 2: over the padded window)",
+    .tp_basicsize = sizeof(nn_pool2d_object),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = nn_pool2d_new,
+    .tp_methods = nn_pool2d_methods,
+};
+
+/* ---- the pool, the spin and the BLAS */
+static PyObject *nn_py_spin_wait(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    const char *k = "spin_wait";
+    nn_arg flag;
+    int64_t value, max_ns, result;
+    if (nn_nargs(nargs, 3, k) || nn_int(args[1], k, "value", INT64_MIN, INT64_MAX, &value) ||
+        nn_int(args[2], k, "max_ns", 0, INT64_MAX, &max_ns))
+        return NULL;
+    if (nn_get(&flag, args[0], k, "flag", NN_I64, 0) || nn_need(&flag, k, "flag", 1)) {
+        nn_release(&flag, 1);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    result = nn_spin_wait(flag.view.buf, value, max_ns);
+    Py_END_ALLOW_THREADS
+    nn_release(&flag, 1);
+    return PyLong_FromLongLong(result);
+}
+
+static PyObject *nn_py_pool_set_threads(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    int64_t threads, have;
+    if (nn_nargs(nargs, 1, "pool_set_threads") || nn_int(args[0], "pool_set_threads", "threads", 1, INT32_MAX, &threads))
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    have = nn_pool_set_threads(threads);
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLongLong(have);
+}
+
+static PyObject *nn_py_pool_set_spin(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    int64_t ns;
+    if (nn_nargs(nargs, 1, "pool_set_spin") || nn_int(args[0], "pool_set_spin", "spin_ns", 0, INT64_MAX, &ns))
+        return NULL;
+    nn_pool_set_spin(ns);
+    Py_RETURN_NONE;
+}
+
+static PyObject *nn_py_blas_set_threads(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    int64_t n;
+    if (nn_nargs(nargs, 1, "blas_set_threads") || nn_int(args[0], "blas_set_threads", "threads", 1, 4096, &n))
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    scipy_openblas_set_num_threads((int)n);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+static PyObject *nn_py_blas_info(PyObject *module, PyObject *unused) {
+    (void)module;
+    (void)unused;
+    return Py_BuildValue("{s:s,s:s,s:i}", "library", "scipy-openblas32 (libscipy_openblas)", "config",
+                         scipy_openblas_get_config(), "threads", scipy_openblas_get_num_threads());
+}
+
+static PyMethodDef nn_methods[] = {
+    {"activation", (PyCFunction)(void (*)(void))nn_py_activation, METH_FASTCALL,
+     "activation(x, y, act, parts): y = act(x) for float32 x and y of one size (y may be x)"},
+    {"add_act", (PyCFunction)(void (*)(void))nn_py_add_act, METH_FASTCALL,
+     "add_act(a, b, y, act, i0, i1): y[i] = act(a[i] + b[i]) for i in [i0, i1) (y may be a or b)"},
+    {"fake_quantize_blocks", (PyCFunction)(void (*)(void))nn_py_fake_quantize, METH_FASTCALL,
+     "fake_quantize_blocks(x, y, block, signed): x (m, k) quantized per row and block, dequantized into y"},
+    {"layernorm", (PyCFunction)(void (*)(void))nn_py_layernorm, METH_FASTCALL,
+     "layernorm(x, y, scale, bias, eps, parts): LayerNormalization over the last axis (y may be x)"},
+    {"global_pool", (PyCFunction)(void (*)(void))nn_py_global_pool, METH_FASTCALL,
+     "global_pool(x, y, kind, parts): GlobalMaxPool (0) or GlobalAveragePool (1) of x (n, h, w, c) into y (n * c)"},
+    {"gather_last", (PyCFunction)(void (*)(void))nn_py_gather_last, METH_FASTCALL,
+     "gather_last(x, y, idx, r0, r1): rows [r0, r1) of y[..., k] = x[..., idx[k]], 4-byte elements"},
+    {"shuffle_last", (PyCFunction)(void (*)(void))nn_py_shuffle_last, METH_FASTCALL,
+     "shuffle_last(x, y, groups, r0, r1): rows [r0, r1) of the channel shuffle of the last axis"},
+    {"gemm", (PyCFunction)(void (*)(void))nn_py_gemm, METH_FASTCALL,
+     "gemm(a, b, c, bias, act, parts, row_align, by_cols): c = act(a @ b + bias) on the native pool"},
+    {"batched_gemm", (PyCFunction)(void (*)(void))nn_py_batched_gemm, METH_FASTCALL,
+     "batched_gemm(a, b, c, parts): c[i] = a[i] @ b[i] on the native pool"},
+    {"spin_wait", (PyCFunction)(void (*)(void))nn_py_spin_wait, METH_FASTCALL,
+     "spin_wait(flag, value, max_ns): spin (GIL released) until flag[0] != value or max_ns passed; flag[0]"},
+    {"pool_set_threads", (PyCFunction)(void (*)(void))nn_py_pool_set_threads, METH_FASTCALL,
+     "pool_set_threads(n): make the native pool run parts on n threads; the threads it has"},
+    {"pool_set_spin", (PyCFunction)(void (*)(void))nn_py_pool_set_spin, METH_FASTCALL,
+     "pool_set_spin(ns): how long an idle worker spins before it sleeps"},
+    {"blas_set_threads", (PyCFunction)(void (*)(void))nn_py_blas_set_threads, METH_FASTCALL,
+     "blas_set_threads(n): the linked OpenBLAS's threads"},
+    {"blas_info", nn_py_blas_info, METH_NOARGS, "blas_info(): the linked BLAS's name, configuration and threads"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef nn_module = {
+    PyModuleDef_HEAD_INIT, "_kernels",
+    "nnhal cpu device's native kernels (kernels.c): METH_FASTCALL functions over numpy arrays", -1, nn_methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__kernels(void) {
+    PyTypeObject *types[] = {&nn_act_type, &nn_conv_type, &nn_pool2d_type, &nn_gemm_type};
+    const char *names[] = {"Act", "Conv", "Pool2d", "Gemm"};
+    for (int i = 0; i < 4; i++)
+        if (PyType_Ready(types[i]) < 0) return NULL;
+    PyObject *m = PyModule_Create(&nn_module);
+    if (m == NULL) return NULL;
+    for (int i = 0; i < 4; i++) {
+        Py_INCREF(types[i]);
+        if (PyModule_AddObject(m, names[i], (PyObject *)types[i]) < 0) {
+            Py_DECREF(types[i]);
+            Py_DECREF(m);
+            return NULL;
+        }
+    }
+    if (PyModule_AddIntConstant(m, "MAX_PARTS", NN_MAX_WORKERS + 1) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from nnhal.device.cpu.kernels import select
 from nnhal.hostkernels import op_conv
 from nnhal.hostkernels._conv2d import conv2d
-from nnhal.hostkernels.select import select
-from tests.device.test_nhwc_conv import ACTIVATIONS, CASES, make, reference
+from tests.device.cpu.test_nhwc_conv import ACTIVATIONS, CASES, make, reference
 
 # id: (N, C, H, W, M, kernel, strides, pads, dilations, group): shapes that reach the output-side shifts
 SHIFT_CASES = {
@@ -48,7 +48,7 @@ def check_nchw(name: str, bias: bool, act, dtype=np.float32, tol: float = 1e-4) 
 
 @pytest.fixture(autouse=True)
 def _cases(monkeypatch):
-    monkeypatch.setattr("tests.device.test_nhwc_conv.CASES", ALL)
+    monkeypatch.setattr("tests.device.cpu.test_nhwc_conv.CASES", ALL)
 
 
 def test_every_strategy_is_covered():

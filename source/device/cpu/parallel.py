@@ -6,8 +6,8 @@ its own block while that block is in cache.
 
 Two pools, one per kind of part:
 
-* the native pool (kernels.c ``nn_pool_run``): Python makes one ctypes call, which releases the GIL, and
-  C workers run the parts (GEMM with bias and activation: :func:`gemm`, per-head products:
+* the native pool (kernels.c ``nn_pool_run``): Python makes one call into the extension, which releases
+  the GIL, and C workers run the parts (GEMM with bias and activation: :func:`gemm`, per-head products:
   :func:`matmul`, im2col convolutions, depthwise convolutions, gates). Its workers spin briefly for the
   next part before they sleep, as onnxruntime's and OpenBLAS's do: a hand-over costs ~5 us, where a
   sleeping thread of a virtual machine took 20-50 us to wake.
@@ -39,7 +39,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from nnhal.hostkernels import native
+from nnhal.device.cpu import native
 
 # Work is counted in units of about one element of a memory-bound element-wise pass (~0.3 ns here); a
 # GEMM's multiply-add is 1/MACS_PER_UNIT of a unit (BLAS runs ~16 of them in that time on one core). A
@@ -98,8 +98,6 @@ WAIT_SPIN_NS = 5_000_000
 def _spin(flag: np.ndarray, value: int, max_ns: int) -> int:
     """Wait for flag[0] != value for at most max_ns by the native spin (GIL released); without the native
     kernels, just the flag's value (the caller then blocks)."""
-    from nnhal.hostkernels import native
-
     if native.available():
         return native.spin_wait(flag, value, max_ns)
     return int(flag[0])
@@ -223,8 +221,8 @@ def set_threads(n: int) -> None:
 
 def native_pool() -> bool:
     """Whether kernels hand their parts to the native pool (kernels.c: no GIL between parts): the pool is
-    on, the native kernels are loaded and numpy's BLAS exports cblas_sgemm."""
-    return enabled() and native.available() and native.pool_available()
+    on and the native kernels (with their linked BLAS) are loaded."""
+    return enabled() and native.available()
 
 
 def native_parts(work: int, units: int) -> int:
@@ -403,9 +401,10 @@ def _native_stack(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
 
 
 def _native_gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray, bias: np.ndarray | None, act,
-                 row_align: int) -> bool:
+                 row_align: int, prepared=None) -> bool:
     """out = act(a @ b + bias) on the native pool (False when it does not apply: not float32, strides BLAS
-    cannot take, the pool off): split by rows (multiples of row_align) or, few rows, by columns."""
+    cannot take, the pool off): split by rows (multiples of row_align) or, few rows, by columns. ``prepared``:
+    a native.Gemm made at prepare from this b, bias and act, which runs it."""
     if not native_pool() or not (_blas_matrix(a, False) and _blas_matrix(b, True) and _blas_matrix(out, False)):
         return False
     m, k = a.shape
@@ -418,13 +417,16 @@ def _native_gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray, bias: np.ndarray
         parts, by_cols = native_parts(work, n // 64), True
     if parts <= 1 and bias is None and act is None:
         return False            # numpy's own call (a one-row product is a GEMV there)
-    native.gemm(a, b, out, bias, act if act is not None else native.make_act(None), parts, row_align, by_cols)
+    if prepared is not None:
+        prepared.run(a, out, parts, row_align, by_cols)
+    else:
+        native.gemm(a, b, out, bias, act if act is not None else native.make_act(None), parts, row_align, by_cols)
     return True
 
 
 def gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray, bias: np.ndarray | None = None, act=None,
-         row_align: int = 1) -> bool:
+         row_align: int = 1, prepared=None) -> bool:
     """out = act(a @ b + bias) (``act`` a native activation record or None) with the bias and activation
     applied by each part to its own rows while they are in cache; False when the native pool cannot take
-    it (the caller then runs its numpy path)."""
-    return _native_gemm(a, b, out, bias, act, row_align)
+    it (the caller then runs its numpy path). ``prepared``: a native.Gemm of this b, bias and act."""
+    return _native_gemm(a, b, out, bias, act, row_align, prepared)

@@ -1,4 +1,4 @@
-"""The cpu device's own thread pool (hostkernels/parallel.py): parts cover the work exactly once, errors
+"""The cpu device's own thread pool (device/cpu/parallel.py): parts cover the work exactly once, errors
 come back to the caller, nested and concurrent use run inline, split elementwise kernels give the bits of
 unsplit ones (the same ufunc on each element), and split products stay within the reordered-reduction bound
 of nnhal.conformance.tolerance (the pool's blocks and numpy's GEMM may sum in different orders)."""
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from nnhal.conformance.tolerance import assert_within_bound, matmul_bound
-from nnhal.hostkernels import parallel
+from nnhal.device.cpu import parallel
 
 
 @pytest.fixture

@@ -5,10 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nnhal.hostkernels import _pool_native, native
+from nnhal.device.cpu import native
+from nnhal.hostkernels import _pool_native
 from nnhal.hostkernels.select import force_reference
 from nnhal.operator.base import Info
-from tests.device.test_nhwc_nn import image, make_node, run_nchw, run_nhwc
+from tests.device.cpu.test_nhwc_nn import image, make_node, run_nchw, run_nhwc
 
 needs_native = pytest.mark.skipif(not native.available(), reason=f"native kernels: {native.status().reason}")
 
@@ -101,10 +102,10 @@ def test_pool_rows_and_channel_slice(kind):
     xh = x.transpose(0, 2, 3, 1).copy()
     whole = np.empty((n, oh, ow, c), np.float32)
     _pool_native.make_pool(g, shape, kind)(xh, whole)
-    params = native.PoolParams(n, 15, 14, c, oh, ow, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, c, native.POOLS[kind])
+    pool = native.Pool2d((n, 15, 14, c, oh, ow, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1), native.POOLS[kind])
     parts = np.full_like(whole, np.nan)
     for r0, r1 in [(0, 3), (3, 11), (11, n * oh)]:
-        native.pool_nhwc(xh, parts, params, r0, r1)
+        pool.run(xh, parts, r0, r1, 1)
     np.testing.assert_array_equal(parts, whole)
     wide = np.full((n, oh, ow, c + 40), 7.0, np.float32)
     _pool_native.make_pool(g, shape, kind)(xh, wide[..., 16:16 + c])

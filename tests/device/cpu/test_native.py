@@ -5,13 +5,15 @@ CI sets NNHAL_REQUIRE_NATIVE=1 (.ci/run): there the library must have been built
 from __future__ import annotations
 
 import os
+import threading
 
 import numpy as np
 import pytest
 
-from nnhal.hostkernels import _blocks, native, op_gelu
+from nnhal.device.cpu import native
+from nnhal.hostkernels import _blocks, op_gelu
 from nnhal.hostkernels.fused import Activation
-from tests.device import test_nhwc_conv as nhwc
+from tests.device.cpu import test_nhwc_conv as nhwc
 
 needs_native = pytest.mark.skipif(not native.available(), reason=f"native kernels: {native.status().reason}")
 
@@ -42,6 +44,17 @@ def test_native_built_where_required():
     if os.environ.get("NNHAL_REQUIRE_NATIVE") != "1":
         pytest.skip("NNHAL_REQUIRE_NATIVE is not 1 (only CI requires the native kernels to be built)")
     assert native.available(), native.status().reason
+    # the BLAS is the one linked at build time (scipy-openblas32), and the native pool is what runs the GEMMs
+    blas = native.blas_info()
+    assert "scipy-openblas32" in blas["library"] and "OpenBLAS" in blas["config"], blas
+    from nnhal.device.cpu import parallel
+
+    # asked in a fresh thread: a run earlier in this process may have switched its own thread's pool off
+    seen: list[bool] = []
+    fresh = threading.Thread(target=lambda: seen.append(parallel.native_pool()))
+    fresh.start()
+    fresh.join()
+    assert seen == [True] or os.environ.get("NNHAL_CPU_POOL") == "0"
 
 
 @needs_native
@@ -172,3 +185,44 @@ def test_dynamic_gemm_blocks_without_native(monkeypatch, activation):
 
     monkeypatch.setattr(native, "available", lambda: False)
     test_dynamic_gemm_in_blocks_scales_each_block_and_beats_whole_rows(activation)
+
+
+@needs_native
+def test_matmul_with_constant_weights_runs_a_prepared_gemm(monkeypatch):
+    """MatMul + bias + Relu with a constant B: the GEMM is prepared once (native.Gemm holds B and the bias)
+    and every run goes through it, with the result of numpy's product."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    import nnhal
+
+    monkeypatch.setenv("NNHAL_CPU_POOL", "1")
+    runs = []
+    real = native.Gemm
+
+    class Recording:
+        def __init__(self, *args):
+            self.gemm = real(*args)
+
+        def run(self, *args):
+            runs.append(args[2])
+            return self.gemm.run(*args)
+
+    monkeypatch.setattr(native, "Gemm", Recording)
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((64, 96)).astype(np.float32)
+    bias = rng.standard_normal(96).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["t"]), helper.make_node("Add", ["t", "b"], ["u"]),
+             helper.make_node("Relu", ["u"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [256, 64])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(w, "w"), numpy_helper.from_array(bias, "b")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    x = rng.standard_normal((256, 64)).astype(np.float32)
+    with nnhal.Session(model, devices=["cpu"], num_thread=2) as s:
+        got = [s.run({"x": x})[0] for _ in range(2)]
+    assert len(runs) >= 2, "the prepared GEMM did not run"
+    want = np.maximum(x.astype(np.float64) @ w + bias, 0)
+    # float32 sums of K + 1 terms in any order: at most (K + 1) roundings of the sum of magnitudes
+    bound = (w.shape[0] + 1) * 2.0 ** -24 * (np.abs(x).astype(np.float64) @ np.abs(w) + np.abs(bias))
+    for y in got:
+        assert np.all(np.abs(y - want) <= bound + 2.0 ** -126)

@@ -8,11 +8,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from nnhal.device.cpu import native
+from nnhal.device.cpu.kernels import select
 from nnhal.graph.node import Node
-from nnhal.hostkernels import native
 from nnhal.hostkernels.base import Kernel
 from nnhal.hostkernels.fused import Activation, FusedNode
-from nnhal.hostkernels.select import force_reference, implementations, select
+from nnhal.hostkernels.select import force_reference, implementations
 from nnhal.operator.base import Info
 from nnhal.operator.table import get_prototype
 

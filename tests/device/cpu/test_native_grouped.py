@@ -8,7 +8,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import nnhal
-from nnhal.hostkernels import native
+from nnhal.device.cpu import native
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="the native kernels are not built here "
                                                                "(no C compiler at install, or NNHAL_NATIVE=0)")
@@ -41,12 +41,12 @@ def _model(n, c, h, w, m, groups, k, stride, dil, pads, bias, relu):
                                                (3, 1, 2, [2, 1, 0, 2]), (1, 1, 1, [0, 0, 0, 0])])
 def test_grouped_conv_matches_onnxruntime(monkeypatch, c, m, groups, k, stride, dil, pads):
     calls = []
-    real = native.gconv_nhwc
-    monkeypatch.setattr(native, "gconv_nhwc", lambda *a: (calls.append(a[-1]), real(*a)))
+    real = native.Conv
+    monkeypatch.setattr(native, "Conv", lambda kind, *a: (calls.append(kind), real(kind, *a))[1])
     model = _model(2, c, 13, 11, m, groups, k, stride, dil, pads, bias=(groups % 2 == 0), relu=(k == 3))
     x = np.random.default_rng(7).standard_normal((2, c, 13, 11)).astype(np.float32)
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     with nnhal.Session(model, devices=["cpu"], num_thread=2) as s:
         got = s.run({"x": x})[0]
-    assert calls, "the native grouped kernel did not run"
+    assert "grouped" in calls, "the native grouped kernel was not prepared"
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

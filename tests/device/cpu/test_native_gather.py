@@ -4,11 +4,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nnhal.hostkernels import native
-from nnhal.hostkernels.op_gather import GatherKernel, GatherLastAxis
-from nnhal.hostkernels.select import select
+from nnhal.device.cpu import native
+from nnhal.device.cpu.kernels import select
+from nnhal.device.cpu.kernels.gather import GatherLastAxis
+from nnhal.hostkernels.op_gather import GatherKernel
 from nnhal.operator.base import Info
-from tests.device.test_nhwc_nn import make_node
+from tests.device.cpu.test_nhwc_nn import make_node
 
 needs_native = pytest.mark.skipif(not native.available(), reason=f"native kernels: {native.status().reason}")
 
@@ -58,7 +59,7 @@ def test_gather_last_rows_compose():
 # the identity is the shuffle of ``dim`` groups of one channel (a transpose of (dim, 1)): also right
 @pytest.mark.parametrize("groups,dim,want", [(3, 240, 3), (2, 8, 2), (4, 8, 4), (1, 8, 8)])
 def test_shuffle_groups_recognised(groups, dim, want):
-    from nnhal.hostkernels.op_gather import _shuffle_groups
+    from nnhal.device.cpu.kernels.gather import _shuffle_groups
     idx = np.arange(dim).reshape(groups, dim // groups).T.reshape(-1).astype(np.int32)
     assert _shuffle_groups(idx, dim) == want
     assert _shuffle_groups(idx[:-1], dim) == 0

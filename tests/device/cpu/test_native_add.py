@@ -6,13 +6,14 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import nnhal
-from nnhal.hostkernels import native
+from nnhal.device.cpu import native
+from nnhal.device.cpu.kernels import select
+from nnhal.device.cpu.kernels.add import AddNative, SumNative
 from nnhal.hostkernels.fused import Activation, fuse
-from nnhal.hostkernels.op_add import AddKernel, AddNative
-from nnhal.hostkernels.op_sum import SumNative
-from nnhal.hostkernels.select import select
+from nnhal.hostkernels.op_add import AddKernel
+from nnhal.hostkernels.select import select as host_select
 from nnhal.operator.base import Info
-from tests.device.test_nhwc_nn import make_node
+from tests.device.cpu.test_nhwc_nn import make_node
 
 needs_native = pytest.mark.skipif(not native.available(), reason=f"native kernels: {native.status().reason}")
 
@@ -52,6 +53,7 @@ def test_fused_add_matches_numpy(op, act):
     node, outs = make_node(op, ins, {})
     kernel = select(node, ins, outs)
     assert isinstance(kernel, AddNative if op == "Add" else SumNative)
+    assert not isinstance(host_select(node, ins, outs), (AddNative, SumNative))   # the host layer's own: numpy
     relu = make_node("Relu", outs, {})[0]
     fused = fuse(node, relu, activation=ACTS[act])
     run = kernel.prepare(fused, ins, outs)

@@ -1,15 +1,19 @@
-"""Thread control for the host kernels: nnhal's pool (parallel.py) and BLAS (threadpoolctl), changed only
+"""Thread control for the host kernels: nnhal's pool (parallel.py) and the two BLAS libraries, changed only
 when it differs.
 
 With the pool on (the default) a run of ``n`` threads splits each large kernel into parts over the pool
 and BLAS runs one thread inside each part; with NNHAL_CPU_POOL=0 BLAS gets the ``n`` threads itself and
 kernels run unsplit (parallel.py says why the pool is the default).
+
+Two BLAS libraries are in the process: the OpenBLAS the native kernels link at build time (scipy-openblas32;
+its threads set through the extension's blas_set_threads) and the one numpy's own matmul uses (numpy ships
+and hides it; numpy has no API for its threads, so threadpoolctl sets them).
 """
 from __future__ import annotations
 
 import os
 
-from nnhal.hostkernels import parallel
+from nnhal.device.cpu import native, parallel
 
 _current: int | None = None
 _controller = None
@@ -24,6 +28,8 @@ def _limit_blas(n: int) -> None:
     if _controller is None:
         _controller = ThreadpoolController()
     _controller.limit(limits=n, user_api="blas")
+    if native.available():
+        native.blas_set_threads(n)
     _current = n
 
 

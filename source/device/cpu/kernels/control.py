@@ -1,0 +1,42 @@
+"""If, Loop and Scan on the cpu device: the host kernels, their bodies compiled by the cpu device's own plan
+(fusions, channels-last layout, a planned arena) passed explicitly, not through a global hook."""
+from __future__ import annotations
+
+from nnhal.graph.graph import Graph
+from nnhal.graph.node import Node
+from nnhal.hostkernels.graphrun import Runnable
+from nnhal.hostkernels.op_if import IfKernel
+from nnhal.hostkernels.op_loop import LoopKernel
+from nnhal.hostkernels.op_scan import ScanKernel
+
+
+def plan_body(graph: Graph, nodes: list[Node], inputs: list[str], outputs: list[str]) -> Runnable:
+    """A body's cpu plan (imported at the call: the plan module imports this package's select)."""
+    from nnhal.device.cpu.plan import compile_nodes
+
+    return compile_nodes(graph, nodes, inputs, outputs)
+
+
+class _Planned:
+    """Before the host kernel: the same run, its bodies planned by the cpu device."""
+
+    name = "planned"
+    compiler = staticmethod(plan_body)
+
+    def score(self, node, ins, outs) -> int:
+        return 2
+
+
+class IfPlanned(_Planned, IfKernel):
+    """If, branches planned by the cpu device."""
+
+
+class LoopPlanned(_Planned, LoopKernel):
+    """Loop, body planned by the cpu device."""
+
+
+class ScanPlanned(_Planned, ScanKernel):
+    """Scan, body planned by the cpu device."""
+
+
+IMPLEMENTATIONS = (IfPlanned, LoopPlanned, ScanPlanned)

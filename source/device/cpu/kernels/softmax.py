@@ -1,0 +1,79 @@
+"""Softmax on the cpu device, fast (float32/float64, static shape, softmax over the last axis only): per
+cache-sized band of rows, exp(x - the band's max) in a scratch band, the row sums as one BLAS product with a
+vector of ones, times their reciprocals into the output; a band with a row whose sum is tiny (its own maximum
+far below the band's) or a non-finite maximum goes to the reference (hostkernels/op_softmax.py). Bands spread
+over the cpu device's pool (parallel.py).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from nnhal.device.cpu import parallel
+from nnhal.hostkernels._reduce import softmax
+from nnhal.hostkernels.base import Kernel, RunFn
+from nnhal.operator._reduce import softmax_axes
+
+
+class SoftmaxFast(Kernel):
+    op_type = "Softmax"
+    name = "fast"
+    inplace = {0: 0}
+
+    def score(self, node, ins, outs) -> int:
+        x = ins[0]
+        if x is None or x.dtype not in (np.float32, np.float64) or x.shape is None or not x.static or not x.shape:
+            return 0
+        if 0 in x.shape or softmax_axes(node, len(x.shape)) != (len(x.shape) - 1,):
+            return 0
+        return 10
+
+    def prepare(self, node, ins, outs) -> RunFn:
+        shape, dtype = tuple(ins[0].shape), ins[0].dtype
+        width = shape[-1]
+        # NOTE: rows per band: 2^17 elements (512 KB of float32) stay in L2 across the passes; 4x larger
+        # than the former 2^15 and a per-band maximum (read while the band comes into cache, not one
+        # more pass over the tensor) measured 1.51 -> 1.35 ms on (1, 6, 500, 500) and 5.2 -> 3.9 ms on
+        # (8, 12, 197, 197) at 2 threads
+        band = max(1, (1 << 17) // max(1, width))
+        ones = np.ones(width, dtype)       # row sums as a BLAS product: 0.13 ms against einsum's 0.30
+        # exp(x - band max) keeps full precision while a row's own maximum is above e^-60 of it
+        tiny = dtype.type(np.exp(-60.0))
+
+        def run(inputs, outputs):
+            x = inputs[0]
+            given = outputs[0]
+            y = given if given is not None and given.flags.c_contiguous else np.empty(shape, dtype)
+            # y is contiguous, so y2 is a view; x2 may be a copy of a strided x. y may alias x: each band
+            # is read into tmp before its rows of y are written.
+            x2, y2 = x.reshape(-1, width), y.reshape(-1, width)
+            rows = y2.shape[0]
+
+            def bands(r0: int, r1: int) -> None:
+                tmp = np.empty((min(r1 - r0, band), width), dtype)
+                for i in range(r0, r1, band):
+                    j = min(r1, i + band)
+                    xb, tb = x2[i:j], tmp[:j - i]
+                    top = xb.max()
+                    if not np.isfinite(top):
+                        y2[i:j] = softmax(xb, (1,))
+                        continue
+                    np.subtract(xb, top, out=tb)
+                    np.exp(tb, out=tb)
+                    sums = np.matmul(tb, ones)
+                    if sums.min() < tiny:
+                        # rows far below the band's maximum: this band with each row's own maximum
+                        y2[i:j] = softmax(xb, (1,))
+                    else:
+                        np.reciprocal(sums, out=sums)
+                        np.multiply(tb, sums[:, None], out=y2[i:j])
+
+            parallel.for_ranges(rows, x2.size * 8, bands, band)
+            if given is not None and given is not y:
+                np.copyto(given, y)
+                y = given
+            return (y,)
+
+        return run
+
+
+IMPLEMENTATIONS = (SoftmaxFast,)

@@ -1,0 +1,118 @@
+"""nnhal's native kernels: the CPython extension module ``_kernels`` (kernels.c), with its BLAS and thread pool.
+
+CMake builds ``kernels.c`` at install time into ``_kernels`` when a C compiler, Python's headers and the
+scipy-openblas32 wheel are there (NNHAL_NATIVE_KERNELS, on by default), linked against that wheel's OpenBLAS.
+Kernels ask :func:`available` and keep to numpy when it is False, so every result has a numpy path too; the
+tests run both and compare them. ``NNHAL_NATIVE=0`` in the environment switches the native kernels off at load
+(A/B measurements, or ruling them out when a result looks wrong); :func:`status` says which applies.
+
+The module's functions take numpy arrays through the buffer protocol and check every argument in one place
+(kernels.c's nn_buffer.h: dtype, C-contiguity or unit inner stride, sizes against the geometry, overlap of
+output and input, None); a wrong argument raises TypeError or ValueError naming the kernel and the argument,
+never a crash. They release the GIL around their loops. What they compute:
+
+* :func:`activation`: Relu, Clip, HardSigmoid, HardSwish, Sigmoid, SiLU and the exact Gelu (erf by the numpy
+  fast Erf's rational approximation) in one pass, split into ``parts`` over the native pool;
+* :class:`Conv`: a prepared channels-last convolution (depthwise, grouped of narrow groups, or group-1 by
+  im2col bands and GEMM) with its packed weights, bias and activation, made once at prepare;
+* :class:`Pool2d`: a prepared 2-D MaxPool or AveragePool, channels last (the output may be a channel slice of
+  a wider tensor); :func:`global_pool`: GlobalAveragePool and GlobalMaxPool;
+* :func:`fake_quantize_blocks`: per-block dynamic int8/uint8 quantization of activations, dequantized;
+* :func:`gather_last` / :func:`shuffle_last`: Gather along the last axis of 4-byte elements, the channel
+  shuffle's permutation by interleaving stores;
+* :func:`add_act`: a + b with a fused activation in one pass; :func:`layernorm`: LayerNormalization;
+* :class:`Gemm`: a prepared GEMM (constant B, its bias and activation), made once at prepare;
+* :func:`gemm` / :func:`batched_gemm`: GEMMs with their bias and activation through the cblas_sgemm of the
+  linked OpenBLAS (:func:`blas_info`), single-threaded inside the pool's parts (:func:`blas_set_threads`).
+
+The native pool (kernels.c ``nn_pool_run``): pinned pthread workers that survive a fork as none (a child
+starts over); :func:`pool_set_threads` makes sure it has them.
+"""
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.util
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+# Activation kinds, as numbered in kernels.c
+ACTIVATIONS = {"relu": 1, "clip": 2, "hardsigmoid": 3, "hardswish": 4, "sigmoid": 5, "silu": 6, "gelu": 7}
+# Pooling kinds, as numbered in kernels.c: max, average over the taps inside the input, average over the
+# taps inside the padded input (count_include_pad)
+POOLS = {"max": 0, "avg": 1, "avg_pad": 2}
+
+
+@dataclass(frozen=True)
+class Status:
+    """Whether the native kernels are in use, and why not when they are not."""
+
+    available: bool
+    reason: str
+    path: str | None = None
+
+
+def _load():
+    if os.environ.get("NNHAL_NATIVE", "1") == "0":
+        return None, Status(False, "switched off by NNHAL_NATIVE=0")
+    if importlib.util.find_spec(f"{__name__}._kernels") is None:
+        return None, Status(False, "not built (no C compiler, Python headers or scipy-openblas32 at install, or "
+                                   "NNHAL_NATIVE_KERNELS=OFF): numpy runs every kernel")
+    try:
+        _kernels = importlib.import_module(f"{__name__}._kernels")
+    except ImportError as exc:          # built, but its BLAS (or Python ABI) not found at load
+        return None, Status(False, f"cannot load the native kernels: {exc}")
+    return _kernels, Status(True, "loaded", _kernels.__file__)
+
+
+_k, _status = _load()
+
+
+def available() -> bool:
+    """True when the native kernels are built, loaded and not switched off."""
+    return _k is not None
+
+
+def status() -> Status:
+    return _status
+
+
+def blas_info() -> dict | None:
+    """The linked BLAS: ``library``, ``config`` (openblas_get_config: version, kernel, threading) and
+    ``threads``; None without the native kernels."""
+    return _k.blas_info() if _k is not None else None
+
+
+@functools.lru_cache(maxsize=256)
+def make_act(kind: str | None, lo: float | None = None, hi: float | None = None,
+             alpha: float = 0.2, beta: float = 0.5):
+    """The Act of an activation kind (None: no activation); one shared object per set of arguments (the
+    kernels only read it). None without the native kernels (a plan may prepare one it then does not use)."""
+    if _k is None:
+        return None
+    return _k.Act(ACTIVATIONS[kind] if kind else 0, -np.inf if lo is None else float(lo),
+                  np.inf if hi is None else float(hi), float(alpha), float(beta))
+
+
+if _k is not None:
+    Act = _k.Act
+    Conv = _k.Conv
+    Pool2d = _k.Pool2d
+    Gemm = _k.Gemm                              # Gemm(b, bias, act).run(a, c, parts, row_align, by_cols)
+    # the module's functions themselves: one FASTCALL each, no Python frame between
+    activation = _k.activation                  # (x, y, act, parts)
+    add_act = _k.add_act                        # (a, b, y, act, i0, i1)
+    fake_quantize_blocks = _k.fake_quantize_blocks  # (x, y, block, signed)
+    layernorm = _k.layernorm                    # (x, y, scale, bias, eps, parts)
+    global_pool = _k.global_pool                # (x, y, kind, parts)
+    gather_last = _k.gather_last                # (x, y, idx, r0, r1)
+    shuffle_last = _k.shuffle_last              # (x, y, groups, r0, r1)
+    gemm = _k.gemm                              # (a, b, c, bias, act, parts, row_align, by_cols)
+    batched_gemm = _k.batched_gemm              # (a, b, c, parts)
+    spin_wait = _k.spin_wait                    # (flag, value, max_ns)
+    pool_set_threads = _k.pool_set_threads      # (n)
+    pool_set_spin = _k.pool_set_spin            # (ns)
+    blas_set_threads = _k.blas_set_threads      # (n)
+    MAX_PARTS = _k.MAX_PARTS

@@ -1,0 +1,172 @@
+"""The argument fuzz of the native extension, run as a script by test_native_fuzz.py (in a subprocess, so that a
+crash is a failed test, not a dead test run).
+
+Every entry point of ``nnhal.device.cpu.native`` is first called with good arguments (it must succeed), then
+with each argument spoiled in turn: another dtype, a non-contiguous view, a buffer too small for the geometry,
+None, a list, an output overlapping an input, a read-only output, negative, huge and overflowing sizes, the
+wrong kind of object. Each spoiled call must raise TypeError or ValueError. Prints one JSON line:
+{"checked": n, "failures": [...]}.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+
+from nnhal.device.cpu import native
+
+F = np.float32
+RNG = np.random.default_rng(0)
+
+
+def arr(*shape, dtype=F):
+    return RNG.standard_normal(shape).astype(dtype) if np.dtype(dtype).kind == "f" else np.zeros(shape, dtype)
+
+
+def act():
+    return native.make_act("relu")
+
+
+# kinds of argument: ("in", small) an input array (small: a too-small replacement, None when a smaller input is
+# legal), ("out", small) an output array, ("opt", small) an optional input, "int", "int_any" (every int64 is
+# legal: only non-ints and overflow are spoiled), "geom", "act", "float"
+def cases():
+    conv_dw = (2, 6, 5, 8, 6, 5, 3, 3, 1, 1, 1, 1, 1, 1)
+    conv_g = (1, 6, 5, 16, 6, 5, 16, 3, 3, 1, 1, 1, 1, 1, 1, 2, 8, 8)
+    conv_i = (1, 6, 5, 4, 6, 5, 8, 3, 3, 1, 1, 1, 1, 1, 1, 36, 2)
+    pool_g = (2, 6, 5, 8, 3, 3, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1)
+    tiny = np.zeros(1, F)
+    yield "activation", native.activation, lambda: [arr(4, 5), arr(4, 5), act(), 2], \
+        [("in", None), ("out", tiny), "act", "int"]
+    yield "add_act", native.add_act, lambda: [arr(4, 5), arr(4, 5), arr(4, 5), act(), 0, 20], \
+        [("in", tiny), ("in", tiny), ("out", tiny), "act", "int", "int"]
+    yield "fake_quantize_blocks", native.fake_quantize_blocks, lambda: [arr(3, 16), arr(3, 16), 8, 1], \
+        [("in", np.zeros((1, 3), F)), ("out", tiny), "int", "int"]
+    yield "layernorm", native.layernorm, lambda: [arr(3, 8), arr(3, 8), arr(8), arr(8), 1e-5, 2], \
+        [("in", None), ("out", tiny), ("opt", tiny), ("opt", tiny), "float", "int"]
+    yield "global_pool", native.global_pool, lambda: [arr(2, 3, 3, 8), arr(2, 1, 1, 8), 1, 2], \
+        [("in", None), ("out", tiny), "int", "int"]
+    yield "gather_last", native.gather_last, lambda: [arr(3, 8), arr(3, 4), np.array([7, 0, 3, 3], np.int32), 0, 3], \
+        [("in", tiny), ("out", tiny), ("in", np.zeros(1, np.int32)), "int", "int"]
+    yield "shuffle_last", native.shuffle_last, lambda: [arr(3, 8), arr(3, 8), 2, 0, 3], \
+        [("in", tiny), ("out", tiny), "int", "int", "int"]
+    yield "gemm", native.gemm, lambda: [arr(5, 7), arr(7, 3), arr(5, 3), arr(3), act(), 2, 1, 0], \
+        [("in", np.zeros((1, 1), F)), ("in", np.zeros((1, 1), F)), ("out", np.zeros((1, 1), F)), ("opt", tiny),
+         "act", "int", "int", "int"]
+    yield "Gemm", native.Gemm, lambda: [arr(7, 3), arr(3), act()], [("in", None), ("opt", tiny), "act"]
+    gemm = native.Gemm(arr(7, 3), arr(3), act())
+    yield "Gemm.run", gemm.run, lambda: [arr(5, 7), arr(5, 3), 2, 1, 0], \
+        [("in", np.zeros((1, 1), F)), ("out", np.zeros((1, 1), F)), "int", "int", "int"]
+    yield "batched_gemm", native.batched_gemm, lambda: [arr(2, 5, 7), arr(2, 7, 3), arr(2, 5, 3), 2], \
+        [("in", np.zeros((1, 1, 1), F)), ("in", np.zeros((1, 1, 1), F)), ("out", np.zeros((1, 1, 1), F)), "int"]
+    yield "spin_wait", native.spin_wait, lambda: [np.ones(2, np.int64), 0, 1000], \
+        [("in", np.zeros(0, np.int64)), "int_any", "int"]
+    yield "pool_set_threads", native.pool_set_threads, lambda: [2], ["int"]
+    yield "pool_set_spin", native.pool_set_spin, lambda: [2_000_000], ["int"]
+    yield "blas_set_threads", native.blas_set_threads, lambda: [1], ["int"]
+    yield "Act", native.Act, lambda: [2, 0.0, 6.0, 0.2, 0.5], ["int", "float", "float", "float", "float"]
+    yield "Conv depthwise", native.Conv, lambda: ["depthwise", conv_dw, arr(3, 3, 8), arr(8), act()], \
+        ["kind", "geom", ("in", tiny), ("opt", tiny), "act"]
+    yield "Conv grouped", native.Conv, lambda: ["grouped", conv_g, arr(2, 3, 3, 8, 8), arr(16), act()], \
+        ["kind", "geom", ("in", tiny), ("opt", tiny), "act"]
+    yield "Conv im2col", native.Conv, lambda: ["im2col", conv_i, arr(36, 8), arr(8), act()], \
+        ["kind", "geom", ("in", tiny), ("opt", tiny), "act"]
+    dw = native.Conv("depthwise", conv_dw, arr(3, 3, 8), arr(8), act())
+    yield "Conv.run depthwise", dw.run, lambda: [arr(2, 6, 5, 8), arr(2, 6, 5, 8), None, 2], \
+        [("in", tiny), ("out", tiny), "none", "int"]
+    im = native.Conv("im2col", conv_i, arr(36, 8), arr(8), act())
+    yield "Conv.run im2col", im.run, lambda: [arr(1, 6, 5, 4), arr(1, 6, 5, 8), arr(2 * 2 * 5 * 36), 2], \
+        [("in", tiny), ("out", tiny), ("out", tiny), "int"]
+    yield "Pool2d", native.Pool2d, lambda: [pool_g, 0], ["geom", "int"]
+    pool = native.Pool2d(pool_g, 1)
+    yield "Pool2d.run", pool.run, lambda: [arr(2, 6, 5, 8), arr(2, 3, 3, 8), 0, 6, 2], \
+        [("in", tiny), ("out", np.zeros((1, 1, 1, 1), F)), "int", "int", "int"]
+
+
+def spoiled(args, i, kind):
+    """(label, args) for each spoiled version of argument i."""
+    value = args[i]
+
+    def put(v, at=i, base=args):
+        out = list(base)
+        out[at] = v
+        return out
+
+    if isinstance(kind, tuple):
+        role, small = kind
+        other = np.float64 if value.dtype != np.float64 else np.float32
+        yield "another dtype", put(value.astype(other))
+        yield "a non-contiguous view", put(np.repeat(value, 2, axis=-1)[..., ::2])
+        yield "a list", put(value.tolist())
+        if role != "opt":
+            yield "None", put(None)
+        if small is not None:
+            yield "too small", put(small)
+        if role == "out":
+            frozen = value.copy()
+            frozen.flags.writeable = False
+            yield "read only", put(frozen)
+            for j, a in enumerate(args):
+                if j != i and isinstance(a, np.ndarray) and a.dtype == value.dtype and a.size:
+                    base = np.zeros(max(a.size, value.size) + 1, value.dtype)
+                    inside = base[:a.size].reshape(a.shape)
+                    shifted = base[1:1 + value.size].reshape(value.shape)
+                    yield f"overlapping argument {j}", put(shifted, base=put(inside, at=j))
+    elif kind in ("int", "int_any"):
+        if kind == "int":
+            yield "negative", put(-1)
+        yield "2**63", put(2 ** 63)
+        yield "2**80", put(2 ** 80)
+        yield "a str", put("3")
+        yield "None", put(None)
+    elif kind == "float":
+        yield "a str", put("x")
+        yield "None", put(None)
+    elif kind == "geom":
+        yield "a negative size", put((-1,) + tuple(value[1:]))
+        yield "a size past int32", put((2 ** 40,) + tuple(value[1:]))
+        yield "an overflowing product", put((2 ** 31 - 1,) * 4 + tuple(value[4:]))
+        yield "too short", put(tuple(value[:-1]))
+        yield "a list", put(list(value))
+        yield "None", put(None)
+    elif kind == "act":
+        yield "an int", put(1)
+        yield "None", put(None)
+    elif kind == "kind":
+        yield "an unknown kind", put("winograd")
+        yield "None", put(None)
+    elif kind == "none":
+        yield "an array", put(arr(4))
+
+
+def main() -> int:
+    if not native.available():
+        print(json.dumps({"checked": 0, "failures": [], "skipped": native.status().reason}))
+        return 0
+    checked, failures = 0, []
+    for name, fn, good, kinds in cases():
+        try:
+            fn(*good())
+        except Exception as exc:  # noqa: BLE001 - reported
+            failures.append(f"{name}: good arguments raised {type(exc).__name__}: {exc}")
+            continue
+        for i, kind in enumerate(kinds):
+            for label, args in spoiled(good(), i, kind):
+                checked += 1
+                try:
+                    fn(*args)
+                except (TypeError, ValueError, OverflowError) as exc:
+                    if type(exc) is OverflowError or not str(exc):
+                        failures.append(f"{name}: argument {i} {label}: untyped {type(exc).__name__}")
+                    continue
+                except Exception as exc:  # noqa: BLE001 - reported
+                    failures.append(f"{name}: argument {i} {label}: {type(exc).__name__}: {exc}")
+                    continue
+                failures.append(f"{name}: argument {i} {label}: accepted")
+    print(json.dumps({"checked": checked, "failures": failures}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
