@@ -15,7 +15,7 @@ import numpy as np
 from nnhal.device.cpu.castfuse import fuse_relayout_casts
 from nnhal.device.cpu.fusions import Chosen, fuse_activations, fuse_channel_shuffle, fuse_gelu, fuse_matmul
 from nnhal.device.cpu.integer import use_integer_kernels
-from nnhal.device.cpu.kernels import select
+from nnhal.device.cpu.kernels import control, select
 from nnhal.device.cpu.layout import Layouts, assign_layouts
 from nnhal.device.cpu.planner import MemoryPlan, arena_views, plan_memory
 from nnhal.device.cpu.straight import Chunk, failing_step, generate
@@ -366,3 +366,6 @@ def _verify(step: Step, result) -> None:
                 e is not None and e != d for e, d in zip(expect.shape, r.shape))):
             raise DeviceError(f"{where(step.node, 'cpu')}: output '{name}' has shape {r.shape}; inference said "
                               f"{expect.shape}")
+
+
+control.install_body_compiler(compile_nodes)     # If/Loop/Scan bodies are planned like the main graph
