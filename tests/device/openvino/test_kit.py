@@ -1,7 +1,8 @@
 """The device kit (nnhal.testing) on openvino: every hook called in lifecycle order (sync and async runs,
 profile), subgraph boundaries against the CPU, fallback to the CPU, one Session run from several threads,
-and a slice of the node suite run strictly on openvino (no CPU to hide behind). The whole suite is
-``nnhal validate --device openvino`` (docs/openvino.md has its numbers)."""
+output ownership, balanced lifetimes, the API version against the hooks filled, and a slice of the node
+suite run strictly on openvino (no CPU to hide behind), with the weights as graph inputs and as
+initializers. The whole suite is ``nnhal validate --device openvino`` (docs/openvino.md has its numbers)."""
 from __future__ import annotations
 
 import pytest
@@ -30,6 +31,11 @@ def test_concurrent_runs(openvino):
     testing.check_concurrent_runs("openvino")
 
 
+@pytest.mark.parametrize("check", ["check_output_ownership", "check_lifetime", "check_api_version"])
+def test_contract(openvino, check):
+    getattr(testing, check)("openvino")
+
+
 def _cases():
     from tests.device.openvino.conftest import HAVE_OPENVINO
 
@@ -41,6 +47,8 @@ def _cases():
     return [c for c in testing.conformance_cases("openvino", KIT_OPS) if not c.name.endswith("_expanded")]
 
 
+@pytest.mark.parametrize("constant_weights", [False, True], ids=["weights-as-inputs", "constant-weights"])
 @pytest.mark.parametrize("case", _cases(), ids=lambda c: c.name)
-def test_conformance(openvino, case):
-    testing.check_case("openvino", case)
+def test_conformance(openvino, case, constant_weights):
+    # constant weights: the case's weight inputs become initializers, as a vendor compiler sees real models
+    testing.check_case("openvino", case, constant_weights=constant_weights)
