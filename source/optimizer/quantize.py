@@ -86,8 +86,11 @@ def calibrate_ranges(graph: Graph, feeds: list[dict[str, np.ndarray]], method: s
 CLIP_RATIOS = np.linspace(1.0, 0.5, 11)
 
 
-def per_channel_int8(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """int8 symmetric per output channel (axis 0): (wq, scales).
+def per_channel_int8(w: np.ndarray, levels: int = 127) -> tuple[np.ndarray, np.ndarray]:
+    """int8 symmetric per output channel (axis 0): (wq, scales), wq in [-levels, levels].
+
+    ``levels`` below 127 narrows the weights for integer kernels whose u8 x s8 pair sums saturate at 16 bits
+    (x86 without VNNI: ``vpmaddubsw``; 63 keeps 255 * 63 * 2 under 32767).
 
     NOTE: each channel's scale clips at the fraction of its max |w| that
     minimizes the squared quantization error (outliers otherwise waste levels).
@@ -95,13 +98,13 @@ def per_channel_int8(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     flat = w.reshape(w.shape[0], -1).astype(np.float64)
     peak = np.abs(flat).max(axis=1)
     peak = np.where(peak > 0, peak, 1.0)
-    best_scale, best_err = peak / 127.0, np.full(flat.shape[0], np.inf)
+    best_scale, best_err = peak / levels, np.full(flat.shape[0], np.inf)
     for ratio in CLIP_RATIOS:
-        scale = peak * ratio / 127.0
-        err = ((np.clip(np.rint(flat / scale[:, None]), -127, 127) * scale[:, None] - flat) ** 2).sum(axis=1)
+        scale = peak * ratio / levels
+        err = ((np.clip(np.rint(flat / scale[:, None]), -levels, levels) * scale[:, None] - flat) ** 2).sum(axis=1)
         better = err < best_err
         best_scale, best_err = np.where(better, scale, best_scale), np.where(better, err, best_err)
-    wq = np.clip(np.rint(flat / best_scale[:, None]), -127, 127).astype(np.int8)
+    wq = np.clip(np.rint(flat / best_scale[:, None]), -levels, levels).astype(np.int8)
     return wq.reshape(w.shape), best_scale
 
 

@@ -9,11 +9,17 @@ DequantizeLinear. Everything else stays float32; nodes the user or the core keep
 only: OpenVINO quantizes their activations per token at run time (DYNAMIC_QUANTIZATION_GROUP_SIZE). The
 subgraph gets a graph of its own (the shared one is untouched); its boundaries stay float32, so the core
 converts nothing.
+
+Where OpenVINO's integer kernels sum u8 x s8 pairs in 16 bits (x86 CPUs without VNNI run ``vpmaddubsw``, which
+saturates: 255 * 127 * 2 > 32767), full 8-bit weights give wrong products; runtime.weight_levels() asks the
+CPU plugin once, and the weights then keep 7 bits (|q| <= 63, NNCF's "overflow fix"). The subgraph's stats
+say which (``openvino_weight_levels``).
 """
 from __future__ import annotations
 
 import numpy as np
 
+from nnhal.device.openvino import runtime
 from nnhal.graph.node import Node
 from nnhal.graph.subgraph import Subgraph
 from nnhal.graph.tensor import Tensor, TensorKind
@@ -40,6 +46,7 @@ def to_qdq(sg: Subgraph, precision: str) -> Subgraph:
     nodes: list[Node] = []
     twins: dict[str, str] = {}
     keep = sg.keep_fp32 | sg.higher
+    levels = runtime.weight_levels()
 
     def const(name: str, value: np.ndarray) -> str:
         value = np.asarray(value)
@@ -66,13 +73,13 @@ def to_qdq(sg: Subgraph, precision: str) -> Subgraph:
         per_channel = opset >= PER_CHANNEL_OPSET and w.ndim >= 2
         if per_channel:
             moved = np.moveaxis(w, axis, 0)
-            wq, scales = per_channel_int8(moved)
+            wq, scales = per_channel_int8(moved, levels)
             wq, zero = np.moveaxis(wq, 0, axis), np.zeros(len(scales), np.int8)
             attrs = {"axis": axis}
         else:
             peak = float(np.abs(w).max()) or 1.0
-            scales = np.float32(peak / 127.0)
-            wq, zero, attrs = np.clip(np.rint(w / scales), -127, 127).astype(np.int8), np.int8(0), {}
+            scales = np.float32(peak / levels)
+            wq, zero, attrs = np.clip(np.rint(w / scales), -levels, levels).astype(np.int8), np.int8(0), {}
         base = f"{node.name}::{name}"
         out = f"{base}::dq"
         g.tensors[out] = Tensor(out, F32, tuple(w.shape))
@@ -105,4 +112,5 @@ def to_qdq(sg: Subgraph, precision: str) -> Subgraph:
     sg.graph, sg.nodes = g, nodes
     sg.stats["openvino_qdq"] = len(twins)
     sg.stats["openvino_dynamic"] = dynamic
+    sg.stats["openvino_weight_levels"] = levels
     return sg

@@ -11,6 +11,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 import onnx
@@ -43,6 +44,44 @@ def half_precision(core: ov.Core, target: str) -> str | None:
     except RuntimeError:
         return None
     return "f16" if "FP16" in caps else "bf16" if "BF16" in caps else None
+
+
+# The widest int8 weight magnitude OpenVINO's CPU integer kernels multiply exactly: 127, or 63 where u8 x s8
+# pairs are summed in 16 bits with saturation (x86 without VNNI: vpmaddubsw). Asked of the plugin, not read
+# from CPU flags: a 1x1 QDQ convolution of u8 255 against s8 127 over 8 channels is 259,080 exactly and
+# 131,068 (4 x 32,767) saturated (measured on an AVX2-only AMD EPYC, OpenVINO 2026.4).
+FULL_LEVELS, NARROW_LEVELS = 127, 63
+PROBE_CHANNELS = 8
+
+
+def _probe_model() -> onnx.ModelProto:
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = np.full((1, PROBE_CHANNELS, 1, 1), FULL_LEVELS, np.int8)
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["wq", "s1"], ["wd"]),
+             helper.make_node("Conv", ["xd", "wd"], ["y"])]
+    inits = [numpy_helper.from_array(np.float32(1.0), "s"), numpy_helper.from_array(np.uint8(0), "z"),
+             numpy_helper.from_array(w, "wq"), numpy_helper.from_array(np.float32(1.0), "s1")]
+    graph = helper.make_graph(nodes, "saturation_probe",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, PROBE_CHANNELS, 2, 2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+@lru_cache(maxsize=1)
+def weight_levels() -> int:
+    """127 when OpenVINO's CPU plugin multiplies full int8 weights by uint8 activations exactly, else 63 (its
+    kernels saturate pair sums at 16 bits; the probe runs once per process). A plugin that cannot run the
+    probe gets the narrow, always-exact weights."""
+    try:
+        core = ov.Core()
+        compiled = core.compile_model(read(core, _probe_model()), "CPU")
+        got = float(np.asarray(compiled({"x": np.full((1, PROBE_CHANNELS, 2, 2), 255.0, np.float32)})[0]).max())
+    except RuntimeError:
+        return NARROW_LEVELS
+    return FULL_LEVELS if got == 255.0 * FULL_LEVELS * PROBE_CHANNELS else NARROW_LEVELS
 
 
 def first_line(exc: BaseException, limit: int = 240) -> str:

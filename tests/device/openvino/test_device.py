@@ -168,17 +168,38 @@ def test_int8_runs_qdq_and_stays_within_the_quantization_steps(openvino):
         got = s.run({"x": X})[0]
         stats = [sg.stats for sg in s.subgraphs if sg.device == "openvino"]
     assert stats and stats[0].get("openvino_qdq", 0) >= 1
+    # 127, or 63 where OpenVINO's kernels saturate u8 x s8 pair sums at 16 bits (x86 without VNNI)
+    levels = stats[0]["openvino_weight_levels"]
+    assert levels in (63, 127)
     want = reference(model)
     # X is among the calibration feeds (min-max: no clipping). The conv reads x rounded to half a uint8
-    # step of its range, and each weight rounded to half an int8 step of its channel's peak; the error
-    # reaches Relu / Sin / MaxPool, all 1-Lipschitz, undiminished
+    # step of its range, and each weight rounded to half a step of its channel's peak (peak / levels); the
+    # error reaches Relu / Sin / MaxPool, all 1-Lipschitz, undiminished
     lo, hi = min(0.0, min(float(f["x"].min()) for f in feeds)), max(0.0, max(float(f["x"].max()) for f in feeds))
     x_step = (hi - lo) / 255.0
     per_channel = np.abs(W).reshape(8, -1)
     bound = x_step / 2 * per_channel.sum(axis=1).max() + \
-        (per_channel.max(axis=1) / 127.0 / 2).max() * per_channel.shape[1] * float(np.abs(X).max())
+        (per_channel.max(axis=1) / levels / 2).max() * per_channel.shape[1] * float(np.abs(X).max())
     assert np.abs(got - want).max() <= bound
     assert np.abs(got - want).max() > 0     # integer kernels, not float
+
+
+def test_weight_levels_are_exact_on_this_cpu(openvino):
+    # the levels the device picked multiply exactly: u8 255 against s8 +-levels over 8 channels, summed in
+    # pairs, is what integer arithmetic says (a saturating kernel fed 127 gives 4 x 32767 instead)
+    from nnhal.device.openvino import runtime
+
+    levels = runtime.weight_levels()
+    model = runtime._probe_model()
+    w = np.full((1, runtime.PROBE_CHANNELS, 1, 1), levels, np.int8)
+    w[0, ::3] = -levels
+    for i, t in enumerate(model.graph.initializer):
+        if t.name == "wq":
+            model.graph.initializer[i].CopyFrom(numpy_helper.from_array(w, "wq"))
+    x = np.full((1, runtime.PROBE_CHANNELS, 2, 2), 255.0, np.float32)
+    core = openvino.privacy.core
+    got = core.compile_model(runtime.read(core, model), "CPU")({"x": x})[0]
+    assert np.all(np.asarray(got) == 255.0 * float(w.astype(np.int64).sum()))
 
 
 def test_model_cache_under_the_cache_dir(openvino, tmp_path):

@@ -1,7 +1,7 @@
 """Whole models on [openvino, cpu] at fp32 against onnxruntime: within 1e-4 of the output's scale, with
 openvino running at least 95% of the compute nodes (the nodes left after nnhal's constant folding). The
 zoo's classifiers are compared on their logits (their softmax of random-weight logits is all but one-hot).
-benchmarks/openvino.py runs the whole zoo and the modern models; docs/openvino.md has the numbers."""
+benchmarks/openvino_device.py runs the whole zoo and the modern models; docs/openvino.md has the numbers."""
 from __future__ import annotations
 
 import numpy as np
@@ -41,7 +41,7 @@ def check(model: onnx.ModelProto, feeds: dict) -> None:
         assert diff <= RELATIVE * scale, f"max |diff| {diff:.3g}, scale {scale:.3g}"
 
 
-@pytest.mark.parametrize("name", ["squeezenet", "resnet50"])   # the other seven: benchmarks/openvino.py
+@pytest.mark.parametrize("name", ["squeezenet", "resnet50"])   # the other seven: benchmarks/openvino_device.py
 def test_zoo(openvino, name):
     model = logits(resolve(f"zoo:{name}?weights=random&seed=1"))
     check(model, input_for(model, seed=2))

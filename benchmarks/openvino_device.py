@@ -1,5 +1,5 @@
 """nnhal on [openvino, cpu] against onnxruntime and against nnhal's cpu device, in one run
-(python benchmarks/openvino.py --help).
+(python benchmarks/openvino_device.py --help).
 
 Per model (the zoo, the BERT encoder of ``nnhal bench``, the modern models of benchmarks/modern.py when
 torch can export them): one session of each runtime, all alive in one process, timed in alternating
@@ -20,9 +20,9 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-# NOTE: this file is named openvino.py; with its folder first on sys.path (as Python puts a script's),
-# `import openvino` would import this script. The folder goes last: benchmarks/models still resolves.
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != HERE] + [HERE]
+# NOTE: not named openvino.py: every benchmark script puts this folder first on sys.path, where a file of
+# that name shadowed the openvino package (corpus.py's nnhal then found no openvino.Core)
+sys.path.insert(0, HERE)
 
 ZOO = ["bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "shufflenet", "squeezenet",
        "vgg19", "zfnet512"]
@@ -197,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
         print(validate_table(args.validate_report))
         return 0
     names = [n for n in args.models.split(",") if n] or [*ZOO, "bert", *modern_names()]
-    print(f"# benchmarks/openvino.py: {args.threads} threads, batch {args.batch}, {args.blocks} alternating blocks; "
+    print(f"# benchmarks/openvino_device.py: {args.threads} threads, batch {args.batch}, "
+          f"{args.blocks} alternating blocks; "
           f"{', '.join(DROPPED_ENV)} removed from the environment; measured under whatever load the machine has")
     rows = []
     if not args.no_fp32:
