@@ -69,16 +69,42 @@ def test_fp16_rounds_weights_inputs_and_outputs_and_computes_in_fp32():
     relaxed_close(y, x @ w + b)
 
 
-def test_fp16_subgraph_is_float32_inside_and_float16_at_its_boundary(relu_add_model):
+def test_fp16_subgraph_rounds_its_boundary_to_float16_values_in_one_native_step(relu_add_model):
+    x = np.linspace(-3, 3, 8, dtype=np.float32).reshape(2, 4) + np.float32(1e-4)    # not float16 values
     with nnhal.Session(relu_add_model, precision="fp16", strict=True) as s:
-        s.run({"x": np.ones((2, 4), np.float32)})
+        (z,) = s.run({"x": x})
         (sg,) = s.subgraphs
+        steps = [(st.node.op_type, st.kernel_name) for st in sg.device_graph.steps]
     assert sg.precision == "fp16"
-    assert {n: f.dtype for n, f in sg.input_formats.items()} == {"x": F16}
-    assert {n: f.dtype for n, f in sg.output_formats.items()} == {"z": F16}
+    # the boundary stays float32 (the core converts nothing); its values are float16 values
+    assert sg.input_formats == {} and sg.output_formats == {}
+    assert z.dtype == np.float32 and np.array_equal(z, round_to_half(z))
+    # a Cast to float16 and back at each edge, each pair one native rounding step
+    casts = [n for n in sg.nodes if n.op_type == "Cast"]
+    assert [int(n.attrs["to"]) for n in casts] == [TensorProto.FLOAT16, TensorProto.FLOAT] * 2
+    assert [k for op, k in steps if op == "Cast"] == ["round-half", "round-half"]
     inner = {o for node in sg.nodes if node.op_type != "Cast" for o in node.inputs + node.outputs}
     assert {str(sg.graph.tensors[n].dtype) for n in inner} == {"float32"}
     assert np.array_equal(sg.graph.tensors["b"].value, round_to_half(sg.graph.tensors["b"].value))
+    # the same as rounding the input and b, computing in float32 and rounding the output (one float32 add per
+    # element: no summation order, so bit equality holds)
+    b16 = round_to_half(np.linspace(-1, 1, 4, dtype=np.float32))
+    want = round_to_half(np.maximum(np.maximum(round_to_half(x), 0) + b16, 0))
+    np.testing.assert_array_equal(z, want)
+
+
+def test_fp16_keeps_single_element_constants_in_float32():
+    # a coefficient of the compute (here x / sqrt 2) keeps its float32 value; a weight vector is rounded
+    sqrt2 = np.array(1.4142135381698608, np.float32)
+    w = np.array([0.1, 0.2, 0.3, 0.4], np.float32)
+    model = make_model([helper.make_node("Div", ["x", "s"], ["d"]), helper.make_node("Mul", ["d", "w"], ["y"])],
+                       [vinfo("x", [2, 4])], [vinfo("y", [2, 4])],
+                       [numpy_helper.from_array(sqrt2, "s"), numpy_helper.from_array(w, "w")])
+    with nnhal.Session(model, precision="fp16", strict=True) as s:
+        s.run({"x": np.ones((2, 4), np.float32)})
+        (sg,) = s.subgraphs
+    assert sg.graph.tensors["s"].value == sqrt2
+    assert np.array_equal(sg.graph.tensors["w"].value, round_to_half(w)) and not np.array_equal(w, round_to_half(w))
 
 
 def test_half_saturates_finite_values_and_keeps_inf_and_nan():

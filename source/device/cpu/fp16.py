@@ -6,12 +6,19 @@ CPU. ``to_fp16_storage`` keeps what fp16 means to the user and drops the cost,
 as ONNX Runtime's CPU provider does for fp16 models and as Android NNAPI's
 relaxed fp32 mode allows (fp16 range and precision *or better*):
 
-- every float32 constant (weights, biases, the constants of If / Loop / Scan
-  bodies, ConstantOfShape fill values) is rounded to the nearest float16,
-  saturating at +-65504 (inf and NaN stay), and kept as float32;
-- every float32 tensor that crosses the subgraph's boundary crosses as
-  float16 (``Subgraph.input_formats`` / ``output_formats``; the core casts):
-  a Cast to float32 opens the subgraph and a Cast to float16 closes it;
+- every float32 constant of more than one element (weights, biases, the
+  constants of If / Loop / Scan bodies, ConstantOfShape fill values) is
+  rounded to the nearest float16, saturating at +-65504 (inf and NaN stay),
+  and kept as float32. A single-element constant is a coefficient of the
+  compute (Gelu's sqrt 2, an epsilon, attention's 1/sqrt(d)) and keeps its
+  float32 value: "fp16 or better" allows it, and the plan's pattern fusions
+  (fusions.fuse_gelu matches x / 1.4142135) still recognize it;
+- every float32 tensor that crosses the subgraph's boundary is rounded to
+  float16 values where it crosses: a Cast to float16 and the Cast back open
+  and close the subgraph, which the plan runs as one native rounding step
+  (castfuse.fuse_half_round_trips). The boundary itself stays float32, so the
+  core converts nothing (numpy's float32 -> float16 cast has no SIMD path and
+  cost 12 ns an element, more than many whole layers);
 - in between every node computes in float32 on float32 tensors, with the
   same kernels as fp32; activations inside the subgraph are not rounded.
 
@@ -26,7 +33,7 @@ from onnx import TensorProto
 
 from nnhal.graph.graph import Graph
 from nnhal.graph.node import Node
-from nnhal.graph.subgraph import Format, Subgraph
+from nnhal.graph.subgraph import Subgraph
 from nnhal.graph.tensor import Tensor, TensorKind
 from nnhal.optimizer.infer import infer_graph
 from nnhal.optimizer.precision import F16, F32, half, make_node, map_bodies, subgraph_graph
@@ -41,9 +48,10 @@ def round_to_half(value: np.ndarray) -> np.ndarray:
 
 
 def _round_constants(g: Graph) -> Graph:
-    """Round every float32 constant and fill value of ``g`` and of its bodies (in place on a copy)."""
+    """Round every float32 constant of more than one element and every fill value of ``g`` and of its bodies
+    (in place on a copy)."""
     for name, t in g.tensors.items():
-        if t.kind is TensorKind.CONSTANT and t.value is not None and t.value.dtype == F32:
+        if t.kind is TensorKind.CONSTANT and t.value is not None and t.value.dtype == F32 and t.value.size > 1:
             g.tensors[name] = Tensor(t.name, t.dtype, t.shape, t.kind, round_to_half(t.value), t.layout, t.quant)
     for node in g.nodes:
         _round_attrs(node)
@@ -89,27 +97,27 @@ def to_fp16_storage(sg: Subgraph) -> Subgraph:
     floats = [n for n in dict.fromkeys(sg.inputs + sg.outputs) if g.tensors[n].dtype == F32]
     wide = {n: f"{n}::fp32" for n in floats}
     rename_reads(g, wide)
+
+    def round_trip(source: str, target: str, name: str) -> list[Node]:
+        """``target`` = ``source`` rounded to float16 values, kept float32 (a Cast there and back)."""
+        half_name = f"{name}::fp16"
+        g.tensors[half_name] = Tensor(half_name, F16, g.tensors[name].shape)
+        return [make_node(f"{name}::to_fp16", "Cast", [source], [half_name], {"to": TensorProto.FLOAT16}, opset),
+                make_node(f"{name}::to_fp32", "Cast", [half_name], [target], {"to": TensorProto.FLOAT}, opset)]
+
     opening, closing = [], []
     for name in sg.inputs:
         if name in wide:
             g.tensors[wide[name]] = Tensor(wide[name], F32, g.tensors[name].shape)
-            opening.append(make_node(f"{name}::to_fp32", "Cast", [name], [wide[name]], {"to": TensorProto.FLOAT},
-                                     opset))
+            opening += round_trip(name, wide[name], name)
     for node in g.nodes:
         node.outputs = [wide.get(n, n) for n in node.outputs]     # never an input: inputs are not produced
     for name in sg.outputs:
         if name in wide and name not in sg.inputs:
             g.tensors[wide[name]] = Tensor(wide[name], F32, g.tensors[name].shape)
-            closing.append(make_node(f"{name}::to_fp16", "Cast", [wide[name]], [name], {"to": TensorProto.FLOAT16},
-                                     opset))
-    for name in floats:
-        g.tensors[name].dtype = F16
+            closing += round_trip(wide[name], name, name)
     g.nodes = opening + g.nodes + closing
     infer_graph(g, fold=False, check_types=False)
     sg.graph, sg.nodes = g, g.nodes
-    for names, formats in ((sg.inputs, sg.input_formats), (sg.outputs, sg.output_formats)):
-        for name in names:
-            if name in floats:
-                formats[name] = Format(F16)
     sg.precision = "fp16"
     return sg

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from nnhal.device.cpu.castfuse import fuse_relayout_casts
+from nnhal.device.cpu.castfuse import fuse_half_round_trips, fuse_relayout_casts
 from nnhal.device.cpu.fusions import Chosen, fuse_activations, fuse_channel_shuffle, fuse_gelu, fuse_matmul
 from nnhal.device.cpu.integer import use_integer_kernels
 from nnhal.device.cpu.kernels import control, select
@@ -241,6 +241,7 @@ def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: l
         chosen.append(Chosen(node, kernel, ins, outs))
     if not reference_forced():
         chosen = use_integer_kernels(chosen)
+        chosen = fuse_half_round_trips(chosen, external)
         chosen = fuse_gelu(chosen, external)
         chosen = fuse_matmul(chosen, external)
         chosen = fuse_activations(chosen, external)

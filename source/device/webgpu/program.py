@@ -3,6 +3,7 @@ and record the dispatch sequence (pipeline, bind group, workgroups) that every r
 command buffer."""
 from __future__ import annotations
 
+import threading
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -170,7 +171,8 @@ def build(gpu: Gpu, sg: Subgraph, plan: Plan, memory: Memory, direct_gemm: bool)
         if plan.kinds[s] == "constant":
             data = host_to_device(sg.graph.tensors[name].value, name in half)
             if data.nbytes:
-                gpu.queue.write_buffer(buffers[s], 0, data)
+                with QUEUE_LOCK:
+                    gpu.queue.write_buffer(buffers[s], 0, data)
             weight_bytes += data.nbytes
     program = Program(plan, buffers, staging=memory.staging, launches=launches, weight_bytes=weight_bytes, half=half)
     for launch, owner in zip(launches, owners):
@@ -195,11 +197,24 @@ def _clock(gpu: Gpu, program: Program) -> Any:
     return program.clock
 
 
+# NOTE: wgpu-native aborts the process (no Python exception) when one thread maps a buffer while another writes
+# or submits on the queue: wgpu 0.32's map_sync submits on the queue itself. Seen under the device kit's hook-order
+# check, where an async run's waiter thread reads its outputs while the scheduler submits the next subgraph on
+# another thread (test_kit.py, lavapipe, AMD EPYC). Every queue operation and mapping takes this lock: the GPU's
+# work still overlaps the host's, only the calls into wgpu-native are one at a time.
+QUEUE_LOCK = threading.RLock()
+
+
 def submit(gpu: Gpu, sg: Subgraph, program: Program, values: dict[str, np.ndarray], timed: bool = False) -> None:
     """Write the boundary inputs, then one command buffer: every dispatch, then the output copies.
 
     ``timed`` (nnhal.profile, adapters with timestamp-query): one compute pass per dispatch, each
     writing GPU timestamps at its start and end."""
+    with QUEUE_LOCK:
+        _submit(gpu, sg, program, values, timed)
+
+
+def _submit(gpu: Gpu, sg: Subgraph, program: Program, values: dict[str, np.ndarray], timed: bool) -> None:
     plan = program.plan
     for name in sg.inputs:
         data = host_to_device(values[name], name in program.half)
@@ -238,11 +253,12 @@ def read_timings(program: Program) -> list[float] | None:
     if not program.timed:
         return None
     readback = program.clock[2]
-    readback.map_sync("READ")
-    try:
-        stamps = np.frombuffer(readback.read_mapped(copy=True), np.uint64).astype(np.float64)
-    finally:
-        readback.unmap()
+    with QUEUE_LOCK:
+        readback.map_sync("READ")
+        try:
+            stamps = np.frombuffer(readback.read_mapped(copy=True), np.uint64).astype(np.float64)
+        finally:
+            readback.unmap()
     program.timed = False
     return list((stamps[1::2] - stamps[0::2]) * 1e-9)
 
@@ -252,12 +268,13 @@ def read_outputs(sg: Subgraph, program: Program) -> dict[str, np.ndarray]:
     out = {}
     for name, staging in program.staging.items():
         t = sg.graph.tensors[name]
-        if staging.map_state != "mapped":
-            staging.map_sync("READ")
-        try:
-            raw = staging.read_mapped(copy=True)
-        finally:
-            staging.unmap()
+        with QUEUE_LOCK:
+            if staging.map_state != "mapped":
+                staging.map_sync("READ")
+            try:
+                raw = staging.read_mapped(copy=True)
+            finally:
+                staging.unmap()
         dev = (np.float16 if name in program.half else np.float32) if elem_of(t.dtype) == "f32" else np.int32
         count = int(np.prod(t.shape, dtype=np.int64)) if t.shape else 1
         arr = np.frombuffer(raw, dtype=dev, count=count).reshape(t.shape)

@@ -41,6 +41,9 @@ def cases():
         [("in", None), ("out", tiny), "act", "int"]
     yield "add_act", native.add_act, lambda: [arr(4, 5), arr(4, 5), arr(4, 5), act(), 0, 20], \
         [("in", tiny), ("in", tiny), ("out", tiny), "act", "int", "int"]
+    yield "cast_half to float16", native.cast_half, lambda: [arr(4, 5), arr(4, 5, dtype=np.float16)], \
+        [("in", tiny), ("out", np.zeros(1, np.float16))]
+    yield "cast_half rounding", native.cast_half, lambda: [arr(4, 5), arr(4, 5)], [("in", tiny), ("out", tiny)]
     yield "fake_quantize_blocks", native.fake_quantize_blocks, lambda: [arr(3, 16), arr(3, 16), 8, 1], \
         [("in", np.zeros((1, 3), F)), ("out", tiny), "int", "int"]
     yield "layernorm", native.layernorm, lambda: [arr(3, 8), arr(3, 8), arr(8), arr(8), 1e-5, 2], \

@@ -21,7 +21,7 @@
 #include <stdint.h>
 
 /* element types: the buffer format's letter (native byte order), or NN_ANY32 for any 4-byte element */
-enum { NN_F32 = 'f', NN_I32 = 'i', NN_I64 = 'q', NN_I8 = 'b', NN_U8 = 'B', NN_ANY32 = '4' };
+enum { NN_F32 = 'f', NN_F16 = 'e', NN_I32 = 'i', NN_I64 = 'q', NN_I8 = 'b', NN_U8 = 'B', NN_ANY32 = '4' };
 
 /* nn_get flags */
 #define NN_OUT 1        /* written by the kernel: the buffer must be writable */
@@ -49,6 +49,7 @@ static int nn_value_error(const char *kernel, const char *name, const char *what
 static const char *nn_type_name(int type) {
     switch (type) {
     case NN_F32: return "float32";
+    case NN_F16: return "float16";
     case NN_I32: return "int32";
     case NN_I64: return "int64";
     case NN_I8: return "int8";
@@ -66,6 +67,7 @@ static int nn_format_is(const char *format, Py_ssize_t itemsize, int type) {
     const char f = format[0];
     switch (type) {
     case NN_F32: return f == 'f' && itemsize == 4;
+    case NN_F16: return f == 'e' && itemsize == 2;
     case NN_I32: return (f == 'i' || f == 'l') && itemsize == 4;
     case NN_I64: return (f == 'l' || f == 'q') && itemsize == 8;
     case NN_I8: return f == 'b' && itemsize == 1;
