@@ -41,6 +41,11 @@ def cases():
         [("in", None), ("out", tiny), "act", "int"]
     yield "add_act", native.add_act, lambda: [arr(4, 5), arr(4, 5), arr(4, 5), act(), 0, 20], \
         [("in", tiny), ("in", tiny), ("out", tiny), "act", "int", "int"]
+    yield "resize_nhwc", native.resize_nhwc, \
+        lambda: [arr(2, 4, 5, 3), arr(2, 8, 10, 3), arr(8, 2, dtype=np.int32), arr(8, 2), arr(10, 2, dtype=np.int32),
+                 arr(10, 2), 2], \
+        [("in", np.zeros((1, 1, 1, 1), F)), ("out", np.zeros((1, 1, 1, 1), F)), ("in", np.zeros((1, 2), np.int32)),
+         ("in", np.zeros((1, 2), F)), ("in", np.zeros((1, 2), np.int32)), ("in", np.zeros((1, 2), F)), "int"]
     yield "cast_half to float16", native.cast_half, lambda: [arr(4, 5), arr(4, 5, dtype=np.float16)], \
         [("in", tiny), ("out", np.zeros(1, np.float16))]
     yield "cast_half rounding", native.cast_half, lambda: [arr(4, 5), arr(4, 5)], [("in", tiny), ("out", tiny)]

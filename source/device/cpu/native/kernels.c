@@ -17,6 +17,7 @@
  *   / GlobalMaxPool.
  * - gather_last / shuffle_last: Gather along the last axis of 4-byte elements, the channel shuffle.
  * - add_act: a + b of one shape with the fused activation, in one pass (a residual Add + Relu).
+ * - resize_nhwc: Resize (nearest, linear, cubic) of a channels-last image by per-axis tap tables, H then W.
  * - cast_half: float32 <-> float16 (IEEE binary16, round to nearest even), and float32 rounded through float16
  *   in one pass: fp16 storage's conversions (F16C's vcvtps2ph / vcvtph2ps in the x86-64-v3 and v4 clones).
  * - layernorm: LayerNormalization over the last axis.
@@ -836,6 +837,77 @@ NN_API NN_CLONES void nn_shuffle_last_b32(const uint32_t *x, uint32_t *y, int64_
     }
 }
 
+/* ---- Resize of a channels-last image (N, H, W, C) -> (N, OH, OW, C), separable: output row oh mixes source rows
+ * hidx[oh, 0..th) with weights hw[oh, :] (into a scratch row, or the source row itself for a single tap of
+ * weight 1), then output pixel ow mixes that row's pixels widx[ow, 0..tw) with ww[ow, :], whole channel vectors
+ * at a time. The same two passes, in the same order, as the numpy reference (hostkernels/_nn.py resample). */
+typedef struct {
+    const float *x;
+    float *y;
+    const int32_t *hidx, *widx;
+    const float *hw, *ww;
+    int64_t n, h, w, c, oh, ow, th, tw;
+    int *failed;            /* set when a part's scratch row could not be allocated */
+} nn_resize_args;
+
+NN_INLINE int nn_resize_copies(int64_t taps, const float *weights) { return taps == 1 && weights[0] == 1.0f; }
+
+NN_API NN_CLONES void nn_resize_rows(const nn_resize_args *a, int64_t r0, int64_t r1, float *row) {
+    const int64_t c = a->c, wc = a->w * c;
+    for (int64_t r = r0; r < r1; r++) {
+        const int64_t n = r / a->oh, oh = r % a->oh;
+        const float *image = a->x + n * a->h * wc;
+        const int32_t *hi = a->hidx + oh * a->th;
+        const float *hv = a->hw + oh * a->th;
+        const float *line = image + (int64_t)hi[0] * wc;
+        if (!nn_resize_copies(a->th, hv)) {
+            const float w0 = hv[0];
+#pragma omp simd
+            for (int64_t i = 0; i < wc; i++) row[i] = line[i] * w0;
+            for (int64_t j = 1; j < a->th; j++) {
+                const float *src = image + (int64_t)hi[j] * wc, wj = hv[j];
+#pragma omp simd
+                for (int64_t i = 0; i < wc; i++) row[i] += src[i] * wj;
+            }
+            line = row;
+        }
+        float *out = a->y + r * a->ow * c;
+        for (int64_t ow = 0; ow < a->ow; ow++) {
+            const int32_t *wi = a->widx + ow * a->tw;
+            const float *wv = a->ww + ow * a->tw;
+            float *o = out + ow * c;
+            const float *p0 = line + (int64_t)wi[0] * c;
+            if (nn_resize_copies(a->tw, wv)) {
+                memcpy(o, p0, (size_t)c * sizeof(float));
+                continue;
+            }
+            const float v0 = wv[0];
+#pragma omp simd
+            for (int64_t i = 0; i < c; i++) o[i] = p0[i] * v0;
+            for (int64_t k = 1; k < a->tw; k++) {
+                const float *pk = line + (int64_t)wi[k] * c, vk = wv[k];
+#pragma omp simd
+                for (int64_t i = 0; i < c; i++) o[i] += pk[i] * vk;
+            }
+        }
+    }
+}
+
+static void nn_resize_task(const void *args, int64_t part, int64_t parts) {
+    const nn_resize_args *a = args;
+    const int64_t rows = a->n * a->oh, r0 = rows * part / parts, r1 = rows * (part + 1) / parts;
+    if (r0 >= r1) return;
+    float *row = NULL;
+    int scratch = 0;
+    for (int64_t oh = 0; oh < a->oh && !scratch; oh++) scratch = !nn_resize_copies(a->th, a->hw + oh * a->th);
+    if (scratch && (row = malloc((size_t)(a->w * a->c) * sizeof(float))) == NULL) {
+        __atomic_store_n(a->failed, 1, __ATOMIC_SEQ_CST);
+        return;
+    }
+    nn_resize_rows(a, r0, r1, row);
+    free(row);
+}
+
 /* ---- float16 storage: IEEE binary16 <-> float32. GCC's _Float16 conversions round to nearest even (as numpy's
  * astype) and saturate to inf beyond 65504 + half an ulp, NaN stays NaN; the x86-64-v3 / v4 clones compile them
  * to F16C's vcvtps2ph / vcvtph2ps (8 or 16 lanes), the baseline to libgcc's scalar conversion. numpy's own
@@ -1148,6 +1220,60 @@ static PyObject *nn_py_activation(PyObject *module, PyObject *const *args, Py_ss
     return nn_finish(b, 2, 1);
 fail:
     return nn_finish(b, 2, 0);
+}
+
+/* ---- resize_nhwc(x, y, hidx, hw, widx, ww, parts): x (n, h, w, c), y (n, oh, ow, c); hidx / hw (oh, th) and
+ * widx / ww (ow, tw): int32 source rows / columns and their float32 weights, 1 <= th, tw <= 64 */
+static int nn_resize_taps(nn_arg *idx, nn_arg *wts, int64_t out, int64_t limit, const char *k, const char *iname,
+                   const char *wname, int64_t *taps) {
+    if (nn_ndim(idx, k, iname, 2) || nn_ndim(wts, k, wname, 2)) return -1;
+    if (idx->view.shape[0] != out || wts->view.shape[0] != out || wts->view.shape[1] != idx->view.shape[1]) {
+        PyErr_Format(PyExc_ValueError, "native kernel %s: arguments '%s' and '%s' must both be (%lld, taps)", k, iname,
+                     wname, (long long)out);
+        return -1;
+    }
+    *taps = idx->view.shape[1];
+    if (*taps < 1 || *taps > 64) return nn_value_error(k, iname, "must have 1 to 64 taps per output");
+    const int32_t *v = idx->view.buf;
+    for (int64_t i = 0; i < idx->items; i++)
+        if (v[i] < 0 || v[i] >= limit) return nn_value_error(k, iname, "has an index outside the image");
+    return 0;
+}
+
+static PyObject *nn_py_resize_nhwc(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    const char *k = "resize_nhwc";
+    nn_arg b[6] = {{.held = 0}, {.held = 0}, {.held = 0}, {.held = 0}, {.held = 0}, {.held = 0}};
+    int64_t parts, th, tw;
+    if (nn_nargs(nargs, 7, k) || nn_get_parts(args[6], k, &parts)) return NULL;
+    if (nn_get(&b[0], args[0], k, "x", NN_F32, 0) || nn_ndim(&b[0], k, "x", 4) ||
+        nn_get(&b[1], args[1], k, "y", NN_F32, NN_OUT) || nn_ndim(&b[1], k, "y", 4) ||
+        nn_get(&b[2], args[2], k, "hidx", NN_I32, 0) || nn_get(&b[3], args[3], k, "hw", NN_F32, 0) ||
+        nn_get(&b[4], args[4], k, "widx", NN_I32, 0) || nn_get(&b[5], args[5], k, "ww", NN_F32, 0))
+        goto fail;
+    const Py_ssize_t *xs = b[0].view.shape, *ys = b[1].view.shape;
+    if (ys[0] != xs[0] || ys[3] != xs[3]) {
+        nn_value_error(k, "y", "must have x's batch and channels");
+        goto fail;
+    }
+    if (nn_resize_taps(&b[2], &b[3], ys[1], xs[1], k, "hidx", "hw", &th) ||
+        nn_resize_taps(&b[4], &b[5], ys[2], xs[2], k, "widx", "ww", &tw))
+        goto fail;
+    for (int i = 0; i < 6; i++)
+        if (i != 1 && nn_disjoint(&b[1], &b[i], k, "y", i == 0 ? "x" : "a tap table", 0)) goto fail;
+    int failed = 0;
+    nn_resize_args a = {b[0].view.buf, b[1].view.buf, b[2].view.buf, b[4].view.buf, b[3].view.buf, b[5].view.buf,
+                        xs[0], xs[1], xs[2], xs[3], ys[1], ys[2], th, tw, &failed};
+    Py_BEGIN_ALLOW_THREADS
+    nn_pool_run(nn_resize_task, &a, parts);
+    Py_END_ALLOW_THREADS
+    if (failed) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    return nn_finish(b, 6, 1);
+fail:
+    return nn_finish(b, 6, 0);
 }
 
 /* ---- cast_half(x, y): float32 -> float16, float16 -> float32, or float32 -> float32 rounded through float16
@@ -1885,6 +2011,8 @@ static PyMethodDef nn_methods[] = {
      "activation(x, y, act, parts): y = act(x) for float32 x and y of one size (y may be x)"},
     {"add_act", (PyCFunction)(void (*)(void))nn_py_add_act, METH_FASTCALL,
      "add_act(a, b, y, act, i0, i1): y[i] = act(a[i] + b[i]) for i in [i0, i1) (y may be a or b)"},
+    {"resize_nhwc", (PyCFunction)(void (*)(void))nn_py_resize_nhwc, METH_FASTCALL,
+     "resize_nhwc(x, y, hidx, hw, widx, ww, parts): separable Resize of a channels-last image by tap tables"},
     {"cast_half", (PyCFunction)(void (*)(void))nn_py_cast_half, METH_FASTCALL,
      "cast_half(x, y): float32 -> float16, float16 -> float32, or float32 -> float32 rounded through float16"},
     {"fake_quantize_blocks", (PyCFunction)(void (*)(void))nn_py_fake_quantize, METH_FASTCALL,

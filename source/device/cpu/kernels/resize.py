@@ -1,0 +1,78 @@
+"""Resize of a channels-last image on the cpu device by the native separable kernel (kernels.c
+nn_resize_rows): the reference's tap tables (hostkernels/_nn.py resample_plan: nearest, linear, cubic,
+antialias, every coordinate transformation), planned once for the static shape and constant scales or sizes,
+applied H then W in one pass over the output, whole channel vectors at a time, rows split over the native pool.
+The numpy NHWC kernel (hostkernels/op_resize.py ResizeNHWC) gathers and multiplies a full tensor per tap.
+
+Taken when only H and W are resized and no output coordinate falls outside the input (tf_crop_and_resize's
+extrapolation stays with the numpy kernel). Results: the same float32 products and sums in the same order as
+the reference, up to the compiler's fused multiply-adds (one rounding fewer per tap).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from nnhal.device.cpu import native, parallel
+from nnhal.hostkernels._nn import resample_plan
+from nnhal.hostkernels.base import RunFn
+from nnhal.hostkernels.op_resize import ResizeNHWC
+from nnhal.operator._nn import resize_targets
+from nnhal.operator.table import get_prototype
+
+MAX_TAPS = 64       # kernels.c nn_resize_taps
+H_AXIS, W_AXIS = 2, 3
+
+
+def _tables(node, ins) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]] | None:
+    """(rows, columns) tap tables as (int32 indices, float32 weights), or None when the native kernel cannot
+    run this Resize (a batch or channel axis resized, extrapolated coordinates, too many taps)."""
+    proto = get_prototype("", "Resize")
+    roi, scales, sizes = (None if i is None else i.value for i in proto.operands(node, ins))
+    shape = tuple(ins[0].shape)
+    plan = resample_plan(node.attrs, shape, resize_targets(node, shape, scales, sizes, roi))
+    tables = {H_AXIS: None, W_AXIS: None}
+    for axis, idx, w, outside in plan:
+        if axis not in tables or outside is not None or idx.shape[1] > MAX_TAPS:
+            return None
+        weights = np.ones(idx.shape, np.float32) if w is None else w.astype(np.float32)
+        tables[axis] = (np.ascontiguousarray(idx, np.int32), np.ascontiguousarray(weights))
+    for axis, length in ((H_AXIS, shape[H_AXIS]), (W_AXIS, shape[W_AXIS])):
+        if tables[axis] is None:
+            tables[axis] = (np.arange(length, dtype=np.int32)[:, None], np.ones((length, 1), np.float32))
+    return tables[H_AXIS], tables[W_AXIS]
+
+
+class ResizeNHWCNative(ResizeNHWC):
+    """Resize of a static float32 channels-last image with constant scales or sizes, natively."""
+
+    name = "nhwc-native"
+
+    def score(self, node, ins, outs) -> int:
+        if not native.available() or super().score(node, ins, outs) == 0 or ins[0].dtype != np.float32 \
+                or outs[0].dtype != np.float32:
+            return 0
+        return 2 if _tables(node, ins) is not None else 0
+
+    def prepare(self, node, ins, outs) -> RunFn:
+        (hidx, hw), (widx, ww) = _tables(node, ins)
+        n, c = ins[0].shape[0], ins[0].shape[1]
+        oshape = (n, hidx.shape[0], widx.shape[0], c)          # NHWC
+        rows = n * hidx.shape[0]
+        work = rows * widx.shape[0] * c * (hidx.shape[1] + widx.shape[1])
+        resize = native.resize_nhwc
+
+        def run(inputs, outputs):
+            x = inputs[0]
+            if not x.flags.c_contiguous:
+                x = np.ascontiguousarray(x)
+            y = outputs[0]
+            if y is None or not y.flags.c_contiguous:
+                y = np.empty(oshape, np.float32)
+            parts = parallel.native_parts(work, rows) if parallel.native_pool() else 1
+            resize(x, y, hidx, hw, widx, ww, parts)
+            return (y,)
+
+        return run
+
+
+IMPLEMENTATIONS = (ResizeNHWCNative,)
