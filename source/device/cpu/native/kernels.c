@@ -17,6 +17,8 @@
  *   / GlobalMaxPool.
  * - gather_last / shuffle_last: Gather along the last axis of 4-byte elements, the channel shuffle.
  * - add_act: a + b of one shape with the fused activation, in one pass (a residual Add + Relu).
+ * - transpose_blocks: y (outer, b, a, inner) from x (outer, a, b, inner), 4-byte elements, cache tiles: the
+ *   NCHW <-> NHWC conversions of the layout pass and every Transpose that is a swap of two axis groups.
  * - resize_nhwc: Resize (nearest, linear, cubic) of a channels-last image by per-axis tap tables, H then W.
  * - cast_half: float32 <-> float16 (IEEE binary16, round to nearest even), and float32 rounded through float16
  *   in one pass: fp16 storage's conversions (F16C's vcvtps2ph / vcvtph2ps in the x86-64-v3 and v4 clones).
@@ -837,6 +839,45 @@ NN_API NN_CLONES void nn_shuffle_last_b32(const uint32_t *x, uint32_t *y, int64_
     }
 }
 
+/* ---- Transpose as a swap of two axis groups: y[o, j, i, :] = x[o, i, j, :] for x (outer, a, b, inner), 4-byte
+ * elements. inner == 1 goes by TR_TILE x TR_TILE tiles (both the rows read and the rows written stay in L1);
+ * inner > 1 moves whole blocks of inner elements. Parts take ranges of (o, tile of j). */
+#define NN_TR_TILE 16
+typedef struct {
+    const uint32_t *x;
+    uint32_t *y;
+    int64_t outer, a, b, inner;
+} nn_transpose_args;
+
+NN_API NN_CLONES void nn_transpose_tiles(const nn_transpose_args *t, int64_t t0, int64_t t1) {
+    const int64_t a = t->a, b = t->b, inner = t->inner, tiles = (b + NN_TR_TILE - 1) / NN_TR_TILE;
+    for (int64_t q = t0; q < t1; q++) {
+        const int64_t o = q / tiles, j0 = (q % tiles) * NN_TR_TILE, j1 = j0 + NN_TR_TILE < b ? j0 + NN_TR_TILE : b;
+        const uint32_t *x = t->x + o * a * b * inner;
+        uint32_t *y = t->y + o * a * b * inner;
+        if (inner == 1) {
+            for (int64_t i0 = 0; i0 < a; i0 += NN_TR_TILE) {
+                const int64_t i1 = i0 + NN_TR_TILE < a ? i0 + NN_TR_TILE : a;
+                for (int64_t j = j0; j < j1; j++) {
+                    uint32_t *row = y + j * a;
+#pragma omp simd
+                    for (int64_t i = i0; i < i1; i++) row[i] = x[i * b + j];
+                }
+            }
+        } else {
+            for (int64_t j = j0; j < j1; j++)
+                for (int64_t i = 0; i < a; i++)
+                    memcpy(y + (j * a + i) * inner, x + (i * b + j) * inner, (size_t)inner * 4);
+        }
+    }
+}
+
+static void nn_transpose_task(const void *args, int64_t part, int64_t parts) {
+    const nn_transpose_args *t = args;
+    const int64_t total = t->outer * ((t->b + NN_TR_TILE - 1) / NN_TR_TILE);
+    nn_transpose_tiles(t, total * part / parts, total * (part + 1) / parts);
+}
+
 /* ---- Resize of a channels-last image (N, H, W, C) -> (N, OH, OW, C), separable: output row oh mixes source rows
  * hidx[oh, 0..th) with weights hw[oh, :] (into a scratch row, or the source row itself for a single tap of
  * weight 1), then output pixel ow mixes that row's pixels widx[ow, 0..tw) with ww[ow, :], whole channel vectors
@@ -1216,6 +1257,31 @@ static PyObject *nn_py_activation(PyObject *module, PyObject *const *args, Py_ss
         nn_pool_run(nn_act_task, &a, parts);
     else
         nn_activation_f32(a.x, a.y, a.len, act);
+    Py_END_ALLOW_THREADS
+    return nn_finish(b, 2, 1);
+fail:
+    return nn_finish(b, 2, 0);
+}
+
+/* ---- transpose_blocks(x, y, outer, a, b, inner, parts): y (outer, b, a, inner) from x (outer, a, b, inner), any
+ * 4-byte element type, both C-contiguous */
+static PyObject *nn_py_transpose_blocks(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    const char *k = "transpose_blocks";
+    nn_arg b[2] = {{.held = 0}, {.held = 0}};
+    int64_t g[4], parts;
+    if (nn_nargs(nargs, 7, k) || nn_int(args[2], k, "outer", 0, INT32_MAX, &g[0]) ||
+        nn_int(args[3], k, "a", 0, INT32_MAX, &g[1]) || nn_int(args[4], k, "b", 0, INT32_MAX, &g[2]) ||
+        nn_int(args[5], k, "inner", 1, INT32_MAX, &g[3]) || nn_get_parts(args[6], k, &parts))
+        return NULL;
+    const int64_t items = nn_mul(4, g);
+    if (nn_get(&b[0], args[0], k, "x", NN_ANY32, 0) || nn_need(&b[0], k, "x", items) ||
+        nn_get(&b[1], args[1], k, "y", NN_ANY32, NN_OUT) || nn_need(&b[1], k, "y", items) ||
+        nn_disjoint(&b[1], &b[0], k, "y", "x", 0))
+        goto fail;
+    nn_transpose_args t = {b[0].view.buf, b[1].view.buf, g[0], g[1], g[2], g[3]};
+    Py_BEGIN_ALLOW_THREADS
+    nn_pool_run(nn_transpose_task, &t, parts);
     Py_END_ALLOW_THREADS
     return nn_finish(b, 2, 1);
 fail:
@@ -2011,6 +2077,8 @@ static PyMethodDef nn_methods[] = {
      "activation(x, y, act, parts): y = act(x) for float32 x and y of one size (y may be x)"},
     {"add_act", (PyCFunction)(void (*)(void))nn_py_add_act, METH_FASTCALL,
      "add_act(a, b, y, act, i0, i1): y[i] = act(a[i] + b[i]) for i in [i0, i1) (y may be a or b)"},
+    {"transpose_blocks", (PyCFunction)(void (*)(void))nn_py_transpose_blocks, METH_FASTCALL,
+     "transpose_blocks(x, y, outer, a, b, inner, parts): y (outer, b, a, inner) from x (outer, a, b, inner)"},
     {"resize_nhwc", (PyCFunction)(void (*)(void))nn_py_resize_nhwc, METH_FASTCALL,
      "resize_nhwc(x, y, hidx, hw, widx, ww, parts): separable Resize of a channels-last image by tap tables"},
     {"cast_half", (PyCFunction)(void (*)(void))nn_py_cast_half, METH_FASTCALL,

@@ -1,0 +1,77 @@
+"""Transpose on the cpu device when the permutation is a swap of two axis groups (after dropping axes of size 1
+and merging axes that stay neighbours): y (outer, b, a, inner) from x (outer, a, b, inner), by the native tiled
+transpose (kernels.c transpose_blocks), for 4-byte elements. Covers a sequence model's (N, C, T) <-> (N, T, C),
+attention's head split and merge (N, T, heads, d) <-> (N, heads, T, d) and a matrix's (A, B) -> (B, A); other
+permutations keep the numpy kernels (hostkernels/op_transpose.py).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from nnhal.device.cpu import native, parallel
+from nnhal.hostkernels.base import Kernel, RunFn
+from nnhal.operator.op_transpose import permutation
+
+
+def swap_groups(shape: tuple[int, ...], perm: tuple[int, ...]) -> tuple[int, int, int, int] | None:
+    """(outer, a, b, inner) when transposing ``shape`` by ``perm`` swaps two adjacent groups of axes, else None
+    (also for the identity: nothing to swap)."""
+    kept = [p for p in perm if shape[p] != 1]
+    # runs of input axes that stay consecutive in the output merge into one
+    groups: list[list[int]] = []
+    for p in kept:
+        if groups and groups[-1][-1] + 1 == p:
+            groups[-1].append(p)
+        else:
+            groups.append([p])
+    order = sorted(range(len(groups)), key=lambda g: groups[g][0])      # the groups in input order
+    rank = {g: i for i, g in enumerate(order)}
+    q = [rank[g] for g in range(len(groups))]                             # output position -> input group
+    size = [int(np.prod([shape[p] for p in groups[order[i]]], dtype=np.int64)) for i in range(len(groups))]
+    for s in range(len(q) - 1):
+        swapped = list(range(len(q)))
+        swapped[s], swapped[s + 1] = s + 1, s
+        if q == swapped:
+            outer = int(np.prod(size[:s], dtype=np.int64))
+            inner = int(np.prod(size[s + 2:], dtype=np.int64))
+            return outer, size[s], size[s + 1], inner
+    return None
+
+
+class TransposeSwap(Kernel):
+    op_type = "Transpose"
+    name = "swap"
+
+    def score(self, node, ins, outs) -> int:
+        x = ins[0] if ins else None
+        if not native.available() or x is None or not x.static or x.dtype is None or x.dtype.itemsize != 4 \
+                or not x.shape:
+            return 0
+        try:
+            perm = tuple(permutation(node, len(x.shape)))
+        except ValueError:
+            return 0            # the reference kernel reports the bad perm
+        return 3 if swap_groups(tuple(x.shape), perm) is not None else 0
+
+    def prepare(self, node, ins, outs) -> RunFn:
+        shape = tuple(ins[0].shape)
+        perm = tuple(permutation(node, len(shape)))
+        outer, a, b, inner = swap_groups(shape, perm)
+        out_shape, dtype = tuple(shape[p] for p in perm), ins[0].dtype
+        work, units = outer * a * b * inner, outer * ((b + 15) // 16)
+        transpose = native.transpose_blocks
+
+        def run(inputs, outputs):
+            x, y = inputs[0], outputs[0]
+            if not x.flags.c_contiguous:
+                x = np.ascontiguousarray(x)
+            if y is None or not y.flags.c_contiguous:
+                y = np.empty(out_shape, dtype)
+            parts = parallel.native_parts(work, units) if parallel.native_pool() else 1
+            transpose(x, y, outer, a, b, inner, parts)
+            return (y,)
+
+        return run
+
+
+IMPLEMENTATIONS = (TransposeSwap,)

@@ -1,0 +1,81 @@
+"""Transpose as a swap of two axis groups on the native tiled kernel (device/cpu/kernels/transpose.py) and the
+layout pass's NCHW <-> NHWC conversions on it: exact copies, so bit-equal to numpy."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+import nnhal
+from nnhal.device.cpu import native
+from nnhal.device.cpu.kernels.transpose import swap_groups
+
+pytestmark = pytest.mark.skipif(not native.available(), reason=f"native kernels absent: {native.status().reason}")
+
+
+def _transpose(shape, perm, dtype=np.float32, threads=2):
+    elem = TensorProto.FLOAT if dtype == np.float32 else TensorProto.INT32
+    graph = helper.make_graph([helper.make_node("Transpose", ["x"], ["y"], perm=list(perm))], "t",
+                              [helper.make_tensor_value_info("x", elem, shape)],
+                              [helper.make_tensor_value_info("y", elem, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = (np.arange(int(np.prod(shape))) * 3 - 7).astype(dtype).reshape(shape)
+    with nnhal.Session(model, devices=["cpu"], num_thread=threads) as s:
+        (y,) = s.run({"x": x})
+        kernel = [st.kernel_name for sg in s.subgraphs for st in sg.device_graph.steps][0]
+    return x, y, kernel
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 5, 7), (1, 33, 1, 17), (3, 1, 40, 2)])
+def test_every_permutation_is_numpys(shape):
+    for perm in itertools.permutations(range(len(shape))):
+        x, y, kernel = _transpose(shape, perm)
+        np.testing.assert_array_equal(y, x.transpose(perm))
+        if swap_groups(shape, perm) is not None:
+            assert kernel == "swap", (perm, kernel)
+
+
+@pytest.mark.parametrize("shape, perm", [((37, 129), (1, 0)), ((2, 50, 8, 64), (0, 2, 1, 3)),
+                                         ((1, 300, 17), (0, 2, 1))])
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+def test_large_swaps_split_over_threads(shape, perm, dtype):
+    x, y, kernel = _transpose(shape, perm, dtype)
+    assert kernel == "swap"
+    np.testing.assert_array_equal(y, x.transpose(perm))
+
+
+def test_layout_conversions_run_on_the_tiles(monkeypatch):
+    import types
+
+    from nnhal.device.cpu import layout
+
+    rng = np.random.default_rng(2)
+    inits = [helper.make_tensor(f"w{i}", TensorProto.FLOAT, (32, c, 3, 3), rng.standard_normal(32 * c * 9).tolist())
+             for i, c in enumerate((24, 32))]
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "w0"], ["h"], pads=[1, 1, 1, 1]),
+                               helper.make_node("Relu", ["h"], ["r"]),
+                               helper.make_node("Conv", ["r", "w1"], ["y"], pads=[1, 1, 1, 1])], "c",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, (2, 24, 9, 11))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = rng.standard_normal((2, 24, 9, 11)).astype(np.float32)
+    calls = []
+
+    def recording(*args):
+        calls.append(args[2:6])
+        return native.transpose_blocks(*args)
+
+    monkeypatch.setattr(layout, "native", types.SimpleNamespace(available=native.available,
+                                                                transpose_blocks=recording))
+    with nnhal.Session(model, devices=["cpu"]) as s:
+        (y,) = s.run({"x": x})
+        kernels = [st.kernel_name for sg in s.subgraphs for st in sg.device_graph.steps]
+    assert kernels[0] == "to-nhwc" and kernels[-1] == "to-nchw", kernels
+    assert calls == [(2, 24, 99, 1), (2, 99, 32, 1)]
+    # numpy's transposing copy instead: the same bits (both are exact copies)
+    monkeypatch.setattr(layout, "native", types.SimpleNamespace(available=lambda: False))
+    with nnhal.Session(model, devices=["cpu"]) as s:
+        (want,) = s.run({"x": x})
+    np.testing.assert_array_equal(y, want)
