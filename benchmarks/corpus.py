@@ -97,7 +97,7 @@ def measure(name: str, args) -> dict:
     casts = sum(n.ms for n in prof16.nodes if n.op in ("Cast", "CastLike")) / max(prof16.accounted_ms, 1e-9)
     for key in ("nnhal", "fp16"):
         engines[key].close()
-    row = {"model": name, "half": "tuned" if name in registry.TUNED else "untuned", "family": registry.family(name),
+    row = {"model": name, "half": registry.half_of(name), "family": registry.family(name),
            "nnhal_ms": med["nnhal"], "ort_ms": med["ort"], "fp16_ms": med["fp16"],
            "ratio": med["nnhal"] / med["ort"], "fp16_ratio": med["fp16"] / med["nnhal"],
            "best_ratio": best["nnhal"] / best["ort"], "best_fp16_ratio": best["fp16"] / best["nnhal"],
@@ -146,7 +146,7 @@ def render(rows: list[dict], header: list[str]) -> str:
                  "the runs least disturbed by other processes); cpu: ratio of the median process CPU time per run "
                  "(every thread's, spinning included: what each engine burns, whatever the machine's load)")
     ok = [r for r in rows if "skip" not in r]
-    for half in ("tuned", "untuned"):
+    for half in ("tuned", "untuned", "heldout"):
         sel = [r for r in ok if r["half"] == half]
         if not sel:
             continue
@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
 
     p = argparse.ArgumentParser(prog="benchmarks/corpus.py", description=__doc__.splitlines()[0])
     p.add_argument("--models", default=",".join(registry.NAMES), help="comma-separated (default: the corpus)")
-    p.add_argument("--half", choices=("tuned", "untuned", "all"), default="all")
+    p.add_argument("--half", choices=("tuned", "untuned", "heldout", "all"), default="all")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--rounds", type=int, default=3, help="alternating rounds (one block per engine each)")
     p.add_argument("--budget", type=float, default=0.3, help="seconds per block (at least 2 runs)")
@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     models = [m for m in args.models.split(",") if m]
     if args.half != "all":
-        models = [m for m in models if m in (registry.TUNED if args.half == "tuned" else registry.UNTUNED)]
+        models = [m for m in models if registry.half_of(m) == args.half]
     import numpy as np  # noqa: F401  (OpenBLAS loads under the cleaned environment)
     import onnxruntime
 

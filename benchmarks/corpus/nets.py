@@ -806,3 +806,227 @@ class ESPCN(nn.Module):
 
     def forward(self, x):
         return self.f(x).clamp(0, 1)
+
+
+# ------------------------------------------------------------------ held out (added 2026-11-27; see registry.HELDOUT)
+class ConvNeXtLite(nn.Module):
+    """ConvNeXt blocks: depthwise 7x7, LayerNorm over channels (channels-last permute), inverted MLP with exact
+    Gelu, layer scale, patchify stem and strided downsampling convs."""
+
+    def __init__(self, dims=(32, 64, 128), depth=2, classes=100):
+        super().__init__()
+        self.stem = nn.Conv2d(3, dims[0], 4, 4)
+        self.stages = nn.ModuleList()
+        for i, d in enumerate(dims):
+            blocks = [nn.Conv2d(dims[i - 1], d, 2, 2)] if i else []
+            blocks += [ConvNeXtBlock(d) for _ in range(depth)]
+            self.stages.append(nn.Sequential(*blocks))
+        self.norm, self.head = nn.LayerNorm(dims[-1]), nn.Linear(dims[-1], classes)
+
+    def forward(self, x):
+        x = self.stem(x)
+        for stage in self.stages:
+            x = stage(x)
+        return self.head(self.norm(x.mean((2, 3))))
+
+
+class ConvNeXtBlock(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.dw = nn.Conv2d(d, d, 7, padding=3, groups=d)
+        self.norm = nn.LayerNorm(d)
+        self.up, self.down = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+        self.gamma = nn.Parameter(torch.full((d,), 0.1))
+
+    def forward(self, x):
+        y = self.dw(x).permute(0, 2, 3, 1)
+        y = self.down(F.gelu(self.up(self.norm(y)))) * self.gamma
+        return x + y.permute(0, 3, 1, 2)
+
+
+class TCN(nn.Module):
+    """A temporal convolutional network (keyword spotting): causal dilated 1-D convs (left padding), residual
+    1x1 projections, weight-normed style blocks, global average over time."""
+
+    def __init__(self, ci=40, width=64, levels=5, classes=12):
+        super().__init__()
+        self.blocks = nn.ModuleList()
+        c = ci
+        for i in range(levels):
+            self.blocks.append(nn.ModuleList([nn.Conv1d(c, width, 3, dilation=2 ** i),
+                                              nn.Conv1d(width, width, 3, dilation=2 ** i),
+                                              nn.Conv1d(c, width, 1) if c != width else nn.Identity()]))
+            c = width
+        self.head = nn.Linear(width, classes)
+
+    def forward(self, x):
+        for i, (a, b, skip) in enumerate(self.blocks):
+            pad = 2 * 2 ** i
+            y = F.relu(a(F.pad(x, (pad, 0))))
+            y = F.relu(b(F.pad(y, (pad, 0))))
+            x = F.relu(y + skip(x))
+        return self.head(x.mean(-1)).log_softmax(-1)
+
+
+class LlamaBlockLM(nn.Module):
+    """A Llama-style decoder over a prompt: RMSNorm, rotary position embeddings (sin/cos tables, rotate-half by
+    Slice/Neg/Concat), grouped-query attention (2 KV heads for 4 query heads, repeated), causal mask, SwiGLU."""
+
+    def __init__(self, vocab=1024, dim=192, heads=4, kv_heads=2, depth=3, seq=48):
+        super().__init__()
+        self.h, self.kv, self.d = heads, kv_heads, dim // heads
+        self.emb = nn.Embedding(vocab, dim)
+        self.layers = nn.ModuleList()
+        for _ in range(depth):
+            self.layers.append(nn.ModuleDict({
+                "n1": RMSNorm(dim), "q": nn.Linear(dim, dim, bias=False),
+                "k": nn.Linear(dim, kv_heads * self.d, bias=False), "v": nn.Linear(dim, kv_heads * self.d, bias=False),
+                "o": nn.Linear(dim, dim, bias=False), "n2": RMSNorm(dim), "gate": nn.Linear(dim, 2 * dim, bias=False),
+                "up": nn.Linear(dim, 2 * dim, bias=False), "down": nn.Linear(2 * dim, dim, bias=False)}))
+        self.norm, self.head = RMSNorm(dim), nn.Linear(dim, vocab, bias=False)
+        inv = 1.0 / (10000 ** (torch.arange(0, self.d, 2).float() / self.d))
+        angles = torch.arange(seq).float()[:, None] * inv[None, :]
+        self.register_buffer("cos", torch.cat([angles.cos(), angles.cos()], -1))
+        self.register_buffer("sin", torch.cat([angles.sin(), angles.sin()], -1))
+        self.register_buffer("mask", torch.full((seq, seq), float("-inf")).triu(1))
+
+    def rope(self, x):
+        half = x.shape[-1] // 2
+        rotated = torch.cat([-x[..., half:], x[..., :half]], -1)
+        return x * self.cos + rotated * self.sin
+
+    def forward(self, ids):
+        n, t = ids.shape
+        x = self.emb(ids)
+        for layer in self.layers:
+            y = layer["n1"](x)
+            q = self.rope(layer["q"](y).view(n, t, self.h, self.d).transpose(1, 2))
+            k = self.rope(layer["k"](y).view(n, t, self.kv, self.d).transpose(1, 2))
+            v = layer["v"](y).view(n, t, self.kv, self.d).transpose(1, 2)
+            k, v = k.repeat_interleave(self.h // self.kv, 1), v.repeat_interleave(self.h // self.kv, 1)
+            a = (q @ k.transpose(-1, -2)) / self.d ** 0.5 + self.mask
+            x = x + layer["o"]((a.softmax(-1) @ v).transpose(1, 2).reshape(n, t, -1))
+            y = layer["n2"](x)
+            x = x + layer["down"](F.silu(layer["gate"](y)) * layer["up"](y))
+        return self.head(self.norm(x))
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.eps, self.weight = eps, nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+class PointNet(nn.Module):
+    """PointNet classification on a point cloud: shared per-point MLPs as 1x1 Conv1d, an input transform
+    predicted by a T-Net (batched MatMul by a computed 3x3), global max pooling, MLP head."""
+
+    def __init__(self, points=1024, classes=16):
+        super().__init__()
+        self.tnet = nn.Sequential(nn.Conv1d(3, 64, 1), nn.ReLU(), nn.Conv1d(64, 256, 1), nn.ReLU())
+        self.tfc = nn.Sequential(nn.Linear(256, 64), nn.ReLU(), nn.Linear(64, 9))
+        self.mlp = nn.Sequential(nn.Conv1d(3, 64, 1), nn.BatchNorm1d(64), nn.ReLU(), nn.Conv1d(64, 128, 1),
+                                 nn.BatchNorm1d(128), nn.ReLU(), nn.Conv1d(128, 512, 1))
+        self.head = nn.Sequential(nn.Linear(512, 128), nn.ReLU(), nn.Linear(128, classes))
+
+    def forward(self, pts):
+        t = self.tfc(self.tnet(pts).amax(-1)).view(-1, 3, 3) + torch.eye(3)
+        x = torch.bmm(t, pts)
+        return self.head(self.mlp(x).amax(-1)).softmax(-1)
+
+
+class Hourglass(nn.Module):
+    """A stacked-hourglass pose network (one stack): residual blocks, MaxPool down, nearest Upsample up, skip
+    adds at every scale, heatmap head."""
+
+    def __init__(self, width=48, depth=3, joints=17):
+        super().__init__()
+        self.stem = nn.Sequential(cba(3, width, 7, 2), nn.MaxPool2d(2))
+        self.down = nn.ModuleList(HgResidual(width) for _ in range(depth))
+        self.skip = nn.ModuleList(HgResidual(width) for _ in range(depth))
+        self.up = nn.ModuleList(HgResidual(width) for _ in range(depth))
+        self.mid = HgResidual(width)
+        self.head = nn.Conv2d(width, joints, 1)
+
+    def forward(self, x):
+        x = self.stem(x)
+        skips = []
+        for down, skip in zip(self.down, self.skip):
+            skips.append(skip(x))
+            x = down(F.max_pool2d(x, 2))
+        x = self.mid(x)
+        for up, s in zip(self.up, reversed(skips)):
+            x = up(F.interpolate(x, scale_factor=2.0, mode="nearest")) + s
+        return self.head(x)
+
+
+class HgResidual(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.body = nn.Sequential(cba(c, c // 2, 1), cba(c // 2, c // 2, 3), cba(c // 2, c, 1, act=None))
+
+    def forward(self, x):
+        return F.relu(x + self.body(x))
+
+
+class BiLSTMTagger(nn.Module):
+    """A sequence tagger: word embeddings, two stacked bidirectional LSTMs, a per-token linear layer and
+    log-softmax (named-entity recognition's classic shape)."""
+
+    def __init__(self, vocab=5000, dim=96, hidden=128, tags=9):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, dim)
+        self.lstm = nn.LSTM(dim, hidden, num_layers=2, bidirectional=True, batch_first=True)
+        self.out = nn.Linear(2 * hidden, tags)
+
+    def forward(self, ids):
+        return self.out(self.lstm(self.emb(ids))[0]).log_softmax(-1)
+
+
+class SiameseXCorr(nn.Module):
+    """A SiamFC-style tracker: one backbone on the exemplar and the search image, then their depthwise
+    cross-correlation, a convolution whose weights are computed tensors (per-channel groups), and a score head."""
+
+    def __init__(self, width=64):
+        super().__init__()
+        self.backbone = nn.Sequential(cba(3, 32, 3, 2), cba(32, width, 3, 2), cba(width, width, 3, 1),
+                                      cba(width, width, 3, 1))
+        self.width = width
+        self.head = nn.Sequential(cba(width, width, 1), nn.Conv2d(width, 1, 1))
+
+    def forward(self, exemplar, search):
+        z, x = self.backbone(exemplar), self.backbone(search)
+        corr = F.conv2d(x, z.reshape(self.width, 1, z.shape[2], z.shape[3]), groups=self.width)
+        return self.head(corr)
+
+
+class MobileViTLite(nn.Module):
+    """MobileViT-style: inverted residual convs, then a block that unfolds the feature map into 2x2 patches
+    (reshape/transpose), runs transformer layers across patches, folds back and fuses with a conv."""
+
+    def __init__(self, classes=100):
+        super().__init__()
+        self.convs = nn.Sequential(cba(3, 16, 3, 2, act=nn.SiLU), InvertedResidual(16, 24, 2, 4),
+                                   InvertedResidual(24, 48, 2, 4), InvertedResidual(48, 64, 2, 4))
+        self.local = nn.Sequential(cba(64, 64, 3, act=nn.SiLU), nn.Conv2d(64, 96, 1, bias=False))
+        layer = nn.TransformerEncoderLayer(96, 4, 192, dropout=0.0, activation="gelu", batch_first=True,
+                                           norm_first=True)
+        self.transformer = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.proj = cba(96, 64, 1, act=nn.SiLU)
+        self.fuse = cba(128, 64, 3, act=nn.SiLU)
+        self.head = nn.Linear(64, classes)
+
+    def forward(self, x):
+        x = self.convs(x)
+        n, _, h, w = x.shape
+        y = self.local(x)
+        c = y.shape[1]
+        # unfold: (n, c, h, w) -> (n * 4, h/2 * w/2, c): each of the 4 pixel positions of a 2x2 patch a sequence
+        p = y.reshape(n, c, h // 2, 2, w // 2, 2).permute(0, 3, 5, 2, 4, 1).reshape(n * 4, (h // 2) * (w // 2), c)
+        p = self.transformer(p)
+        y = p.reshape(n, 2, 2, h // 2, w // 2, c).permute(0, 5, 3, 1, 4, 2).reshape(n, c, h, w)
+        x = self.fuse(torch.cat([x, self.proj(y)], 1))
+        return self.head(x.mean((2, 3)))
