@@ -41,6 +41,8 @@ def cases():
         [("in", None), ("out", tiny), "act", "int"]
     yield "add_act", native.add_act, lambda: [arr(4, 5), arr(4, 5), arr(4, 5), act(), 0, 20], \
         [("in", tiny), ("in", tiny), ("out", tiny), "act", "int", "int"]
+    yield "channel_affine", native.channel_affine, lambda: [arr(4, 5), arr(4, 5), arr(5), arr(5), act(), 2], \
+        [("in", None), ("out", tiny), ("in", tiny), ("in", tiny), "act", "int"]
     yield "transpose_blocks", native.transpose_blocks, lambda: [arr(2, 3, 4, 5), arr(2, 4, 3, 5), 2, 3, 4, 5, 2], \
         [("in", tiny), ("out", tiny), "int", "int", "int", "int", "int"]
     yield "resize_nhwc", native.resize_nhwc, \

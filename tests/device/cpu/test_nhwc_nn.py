@@ -39,7 +39,7 @@ def run_nhwc(node: Node, ins: list[Info], outs: list[Info], inputs: list, preall
              in_place: bool = False) -> np.ndarray:
     """The NHWC kernel on inputs[0] transposed to (N, H, W, C); the result transposed back to NCHW."""
     kernel = select(node, ins, outs, layout="NHWC")
-    assert kernel.layout == "NHWC" and kernel.name == "nhwc"
+    assert kernel.layout == "NHWC" and kernel.name.startswith("nhwc")
     run = kernel.prepare(node, ins, outs)
     x = inputs[0].transpose(0, 2, 3, 1).copy()
     n, c, oh, ow = outs[0].shape
@@ -172,8 +172,10 @@ def test_batch_normalization(shape, constant):
     params = bn_params(shape[1])
     ins = [Info(x.dtype, x.shape)] + [Info.of(p) if constant else Info(p.dtype, p.shape) for p in params]
     node, outs = make_node("BatchNormalization", ins, {"epsilon": 1e-3})
-    check(node, ins, outs, [x] + params, rtol=1e-6, exact_fast=True)
-    check(node, ins, outs, [x] + params, rtol=1e-6, exact_fast=True, in_place=True)
+    # constant parameters take the native one-pass kernel, whose x * a + b may be one fused multiply-add (one
+    # rounding fewer than numpy's): within rtol there, bit for bit for the numpy NHWC kernel
+    check(node, ins, outs, [x] + params, rtol=1e-6, exact_fast=not constant)
+    check(node, ins, outs, [x] + params, rtol=1e-6, exact_fast=not constant, in_place=True)
 
 
 @pytest.mark.parametrize("act", [Activation("relu"), Activation("clip", np.float32(0), np.float32(6))])
@@ -185,7 +187,8 @@ def test_batch_normalization_fused_activation(act):
     node = FusedNode(**vars(node), activation=act)
     assert select(node, ins, outs, layout="NHWC").fuse_activation
     got = run_nhwc(node, ins, outs, [x] + params)
-    np.testing.assert_array_equal(got, run_nchw(node, ins, outs, [x] + params))
+    # the native one-pass kernel (constant parameters): x * a + b possibly one fused multiply-add
+    np.testing.assert_allclose(got, run_nchw(node, ins, outs, [x] + params), rtol=1e-6, atol=1e-6)
     assert got.min() >= 0 and (act.kind == "relu" or got.max() <= 6)
 
 

@@ -7,14 +7,25 @@ NOTE: issue 24 step 3 is under way; the fast kernels still in hostkernels/ are l
 """
 from __future__ import annotations
 
-from nnhal.device.cpu.kernels import add, cast, control, gather, layer_normalization, resize, softmax, transpose
+from nnhal.device.cpu.kernels import (
+    add,
+    batch_normalization,
+    cast,
+    control,
+    gather,
+    layer_normalization,
+    resize,
+    softmax,
+    transpose,
+)
 from nnhal.graph.node import Node
 from nnhal.hostkernels.base import Kernel
 from nnhal.hostkernels.select import kernel_table
 from nnhal.hostkernels.select import select as host_select
 from nnhal.operator.base import Info
 
-FAST = kernel_table(cls for module in (add, cast, control, gather, layer_normalization, resize, softmax, transpose)
+FAST = kernel_table(cls for module in (add, batch_normalization, cast, control, gather, layer_normalization, resize,
+                                               softmax, transpose)
                     for cls in module.IMPLEMENTATIONS)
 
 

@@ -21,6 +21,7 @@ never a crash. They release the GIL around their loops. What they compute:
 * :func:`gather_last` / :func:`shuffle_last`: Gather along the last axis of 4-byte elements, the channel
   shuffle's permutation by interleaving stores;
 * :func:`add_act`: a + b with a fused activation in one pass; :func:`layernorm`: LayerNormalization;
+* :func:`channel_affine`: act(x * scale + shift) over the last axis in one pass (BatchNormalization, NHWC);
 * :func:`transpose_blocks`: a swap of two axis groups of 4-byte elements (the NCHW <-> NHWC conversions);
 * :func:`resize_nhwc`: Resize of a channels-last image by per-axis tap tables (nearest, linear, cubic);
 * :func:`cast_half`: float32 <-> float16 and float32 rounded through float16 (fp16 storage's conversions);
@@ -107,6 +108,7 @@ if _k is not None:
     # the module's functions themselves: one FASTCALL each, no Python frame between
     activation = _k.activation                  # (x, y, act, parts)
     add_act = _k.add_act                        # (a, b, y, act, i0, i1)
+    channel_affine = _k.channel_affine          # (x, y, scale, shift, act, parts)
     transpose_blocks = _k.transpose_blocks      # (x, y, outer, a, b, inner, parts)
     resize_nhwc = _k.resize_nhwc                # (x, y, hidx, hw, widx, ww, parts)
     cast_half = _k.cast_half                    # (x, y): f32 -> f16, f16 -> f32, or f32 -> f32 through f16

@@ -17,6 +17,8 @@
  *   / GlobalMaxPool.
  * - gather_last / shuffle_last: Gather along the last axis of 4-byte elements, the channel shuffle.
  * - add_act: a + b of one shape with the fused activation, in one pass (a residual Add + Relu).
+ * - channel_affine: y = act(x * scale[c] + shift[c]) over the last axis in one pass (an inference
+ *   BatchNormalization, channels last, with its activation).
  * - transpose_blocks: y (outer, b, a, inner) from x (outer, a, b, inner), 4-byte elements, cache tiles: the
  *   NCHW <-> NHWC conversions of the layout pass and every Transpose that is a swap of two axis groups.
  * - resize_nhwc: Resize (nearest, linear, cubic) of a channels-last image by per-axis tap tables, H then W.
@@ -839,6 +841,46 @@ NN_API NN_CLONES void nn_shuffle_last_b32(const uint32_t *x, uint32_t *y, int64_
     }
 }
 
+/* ---- y[r, i] = act(x[r, i] * scale[i] + shift[i]) over rows of width c (channels last): an inference
+ * BatchNormalization and the activation fused into it, in one pass where numpy makes three. Relu and Clip keep
+ * numpy's NaN (as nn_add_act_f32), the other kinds go through nn_apply. */
+typedef struct {
+    const float *x;
+    float *y;
+    const float *scale, *shift;
+    int64_t rows, c;
+    const nn_act *act;
+} nn_affine_args;
+
+NN_API NN_CLONES void nn_affine_rows(const nn_affine_args *a, int64_t r0, int64_t r1) {
+    const nn_act *act = a->act;
+    const float lo = act->kind == NN_ACT_RELU ? 0.0f : act->lo, hi = act->kind == NN_ACT_RELU ? INFINITY : act->hi;
+    const int bounds = act->kind == NN_ACT_RELU || act->kind == NN_ACT_CLIP;
+    const float *s = a->scale, *b = a->shift;
+    const int64_t c = a->c;
+    for (int64_t r = r0; r < r1; r++) {
+        const float *px = a->x + r * c;
+        float *py = a->y + r * c;
+        if (bounds) {
+#pragma omp simd
+            for (int64_t i = 0; i < c; i++) {
+                const float v = px[i] * s[i] + b[i];
+                const float t = v < lo ? lo : v;
+                py[i] = t > hi ? hi : t;
+            }
+        } else {
+#pragma omp simd
+            for (int64_t i = 0; i < c; i++) py[i] = px[i] * s[i] + b[i];
+            nn_apply(py, c, act);
+        }
+    }
+}
+
+static void nn_affine_task(const void *args, int64_t part, int64_t parts) {
+    const nn_affine_args *a = args;
+    nn_affine_rows(a, a->rows * part / parts, a->rows * (part + 1) / parts);
+}
+
 /* ---- Transpose as a swap of two axis groups: y[o, j, i, :] = x[o, i, j, :] for x (outer, a, b, inner), 4-byte
  * elements. inner == 1 goes by TR_TILE x TR_TILE tiles (both the rows read and the rows written stay in L1);
  * inner > 1 moves whole blocks of inner elements. Parts take ranges of (o, tile of j). */
@@ -1261,6 +1303,37 @@ static PyObject *nn_py_activation(PyObject *module, PyObject *const *args, Py_ss
     return nn_finish(b, 2, 1);
 fail:
     return nn_finish(b, 2, 0);
+}
+
+/* ---- channel_affine(x, y, scale, shift, act, parts): y = act(x * scale + shift), scale and shift over the last
+ * axis of x; y (x's size) may be x */
+static PyObject *nn_py_channel_affine(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    const char *k = "channel_affine";
+    nn_arg b[4] = {{.held = 0}, {.held = 0}, {.held = 0}, {.held = 0}};
+    int64_t parts;
+    const nn_act *act;
+    if (nn_nargs(nargs, 6, k) || (act = nn_get_act(args[4], k)) == NULL || nn_get_parts(args[5], k, &parts))
+        return NULL;
+    if (nn_get(&b[0], args[0], k, "x", NN_F32, 0)) goto fail;
+    if (b[0].view.ndim < 1) {
+        nn_value_error(k, "x", "must have at least one axis");
+        goto fail;
+    }
+    const int64_t c = b[0].view.shape[b[0].view.ndim - 1];
+    if (nn_get(&b[1], args[1], k, "y", NN_F32, NN_OUT) || nn_need(&b[1], k, "y", b[0].items) ||
+        nn_get(&b[2], args[2], k, "scale", NN_F32, 0) || nn_need(&b[2], k, "scale", c) ||
+        nn_get(&b[3], args[3], k, "shift", NN_F32, 0) || nn_need(&b[3], k, "shift", c) ||
+        nn_disjoint(&b[1], &b[0], k, "y", "x", 1) || nn_disjoint(&b[1], &b[2], k, "y", "scale", 0) ||
+        nn_disjoint(&b[1], &b[3], k, "y", "shift", 0))
+        goto fail;
+    nn_affine_args a = {b[0].view.buf, b[1].view.buf, b[2].view.buf, b[3].view.buf, c ? b[0].items / c : 0, c, act};
+    Py_BEGIN_ALLOW_THREADS
+    nn_pool_run(nn_affine_task, &a, parts);
+    Py_END_ALLOW_THREADS
+    return nn_finish(b, 4, 1);
+fail:
+    return nn_finish(b, 4, 0);
 }
 
 /* ---- transpose_blocks(x, y, outer, a, b, inner, parts): y (outer, b, a, inner) from x (outer, a, b, inner), any
@@ -2077,6 +2150,8 @@ static PyMethodDef nn_methods[] = {
      "activation(x, y, act, parts): y = act(x) for float32 x and y of one size (y may be x)"},
     {"add_act", (PyCFunction)(void (*)(void))nn_py_add_act, METH_FASTCALL,
      "add_act(a, b, y, act, i0, i1): y[i] = act(a[i] + b[i]) for i in [i0, i1) (y may be a or b)"},
+    {"channel_affine", (PyCFunction)(void (*)(void))nn_py_channel_affine, METH_FASTCALL,
+     "channel_affine(x, y, scale, shift, act, parts): y = act(x * scale + shift) over the last axis (y may be x)"},
     {"transpose_blocks", (PyCFunction)(void (*)(void))nn_py_transpose_blocks, METH_FASTCALL,
      "transpose_blocks(x, y, outer, a, b, inner, parts): y (outer, b, a, inner) from x (outer, a, b, inner)"},
     {"resize_nhwc", (PyCFunction)(void (*)(void))nn_py_resize_nhwc, METH_FASTCALL,
