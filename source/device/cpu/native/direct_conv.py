@@ -18,12 +18,11 @@ the cases that won 2x or more here, where the GEMM is bound by the columns, not 
 """
 from __future__ import annotations
 
-import functools
 import os
 
 import numpy as np
 
-from nnhal.device.cpu import native
+from nnhal.device.cpu import native, parallel
 
 # the register tile: 16 output channels (two 8-lane vectors) per block
 BLOCK = 16
@@ -37,16 +36,6 @@ AVX512_MAX_OUT = 16
 AVX512_MAX_OUT_FEW_TAPS = 32
 
 
-@functools.cache
-def _avx512() -> bool:
-    """Whether this CPU has AVX-512 (numpy's dispatch table; False when numpy does not say)."""
-    try:
-        from numpy._core._multiarray_umath import __cpu_features__ as features
-    except ImportError:
-        return False
-    return bool(features.get("AVX512F"))
-
-
 def direct_fits(n: int, c: int, m: int, kernel: tuple[int, int], group: int, dtype) -> bool:
     """Whether the direct kernel runs a convolution of ``c`` -> ``m`` channels (the measurements above);
     NNHAL_DIRECT=0 never, =2 always (A/B measurements)."""
@@ -56,7 +45,7 @@ def direct_fits(n: int, c: int, m: int, kernel: tuple[int, int], group: int, dty
     if forced == "2":
         return True
     taps = c * kernel[0] * kernel[1]
-    if _avx512():
+    if parallel.avx512():
         return m <= AVX512_MAX_OUT or m <= AVX512_MAX_OUT_FEW_TAPS and taps <= MAX_TAPS
     return m <= MAX_OUT or taps <= MAX_TAPS or m <= MAX_BOTH and c <= MAX_BOTH
 

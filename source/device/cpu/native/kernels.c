@@ -339,7 +339,8 @@ typedef void (*nn_task)(const void *args, int64_t part, int64_t parts);
 typedef struct {
     int64_t seq;            /* jobs handed to this worker (written by the caller) */
     int32_t sleeping;
-    char pad[64 - 12];      /* one cache line per worker */
+    int32_t cpu;            /* the CPU it last ran on (sched_getcpu), -1 before */
+    char pad[64 - 16];      /* one cache line per worker */
 } nn_slot;
 
 /* The job's claim counter: the job's generation in the high 32 bits, the next unclaimed part in the low
@@ -355,11 +356,24 @@ static struct {
     nn_task fn;             /* the job: written by the caller before it publishes the claim counter */
     const void *args;
     int64_t parts;
+    int32_t caller_cpu;     /* the CPU of the last job's caller (sched_getcpu), -1 before */
     int64_t claim __attribute__((aligned(64)));     /* generation << 32 | next part */
     int64_t finished __attribute__((aligned(64)));  /* parts of the current job finished */
     nn_slot slot[NN_MAX_WORKERS] __attribute__((aligned(64)));
 } nn_pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 2000000, NULL, NULL, 0,
-             0, 0, {{0}}};
+             -1, 0, 0, {{0}}};
+
+/* A spinning thread gives its CPU away (sched_yield) while the thread it waits for, or the caller it waits on,
+ * sits on the same CPU: both runnable on one CPU, a spin would take half of that CPU from the thread doing the
+ * work until the scheduler moves one of them (a tick or more). It spins on undisturbed otherwise (a yield on a
+ * CPU with another process's thread would hand it a whole time slice). */
+NN_INLINE int nn_cpu(void) {
+#if defined(__linux__)
+    return sched_getcpu();
+#else
+    return -1;
+#endif
+}
 
 static int64_t nn_now_ns(void) {
     struct timespec t;
@@ -399,6 +413,8 @@ static void *nn_worker(void *arg) {
         int64_t t0 = nn_now_ns(), s;
         while ((s = __atomic_load_n(&me->seq, __ATOMIC_SEQ_CST)) == seen) {
             for (int i = 0; i < 64; i++) nn_pause();
+            const int cpu = nn_cpu();
+            if (cpu >= 0 && cpu == __atomic_load_n(&nn_pool.caller_cpu, __ATOMIC_RELAXED)) sched_yield();
             if (nn_now_ns() - t0 > nn_pool.spin_ns) {
                 pthread_mutex_lock(&nn_pool.lock);
                 __atomic_store_n(&me->sleeping, 1, __ATOMIC_SEQ_CST);
@@ -409,6 +425,7 @@ static void *nn_worker(void *arg) {
             }
         }
         seen = s;
+        __atomic_store_n(&me->cpu, nn_cpu(), __ATOMIC_RELAXED);
         nn_claim();
     }
     return NULL;
@@ -421,6 +438,7 @@ static void nn_pool_after_fork(void) {
     pthread_cond_init(&nn_pool.wake, NULL);
     nn_pool.workers = 0;
     memset(nn_pool.slot, 0, sizeof nn_pool.slot);
+    for (int w = 0; w < NN_MAX_WORKERS; w++) nn_pool.slot[w].cpu = -1;
 }
 
 static pthread_once_t nn_pool_once = PTHREAD_ONCE_INIT;
@@ -464,6 +482,7 @@ NN_API int64_t nn_pool_set_threads(int64_t threads) {
         pthread_attr_init(&attr);
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
         nn_pin_worker(&attr, nn_pool.workers);
+        nn_pool.slot[nn_pool.workers].cpu = -1;
         int failed = pthread_create(&t, &attr, nn_worker, &nn_pool.slot[nn_pool.workers]);
         pthread_attr_destroy(&attr);
         if (failed) break;
@@ -484,6 +503,7 @@ NN_API void nn_pool_run(nn_task fn, const void *args, int64_t parts) {
     __atomic_store_n(&nn_pool.args, args, __ATOMIC_RELAXED);
     __atomic_store_n(&nn_pool.parts, parts, __ATOMIC_RELAXED);
     __atomic_store_n(&nn_pool.finished, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&nn_pool.caller_cpu, nn_cpu(), __ATOMIC_RELAXED);
     const int64_t gen = NN_CLAIM_GEN(__atomic_load_n(&nn_pool.claim, __ATOMIC_RELAXED)) + 1;
     __atomic_store_n(&nn_pool.claim, (gen & 0x7fffffffLL) << 32, __ATOMIC_RELEASE);
     int sleepers = 0;
@@ -500,7 +520,14 @@ NN_API void nn_pool_run(nn_task fn, const void *args, int64_t parts) {
     int64_t spins = 0;
     while (__atomic_load_n(&nn_pool.finished, __ATOMIC_ACQUIRE) != parts) {
         nn_pause();
-        if (++spins > (1 << 20)) { sched_yield(); spins = 0; }
+        if (++spins % 64 == 0) {
+            /* a worker still running a part on this CPU: let it run (nn_cpu's note) */
+            const int cpu = nn_cpu();
+            int beside = 0;
+            for (int64_t w = 0; w < parts - 1 && cpu >= 0; w++)
+                beside |= __atomic_load_n(&nn_pool.slot[w].cpu, __ATOMIC_RELAXED) == cpu;
+            if (beside || spins > (1 << 20)) { sched_yield(); spins = 0; }
+        }
     }
     pthread_mutex_unlock(&nn_pool.busy);
 }
