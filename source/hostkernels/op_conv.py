@@ -28,6 +28,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from nnhal.device.cpu import parallel
+from nnhal.device.cpu.native import direct_conv
 from nnhal.hostkernels import _conv2d, _scratch
 from nnhal.hostkernels._conv_nhwc import ConvGemmNHWC, ConvWinogradNHWC
 from nnhal.hostkernels.base import Kernel, RunFn, store
@@ -263,6 +264,10 @@ class ConvGemm(Kernel):
     def prepare(self, node, ins, outs) -> RunFn:
         s = _conv2d.conv2d(node, ins, outs)
         wv, finish = ins[1].value, _epilogue(node, ins, s)
+        if direct_conv.nchw_fits(s.n, s.c, s.m, s.kernel, s.group, s.dtype):
+            # few channels on a side: the native direct kernel through channels-last copies
+            return direct_conv.nchw_run(s, wv, ins[2].value if len(ins) > 2 and ins[2] is not None else None,
+                                        activation_of(node))
         if s.kernel == (1, 1) and not s.padded:
             return gemm_1x1(s, wv, finish)
         if s.cg == 1 and s.mg == 1:

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.skipif(not native.available(), reason="the native kerne
                                                                "(no C compiler at install, or NNHAL_NATIVE=0)")
 
 
-def _model(x_shape, wt, bias, k, stride, dil, pads, relu):
+def _model(x_shape, wt, bias, k, stride, dil, pads, relu, channels_last=True):
     inits = [numpy_helper.from_array(wt, "w")]
     ins = ["x", "w"]
     if bias is not None:
@@ -30,8 +30,9 @@ def _model(x_shape, wt, bias, k, stride, dil, pads, relu):
         nodes.append(helper.make_node("Relu", ["c"], ["r"]))
         last = "r"
     # a 1x1 max pool after it: the convolution's output stays channels last (the cpu layout pass), so the
-    # channels-last kernels run it
-    nodes.append(helper.make_node("MaxPool", [last], ["y"], kernel_shape=[1, 1]))
+    # channels-last kernels run it; without it the lone convolution stays channels first (op_conv.ConvGemm)
+    nodes.append(helper.make_node("MaxPool" if channels_last else "Identity", [last], ["y"],
+                                  **({"kernel_shape": [1, 1]} if channels_last else {})))
     g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
@@ -67,6 +68,15 @@ CASES = [  # c, m, h, w, k, stride, dil, pads
 @pytest.mark.parametrize("c,m,h,w,k,stride,dil,pads", CASES)
 @pytest.mark.parametrize("threads", [1, 2])
 def test_direct_conv_matches_reference(monkeypatch, c, m, h, w, k, stride, dil, pads, threads):
+    _check(monkeypatch, c, m, h, w, k, stride, dil, pads, threads, True)
+
+
+@pytest.mark.parametrize("c,m,h,w,k,stride,dil,pads", [case for case in CASES if case[4] > 1 and case[1] >= 16])
+def test_direct_conv_channels_first_matches_reference(monkeypatch, c, m, h, w, k, stride, dil, pads):
+    _check(monkeypatch, c, m, h, w, k, stride, dil, pads, 2, False)
+
+
+def _check(monkeypatch, c, m, h, w, k, stride, dil, pads, threads, channels_last):
     calls = []
     real = native.Conv
     monkeypatch.setattr(native, "Conv", lambda kind, *a: (calls.append(kind), real(kind, *a))[1])
@@ -77,7 +87,7 @@ def test_direct_conv_matches_reference(monkeypatch, c, m, h, w, k, stride, dil, 
     x = rng.standard_normal((2, c, h, w)).astype(np.float32)
     assert direct_conv.direct_fits(2, c, m, (k, k), 1, np.dtype(np.float32))
     want, scale = _reference(x, wt, bias, stride, dil, pads, relu)
-    with nnhal.Session(_model(x.shape, wt, bias, k, stride, dil, pads, relu), devices=["cpu"],
+    with nnhal.Session(_model(x.shape, wt, bias, k, stride, dil, pads, relu, channels_last), devices=["cpu"],
                        num_thread=threads) as s:
         got = s.run({"x": x})[0]
     assert "direct" in calls, "the native direct kernel was not prepared"
@@ -94,3 +104,6 @@ def test_direct_fits_only_float32_group1_narrow():
     assert not direct_conv.direct_fits(1, 128, 128, (3, 3), 1, f32)    # GEMM territory
     assert not direct_conv.direct_fits(1, 16, 16, (3, 3), 2, f32)
     assert not direct_conv.direct_fits(1, 16, 16, (3, 3), 1, np.dtype(np.float64))
+    assert direct_conv.nchw_fits(1, 48, 48, (3, 3), 1, f32)
+    assert not direct_conv.nchw_fits(1, 32, 32, (1, 1), 1, f32)        # one GEMM on the input already
+    assert not direct_conv.nchw_fits(1, 48, 10, (3, 3), 1, f32)        # 10 of 16 lanes

@@ -75,3 +75,41 @@ def beats_winograd(c: int, m: int, dtype) -> bool:
     """Whether a 3x3 stride-1 convolution of c -> m channels runs faster on the direct kernel than by
     Winograd (where the direct kernel takes it at all)."""
     return min(c, m) < WINOGRAD_MIN_CHANNELS and direct_fits(1, c, m, (3, 3), 1, dtype)
+
+
+# A channels-first convolution's GEMM is W (M, K) @ columns (K, pixels): its N is the pixels, so few output
+# channels do not starve it; what the direct kernel saves there is the gather of image rows into columns.
+# Measured as above (ms, NCHW im2col + GEMM against channels-last copies + direct): 3 -> 16 7x7 s2 224^2
+# 7.2 / 1.45; 16 -> 16 3x3 56^2 0.489 / 0.237; 48 -> 48 3x3 at 8^2 0.115 / 0.052, 16^2 0.241 / 0.169, 32^2
+# 0.965 / 0.740; 64 -> 32 3x3 56^2 2.69 / 1.76; but 48 -> 10 3x3 32^2 0.264 / 0.357 (10 of 16 lanes used) and
+# 32 -> 32 1x1 56^2 0.213 / 0.289 (a 1x1 is one GEMM on the input, no gather to save).
+
+
+def nchw_fits(n: int, c: int, m: int, kernel: tuple[int, int], group: int, dtype) -> bool:
+    """Whether a convolution that stays channels first runs on the direct kernel through copies."""
+    return kernel != (1, 1) and m >= BLOCK and direct_fits(n, c, m, kernel, group, dtype)
+
+
+def nchw_run(s, wv: np.ndarray, bias: np.ndarray | None, act):
+    """run(inputs, outputs) of the direct kernel for a convolution whose tensors stay NCHW (a region the
+    layout pass keeps channels first: GroupNorm's reshapes, 1-D audio convolutions, a lone Conv): the input
+    copied channels last into a new array, the kernel, the output copied back (``act``: a hostkernels
+    Activation or None)."""
+    from nnhal.device.cpu import parallel
+    from nnhal.hostkernels._conv_nhwc import act_record
+
+    conv = make(s, wv, bias, act_record(act))
+    work = parallel.gemm_work(s.n * s.oh * s.ow * s.m * s.c * s.kernel[0] * s.kernel[1])
+    rows = s.n * s.oh
+    x_shape, y_shape = (s.n, s.h, s.w, s.c), (s.n, s.oh, s.ow, s.m)
+
+    def run(inputs, outputs):
+        xl = np.empty(x_shape, np.float32)
+        np.copyto(xl, inputs[0].transpose(0, 2, 3, 1))
+        yl = np.empty(y_shape, np.float32)
+        conv.run(xl, yl, None, parallel.native_parts(work, rows) if parallel.native_pool() else 1)
+        y = outputs[0] if outputs[0] is not None else np.empty((s.n, s.m, s.oh, s.ow), np.float32)
+        np.copyto(y, yl.transpose(0, 3, 1, 2))
+        return (y,)
+
+    return run
