@@ -30,7 +30,7 @@ from numpy.lib.stride_tricks import as_strided
 from nnhal.device.cpu import parallel
 from nnhal.device.cpu.native import direct_conv
 from nnhal.hostkernels import _conv2d, _scratch
-from nnhal.hostkernels._conv_nhwc import ConvGemmNHWC, ConvWinogradNHWC
+from nnhal.hostkernels._conv_nhwc import ConvGemmNHWC, ConvWinogradNHWC, act_record
 from nnhal.hostkernels.base import Kernel, RunFn, store
 from nnhal.hostkernels.fused import activation_of
 from nnhal.hostkernels.windows import im2col
@@ -267,7 +267,7 @@ class ConvGemm(Kernel):
         if direct_conv.nchw_fits(s.n, s.c, s.m, s.kernel, s.group, s.dtype):
             # few channels on a side: the native direct kernel through channels-last copies
             return direct_conv.nchw_run(s, wv, ins[2].value if len(ins) > 2 and ins[2] is not None else None,
-                                        activation_of(node))
+                                        act_record(activation_of(node)))
         if s.kernel == (1, 1) and not s.padded:
             return gemm_1x1(s, wv, finish)
         if s.cg == 1 and s.mg == 1:

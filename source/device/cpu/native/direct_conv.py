@@ -93,12 +93,9 @@ def nchw_fits(n: int, c: int, m: int, kernel: tuple[int, int], group: int, dtype
 def nchw_run(s, wv: np.ndarray, bias: np.ndarray | None, act):
     """run(inputs, outputs) of the direct kernel for a convolution whose tensors stay NCHW (a region the
     layout pass keeps channels first: GroupNorm's reshapes, 1-D audio convolutions, a lone Conv): the input
-    copied channels last into a new array, the kernel, the output copied back (``act``: a hostkernels
-    Activation or None)."""
-    from nnhal.device.cpu import parallel
-    from nnhal.hostkernels._conv_nhwc import act_record
-
-    conv = make(s, wv, bias, act_record(act))
+    copied channels last into a new array, the kernel, the output copied back (``act``: the native
+    activation record)."""
+    conv = make(s, wv, bias, act)
     work = parallel.gemm_work(s.n * s.oh * s.ow * s.m * s.c * s.kernel[0] * s.kernel[1])
     rows = s.n * s.oh
     x_shape, y_shape = (s.n, s.h, s.w, s.c), (s.n, s.oh, s.ow, s.m)
