@@ -107,3 +107,26 @@ def test_direct_fits_only_float32_group1_narrow():
     assert direct_conv.nchw_fits(1, 48, 48, (3, 3), 1, f32)
     assert not direct_conv.nchw_fits(1, 32, 32, (1, 1), 1, f32)        # one GEMM on the input already
     assert not direct_conv.nchw_fits(1, 48, 10, (3, 3), 1, f32)        # 10 of 16 lanes
+
+
+@pytest.mark.parametrize("layout", ["nhwc", "nchw"])
+def test_direct_conv_forced_on_every_group1_case(monkeypatch, layout):
+    """NNHAL_DIRECT=2 puts every group-1 float32 non-Winograd case of the kernel tests on the direct kernel (dilations,
+    pads, strides, batches, activations), channels last and through channels-first copies."""
+    from tests.device.cpu import test_nchw_conv, test_nhwc_conv
+
+    monkeypatch.setenv("NNHAL_DIRECT", "2")
+    calls = []
+    real = native.Conv
+    monkeypatch.setattr(native, "Conv", lambda kind, *a: (calls.append(kind), real(kind, *a))[1])
+    # Winograd keeps 64 channels and more (direct_conv.WINOGRAD_MIN_CHANNELS)
+    names = [name for name, case in test_nhwc_conv.CASES.items() if case[9] == 1 and "winograd" not in case[10]]
+    if layout == "nchw":        # channels first: 1x1 and fewer than 16 output channels keep the GEMM
+        names = [name for name in names if test_nhwc_conv.CASES[name][5] != (1, 1)
+                 and test_nhwc_conv.CASES[name][4] >= 16]
+    check = test_nhwc_conv.check if layout == "nhwc" else test_nchw_conv.check_nchw
+    for name in names:
+        calls.clear()
+        for act in ("relu", "clip"):
+            check(name, True, test_nhwc_conv.ACTIVATIONS[act])
+        assert calls.count("direct") == 2, name

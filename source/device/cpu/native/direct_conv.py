@@ -92,19 +92,30 @@ def nchw_fits(n: int, c: int, m: int, kernel: tuple[int, int], group: int, dtype
 
 def nchw_run(s, wv: np.ndarray, bias: np.ndarray | None, act):
     """run(inputs, outputs) of the direct kernel for a convolution whose tensors stay NCHW (a region the
-    layout pass keeps channels first: GroupNorm's reshapes, 1-D audio convolutions, a lone Conv): the input
-    copied channels last into a new array, the kernel, the output copied back (``act``: the native
-    activation record)."""
+    layout pass keeps channels first: GroupNorm's reshapes, 1-D audio convolutions, a lone Conv), through
+    channels_first (``act``: the native activation record)."""
     conv = make(s, wv, bias, act)
     work = parallel.gemm_work(s.n * s.oh * s.ow * s.m * s.c * s.kernel[0] * s.kernel[1])
     rows = s.n * s.oh
-    x_shape, y_shape = (s.n, s.h, s.w, s.c), (s.n, s.oh, s.ow, s.m)
+    y_shape = (s.n, s.oh, s.ow, s.m)
+
+    def run_nhwc(inputs, outputs):
+        y = np.empty(y_shape, np.float32)
+        conv.run(inputs[0], y, None, parallel.native_parts(work, rows) if parallel.native_pool() else 1)
+        return (y,)
+
+    return channels_first(s, run_nhwc)
+
+
+def channels_first(s, run_nhwc):
+    """The run of a channels-last convolution kernel (``run_nhwc``, float32) for NCHW tensors: the input
+    copied channels last into a new array, the kernel, its output copied back."""
+    x_shape = (s.n, s.h, s.w, s.c)
 
     def run(inputs, outputs):
         xl = np.empty(x_shape, np.float32)
         np.copyto(xl, inputs[0].transpose(0, 2, 3, 1))
-        yl = np.empty(y_shape, np.float32)
-        conv.run(xl, yl, None, parallel.native_parts(work, rows) if parallel.native_pool() else 1)
+        yl = run_nhwc([xl, *inputs[1:]], [None])[0]
         y = outputs[0] if outputs[0] is not None else np.empty((s.n, s.m, s.oh, s.ow), np.float32)
         np.copyto(y, yl.transpose(0, 3, 1, 2))
         return (y,)
