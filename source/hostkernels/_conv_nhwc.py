@@ -31,6 +31,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from nnhal.device.cpu import native, parallel
+from nnhal.device.cpu.native import direct_conv
 from nnhal.graph.node import Node
 from nnhal.hostkernels import _conv2d, _scratch
 from nnhal.hostkernels.base import Kernel, RunFn
@@ -427,6 +428,10 @@ class ConvGemmNHWC(Kernel):
         grouped = native_grouped(s, wv, bias, activation_of(node))
         if grouped is not None:
             return grouped
+        if direct_conv.direct_fits(s.n, s.c, s.m, s.kernel, s.group, s.dtype):
+            # few channels on a side: straight from the input, no im2col (device/cpu/native/direct_conv.py)
+            work = parallel.gemm_work(s.n * s.oh * s.ow * s.m * s.c * s.kernel[0] * s.kernel[1])
+            return _native_rows_run(s, work, direct_conv.make(s, wv, bias, act_record(activation_of(node))))
         if s.kernel == (1, 1) and not s.padded:
             return nhwc_1x1(s, wv, finish, bias, activation_of(node))
         return nhwc_im2col(s, wv, finish, bias, activation_of(node))
@@ -444,6 +449,8 @@ class ConvWinogradNHWC(Kernel):
     def score(self, node, ins, outs) -> int:
         fits = _conv2d.winograd_fits(node, ins, outs)
         if fits is None or not any(fits[0] >= c and fits[1] >= s for c, s in WINOGRAD_MIN_OUT.items()):
+            return 0
+        if direct_conv.beats_winograd(ins[0].shape[1], ins[1].value.shape[0], ins[0].dtype):
             return 0
         return 20
 

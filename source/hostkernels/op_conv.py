@@ -28,8 +28,9 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from nnhal.device.cpu import parallel
+from nnhal.device.cpu.native import direct_conv
 from nnhal.hostkernels import _conv2d, _scratch
-from nnhal.hostkernels._conv_nhwc import ConvGemmNHWC, ConvWinogradNHWC
+from nnhal.hostkernels._conv_nhwc import ConvGemmNHWC, ConvWinogradNHWC, act_record, native_depthwise
 from nnhal.hostkernels.base import Kernel, RunFn, store
 from nnhal.hostkernels.fused import activation_of
 from nnhal.hostkernels.windows import im2col
@@ -263,10 +264,18 @@ class ConvGemm(Kernel):
     def prepare(self, node, ins, outs) -> RunFn:
         s = _conv2d.conv2d(node, ins, outs)
         wv, finish = ins[1].value, _epilogue(node, ins, s)
+        if direct_conv.nchw_fits(s.n, s.c, s.m, s.kernel, s.group, s.dtype):
+            # few channels on a side: the native direct kernel through channels-last copies
+            return direct_conv.nchw_run(s, wv, ins[2].value if len(ins) > 2 and ins[2] is not None else None,
+                                        act_record(activation_of(node)))
         if s.kernel == (1, 1) and not s.padded:
             return gemm_1x1(s, wv, finish)
         if s.cg == 1 and s.mg == 1:
-            return gemm_depthwise(s, wv, finish)
+            bias = ins[2].value if len(ins) > 2 and ins[2] is not None else None
+            native_dw = native_depthwise(s, wv, bias, activation_of(node))
+            # the native kernel through channels-last copies: 32 channels 3x3 at 112^2 0.5 ms against numpy's
+            # 18 passes' 1.9 (1 thread, the Zen 3 VM)
+            return direct_conv.channels_first(s, native_dw) if native_dw else gemm_depthwise(s, wv, finish)
         if shift_fits(s):
             return gemm_shift(s, wv, finish)
         return gemm_im2col(s, wv, finish)

@@ -33,6 +33,7 @@ for every plan.
 """
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -66,6 +67,26 @@ _run = threading.local()       # this thread's run: whether its plan chose the p
 # (22K), Inception v2 27.1 / 29.2 (25K), SqueezeNet 5.9 / 6.5 (43K), BERT 21.9 / 22.1 (49K), ShuffleNet
 # 5.1 / 5.5 (53K); every batch-8 plan (75K and up) gained more.
 POOL_MIN_MEDIAN_OUTPUT = 16 * 1024
+# The same choice on a CPU without AVX-512 (the 2-core AMD EPYC VM, Zen 3, AVX2): with BLAS's threads only the
+# GEMMs run on two threads, and there the convolutions of small maps run on the native direct, depthwise and
+# grouped kernels (native/direct_conv.py), which only the pool splits. Measured on that VM at batch 1, 2
+# threads, pools against BLAS's threads, interleaved min of 15 in one process (ms; median output in
+# brackets; the machine was loaded by other jobs, so the ratios count, not the times): gpt_kv 31.6 / 17.9
+# (256), whisper_tiny 57 / 447 (3.6K), enc_dec 19.2 / 43.7 (4K), audio_gru 18.2 / 39.7 (6.4K), conformer
+# 90 / 224 (7K), vit_tiny 23.7 / 52.2 (9.6K), lraspp 30.9 / 72.6 (10K), byte_cnn 9.1 / 62.1 (12K), resnext_se
+# 25.6 / 23.4 (12.5K), anchor_free_head 27.2 / 38.4 (12.8K), shufflenet_v2 5.5 / 21.2 (14K), pan 30.3 /
+# 76.4 (14K).
+POOL_MIN_MEDIAN_OUTPUT_NO_AVX512 = 1024
+
+
+@functools.cache
+def avx512() -> bool:
+    """Whether this CPU has AVX-512 (numpy's dispatch table; False when numpy does not say)."""
+    try:
+        from numpy._core._multiarray_umath import __cpu_features__ as features
+    except ImportError:
+        return False
+    return bool(features.get("AVX512F"))
 
 
 def choose(median_output: float) -> bool:
@@ -74,7 +95,7 @@ def choose(median_output: float) -> bool:
     forced = os.environ.get("NNHAL_CPU_POOL")
     if forced in ("0", "1"):
         return forced == "1"
-    return median_output >= POOL_MIN_MEDIAN_OUTPUT
+    return median_output >= (POOL_MIN_MEDIAN_OUTPUT if avx512() else POOL_MIN_MEDIAN_OUTPUT_NO_AVX512)
 
 
 def use_pool(on: bool) -> None:
@@ -415,6 +436,10 @@ def _native_gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray, bias: np.ndarray
     by_cols = False
     if parts <= 1 and 1 < m < 2 * threads() * row_align:
         parts, by_cols = native_parts(work, n // 64), True
+    elif parts > 1 and n > m and native_parts(work, n // 64) > 1:
+        # a wide product (NCHW's weights @ columns, Winograd's transforms): BLAS packs the whole B in each part
+        # of a split by rows, only its columns in a split by columns, and B is the larger operand here
+        by_cols = True
     if parts <= 1 and bias is None and act is None:
         return False            # numpy's own call (a one-row product is a GEMV there)
     if prepared is not None:

@@ -35,6 +35,7 @@ def cases():
     conv_dw = (2, 6, 5, 8, 6, 5, 3, 3, 1, 1, 1, 1, 1, 1)
     conv_g = (1, 6, 5, 16, 6, 5, 16, 3, 3, 1, 1, 1, 1, 1, 1, 2, 8, 8)
     conv_i = (1, 6, 5, 4, 6, 5, 8, 3, 3, 1, 1, 1, 1, 1, 1, 36, 2)
+    conv_d = (1, 6, 5, 4, 6, 5, 12, 3, 3, 1, 1, 1, 1, 1, 1, 16)
     pool_g = (2, 6, 5, 8, 3, 3, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1)
     tiny = np.zeros(1, F)
     yield "activation", native.activation, lambda: [arr(4, 5), arr(4, 5), act(), 2], \
@@ -84,8 +85,13 @@ def cases():
         ["kind", "geom", ("in", tiny), ("opt", tiny), "act"]
     yield "Conv im2col", native.Conv, lambda: ["im2col", conv_i, arr(36, 8), arr(8), act()], \
         ["kind", "geom", ("in", tiny), ("opt", tiny), "act"]
+    yield "Conv direct", native.Conv, lambda: ["direct", conv_d, arr(3, 3, 4, 16), arr(12), act()], \
+        ["kind", "geom", ("in", tiny), ("opt", tiny), "act"]
     dw = native.Conv("depthwise", conv_dw, arr(3, 3, 8), arr(8), act())
     yield "Conv.run depthwise", dw.run, lambda: [arr(2, 6, 5, 8), arr(2, 6, 5, 8), None, 2], \
+        [("in", tiny), ("out", tiny), "none", "int"]
+    direct = native.Conv("direct", conv_d, arr(3, 3, 4, 16), arr(12), act())
+    yield "Conv.run direct", direct.run, lambda: [arr(1, 6, 5, 4), arr(1, 6, 5, 12), None, 2], \
         [("in", tiny), ("out", tiny), "none", "int"]
     im = native.Conv("im2col", conv_i, arr(36, 8), arr(8), act())
     yield "Conv.run im2col", im.run, lambda: [arr(1, 6, 5, 4), arr(1, 6, 5, 8), arr(2 * 2 * 5 * 36), 2], \

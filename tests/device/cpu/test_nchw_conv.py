@@ -65,6 +65,7 @@ def test_nchw_conv_matches_reference(name, bias, act):
 @pytest.mark.parametrize("budget", [1, 20000], ids=["row-by-row", "few-rows"])
 @pytest.mark.parametrize("name", ["3x3-p1", "7x7-s2-p3", "g4-s2", "winograd-28", "winograd-30"])
 def test_nchw_conv_bands_of_rows(monkeypatch, name, budget):
+    monkeypatch.setenv("NNHAL_DIRECT", "0")            # the direct kernel has no bands
     for bound in ("BAND_BYTES", "WINOGRAD_BAND_BYTES"):
         monkeypatch.setattr(op_conv, bound, budget)
     check_nchw(name, True, ACTIVATIONS["clip"])

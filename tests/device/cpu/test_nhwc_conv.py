@@ -116,7 +116,9 @@ def test_nhwc_conv_float64(name):
 @pytest.mark.parametrize("name", ["3x3-p1", "7x7-s2-p3", "dilation2", "dw3x3", "dw-mult2", "g4-s2",
                                   "g16-supergroups", "winograd-30", "winograd-nopad"])
 def test_nhwc_conv_bands_of_rows(monkeypatch, name, budget):
-    """Scratch budgets below one image: bands of output rows within each image."""
+    """Scratch budgets below one image: bands of output rows within each image (the direct kernel off: it
+    has no bands)."""
+    monkeypatch.setenv("NNHAL_DIRECT", "0")
     for bound in ("BAND_BYTES", "DEPTHWISE_BAND_BYTES", "WINOGRAD_BAND_BYTES"):
         monkeypatch.setattr(_conv_nhwc, bound, budget)
     check(name, True, ACTIVATIONS["relu"])

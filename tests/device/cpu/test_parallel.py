@@ -213,8 +213,12 @@ def test_a_forked_child_runs_without_the_parents_workers(monkeypatch):
 
 def test_plans_choose_the_pools_by_the_size_of_their_products(monkeypatch):
     monkeypatch.delenv("NNHAL_CPU_POOL", raising=False)
+    monkeypatch.setattr(parallel, "avx512", lambda: True)
     assert not parallel.choose(9_000)                           # MobileNetV3 at batch 1: BLAS threads
     assert parallel.choose(400_000)                             # batch 8: the pools
+    monkeypatch.setattr(parallel, "avx512", lambda: False)      # the AVX2 machine's threshold
+    assert not parallel.choose(256)                             # a KV-cache decoder step: BLAS threads
+    assert parallel.choose(9_000)
     monkeypatch.setenv("NNHAL_CPU_POOL", "1")
     assert parallel.choose(0)
     monkeypatch.setenv("NNHAL_CPU_POOL", "0")

@@ -325,11 +325,16 @@ NN_API int64_t nn_spin_wait(const volatile int64_t *flag, int64_t value, int64_t
  * The cpu device's thread pool. Python hands a whole split kernel to nn_pool_run with the GIL
  * released, so no part ever waits for the GIL: a part is a C function over a slice of the work
  * (rows of a GEMM with its bias and activation, rows of a depthwise convolution, a range of an
- * activation, bands of an im2col convolution). Part 0 runs on the caller, part i on worker i - 1. A
+ * activation, bands of an im2col convolution). The caller and the workers it wakes claim the parts one
+ * at a time from a shared counter (nn_claim), so a part goes to whichever thread is free first: a worker
+ * that the kernel has not scheduled yet (another process on its CPU, a vCPU the hypervisor holds back)
+ * leaves its part to the caller instead of holding the whole kernel up. Measured on the loaded 2-core
+ * AMD EPYC VM (Zen 3), Winograd 48 -> 48 channels at 32x32, 2 threads: 8.4 ms with part i fixed to
+ * worker i - 1 (the caller spun for a worker another process kept off its CPU), 1T took 0.54 ms. A
  * worker spins on its own sequence number for a while (SPIN: a sleeping thread of a virtual machine
- * took 20-50 us to wake) and then sleeps on a condition variable; the caller spins until its workers
- * finished. One job at a time: a caller that finds the pool busy (another Python thread's run) runs all
- * parts itself. BLAS inside a part must be single-threaded (the Python side sets it).
+ * took 20-50 us to wake) and then sleeps on a condition variable; the caller spins until every claimed
+ * part is finished. One job at a time: a caller that finds the pool busy (another Python thread's run)
+ * runs all parts itself. BLAS inside a part must be single-threaded (the Python side sets it).
  * ------------------------------------------------------------------------------------------------ */
 #include <pthread.h>
 #include <sched.h>
@@ -340,21 +345,42 @@ typedef void (*nn_task)(const void *args, int64_t part, int64_t parts);
 
 typedef struct {
     int64_t seq;            /* jobs handed to this worker (written by the caller) */
-    int64_t done;           /* jobs it finished */
     int32_t sleeping;
-    char pad[64 - 20];      /* one cache line per worker */
+    int32_t cpu;            /* the CPU it last ran on (sched_getcpu), -1 before */
+    char pad[64 - 16];      /* one cache line per worker */
 } nn_slot;
+
+/* The job's claim counter: the job's generation in the high 32 bits, the next unclaimed part in the low
+ * 32 (a job has at most NN_MAX_WORKERS + 1 parts per thread, far below 2^32). */
+#define NN_CLAIM_GEN(c) ((c) >> 32)
+#define NN_CLAIM_PART(c) ((c) & 0xffffffffLL)
 
 static struct {
     pthread_mutex_t lock, busy;
     pthread_cond_t wake;
     int64_t workers;
     int64_t spin_ns;
-    nn_task fn;
+    nn_task fn;             /* the job: written by the caller before it publishes the claim counter */
     const void *args;
     int64_t parts;
-    nn_slot slot[NN_MAX_WORKERS];
-} nn_pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 2000000, NULL, NULL, 0, {{0}}};
+    int32_t caller_cpu;     /* the CPU of the last job's caller (sched_getcpu), -1 before */
+    int64_t claim __attribute__((aligned(64)));     /* generation << 32 | next part */
+    int64_t finished __attribute__((aligned(64)));  /* parts of the current job finished */
+    nn_slot slot[NN_MAX_WORKERS] __attribute__((aligned(64)));
+} nn_pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 2000000, NULL, NULL, 0,
+             -1, 0, 0, {{0}}};
+
+/* A spinning thread gives its CPU away (sched_yield) while the thread it waits for, or the caller it waits on,
+ * sits on the same CPU: both runnable on one CPU, a spin would take half of that CPU from the thread doing the
+ * work until the scheduler moves one of them (a tick or more). It spins on undisturbed otherwise (a yield on a
+ * CPU with another process's thread would hand it a whole time slice). */
+NN_INLINE int nn_cpu(void) {
+#if defined(__linux__)
+    return sched_getcpu();
+#else
+    return -1;
+#endif
+}
 
 static int64_t nn_now_ns(void) {
     struct timespec t;
@@ -368,14 +394,34 @@ NN_INLINE void nn_pause(void) {
 #endif
 }
 
+/* Claims and runs parts of the current job until none is left. A claim is a compare-and-swap of the counter
+ * from (generation, part) to (generation, part + 1); the job read between the counter's load and a successful
+ * swap is that generation's (a job's fields change only after all its parts finished, which needs this part
+ * claimed, so after the counter moved on and the swap failed). */
+static void nn_claim(void) {
+    int64_t c = __atomic_load_n(&nn_pool.claim, __ATOMIC_ACQUIRE);
+    for (;;) {
+        const nn_task fn = __atomic_load_n(&nn_pool.fn, __ATOMIC_RELAXED);
+        const void *args = __atomic_load_n(&nn_pool.args, __ATOMIC_RELAXED);
+        const int64_t parts = __atomic_load_n(&nn_pool.parts, __ATOMIC_RELAXED);
+        const int64_t part = NN_CLAIM_PART(c);
+        if (part >= parts) return;
+        if (!__atomic_compare_exchange_n(&nn_pool.claim, &c, c + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) continue;
+        fn(args, part, parts);
+        __atomic_add_fetch(&nn_pool.finished, 1, __ATOMIC_RELEASE);
+        c = __atomic_load_n(&nn_pool.claim, __ATOMIC_ACQUIRE);
+    }
+}
+
 static void *nn_worker(void *arg) {
     nn_slot *me = (nn_slot *)arg;
-    const int64_t index = me - nn_pool.slot;
     int64_t seen = 0;
     for (;;) {
         int64_t t0 = nn_now_ns(), s;
         while ((s = __atomic_load_n(&me->seq, __ATOMIC_SEQ_CST)) == seen) {
             for (int i = 0; i < 64; i++) nn_pause();
+            const int cpu = nn_cpu();
+            if (cpu >= 0 && cpu == __atomic_load_n(&nn_pool.caller_cpu, __ATOMIC_RELAXED)) sched_yield();
             if (nn_now_ns() - t0 > nn_pool.spin_ns) {
                 pthread_mutex_lock(&nn_pool.lock);
                 __atomic_store_n(&me->sleeping, 1, __ATOMIC_SEQ_CST);
@@ -386,8 +432,8 @@ static void *nn_worker(void *arg) {
             }
         }
         seen = s;
-        nn_pool.fn(nn_pool.args, index + 1, nn_pool.parts);
-        __atomic_store_n(&me->done, s, __ATOMIC_SEQ_CST);
+        __atomic_store_n(&me->cpu, nn_cpu(), __ATOMIC_RELAXED);
+        nn_claim();
     }
     return NULL;
 }
@@ -399,6 +445,7 @@ static void nn_pool_after_fork(void) {
     pthread_cond_init(&nn_pool.wake, NULL);
     nn_pool.workers = 0;
     memset(nn_pool.slot, 0, sizeof nn_pool.slot);
+    for (int w = 0; w < NN_MAX_WORKERS; w++) nn_pool.slot[w].cpu = -1;
 }
 
 static pthread_once_t nn_pool_once = PTHREAD_ONCE_INIT;
@@ -442,6 +489,7 @@ NN_API int64_t nn_pool_set_threads(int64_t threads) {
         pthread_attr_init(&attr);
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
         nn_pin_worker(&attr, nn_pool.workers);
+        nn_pool.slot[nn_pool.workers].cpu = -1;
         int failed = pthread_create(&t, &attr, nn_worker, &nn_pool.slot[nn_pool.workers]);
         pthread_attr_destroy(&attr);
         if (failed) break;
@@ -458,9 +506,13 @@ NN_API void nn_pool_run(nn_task fn, const void *args, int64_t parts) {
         for (int64_t p = 0; p < parts; p++) fn(args, p, parts);
         return;
     }
-    nn_pool.fn = fn;
-    nn_pool.args = args;
-    nn_pool.parts = parts;
+    __atomic_store_n(&nn_pool.fn, fn, __ATOMIC_RELAXED);
+    __atomic_store_n(&nn_pool.args, args, __ATOMIC_RELAXED);
+    __atomic_store_n(&nn_pool.parts, parts, __ATOMIC_RELAXED);
+    __atomic_store_n(&nn_pool.finished, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&nn_pool.caller_cpu, nn_cpu(), __ATOMIC_RELAXED);
+    const int64_t gen = NN_CLAIM_GEN(__atomic_load_n(&nn_pool.claim, __ATOMIC_RELAXED)) + 1;
+    __atomic_store_n(&nn_pool.claim, (gen & 0x7fffffffLL) << 32, __ATOMIC_RELEASE);
     int sleepers = 0;
     for (int64_t w = 0; w < parts - 1; w++) {
         __atomic_add_fetch(&nn_pool.slot[w].seq, 1, __ATOMIC_SEQ_CST);
@@ -471,13 +523,17 @@ NN_API void nn_pool_run(nn_task fn, const void *args, int64_t parts) {
         pthread_cond_broadcast(&nn_pool.wake);
         pthread_mutex_unlock(&nn_pool.lock);
     }
-    fn(args, 0, parts);
-    for (int64_t w = 0; w < parts - 1; w++) {
-        const int64_t want = nn_pool.slot[w].seq;
-        int64_t spins = 0;
-        while (__atomic_load_n(&nn_pool.slot[w].done, __ATOMIC_SEQ_CST) != want) {
-            nn_pause();
-            if (++spins > (1 << 20)) { sched_yield(); spins = 0; }
+    nn_claim();
+    int64_t spins = 0;
+    while (__atomic_load_n(&nn_pool.finished, __ATOMIC_ACQUIRE) != parts) {
+        nn_pause();
+        if (++spins % 64 == 0) {
+            /* a worker still running a part on this CPU: let it run (nn_cpu's note) */
+            const int cpu = nn_cpu();
+            int beside = 0;
+            for (int64_t w = 0; w < parts - 1 && cpu >= 0; w++)
+                beside |= __atomic_load_n(&nn_pool.slot[w].cpu, __ATOMIC_RELAXED) == cpu;
+            if (beside || spins > (1 << 20)) { sched_yield(); spins = 0; }
         }
     }
     pthread_mutex_unlock(&nn_pool.busy);
@@ -1211,6 +1267,162 @@ static void nn_gconv_task(const void *args, int64_t part, int64_t parts) {
 }
 
 
+/* Group-1 2-D convolution, channels last, straight from the input (no im2col columns, no padded copy):
+ * per output row and block of 16 output channels (8 for the last block of a count that is not a multiple
+ * of 16), tiles of NN_DIRECT_TILE pixels accumulate in 2 x NN_DIRECT_TILE 8-lane registers over every tap
+ * and input channel: a weight row of the block loaded once per tap and channel, an input element
+ * broadcast per pixel (12 FMAs for 8 loads: the two FMA pipes stay busy on AVX2's 16 registers). Pixels
+ * whose window crosses the left or right edge run one at a time with the taps outside skipped; rows
+ * outside the input are skipped for the whole row. With a dilation of 1 a kernel row's taps are one run of
+ * KW * C input elements and one run of KW * C weight rows (one loop). Weights: MP = M rounded up to 8
+ * columns, zeros past M, in blocks of 16 columns (8 for the last when MP is not a multiple of 16), each
+ * block (KH, KW, C, 16 or 8) contiguous (KH * KW * C * MP floats in all): a block's weights are one run
+ * that stays in L2 (with (KH, KW, C, MP) rows 128 -> 128 channels at 28x28 ran 2.8x slower). Bias is the start value; the activation runs over each finished row.
+ * Chosen for few output channels (the stem, 16 to 48 channel necks and heads), where a GEMM of N = M
+ * columns spends its time packing the im2col columns (native/direct_conv.py says where). */
+typedef struct {
+    int64_t n, h, w, c, oh, ow, m, kh, kw, sh, sw, dh, dw, pad_top, pad_left, mp;
+    nn_act act;
+} nn_direct_params;
+
+#define NN_DIRECT_TILE 6
+
+/* T pixels from ``left`` (input column of the first's window) at output yp, channels mb..mb+8V, taps of
+ * kernel rows ki0..ki1; ``check``: skip taps outside the row (T = 1 then). T, V, check are constants at
+ * every (inlined) call. */
+NN_INLINE void nn_direct_tile(const float *restrict ximg, float *restrict yp, const float *restrict wt,
+                              const float *restrict b16, const nn_direct_params *p, int64_t ki0, int64_t ki1,
+                              int64_t top, int64_t left, int64_t mb, const int T, const int V, const int check) {
+    const int64_t c = p->c, kw = p->kw, w = p->w, step = p->sw * c, bw = 8 * V;
+    const float *restrict wb = wt + p->kh * kw * c * mb;     /* this block's weights, rows of bw */
+    nn_v8 acc[NN_DIRECT_TILE][2];
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) {
+        acc[t][0] = nn_load8(b16);
+        acc[t][1] = nn_load8(b16 + 8);
+    }
+    for (int64_t ki = ki0; ki < ki1; ki++) {
+        const float *restrict xr = ximg + (top + ki * p->dh) * w * c;
+        const float *restrict wr = wb + ki * kw * c * bw;
+        if (!check && p->dw == 1) {
+            const float *restrict xs = xr + left * c;
+            const int64_t run = kw * c;
+            for (int64_t q = 0; q < run; q++) {
+                const nn_v8 w0 = nn_load8(wr + q * bw);
+                const nn_v8 w1 = V > 1 ? nn_load8(wr + q * bw + 8) : w0;
+#pragma GCC unroll 8
+                for (int t = 0; t < T; t++) {
+                    const float xv = xs[t * step + q];
+                    acc[t][0] += xv * w0;
+                    if (V > 1) acc[t][1] += xv * w1;
+                }
+            }
+            continue;
+        }
+        for (int64_t kj = 0; kj < kw; kj++) {
+            const int64_t iw = left + kj * p->dw;
+            if (check && (iw < 0 || iw >= w)) continue;
+            const float *restrict xs = xr + iw * c;
+            const float *restrict ws = wr + kj * c * bw;
+            for (int64_t ci = 0; ci < c; ci++) {
+                const nn_v8 w0 = nn_load8(ws + ci * bw);
+                const nn_v8 w1 = V > 1 ? nn_load8(ws + ci * bw + 8) : w0;
+#pragma GCC unroll 8
+                for (int t = 0; t < T; t++) {
+                    const float xv = xs[t * step + ci];
+                    acc[t][0] += xv * w0;
+                    if (V > 1) acc[t][1] += xv * w1;
+                }
+            }
+        }
+    }
+    const int64_t keep = p->m - mb;
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) {
+        float *o = yp + t * p->m;
+        if (keep >= 8 * V) {
+            *(nn_v8 *)o = acc[t][0];
+            if (V > 1) *(nn_v8 *)(o + 8) = acc[t][1];
+        } else {
+            float tmp[16] __attribute__((aligned(32)));
+            *(nn_v8 *)tmp = acc[t][0];
+            *(nn_v8 *)(tmp + 8) = acc[t][1];
+            memcpy(o, tmp, (size_t)keep * sizeof(float));
+        }
+    }
+}
+
+/* one output row's pixels for the channel block at mb (V vectors) */
+NN_INLINE void nn_direct_block(const float *restrict ximg, float *restrict yrow, const float *restrict wt,
+                               const float *restrict b16, const nn_direct_params *p, int64_t ki0, int64_t ki1,
+                               int64_t top, int64_t mb, const int V) {
+    const int64_t ow = p->ow, sw = p->sw, m = p->m;
+    /* pixels [jlo, jhi) have every tap of their window inside the row */
+    int64_t jlo = (p->pad_left + sw - 1) / sw;
+    const int64_t last = p->w - 1 - (p->kw - 1) * p->dw + p->pad_left;    /* largest j * sw inside */
+    int64_t jhi = last < 0 ? 0 : last / sw + 1;
+    jhi = NN_MIN(jhi, ow);
+    jlo = NN_MIN(jlo, jhi);
+    int64_t j = 0;
+    for (; j < jlo; j++)
+        nn_direct_tile(ximg, yrow + j * m + mb, wt, b16, p, ki0, ki1, top, j * sw - p->pad_left, mb, 1, V, 1);
+    for (; j + NN_DIRECT_TILE <= jhi; j += NN_DIRECT_TILE)
+        nn_direct_tile(ximg, yrow + j * m + mb, wt, b16, p, ki0, ki1, top, j * sw - p->pad_left, mb,
+                       NN_DIRECT_TILE, V, 0);
+    /* the rest of the interior in tiles of 4, 2, 1 (a 7-wide map's 5 inner pixels, else one at a time, ran at half
+     * the speed: one pixel is one chain of dependent FMAs per vector) */
+    if (j + 4 <= jhi) {
+        nn_direct_tile(ximg, yrow + j * m + mb, wt, b16, p, ki0, ki1, top, j * sw - p->pad_left, mb, 4, V, 0);
+        j += 4;
+    }
+    if (j + 2 <= jhi) {
+        nn_direct_tile(ximg, yrow + j * m + mb, wt, b16, p, ki0, ki1, top, j * sw - p->pad_left, mb, 2, V, 0);
+        j += 2;
+    }
+    for (; j < jhi; j++)
+        nn_direct_tile(ximg, yrow + j * m + mb, wt, b16, p, ki0, ki1, top, j * sw - p->pad_left, mb, 1, V, 0);
+    for (; j < ow; j++)
+        nn_direct_tile(ximg, yrow + j * m + mb, wt, b16, p, ki0, ki1, top, j * sw - p->pad_left, mb, 1, V, 1);
+}
+
+/* output rows [r0, r1) of the flattened (N * OH) rows */
+NN_API NN_CLONES void nn_direct_nhwc_f32(const float *x, float *y, const float *wt, const float *bias,
+                                         const nn_direct_params *p, int64_t r0, int64_t r1) {
+    const int64_t m = p->m, ow = p->ow;
+    for (int64_t r = r0; r < r1; r++) {
+        const int64_t b = r / p->oh, i = r % p->oh, top = i * p->sh - p->pad_top;
+        /* kernel rows whose input row lies inside: ki0 <= ki < ki1 */
+        int64_t ki0 = 0, ki1 = p->kh;
+        while (ki0 < ki1 && top + ki0 * p->dh < 0) ki0++;
+        while (ki1 > ki0 && top + (ki1 - 1) * p->dh >= p->h) ki1--;
+        const float *ximg = x + b * p->h * p->w * p->c;
+        float *yrow = y + r * ow * m;
+        for (int64_t mb = 0; mb < m; mb += 16) {
+            float b16[16] __attribute__((aligned(32))) = {0};
+            for (int64_t k = mb; k < NN_MIN(m, mb + 16); k++) b16[k - mb] = bias ? bias[k] : 0.0f;
+            if (p->mp - mb >= 16)
+                nn_direct_block(ximg, yrow, wt, b16, p, ki0, ki1, top, mb, 2);
+            else
+                nn_direct_block(ximg, yrow, wt, b16, p, ki0, ki1, top, mb, 1);
+        }
+        nn_apply(yrow, ow * m, &p->act);
+    }
+}
+
+typedef struct {
+    const float *x, *wt, *bias;
+    float *y;
+    const nn_direct_params *p;
+} nn_direct_args;
+
+static void nn_direct_task(const void *args, int64_t part, int64_t parts) {
+    const nn_direct_args *a = (const nn_direct_args *)args;
+    int64_t lo, hi;
+    nn_split(a->p->n * a->p->oh, 1, part, parts, &lo, &hi);
+    nn_direct_nhwc_f32(a->x, a->y, a->wt, a->bias, a->p, lo, hi);
+}
+
+
 
 /* ================================================================================================
  * The Python binding: argument checks (nn_buffer.h), the GIL released around every loop.
@@ -1850,7 +2062,7 @@ fail:
 }
 
 /* ---- Conv: a prepared 2-D convolution, channels last (geometry, packed weights, bias, activation) */
-enum { NN_CONV_DEPTHWISE = 0, NN_CONV_GROUPED = 1, NN_CONV_IM2COL = 2 };
+enum { NN_CONV_DEPTHWISE = 0, NN_CONV_GROUPED = 1, NN_CONV_IM2COL = 2, NN_CONV_DIRECT = 3 };
 
 typedef struct {
     PyObject_HEAD
@@ -1859,6 +2071,7 @@ typedef struct {
     int64_t x_items, y_items, scratch_per_part;
     nn_dw_params dw;
     nn_gconv_params gc;
+    nn_direct_params dc;
     nn_conv_args im;            /* geometry, weights, bias, activation; x, y, scratch per call */
 } nn_conv_object;
 
@@ -1873,7 +2086,9 @@ static void nn_conv_dealloc(nn_conv_object *self) {
 /* Conv(kind, geometry, weights, bias, act): kind "depthwise" (geometry n, h, w, c, oh, ow, kh, kw, sh, sw, dh,
  * dw, pad_top, pad_left; weights (kh, kw, c)), "grouped" (n, h, w, c, oh, ow, m, kh, kw, sh, sw, dh, dw,
  * pad_top, pad_left, groups, cg, mg; weights (groups, kh, kw, cg, mg), mg a multiple of 8) or "im2col" (n, h, w,
- * c, oh, ow, m, kh, kw, sh, sw, dh, dw, pad_top, pad_left, ld, band_rows; weights (ld, m), ld >= kh * kw * c) */
+ * c, oh, ow, m, kh, kw, sh, sw, dh, dw, pad_top, pad_left, ld, band_rows; weights (ld, m), ld >= kh * kw * c) or
+ * "direct" (n, h, w, c, oh, ow, m, kh, kw, sh, sw, dh, dw, pad_top, pad_left, mp; weights kh * kw * c * mp floats in
+ * blocks of 16 columns (nn_direct_nhwc_f32), mp >= m a multiple of 8) */
 static PyObject *nn_conv_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
     const char *k = "Conv";
     const char *kind_name;
@@ -1887,8 +2102,9 @@ static PyObject *nn_conv_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
     if (strcmp(kind_name, "depthwise") == 0) kind = NN_CONV_DEPTHWISE, count = 14;
     else if (strcmp(kind_name, "grouped") == 0) kind = NN_CONV_GROUPED, count = 18;
     else if (strcmp(kind_name, "im2col") == 0) kind = NN_CONV_IM2COL, count = 17;
-    else return PyErr_Format(PyExc_ValueError, "native kernel Conv: argument 'kind' must be depthwise, grouped or "
-                             "im2col, not %s", kind_name);
+    else if (strcmp(kind_name, "direct") == 0) kind = NN_CONV_DIRECT, count = 16;
+    else return PyErr_Format(PyExc_ValueError, "native kernel Conv: argument 'kind' must be depthwise, grouped, "
+                             "im2col or direct, not %s", kind_name);
     int64_t g[18];
     if (nn_ints(geometry, k, "geometry", count, 0, g)) return NULL;
     /* n, h, w, c, oh, ow, [m,] kh, kw, sh, sw, dh, dw: sizes; strides and dilations at least 1 */
@@ -1920,6 +2136,16 @@ static PyObject *nn_conv_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
             goto fail;
         }
         if (nn_need(&self->w, k, "weights", nn_mul(5, wd)) || nn_need(&self->bias, k, "bias", g[6])) goto fail;
+    } else if (kind == NN_CONV_DIRECT) {
+        self->dc = (nn_direct_params){g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8], g[9], g[10], g[11], g[12],
+                                      g[13], g[14], g[15], *act};
+        const int64_t wd[4] = {g[7], g[8], g[3], g[15]}, yd[4] = {g[0], g[4], g[5], g[6]};   /* any shape */
+        self->y_items = nn_mul(4, yd);
+        if (g[15] % 8 != 0 || g[15] < g[6]) {
+            nn_value_error(k, "geometry", "needs mp >= m and a multiple of 8");
+            goto fail;
+        }
+        if (nn_need(&self->w, k, "weights", nn_mul(4, wd)) || nn_need(&self->bias, k, "bias", g[6])) goto fail;
     } else {
         const int64_t kk[3] = {g[7], g[8], g[3]}, wd[2] = {g[15], g[6]}, yd[4] = {g[0], g[4], g[5], g[6]};
         const int64_t band[3] = {g[16], g[5], g[15]}, rows[2] = {g[16], g[5]};
@@ -1972,6 +2198,9 @@ static PyObject *nn_conv_run(nn_conv_object *self, PyObject *const *args, Py_ssi
     } else if (self->kind == NN_CONV_GROUPED) {
         nn_gconv_args a = {x, w, bias, y, &self->gc};
         nn_pool_run(nn_gconv_task, &a, parts);
+    } else if (self->kind == NN_CONV_DIRECT) {
+        nn_direct_args a = {x, w, bias, y, &self->dc};
+        nn_pool_run(nn_direct_task, &a, parts);
     } else {
         nn_conv_args a = self->im;
         a.x = x, a.y = y, a.scratch = b[2].view.buf;
