@@ -78,6 +78,8 @@ class Step:
     fresh: tuple[tuple[int, tuple, np.dtype], ...] = ()  # (position, shape, dtype) allocated per run
     expect: tuple[Info | None, ...] = ()
     logical: bool = True              # every input is in the ONNX layout (no channels-last region)
+    inputs: tuple[Info | None, ...] = ()  # what inference knows of each input (the native step program reads it)
+    kernel: object = None             # the kernel object that prepared ``run``
 
 
 def _explain(node: Node, inputs: list, failure: Exception) -> None:
@@ -146,20 +148,21 @@ class Plan:
             timings = NESTED.timings_of(self)
         try:
             if self.chunks and timings is None and not check:
-                self._run_straight(values, buffers.per_step)
+                self._run_straight(values, buffers)
             else:
                 self._run(values, buffers.per_step, check, timings)
         finally:
             NESTED.owner = owner
             self.pool.append(buffers)
 
-    def _run_straight(self, values: dict[str, np.ndarray], per_step: list[list]) -> None:
+    def _run_straight(self, values: dict[str, np.ndarray], buffers: Buffers) -> None:
         slots = list(self.slots)
         for name, idx in self.inputs:
             slots[idx] = values[name]
+        per_step, arena = buffers.per_step, buffers.arena
         try:
             for chunk in self.chunks:
-                chunk.run(slots, per_step)
+                chunk.run(slots, per_step, arena)
         except (NnhalError, MemoryError):   # out of memory: the caller turns it into a LimitError
             raise
         except Exception as exc:
@@ -283,12 +286,12 @@ def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: l
         expect = tuple(physical.get(name, o) if name else o for name, o in zip(node.outputs, outs))
         steps.append(Step(node, kernel.name, run, tuple(slot(n) if n else 0 for n in node.all_inputs),
                           tuple(slot(n) if n else 1 for n in node.outputs), buffers, tuple(fresh), expect,
-                          not any(n in physical for n in node.all_inputs)))
+                          not any(n in physical for n in node.all_inputs), tuple(ins), kernel))
         kernels[node.name] = kernel.name
     in_slots = [(n, slot(n)) for n in inputs]
     out_slots = [(n, slot(n)) for n in outputs]
     return Plan(steps, slots, in_slots, out_slots, memory, kernels, layout=layout, pool=[first],
-                chunks=generate(steps, slots, out_slots))
+                chunks=generate(steps, slots, out_slots, first.arena))
 
 
 def concat_slices(graph: Graph, chosen: list, sizes: dict[str, int], physical: dict[str, Info] | None = None) \
