@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -131,6 +132,33 @@ class Plan:
     pool: list[Buffers] = field(default_factory=list)
     # the steps as generated straight-line functions (straight.py); empty = interpret them
     chunks: list[Chunk] = field(default_factory=list)
+    in_slots: tuple[int, ...] = field(init=False)
+    out_slots: tuple[int, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.in_slots = tuple(idx for _, idx in self.inputs)
+        self.out_slots = tuple(idx for _, idx in self.outputs)
+
+    def call(self, arrays: Sequence[np.ndarray], check: bool = False) -> list[np.ndarray]:
+        """Positional run (a control-flow body, once per iteration): ``arrays`` in the order of ``inputs``, the
+        outputs returned in the order of ``outputs``. The straight-line path builds no dict and reads no
+        environment; profiling and checking runs go through :meth:`run`."""
+        if not self.chunks or check or self.timings is not None or NESTED.active:
+            values = {name: a for (name, _), a in zip(self.inputs, arrays)}
+            self.run(values, check)
+            return [values[name] for name, _ in self.outputs]
+        try:
+            buffers = self.pool.pop()
+        except IndexError:
+            buffers = Buffers.lay_out(self.memory, self.layout)
+        try:
+            slots = list(self.slots)
+            for idx, a in zip(self.in_slots, arrays):
+                slots[idx] = a
+            self._straight(slots, buffers)
+            return [slots[i] for i in self.out_slots]
+        finally:
+            self.pool.append(buffers)
 
     def run(self, values: dict[str, np.ndarray], check: bool | None = None) -> None:
         """Run with ``values`` (inputs in, outputs out); ``check``: verify outputs against inference
@@ -159,6 +187,12 @@ class Plan:
         slots = list(self.slots)
         for name, idx in self.inputs:
             slots[idx] = values[name]
+        self._straight(slots, buffers)
+        for name, idx in self.outputs:
+            values[name] = slots[idx]
+
+    def _straight(self, slots: list, buffers: Buffers) -> None:
+        """Every chunk over ``slots`` (inputs filled; outputs read from it after)."""
         per_step, arena = buffers.per_step, buffers.arena
         try:
             for chunk in self.chunks:
@@ -168,15 +202,13 @@ class Plan:
         except Exception as exc:
             # NOTE: the straight-line code keeps tensors in locals: run the plan again step by step, where
             # the failing step's operands are at hand for the prototype to explain (kernels are pure)
-            self._run(values, per_step, False, None)
+            self._run({name: slots[idx] for name, idx in self.inputs}, per_step, False, None)
             k = failing_step(exc, self.chunks)
             if k is None:
                 raise DeviceError(f"cpu: a plan's run failed: {type(exc).__name__}: {exc}") from exc
             step = self.steps[k]
             raise DeviceError(f"{where(step.node, 'cpu')}: kernel '{step.kernel_name}' failed: "
                               f"{type(exc).__name__}: {exc}") from exc
-        for name, idx in self.outputs:
-            values[name] = slots[idx]
 
     def _run(self, values: dict[str, np.ndarray], per_step: list[list], check: bool,
              timings: list[float] | None) -> None:

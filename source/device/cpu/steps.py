@@ -219,6 +219,22 @@ class Builder:
             self.dynamic.append(slot)
         return self.dyn_index[slot]
 
+    def fits(self, step, desc: NativeStep, fresh: bool) -> bool:
+        """Whether ``step``'s output, when in the arena, is either disjoint from each input in the arena or
+        exactly it (the program refuses a partial overlap on every run; known now for arena tensors)."""
+        if fresh or desc.op == "alias":
+            return True
+        y0 = self.arena_of[step.outs[0]]
+        y1 = y0 + 4 * int(np.prod(desc.out_shape, dtype=np.int64))
+        for slot, shape in zip(step.ins, desc.shapes):
+            ref = self.bound.get(slot)
+            kind, where, items = self.tensors[ref] if ref is not None else \
+                ((ARENA, self.arena_of[slot], int(np.prod(shape, dtype=np.int64))) if slot in self.arena_of
+                 else (DYN, 0, 0))
+            if kind == ARENA and where < y1 and y0 < where + 4 * items and (where, 4 * items) != (y0, y1 - y0):
+                return False
+        return True
+
     def add(self, step, desc: NativeStep, fresh: bool) -> None:
         """Append ``step``; ``fresh``: its output is an array allocated per run (a graph output)."""
         items = int(np.prod(desc.out_shape, dtype=np.int64))

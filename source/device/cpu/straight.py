@@ -23,6 +23,7 @@ import numpy as np
 
 from nnhal.device.cpu import parallel
 from nnhal.device.cpu import steps as native_steps
+from nnhal.hostkernels.op_identity import IdentityKernel
 
 CHUNK = 256           # steps per generated function
 FIRST_STEP_LINE = 3   # line of a chunk's first step (after the def line and the bindings line)
@@ -90,6 +91,8 @@ def _segments(steps: Sequence, slots: Sequence, arena: np.ndarray) -> dict[int, 
                                 and steps[stop].outs[0] not in arena_of):
                 break
             builder = builder or native_steps.Builder(arena_of, slots)
+            if not builder.fits(steps[stop], desc, bool(steps[stop].fresh)):
+                break
             builder.add(steps[stop], desc, bool(steps[stop].fresh))
             stop += 1
         if builder is not None and builder.steps:
@@ -101,7 +104,7 @@ def _segments(steps: Sequence, slots: Sequence, arena: np.ndarray) -> dict[int, 
 def _chunk(steps: Sequence, slots: Sequence, first: int, stop: int, last_read: dict[int, int],
            segments: dict[int, tuple[int, object]]) -> Chunk:
     env: dict[str, object] = {"_store": _store, "_fresh": _fresh, "_empty": np.empty, "_asc": np.ascontiguousarray,
-                              "_f32": np.dtype(np.float32)}
+                              "_copy": np.array, "_f32": np.dtype(np.float32)}
     bound: list[str] = []
     defined: set[int] = set()
     loads: list[int] = []
@@ -130,6 +133,13 @@ def _chunk(steps: Sequence, slots: Sequence, first: int, stop: int, last_read: d
             continue
         if k < segment_end:
             body.append("    pass")
+            continue
+        if type(step.kernel) is IdentityKernel and len(step.ins) == 1 and step.outs[0] != 1:
+            # NOTE: Identity is its input (a declared view): no call; into a graph output, one C-order copy
+            src = name(step.ins[0])
+            defined.add(step.outs[0])
+            body.append(f"    s{step.outs[0]} = _copy({src}, order='C')" if step.fresh else
+                        f"    s{step.outs[0]} = {src}")
             continue
         direct = _direct_ufunc(step)
         env[f"f{k}"] = step.run if direct is None else direct
