@@ -280,6 +280,7 @@ class BodyRunner:
         self.outputs = list(body.outputs)
         self.cache: dict[tuple, object] = {}          # shapes -> plan
         self.calls: dict[tuple, Callable] = {}        # shapes -> that plan's positional run
+        self.generic_runs: dict[tuple, tuple[tuple, Callable]] = {}   # ranks -> (pattern, its plan's run)
         self.generic: dict[tuple, tuple[tuple, object]] = {}   # ranks -> (shapes with None dims, plan)
         self.lock = threading.Lock()
         self.compiles = 0
@@ -298,7 +299,9 @@ class BodyRunner:
         key = tuple([a.shape for a in arrays])
         run = self.calls.get(key)
         if run is None:
-            run = self._plan_for(key, arrays)
+            # a state that changes shape every iteration: its generic plan, found without the lock
+            generic = self.generic_runs.get(tuple([len(shape) for shape in key]))
+            run = generic[1] if generic is not None and _matches(generic[0], key) else self._plan_for(key, arrays)
         return run(arrays, check)
 
     def _plan_for(self, key: tuple, arrays: list[np.ndarray]):
@@ -317,6 +320,9 @@ class BodyRunner:
             plan = self._compile(arrays, key)
         run = _positional(plan, self.names, self.outputs)
         with self.lock:
+            if ranks in self.generic:
+                self.generic_runs[ranks] = (self.generic[ranks][0], _positional(self.generic[ranks][1], self.names,
+                                                                                 self.outputs))
             if len(self.cache) >= self.MAX_CACHED:
                 self.calls.pop(next(iter(self.cache)), None)
                 self.cache.pop(next(iter(self.cache)))
