@@ -132,14 +132,13 @@ def test_in_place_aliasing_and_outputs_in_the_middle(monkeypatch):
     assert not np.shares_memory(fast[3], x)
 
 
-def random_graph(seed: int, length: int = 24):
-    """A chain of element-wise ops over [2, 3, 4] with broadcasting constants, the graph inputs read again and
+def random_graph(seed: int, length: int = 24, shape: tuple[int, ...] = (2, 3, 4)):
+    """A chain of element-wise ops over ``shape`` (rank 3) with broadcasting constants, the graph inputs read again and
     some intermediate tensors as graph outputs. Values stay bounded (Div by constants in [1, 2], Exp of a Tanh)."""
     rng = np.random.default_rng(seed)
-    shape = (2, 3, 4)
     inits, nodes, outputs = [], [], []
     live = ["x", "z"]
-    const_shapes = [(), (4,), (3, 1), (1, 3, 4), shape]
+    const_shapes = [(), shape[2:], (shape[1], 1), (1,) + shape[1:], shape]
     for i in range(length):
         src = live[rng.integers(len(live))]
         name = f"t{i}"
@@ -190,6 +189,18 @@ def test_random_graphs_against_onnxruntime_and_the_numpy_path(monkeypatch, seed)
     for f, s, e in zip(fast, slow, expected):
         np.testing.assert_allclose(f, e, rtol=tol.rtol * 8, atol=tol.atol)     # 8: the chain's depth of rounding
         if not ops & {"Exp", "Tanh"}:
+            same_bits(f, s)
+
+
+def test_a_large_program_releases_the_gil_and_matches(monkeypatch):
+    """Steps of 40K elements: the program runs with the GIL released (16K elements and up)."""
+    model, feeds, ops = random_graph(7, shape=(4, 100, 100))
+    fast, slow, count = run_both(model, feeds, monkeypatch)
+    assert count > 0
+    for f, s in zip(fast, slow):
+        if ops & {"Exp", "Tanh"}:
+            np.testing.assert_allclose(f, s, rtol=1e-5, atol=1e-6)
+        else:
             same_bits(f, s)
 
 

@@ -334,7 +334,7 @@ static PyObject *nn_program_new(PyTypeObject *type, PyObject *args, PyObject *kw
             nn_value_error(k, "steps", "broadcasts both operands of a step");
             goto fail;
         }
-        self->work += s->n;
+        if (__builtin_add_overflow(self->work, s->n, &self->work)) self->work = INT64_MAX;
     }
     for (int64_t t = 0; t < self->ntensors; t++)
         if (self->refs[t].kind == NN_REF_DYN) {
