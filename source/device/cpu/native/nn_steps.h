@@ -10,7 +10,8 @@
  * arena, a uint8 buffer: the plan's per-run Buffers), a constant (a float32 array the Program holds for its
  * lifetime) or a dynamic tensor (an array of the run's tuple: graph inputs, other kernels' results, outputs
  * allocated per run). Every buffer goes through nn_buffer.h: the arena and the dynamic arrays on each run
- * (dtype, contiguity, writability of those written, size), constants once. A written dynamic array must not
+ * (dtype, contiguity, writability of those written; a dynamic array holds exactly its tensor's elements, the
+ * arena at least its bytes), constants once. A written dynamic array must not
  * overlap the arena or another dynamic array; and the overlap of each step's output with its inputs is checked
  * on each run from the resolved addresses: an input is either disjoint from the output or, for an operand of
  * the output's size, the very same memory (in place).
@@ -403,9 +404,13 @@ static PyObject *nn_program_run(nn_program_object *self, PyObject *const *args, 
     }
     for (int64_t d = 0; d < self->ndyn; d++) {
         const int flags = self->dyn_written[d] ? NN_OUT : 0;
-        if (nn_get(&held[d], PyTuple_GET_ITEM(arrays, d), k, self->dyn_role[d], NN_F32, flags) != 0
-            || nn_need(&held[d], k, self->dyn_role[d], self->dyn_items[d]) != 0)
+        if (nn_get(&held[d], PyTuple_GET_ITEM(arrays, d), k, self->dyn_role[d], NN_F32, flags) != 0)
             goto done;
+        if (held[d].items != self->dyn_items[d]) {     /* exactly: a tensor of another shape is a plan error */
+            PyErr_Format(PyExc_ValueError, "native kernel %s: argument '%s' has %lld elements, the plan expects %lld",
+                         k, self->dyn_role[d], (long long)held[d].items, (long long)self->dyn_items[d]);
+            goto done;
+        }
     }
     /* a written dynamic array shares no byte with the arena or another dynamic array (a later step may read
      * those after it is written) */
