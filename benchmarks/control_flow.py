@@ -1,16 +1,27 @@
-"""Per-iteration cost of a Loop on the CPU device: python benchmarks/control_flow.py.
+"""Per-iteration cost of control flow on the CPU device: python benchmarks/control_flow.py [--repeat N].
 
-Two Loop models on [1, 4] tensors: a one-Add body whose carried state keeps its shape (2,000 iterations)
-and a one-Concat body whose state grows a row per iteration (200 iterations: a body that used to be
-re-planned every iteration). Prints the first run (prepare included) and microseconds per iteration of
-the best of five later runs. Never used by tests.
+Synthetic Loops on [1, 4] tensors: a one-Add body whose carried state keeps its shape (2,000 iterations) and a
+one-Concat body whose state grows a row per iteration (200 iterations: a body that used to be re-planned every
+iteration). Then the corpus's control-flow models (benchmarks/corpus: stream_loop_lstm, a Loop of 64 LSTM steps;
+scan_gru, a Scan of 64 GRU-cell steps; vad_if, a whole model inside an If), exported on first use.
+
+Each engine runs on one thread, nnhal and onnxruntime alternately in the same process; a run is timed by the
+calling thread's CPU time (time.thread_time), which a loaded machine's descheduling does not inflate, and by wall
+time. Prints the best of ``--repeat`` runs per iteration (per run for vad_if) and the ratio. OPENBLAS_CORETYPE
+and OPENBLAS_L2_SIZE are unset (the process re-executes itself without them). Never used by tests.
 """
 from __future__ import annotations
 
+import argparse
+import os
+import sys
 import time
 
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
+
+UNSET = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+CORPUS = (("stream_loop_lstm", 64), ("scan_gru", 64), ("vad_if", 1))
 
 
 def loop_model(grow: bool, trips: int):
@@ -31,23 +42,68 @@ def loop_model(grow: bool, trips: int):
     return model
 
 
-def main() -> None:
+def _best(fn, repeat: int) -> tuple[float, float]:
+    """(thread CPU seconds, wall seconds) of the best of ``repeat`` calls."""
+    cpu, wall = [], []
+    for _ in range(repeat):
+        t0, c0 = time.perf_counter(), time.thread_time()
+        fn()
+        cpu.append(time.thread_time() - c0)
+        wall.append(time.perf_counter() - t0)
+    return min(cpu), min(wall)
+
+
+def measure(label: str, model, feeds: dict, per: int, repeat: int) -> None:
+    import onnxruntime as ort
+
     import nnhal
 
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = 1
+    o = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    with nnhal.Session(model, devices=["cpu"], num_thread=1) as s:
+        t0 = time.perf_counter()
+        s.run(feeds)
+        first = time.perf_counter() - t0
+        o.run(None, feeds)
+        n_cpu, n_wall, o_cpu, o_wall = [], [], [], []
+        for _ in range(3):          # alternate blocks: both engines see the same load
+            c, w = _best(lambda: s.run(feeds), repeat)
+            n_cpu.append(c)
+            n_wall.append(w)
+            c, w = _best(lambda: o.run(None, feeds), repeat)
+            o_cpu.append(c)
+            o_wall.append(w)
+    unit = "iteration" if per > 1 else "run"
+    nc, oc = min(n_cpu) / per * 1e6, min(o_cpu) / per * 1e6
+    nw = min(n_wall) / per * 1e6
+    print(f"{label}: first run {first * 1e3:.1f} ms; us/{unit}: nnhal cpu {nc:.1f} (wall {nw:.1f}), "
+          f"onnxruntime cpu {oc:.1f} (wall {min(o_wall) / per * 1e6:.1f}), ratio {nc / oc:.2f}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    present = [k for k in UNSET if k in os.environ]
+    if present:
+        env = {k: v for k, v in os.environ.items() if k not in UNSET}
+        os.execve(sys.executable, [sys.executable, os.path.abspath(__file__), *(argv or sys.argv[1:])], env)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument("--models", default="synthetic," + ",".join(n for n, _ in CORPUS))
+    args = parser.parse_args(argv)
+    print("OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are unset for this run")
+    wanted = args.models.split(",")
     x = np.zeros((1, 4), np.float32)
-    for grow, trips in ((False, 2000), (True, 200)):
-        with nnhal.Session(loop_model(grow, trips), devices=["cpu"], num_thread=1) as s:
-            t0 = time.perf_counter()
-            s.run({"x": x})
-            first = time.perf_counter() - t0
-            times = []
-            for _ in range(5):
-                t0 = time.perf_counter()
-                s.run({"x": x})
-                times.append(time.perf_counter() - t0)
-        label = "growing Concat" if grow else "fixed Add"
-        print(f"{label} body, {trips} iterations: first run {first * 1e3:.1f} ms, "
-              f"then {min(times) / trips * 1e6:.1f} us/iteration")
+    if "synthetic" in wanted:
+        for grow, trips in ((False, 2000), (True, 200)):
+            label = f"{'growing Concat' if grow else 'fixed Add'} body, {trips} iterations"
+            measure(label, loop_model(grow, trips), {"x": x}, trips, max(2, args.repeat // 3))
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from corpus import registry
+
+    for name, per in CORPUS:
+        if name in wanted:
+            model, feeds = registry.load(name)
+            measure(f"{name} ({per} iterations)" if per > 1 else name, model, feeds, per, args.repeat)
 
 
 if __name__ == "__main__":

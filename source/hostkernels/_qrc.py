@@ -278,7 +278,9 @@ class BodyRunner:
         self.implicit = [n for n in implicit if n in reads]
         self.names = list(body.inputs) + self.implicit
         self.outputs = list(body.outputs)
-        self.cache: dict[tuple, object] = {}
+        self.cache: dict[tuple, object] = {}          # shapes -> plan
+        self.calls: dict[tuple, Callable] = {}        # shapes -> that plan's positional run
+        self.generic_runs: dict[tuple, tuple[tuple, Callable]] = {}   # ranks -> (pattern, its plan's run)
         self.generic: dict[tuple, tuple[tuple, object]] = {}   # ranks -> (shapes with None dims, plan)
         self.lock = threading.Lock()
         self.compiles = 0
@@ -287,15 +289,20 @@ class BodyRunner:
             -> list[np.ndarray]:
         """The body's outputs for ``inputs`` (body inputs in order) and the node's outer-scope arrays."""
         arrays = list(inputs)
-        for n in self.implicit:
-            arrays.append(outer[n])
+        if self.implicit:
+            arrays += [outer[n] for n in self.implicit]
+        return self.call(arrays, check)
+
+    def call(self, arrays: list[np.ndarray], check: bool = False) -> list[np.ndarray]:
+        """The body's outputs for ``arrays``: the body inputs then the implicit (outer-scope) ones, in order.
+        Per iteration: the shapes' tuple, one dict lookup and the plan's positional run."""
         key = tuple([a.shape for a in arrays])
-        plan = self.cache.get(key)
-        if plan is None:
-            plan = self._plan_for(key, arrays)
-        values = dict(zip(self.names, arrays))
-        plan.run(values, check)
-        return [values[n] for n in self.outputs]
+        run = self.calls.get(key)
+        if run is None:
+            # a state that changes shape every iteration: its generic plan, found without the lock
+            generic = self.generic_runs.get(tuple([len(shape) for shape in key]))
+            run = generic[1] if generic is not None and _matches(generic[0], key) else self._plan_for(key, arrays)
+        return run(arrays, check)
 
     def _plan_for(self, key: tuple, arrays: list[np.ndarray]):
         ranks = tuple(len(shape) for shape in key)
@@ -311,11 +318,17 @@ class BodyRunner:
                 self.generic[ranks] = (pattern, plan)
         else:
             plan = self._compile(arrays, key)
+        run = _positional(plan, self.names, self.outputs)
         with self.lock:
+            if ranks in self.generic:
+                self.generic_runs[ranks] = (self.generic[ranks][0], _positional(self.generic[ranks][1], self.names,
+                                                                                 self.outputs))
             if len(self.cache) >= self.MAX_CACHED:
+                self.calls.pop(next(iter(self.cache)), None)
                 self.cache.pop(next(iter(self.cache)))
             self.cache[key] = plan
-        return plan
+            self.calls[key] = run
+        return run
 
     def _compile(self, arrays: list[np.ndarray], shapes: tuple):
         graph = self.body.copy()
@@ -327,6 +340,20 @@ class BodyRunner:
         infer_body_graph(graph)
         self.compiles += 1
         return self.compiler(graph, graph.nodes, self.names, graph.outputs)
+
+
+def _positional(plan, names: list[str], outputs: list[str]):
+    """``plan``'s positional run (its ``call``), or one made from its ``run`` over a dict for a runnable without."""
+    call = getattr(plan, "call", None)
+    if call is not None:
+        return call
+
+    def run(arrays: list[np.ndarray], check: bool = False) -> list[np.ndarray]:
+        values = dict(zip(names, arrays))
+        plan.run(values, check)
+        return [values[n] for n in outputs]
+
+    return run
 
 
 def _matches(pattern: tuple, key: tuple) -> bool:
@@ -355,6 +382,8 @@ def own(array: np.ndarray) -> np.ndarray:
 
 
 def check_bool(node: Node, value: np.ndarray, what: str) -> bool:
+    if type(value) is np.ndarray and value.size == 1:      # the common case, per iteration: no conversion
+        return bool(value.reshape(()))
     value = np.asarray(value)
     if value.size != 1:
         raise ShapeError(f"{where(node)}: {what} must hold one element, got shape {value.shape}")

@@ -14,7 +14,7 @@ speed differs.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -32,6 +32,10 @@ class Runnable(Protocol):
     def run(self, values: dict[str, np.ndarray], check: bool = False) -> None:
         """Read inputs from and write outputs to ``values``; ``check`` verifies every kernel output's
         dtype and shape against inference where the runnable can (NNHAL_CHECK)."""
+
+    def call(self, arrays: Sequence[np.ndarray], check: bool = False) -> list[np.ndarray]:
+        """The same run, positional: ``arrays`` in the order of the inputs it was compiled for, the outputs
+        returned in the order of its outputs (control-flow bodies call it once per iteration)."""
 
 
 Compiler = Callable[[Graph, list[Node], list[str], list[str]], Runnable]
@@ -52,6 +56,12 @@ class Interpreter:
     constants: dict[str, np.ndarray]
     steps: tuple[_Step, ...]
     outputs: tuple[str, ...]
+    inputs: tuple[str, ...] = ()
+
+    def call(self, arrays: Sequence[np.ndarray], check: bool = False) -> list[np.ndarray]:
+        values = dict(zip(self.inputs, arrays))
+        self.run(values, check)
+        return [values[name] for name in self.outputs]
 
     def run(self, values: dict[str, np.ndarray], check: bool = False) -> None:
         env = {**self.constants, **values}
@@ -88,7 +98,7 @@ def interpret(graph: Graph, nodes: list[Node], inputs: list[str], outputs: list[
         steps.append(_Step(node, kernel.prepare(node, ins[:len(node.inputs)], outs), tuple(node.all_inputs),
                            tuple(node.outputs)))
     constants = {n: t.value for n, t in graph.tensors.items() if t.kind is TensorKind.CONSTANT}
-    return Interpreter(constants, tuple(steps), tuple(outputs))
+    return Interpreter(constants, tuple(steps), tuple(outputs), tuple(inputs))
 
 
 _compiler: Compiler = interpret

@@ -10,6 +10,9 @@ from nnhal.hostkernels._qrc import BodyRunner, check_bool, outer_values, own
 from nnhal.hostkernels.base import Kernel, RunFn, checking, store
 from nnhal.hostkernels.graphrun import Compiler
 
+_TRUE, _FALSE = np.array(True), np.array(False)
+_TRUE.flags.writeable = _FALSE.flags.writeable = False
+
 
 class LoopKernel(Kernel):
     op_type = "Loop"
@@ -29,11 +32,15 @@ class LoopKernel(Kernel):
             go = check_bool(node, inputs[1], "cond") if has_cond else True
             state = list(inputs[2:2 + n])
             outer = outer_values(node, inputs)
+            implicit = [outer[name] for name in runner.implicit]
             scans: list[list[np.ndarray]] = [[] for _ in empty_shapes]
             check = checking()
+            call = runner.call
             i = 0
+            # NOTE: per iteration only the counter is a new array: the body never writes its inputs, so the
+            # condition is one of two read-only constants
             while go and (trips is None or i < trips):
-                results = runner.run([np.array(i, np.int64), np.array(go)] + state, outer, check)
+                results = call([np.array(i, np.int64), _TRUE if go else _FALSE, *state, *implicit], check)
                 if has_cond:
                     go = check_bool(node, results[0], "the body's cond output")
                 state = results[1:1 + n]

@@ -42,9 +42,13 @@ class ScanKernel(Kernel):
             steps = total if length is None else min(length, total)
             collected: list[list[np.ndarray]] = [[] for _ in range(k)]
             check = checking()
+            implicit = [outer[name] for name in runner.implicit]
+            call = runner.call
             for t in range(steps):
-                slices = [np.take(x, steps - 1 - t if d else t, axis=a) for x, a, d in zip(seqs, axes, in_dirs)]
-                results = runner.run(list(states) + slices, outer, check)
+                # NOTE: a slice of axis 0 is a view (the body never writes its inputs); other axes are copied
+                slices = [(x[steps - 1 - t if d else t] if a == 0 else np.take(x, steps - 1 - t if d else t, axis=a))
+                          for x, a, d in zip(seqs, axes, in_dirs)]
+                results = call([*states, *slices, *implicit], check)
                 states = results[:n]
                 for acc, r in zip(collected, results[n:]):
                     acc.append(r)

@@ -52,6 +52,10 @@ MACS_PER_UNIT = 16
 MIN_NATIVE_PART_WORK = 1 << 16
 
 
+# below this much work every split of a product is one part (native_parts, parts_for): numpy's own call
+_SMALL_GEMM_WORK = 2 * min(MIN_NATIVE_PART_WORK, MIN_PART_WORK)
+
+
 def gemm_work(macs: int) -> int:
     """The work units of ``macs`` multiply-adds run by BLAS."""
     return macs // MACS_PER_UNIT
@@ -316,6 +320,8 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.nd
     them, else by columns of ``b`` (BLAS reads and writes column slices in place, at full speed)."""
     if a.ndim < 2 or b.ndim < 2 or (out is not None and out.ndim < 2):
         return np.matmul(a, b, out=out)
+    if out is not None and gemm_work(out.size * a.shape[-1]) < _SMALL_GEMM_WORK:
+        return np.matmul(a, b, out=out)     # one part whichever way it went (a control-flow body's products)
     if out is None:
         out = np.empty(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1]),
                        np.result_type(a, b))

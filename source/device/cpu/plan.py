@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -78,6 +79,8 @@ class Step:
     fresh: tuple[tuple[int, tuple, np.dtype], ...] = ()  # (position, shape, dtype) allocated per run
     expect: tuple[Info | None, ...] = ()
     logical: bool = True              # every input is in the ONNX layout (no channels-last region)
+    inputs: tuple[Info | None, ...] = ()  # what inference knows of each input (the native step program reads it)
+    kernel: object = None             # the kernel object that prepared ``run``
 
 
 def _explain(node: Node, inputs: list, failure: Exception) -> None:
@@ -129,6 +132,33 @@ class Plan:
     pool: list[Buffers] = field(default_factory=list)
     # the steps as generated straight-line functions (straight.py); empty = interpret them
     chunks: list[Chunk] = field(default_factory=list)
+    in_slots: tuple[int, ...] = field(init=False)
+    out_slots: tuple[int, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.in_slots = tuple(idx for _, idx in self.inputs)
+        self.out_slots = tuple(idx for _, idx in self.outputs)
+
+    def call(self, arrays: Sequence[np.ndarray], check: bool = False) -> list[np.ndarray]:
+        """Positional run (a control-flow body, once per iteration): ``arrays`` in the order of ``inputs``, the
+        outputs returned in the order of ``outputs``. The straight-line path builds no dict and reads no
+        environment; profiling and checking runs go through :meth:`run`."""
+        if not self.chunks or check or self.timings is not None or NESTED.active:
+            values = {name: a for (name, _), a in zip(self.inputs, arrays)}
+            self.run(values, check)
+            return [values[name] for name, _ in self.outputs]
+        try:
+            buffers = self.pool.pop()
+        except IndexError:
+            buffers = Buffers.lay_out(self.memory, self.layout)
+        try:
+            slots = list(self.slots)
+            for idx, a in zip(self.in_slots, arrays):
+                slots[idx] = a
+            self._straight(slots, buffers)
+            return [slots[i] for i in self.out_slots]
+        finally:
+            self.pool.append(buffers)
 
     def run(self, values: dict[str, np.ndarray], check: bool | None = None) -> None:
         """Run with ``values`` (inputs in, outputs out); ``check``: verify outputs against inference
@@ -146,34 +176,39 @@ class Plan:
             timings = NESTED.timings_of(self)
         try:
             if self.chunks and timings is None and not check:
-                self._run_straight(values, buffers.per_step)
+                self._run_straight(values, buffers)
             else:
                 self._run(values, buffers.per_step, check, timings)
         finally:
             NESTED.owner = owner
             self.pool.append(buffers)
 
-    def _run_straight(self, values: dict[str, np.ndarray], per_step: list[list]) -> None:
+    def _run_straight(self, values: dict[str, np.ndarray], buffers: Buffers) -> None:
         slots = list(self.slots)
         for name, idx in self.inputs:
             slots[idx] = values[name]
+        self._straight(slots, buffers)
+        for name, idx in self.outputs:
+            values[name] = slots[idx]
+
+    def _straight(self, slots: list, buffers: Buffers) -> None:
+        """Every chunk over ``slots`` (inputs filled; outputs read from it after)."""
+        per_step, arena = buffers.per_step, buffers.arena
         try:
             for chunk in self.chunks:
-                chunk.run(slots, per_step)
+                chunk.run(slots, per_step, arena)
         except (NnhalError, MemoryError):   # out of memory: the caller turns it into a LimitError
             raise
         except Exception as exc:
             # NOTE: the straight-line code keeps tensors in locals: run the plan again step by step, where
             # the failing step's operands are at hand for the prototype to explain (kernels are pure)
-            self._run(values, per_step, False, None)
+            self._run({name: slots[idx] for name, idx in self.inputs}, per_step, False, None)
             k = failing_step(exc, self.chunks)
             if k is None:
                 raise DeviceError(f"cpu: a plan's run failed: {type(exc).__name__}: {exc}") from exc
             step = self.steps[k]
             raise DeviceError(f"{where(step.node, 'cpu')}: kernel '{step.kernel_name}' failed: "
                               f"{type(exc).__name__}: {exc}") from exc
-        for name, idx in self.outputs:
-            values[name] = slots[idx]
 
     def _run(self, values: dict[str, np.ndarray], per_step: list[list], check: bool,
              timings: list[float] | None) -> None:
@@ -284,12 +319,12 @@ def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: l
         expect = tuple(physical.get(name, o) if name else o for name, o in zip(node.outputs, outs))
         steps.append(Step(node, kernel.name, run, tuple(slot(n) if n else 0 for n in node.all_inputs),
                           tuple(slot(n) if n else 1 for n in node.outputs), buffers, tuple(fresh), expect,
-                          not any(n in physical for n in node.all_inputs)))
+                          not any(n in physical for n in node.all_inputs), tuple(ins), kernel))
         kernels[node.name] = kernel.name
     in_slots = [(n, slot(n)) for n in inputs]
     out_slots = [(n, slot(n)) for n in outputs]
     return Plan(steps, slots, in_slots, out_slots, memory, kernels, layout=layout, pool=[first],
-                chunks=generate(steps, slots, out_slots))
+                chunks=generate(steps, slots, out_slots, first.arena))
 
 
 def concat_slices(graph: Graph, chosen: list, sizes: dict[str, int], physical: dict[str, Info] | None = None) \

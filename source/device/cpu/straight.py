@@ -8,6 +8,10 @@ function (CPython compiles one huge function in more than linear time); tensors 
 boundary pass through the run's slot list. Per node, no dict lookup, no loop bookkeeping and no allocation
 beyond the kernel's argument list happen. Source lines map back to steps, so a failing kernel is still
 reported with its node. Profiling (per-step timings) and NNHAL_CHECK keep the interpreting loop.
+
+Runs of consecutive small element-wise float32 steps go further: each run is one prepared native step program
+(steps.py) called once on the line of its first step; the lines of its other steps only bind, as locals, the
+outputs that steps after the run read.
 """
 from __future__ import annotations
 
@@ -18,6 +22,8 @@ from types import CodeType
 import numpy as np
 
 from nnhal.device.cpu import parallel
+from nnhal.device.cpu import steps as native_steps
+from nnhal.hostkernels.op_identity import IdentityKernel
 
 CHUNK = 256           # steps per generated function
 FIRST_STEP_LINE = 3   # line of a chunk's first step (after the def line and the bindings line)
@@ -25,12 +31,13 @@ FIRST_STEP_LINE = 3   # line of a chunk's first step (after the def line and the
 
 @dataclass(frozen=True)
 class Chunk:
-    """One generated function ``run(S, per_step)`` over steps [first, first + count)."""
+    """One generated function ``run(S, per_step, arena)`` over steps [first, first + count)."""
 
-    run: Callable[[list, list], None]
+    run: Callable[[list, list, np.ndarray], None]
     code: CodeType
     first: int
     count: int
+    programs: tuple = ()      # the native step programs it calls (steps.py)
 
 
 def _store(buf: np.ndarray, result) -> np.ndarray:
@@ -45,25 +52,59 @@ def _fresh(bufs: list, fresh: tuple) -> list:
     return bufs
 
 
-def generate(steps: Sequence, slots: Sequence, outputs: Sequence[tuple[str, int]]) -> list[Chunk]:
+def generate(steps: Sequence, slots: Sequence, outputs: Sequence[tuple[str, int]],
+             arena: np.ndarray | None = None) -> list[Chunk]:
     """The straight-line chunks of a plan. A run fills ``S = list(slots)`` with its inputs, calls every
-    chunk as ``chunk.run(S, per_step)`` in order and reads its outputs from ``S``.
+    chunk as ``chunk.run(S, per_step, arena)`` in order and reads its outputs from ``S``.
 
     ``steps``: the plan's steps (run, ins, outs, buffers, fresh); ``slots``: the slot template (constants
-    filled). Which outputs have a preallocated buffer is read from the steps' template buffers: every
-    per-run buffer set has the same layout."""
+    filled); ``arena``: the arena of the template buffers (None: no native step programs). Which outputs have
+    a preallocated buffer, and where in the arena, is read from the steps' template buffers: every per-run
+    buffer set has the same layout."""
     last_read = {idx: len(steps) for _, idx in outputs}   # graph outputs are read after every step
     for k, step in enumerate(steps):
         for i in step.ins:
             last_read[i] = max(last_read.get(i, -1), k)
+    segments = _segments(steps, slots, arena) if arena is not None and native_steps.enabled() else {}
     chunks = []
     for first in range(0, len(steps), CHUNK):
-        chunks.append(_chunk(steps, slots, first, min(first + CHUNK, len(steps)), last_read))
+        chunks.append(_chunk(steps, slots, first, min(first + CHUNK, len(steps)), last_read, segments))
     return chunks
 
 
-def _chunk(steps: Sequence, slots: Sequence, first: int, stop: int, last_read: dict[int, int]) -> Chunk:
-    env: dict[str, object] = {"_store": _store, "_fresh": _fresh}
+def _segments(steps: Sequence, slots: Sequence, arena: np.ndarray) -> dict[int, tuple[int, object]]:
+    """first step -> (stop, Builder) of each run of steps a native step program takes (never across a chunk)."""
+    arena_of: dict[int, int] = {}       # slots always written into their arena buffer
+    for step in steps:
+        fresh = {p for p, _, _ in step.fresh}
+        for p, (idx, buf) in enumerate(zip(step.outs, step.buffers)):
+            offset = native_steps.arena_offset(buf, arena) if p not in fresh and idx > 1 else None
+            if offset is not None:
+                arena_of[idx] = offset
+    found: dict[int, tuple[int, object]] = {}
+    k = 0
+    while k < len(steps):
+        builder, stop = None, k
+        while stop < len(steps) and (stop == k or stop % CHUNK):
+            desc = native_steps.describe(steps[stop], slots)
+            if desc is None or (desc.op not in ("alias", "copy") and not steps[stop].fresh
+                                and steps[stop].outs[0] not in arena_of):
+                break
+            builder = builder or native_steps.Builder(arena_of, slots)
+            if not builder.fits(steps[stop], desc, bool(steps[stop].fresh)):
+                break
+            builder.add(steps[stop], desc, bool(steps[stop].fresh))
+            stop += 1
+        if builder is not None and builder.steps:
+            found[k] = (stop, builder)
+        k = max(stop, k + 1)
+    return found
+
+
+def _chunk(steps: Sequence, slots: Sequence, first: int, stop: int, last_read: dict[int, int],
+           segments: dict[int, tuple[int, object]]) -> Chunk:
+    env: dict[str, object] = {"_store": _store, "_fresh": _fresh, "_empty": np.empty, "_asc": np.ascontiguousarray,
+                              "_copy": np.array, "_f32": np.dtype(np.float32)}
     bound: list[str] = []
     defined: set[int] = set()
     loads: list[int] = []
@@ -83,8 +124,23 @@ def _chunk(steps: Sequence, slots: Sequence, first: int, stop: int, last_read: d
         return f"s{i}"
 
     body = []
+    segment_end = first
     for k in range(first, stop):
         step = steps[k]
+        if k in segments:
+            segment_end, builder = segments[k]
+            body.append(_segment_line(steps, k, segment_end, builder, env, bound, name, defined, last_read))
+            continue
+        if k < segment_end:
+            body.append("    pass")
+            continue
+        if type(step.kernel) is IdentityKernel and len(step.ins) == 1 and step.outs[0] != 1:
+            # NOTE: Identity is its input (a declared view): no call; into a graph output, one C-order copy
+            src = name(step.ins[0])
+            defined.add(step.outs[0])
+            body.append(f"    s{step.outs[0]} = _copy({src}, order='C')" if step.fresh else
+                        f"    s{step.outs[0]} = {src}")
+            continue
         direct = _direct_ufunc(step)
         env[f"f{k}"] = step.run if direct is None else direct
         bound.append(f"f{k}")
@@ -110,14 +166,51 @@ def _chunk(steps: Sequence, slots: Sequence, first: int, stop: int, last_read: d
     stores = [i for i in sorted(defined) if i > 1 and last_read.get(i, -1) >= stop]
     # the bindings and the loads share line 2, so step k sits on line FIRST_STEP_LINE + (k - first)
     setup = ([f"{', '.join(bound)}, = _bound"] if bound else []) + [f"s{i} = S[{i}]" for i in loads]
-    lines = ["def run(S, per_step):", "    " + "; ".join(setup)] + body
+    lines = ["def run(S, per_step, arena):", "    " + "; ".join(setup)] + body
     if stores:
         lines.append("    " + "; ".join(f"S[{i}] = s{i}" for i in stores))
     env["_bound"] = tuple(env[n] for n in bound)
     code = compile("\n".join(lines) + "\n", f"<nnhal cpu plan, steps {first}-{stop - 1}>", "exec")
     exec(code, env)   # noqa: S102 - the source is built above from slot numbers and names nnhal chose
     fn = env["run"]
-    return Chunk(fn, fn.__code__, first, stop - first)
+    programs = tuple(env[f"P{k}"] for k in range(first, stop) if f"P{k}" in env)
+    return Chunk(fn, fn.__code__, first, stop - first, programs)
+
+
+def _segment_line(steps: Sequence, first: int, stop: int, builder, env: dict, bound: list, name, defined: set,
+                  last_read: dict[int, int]) -> str:
+    """The source line running steps [first, stop) as one native step program, then binding as locals the
+    outputs read after ``stop``."""
+    program = f"P{first}"
+    env[program] = builder.program()
+    bound.append(program)
+    parts = []
+    made: dict[int, str] = {}       # slot -> expression of its value after the program ran
+    for k in range(first, stop):
+        step = steps[k]
+        idx = step.outs[0]
+        if step.fresh:
+            _, shape, dtype = step.fresh[0]
+            env[f"sh{k}"], env[f"dt{k}"] = shape, dtype
+            bound.extend((f"sh{k}", f"dt{k}"))
+            parts.append(f"s{idx} = _empty(sh{k}, dt{k})")
+            made[idx] = f"s{idx}"
+            defined.add(idx)
+        elif idx in builder.arena_of:
+            made[idx] = f"per_step[{k}][0]"
+        else:           # an alias of its input
+            src = step.ins[0]
+            made[idx] = made[src] if src in made else name(src)
+    # NOTE: an input from outside (a graph input, another kernel's result) may be a strided view: the program
+    # takes C-contiguous float32 only, and np.ascontiguousarray returns an array that already is one as it is
+    args = "".join(f"{made[i]}, " if i in made else f"_asc({name(i)}, _f32), " for i in builder.dynamic)
+    parts.append(f"{program}.run(arena, ({args}))")
+    for k in range(first, stop):
+        idx = steps[k].outs[0]
+        if last_read.get(idx, -1) >= stop and made[idx] != f"s{idx}":
+            parts.append(f"s{idx} = {made[idx]}")
+            defined.add(idx)
+    return "    " + "; ".join(parts)
 
 
 def _direct_ufunc(step):

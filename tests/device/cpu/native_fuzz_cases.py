@@ -28,6 +28,12 @@ def act():
     return native.make_act("relu")
 
 
+# a step program: arena tensors at bytes 0 and 32, a constant, a dynamic input and a dynamic output;
+# t0 = x + c, t1 = relu(t0), y = t1 * t0[0] (a scalar broadcast), all of 8 elements
+PROGRAM_TENSORS = ((0, 0, 8), (0, 32, 8), (1, 0, 8), (2, 0, 8), (2, 1, 8))
+PROGRAM_STEPS = ((0, 0, 3, 2, 8, 1, 8, 1, None), (9, 1, 0, -1, 0, 0, 0, 0, None), (2, 4, 1, 0, 8, 1, 1, 8, None))
+
+
 # kinds of argument: ("in", small) an input array (small: a too-small replacement, None when a smaller input is
 # legal), ("out", small) an output array, ("opt", small) an optional input, "int", "int_any" (every int64 is
 # legal: only non-ints and overflow are spoiled), "geom", "act", "float"
@@ -96,6 +102,11 @@ def cases():
     im = native.Conv("im2col", conv_i, arr(36, 8), arr(8), act())
     yield "Conv.run im2col", im.run, lambda: [arr(1, 6, 5, 4), arr(1, 6, 5, 8), arr(2 * 2 * 5 * 36), 2], \
         [("in", tiny), ("out", tiny), ("out", tiny), "int"]
+    yield "Program", native.Program, lambda: [PROGRAM_TENSORS, PROGRAM_STEPS, (arr(8),)], \
+        ["tensors", "steps", "constants"]
+    program = native.Program(PROGRAM_TENSORS, PROGRAM_STEPS, (arr(8),))
+    yield "Program.run", program.run, lambda: [np.zeros(64, np.uint8), (arr(8), arr(8))], \
+        [("out", np.zeros(8, np.uint8)), "arrays"]
     yield "Pool2d", native.Pool2d, lambda: [pool_g, 0], ["geom", "int"]
     pool = native.Pool2d(pool_g, 1)
     yield "Pool2d.run", pool.run, lambda: [arr(2, 6, 5, 8), arr(2, 3, 3, 8), 0, 6, 2], \
@@ -156,6 +167,51 @@ def spoiled(args, i, kind):
         yield "None", put(None)
     elif kind == "none":
         yield "an array", put(arr(4))
+    elif kind in ("tensors", "steps"):
+        yield "None", put(None)
+        yield "a list", put(list(value))
+        yield "an entry too short", put((value[0][:-1],) + value[1:])
+        yield "an entry that is a list", put((list(value[0]),) + value[1:])
+        yield "a str in an entry", put((("x",) + value[0][1:],) + value[1:])
+        yield "2**80 in an entry", put(((2 ** 80,) + value[0][1:],) + value[1:])
+        if kind == "tensors":
+            yield "an unknown kind", put(((7,) + value[0][1:],) + value[1:])
+            yield "a negative size", put(((0, 0, -1),) + value[1:])
+            yield "a misaligned offset", put(((0, 2, 8),) + value[1:])
+            yield "a constant too small", put(value[:2] + ((1, 0, 9),) + value[3:])
+            yield "a missing constant", put(value[:2] + ((1, 5, 8),) + value[3:])
+            yield "an overflowing size", put(((0, 0, 2 ** 62),) + value[1:])
+        else:
+            yield "an unknown opcode", put(((99,) + value[0][1:],) + value[1:])
+            yield "a tensor out of range", put(((0, 9) + value[0][2:],) + value[1:])
+            yield "a unary step with a second input", put(value[:1] + ((9, 1, 0, 2, 0, 0, 0, 0, None),) + value[2:])
+            yield "a broadcast that does not fit", put(((0, 0, 3, 2, 3, 1, 8, 1, None),) + value[1:])
+            yield "both operands broadcast", put(((0, 0, 3, 2, 1, 8, 1, 8, None),) + value[1:])
+            yield "a Clip without its Act", put(((10, 1, 0, -1, 0, 0, 0, 0, None),) + value[1:])
+            yield "an act that is an int", put(((0, 0, 3, 2, 8, 1, 8, 1, 1),) + value[1:])
+            yield "a step writing a constant", put(((0, 2, 3, 3, 8, 1, 8, 1, None),) + value[1:])
+    elif kind == "constants":
+        yield "None", put(None)
+        yield "a list", put(list(value))
+        yield "a float64 constant", put((value[0].astype(np.float64),))
+        yield "a non-contiguous constant", put((np.repeat(value[0], 2)[::2],))
+        yield "None as a constant", put((None,))
+        yield "no constant", put(())
+    elif kind == "arrays":
+        x, y = value
+        frozen = y.copy()
+        frozen.flags.writeable = False
+        base = np.zeros(9, F)
+        yield "None", put(None)
+        yield "a list", put(list(value))
+        yield "too few", put((x,))
+        yield "too many", put((x, y, y))
+        yield "a float64 array", put((x.astype(np.float64), y))
+        yield "a non-contiguous array", put((np.repeat(x, 2)[::2], y))
+        yield "an array too small", put((x[:4], y))
+        yield "None as an array", put((None, y))
+        yield "a read-only output", put((x, frozen))
+        yield "an output overlapping an input", put((base[:8], base[1:]))
 
 
 def main() -> int:

@@ -16,6 +16,7 @@ from nnhal.device.cpu.kernels import (
     layer_normalization,
     resize,
     softmax,
+    split,
     transpose,
 )
 from nnhal.graph.node import Node
@@ -25,7 +26,7 @@ from nnhal.hostkernels.select import select as host_select
 from nnhal.operator.base import Info
 
 FAST = kernel_table(cls for module in (add, batch_normalization, cast, control, gather, layer_normalization, resize,
-                                               softmax, transpose)
+                                               softmax, split, transpose)
                     for cls in module.IMPLEMENTATIONS)
 
 

@@ -61,4 +61,35 @@ def _shuffle_groups(idx: np.ndarray, dim: int) -> int:
     return groups if groups > 1 and np.array_equal(idx, shuffle) else 0
 
 
-IMPLEMENTATIONS = (GatherLastAxis,)
+
+class GatherScalarRow(Kernel):
+    """One entry of axis 0 by a scalar (0-d) index, constant or not: a view of that entry, the index wrapped and
+    range-checked per run in Python (a streaming Loop's ``frames[i]``: no numpy call at all). The planner keeps
+    the data alive while the view is read (``view``)."""
+
+    op_type = "Gather"
+    name = "row-view"
+    view = {0: 0}
+
+    def score(self, node, ins, outs) -> int:
+        data, indices = ins[0], ins[1] if len(ins) > 1 else None
+        if data is None or not data.static or not data.shape or indices is None or indices.shape != () \
+                or indices.dtype is None or indices.dtype.kind not in "iu" or not outs[0].static:
+            return 0
+        return 3 if node.attrs.get("axis", 0) % len(data.shape) == 0 else 0
+
+    def prepare(self, node, ins, outs) -> RunFn:
+        dim = int(ins[0].shape[0])
+
+        def run(inputs, outputs):
+            i = int(inputs[1])
+            if i < 0:
+                i += dim
+            if not 0 <= i < dim:
+                raise IndexError(f"index {int(inputs[1])} is out of range for a dimension of size {dim}")
+            return (inputs[0][i],)
+
+        return run
+
+
+IMPLEMENTATIONS = (GatherLastAxis, GatherScalarRow)

@@ -1,8 +1,12 @@
-"""Transpose on the cpu device when the permutation is a swap of two axis groups (after dropping axes of size 1
-and merging axes that stay neighbours): y (outer, b, a, inner) from x (outer, a, b, inner), by the native tiled
-transpose (kernels.c transpose_blocks), for 4-byte elements. Covers a sequence model's (N, C, T) <-> (N, T, C),
-attention's head split and merge (N, T, heads, d) <-> (N, heads, T, d) and a matrix's (A, B) -> (B, A); other
-permutations keep the numpy kernels (hostkernels/op_transpose.py).
+"""Transpose on the cpu device, beside the numpy kernels (hostkernels/op_transpose.py):
+
+* ``reshape``: a permutation that only moves axes of size 1 is a reshape, a view without a copy. Exporters emit
+  these around recurrent ops at batch 1 ((T, 1, C) <-> (1, T, C) for one step: a streaming body's frame and
+  output).
+* ``swap``: a permutation that is a swap of two axis groups (after dropping axes of size 1 and merging axes that
+  stay neighbours): y (outer, b, a, inner) from x (outer, a, b, inner), by the native tiled transpose (kernels.c
+  transpose_blocks), for 4-byte elements. Covers a sequence model's (N, C, T) <-> (N, T, C), attention's head
+  split and merge (N, T, heads, d) <-> (N, heads, T, d) and a matrix's (A, B) -> (B, A).
 """
 from __future__ import annotations
 
@@ -36,6 +40,34 @@ def swap_groups(shape: tuple[int, ...], perm: tuple[int, ...]) -> tuple[int, int
             inner = int(np.prod(size[s + 2:], dtype=np.int64))
             return outer, size[s], size[s + 1], inner
     return None
+
+
+class TransposeReshape(Kernel):
+    """A static permutation that keeps the order of the axes longer than 1: the output is the input reshaped,
+    declared a view so the planner keeps the input alive while it is read."""
+
+    op_type = "Transpose"
+    name = "reshape"
+    view = {0: 0}
+
+    def score(self, node, ins, outs) -> int:
+        x = ins[0] if ins else None
+        if x is None or not x.static or not outs[0].static:
+            return 0
+        try:
+            perm = list(permutation(node, len(x.shape)))
+        except ValueError:
+            return 0            # the reference kernel reports the bad perm
+        moved = [p for p in perm if x.shape[p] != 1]
+        return 4 if moved == sorted(moved) else 0
+
+    def prepare(self, node, ins, outs) -> RunFn:
+        shape = tuple(ins[0].shape[p] for p in permutation(node, len(ins[0].shape)))
+
+        def run(inputs, outputs):
+            return (inputs[0].reshape(shape),)
+
+        return run
 
 
 class TransposeSwap(Kernel):
@@ -74,4 +106,4 @@ class TransposeSwap(Kernel):
         return run
 
 
-IMPLEMENTATIONS = (TransposeSwap,)
+IMPLEMENTATIONS = (TransposeReshape, TransposeSwap)

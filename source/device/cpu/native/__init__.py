@@ -26,6 +26,8 @@ never a crash. They release the GIL around their loops. What they compute:
 * :func:`resize_nhwc`: Resize of a channels-last image by per-axis tap tables (nearest, linear, cubic);
 * :func:`cast_half`: float32 <-> float16 and float32 rounded through float16 (fp16 storage's conversions);
 * :class:`Gemm`: a prepared GEMM (constant B, its bias and activation), made once at prepare;
+* :class:`Program`: a prepared run of small element-wise float32 steps executed by one call (nn_steps.h; the
+  CPU plan's native step program, device/cpu/steps.py);
 * :func:`gemm` / :func:`batched_gemm`: GEMMs with their bias and activation through the cblas_sgemm of the
   linked OpenBLAS (:func:`blas_info`), single-threaded inside the pool's parts (:func:`blas_set_threads`).
 
@@ -105,6 +107,7 @@ if _k is not None:
     Conv = _k.Conv
     Pool2d = _k.Pool2d
     Gemm = _k.Gemm                              # Gemm(b, bias, act).run(a, c, parts, row_align, by_cols)
+    Program = _k.Program                        # Program(tensors, steps, constants).run(arena, arrays)
     # the module's functions themselves: one FASTCALL each, no Python frame between
     activation = _k.activation                  # (x, y, act, parts)
     add_act = _k.add_act                        # (a, b, y, act, i0, i1)

@@ -25,6 +25,7 @@
  * - cast_half: float32 <-> float16 (IEEE binary16, round to nearest even), and float32 rounded through float16
  *   in one pass: fp16 storage's conversions (F16C's vcvtps2ph / vcvtph2ps in the x86-64-v3 and v4 clones).
  * - layernorm: LayerNormalization over the last axis.
+ * - Program (nn_steps.h): a prepared run of small element-wise steps, executed by one call per plan run.
  * - gemm / batched_gemm: GEMMs with their bias and activation through the cblas_sgemm of the OpenBLAS linked
  *   at build time (the scipy-openblas32 wheel: scipy_cblas_sgemm, as its cblas.h declares it).
  *
@@ -2367,6 +2368,8 @@ static PyObject *nn_py_blas_set_threads(PyObject *module, PyObject *const *args,
     Py_RETURN_NONE;
 }
 
+#include "nn_steps.h"
+
 static PyObject *nn_py_blas_info(PyObject *module, PyObject *unused) {
     (void)module;
     (void)unused;
@@ -2420,13 +2423,13 @@ static struct PyModuleDef nn_module = {
 };
 
 PyMODINIT_FUNC PyInit__kernels(void) {
-    PyTypeObject *types[] = {&nn_act_type, &nn_conv_type, &nn_pool2d_type, &nn_gemm_type};
-    const char *names[] = {"Act", "Conv", "Pool2d", "Gemm"};
-    for (int i = 0; i < 4; i++)
+    PyTypeObject *types[] = {&nn_act_type, &nn_conv_type, &nn_pool2d_type, &nn_gemm_type, &nn_program_type};
+    const char *names[] = {"Act", "Conv", "Pool2d", "Gemm", "Program"};
+    for (int i = 0; i < 5; i++)
         if (PyType_Ready(types[i]) < 0) return NULL;
     PyObject *m = PyModule_Create(&nn_module);
     if (m == NULL) return NULL;
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 5; i++) {
         Py_INCREF(types[i]);
         if (PyModule_AddObject(m, names[i], (PyObject *)types[i]) < 0) {
             Py_DECREF(types[i]);
