@@ -1062,9 +1062,10 @@ typedef struct {
     nn_ract act[2][3];                  /* per direction: f, g, h (LSTM), f, g (GRU), f (RNN) */
 } nn_rnn_params;
 
-/* tanh(x) to ~3 ulp: an odd polynomial near 0 (fitted for |x| < 0.625), 1 - 2 / (exp(2|x|) + 1) beyond. */
+/* tanh(x) to ~3 ulp: an odd polynomial near 0 (fitted for |x| < 0.625), 1 - 2 / (exp(2|x|) + 1) beyond (nn_expf
+ * clamps: no overflow). NOTE: written without min/max before nn_expf, which kept GCC 12 from vectorizing it. */
 NN_INLINE float nn_tanhf(float x) {
-    const float a = NN_MIN(x < 0.0f ? -x : x, 9.0f), s = x * x;
+    const float a = fabsf(x), s = x * x;
     float p = 2.13818880729377e-03f;
     p = p * s + -8.17174930125475e-03f;
     p = p * s + 2.16981936246157e-02f;
@@ -1072,8 +1073,8 @@ NN_INLINE float nn_tanhf(float x) {
     p = p * s + 1.33332014083862e-01f;
     p = p * s + -3.33333313465118e-01f;
     const float small = x + x * s * p;
-    const float big = 1.0f - 2.0f / (nn_expf(2.0f * a) + 1.0f);
-    return x != x ? x : (a < 0.625f ? small : (x < 0.0f ? -big : big));
+    const float big = copysignf(1.0f - 2.0f / (nn_expf(a + a) + 1.0f), x);
+    return x != x ? x : (a < 0.625f ? small : big);
 }
 
 /* One recurrent activation over a contiguous run, in place, its input clipped to [-clip, clip] first. */
@@ -1117,7 +1118,7 @@ NN_INLINE void nn_ract_apply(float *restrict v, int64_t n, const nn_ract *f, flo
         break;
     case NN_RA_ELU:
 #pragma omp simd
-        for (int64_t i = 0; i < n; i++) v[i] = v[i] >= 0.0f ? v[i] : al * (nn_expf(NN_MIN(v[i], 0.0f)) - 1.0f);
+        for (int64_t i = 0; i < n; i++) v[i] = v[i] >= 0.0f ? v[i] : al * (nn_expf(v[i]) - 1.0f);
         break;
     case NN_RA_SOFTSIGN:
 #pragma omp simd
@@ -1164,9 +1165,32 @@ NN_INLINE void nn_rnn_gemv(const float *restrict h, int64_t k, const float *rest
     }
 }
 
-/* Rows of at least this many batch entries take cblas_sgemm for the recurrent product (fewer: the GEMV
- * above per row, which reads R^T once a row but has no call overhead). */
-#define NN_RNN_GEMM_ROWS 4
+/* Four rows at once: g[r, 0:n] += h[r, 0:k] @ rt (r < 4, h rows k apart, g rows ldg apart): each load of R^T
+ * serves four rows (16 columns of four rows in eight 8-float accumulators). */
+NN_INLINE void nn_rnn_gemv4(const float *restrict h, int64_t k, const float *restrict rt, int64_t ldr, int64_t n,
+                            float *restrict g, int64_t ldg) {
+    const float *h0 = h, *h1 = h + k, *h2 = h + 2 * k, *h3 = h + 3 * k;
+    float *g0 = g, *g1 = g + ldg, *g2 = g + 2 * ldg, *g3 = g + 3 * ldg;
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+        nn_v8 a0 = nn_load8(g0 + j), b0 = nn_load8(g0 + j + 8), a1 = nn_load8(g1 + j), b1 = nn_load8(g1 + j + 8);
+        nn_v8 a2 = nn_load8(g2 + j), b2 = nn_load8(g2 + j + 8), a3 = nn_load8(g3 + j), b3 = nn_load8(g3 + j + 8);
+        const float *r = rt + j;
+        for (int64_t i = 0; i < k; i++, r += ldr) {
+            const nn_v8 ra = nn_load8(r), rb = nn_load8(r + 8);
+            a0 += h0[i] * ra, b0 += h0[i] * rb, a1 += h1[i] * ra, b1 += h1[i] * rb;
+            a2 += h2[i] * ra, b2 += h2[i] * rb, a3 += h3[i] * ra, b3 += h3[i] * rb;
+        }
+        *(nn_v8 *)(g0 + j) = a0, *(nn_v8 *)(g0 + j + 8) = b0, *(nn_v8 *)(g1 + j) = a1, *(nn_v8 *)(g1 + j + 8) = b1;
+        *(nn_v8 *)(g2 + j) = a2, *(nn_v8 *)(g2 + j + 8) = b2, *(nn_v8 *)(g3 + j) = a3, *(nn_v8 *)(g3 + j + 8) = b3;
+    }
+    if (j < n)
+        for (int row = 0; row < 4; row++) nn_rnn_gemv(h + row * k, k, rt + j, ldr, n - j, g + row * ldg + j);
+}
+
+/* Batches of at least this many rows take cblas_sgemm for the recurrent product (it packs R^T at every call,
+ * which pays only over many rows); fewer run the register-blocked kernels above, reading R^T in place. */
+#define NN_RNN_GEMM_ROWS 32
 
 /* g (rows, n; ldg) += h (rows, k; contiguous) @ rt (k, n; ldr) */
 NN_INLINE void nn_rnn_product(const float *h, int64_t rows, int64_t k, const float *rt, int64_t ldr, int64_t n,
@@ -1176,7 +1200,9 @@ NN_INLINE void nn_rnn_product(const float *h, int64_t rows, int64_t k, const flo
                           (blasint)k, rt, (blasint)ldr, 1.0f, g, (blasint)ldg);
         return;
     }
-    for (int64_t b = 0; b < rows; b++) nn_rnn_gemv(h + b * k, k, rt, ldr, n, g + b * ldg);
+    int64_t b = 0;
+    for (; b + 4 <= rows; b += 4) nn_rnn_gemv4(h + b * k, k, rt, ldr, n, g + b * ldg, ldg);
+    for (; b < rows; b++) nn_rnn_gemv(h + b * k, k, rt, ldr, n, g + b * ldg);
 }
 
 /* One run's operands: the projection (xw), the caller's arrays and per-direction scratch. */
