@@ -7,14 +7,14 @@ NOTE: issue 24 step 3 is under way; the fast kernels still in hostkernels/ are l
 """
 from __future__ import annotations
 
-from nnhal.device.cpu.kernels import add, control, gather, layer_normalization, recurrent, softmax
+from nnhal.device.cpu.kernels import add, control, conv1d, gather, layer_normalization, recurrent, softmax
 from nnhal.graph.node import Node
 from nnhal.hostkernels.base import Kernel
 from nnhal.hostkernels.select import kernel_table
 from nnhal.hostkernels.select import select as host_select
 from nnhal.operator.base import Info
 
-FAST = kernel_table(cls for module in (add, control, gather, layer_normalization, recurrent, softmax)
+FAST = kernel_table(cls for module in (add, control, conv1d, gather, layer_normalization, recurrent, softmax)
                     for cls in module.IMPLEMENTATIONS)
 
 
