@@ -88,10 +88,10 @@ def cases():
         lambda: ["gru", gru_g, arr(24, 5), arr(24), arr(2, 4, 12), arr(2, 4), None, gru_acts, None], \
         ["kind", "geom", ("in", tiny), ("in", tiny), ("in", tiny), ("in", tiny), "none", "acts", "clip"]
     layer = native.Recurrent("lstm", lstm_g, arr(16, 5), arr(16), arr(1, 4, 16), None, arr(1, 12), lstm_acts, 0.5)
-    yield "Recurrent.run", layer.run, lambda: [arr(3, 2, 5), arr(3, 1, 2, 4), arr(1, 2, 4), arr(1, 2, 4), arr(1, 2, 4),
-                                               arr(1, 2, 4), np.array([3, 1], np.int32), 2], \
-        [("in", tiny), ("optout", tiny), ("optout", tiny), ("optout", tiny), ("opt", tiny), ("opt", tiny),
-         ("opt", np.zeros(1, np.int32)), "int"]
+    yield "Recurrent.run", layer.run, lambda: [arr(3, 2, 5), arr(6, 16), arr(3, 1, 2, 4), arr(1, 2, 4), arr(1, 2, 4),
+                                               arr(1, 2, 4), arr(1, 2, 4), np.array([3, 1], np.int32), 2], \
+        [("in", tiny), ("opt", tiny), ("optout", tiny), ("optout", tiny), ("optout", tiny), ("opt", tiny),
+         ("opt", tiny), ("opt", np.zeros(1, np.int32)), "int"]
     yield "Pool2d", native.Pool2d, lambda: [pool_g, 0], ["geom", "int"]
     pool = native.Pool2d(pool_g, 1)
     yield "Pool2d.run", pool.run, lambda: [arr(2, 6, 5, 8), arr(2, 3, 3, 8), 0, 6, 2], \

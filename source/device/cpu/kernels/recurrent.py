@@ -95,7 +95,8 @@ class _NativeRecurrent(Kernel):
         return 3 if _activations(node, self.defaults, shape[0]) is not None else 0
 
     def pack(self, node: Node, values: list[np.ndarray | None]):
-        """The native layer of this node for these W, R, B (and P) values (see kernels.c Recurrent)."""
+        """The native layer of this node for these W, R, B (and P) values (see kernels.c Recurrent), and the
+        projection's W^T and bias for the numpy GEMM (see run)."""
         w = np.asarray(values[1], np.float32)
         r = np.asarray(values[2], np.float32)
         d, rows, inputs = w.shape
@@ -117,15 +118,16 @@ class _NativeRecurrent(Kernel):
                     int(node.attrs.get("layout", 0)), linear,
                     int(bool(node.attrs.get("input_forget", 0))) if self.cell == "lstm" else 0)
         clip = node.attrs.get("clip")
-        return native.Recurrent(self.cell, geometry, np.ascontiguousarray(w.reshape(rows * d, inputs)),
-                                np.ascontiguousarray(bias.reshape(-1)), np.ascontiguousarray(r.transpose(0, 2, 1)),
-                                rbh, peep, _activations(node, self.defaults, d), None if clip is None else float(clip))
+        w2, bias = np.ascontiguousarray(w.reshape(rows * d, inputs)), np.ascontiguousarray(bias.reshape(-1))
+        layer = native.Recurrent(self.cell, geometry, w2, bias, np.ascontiguousarray(r.transpose(0, 2, 1)), rbh, peep,
+                                 _activations(node, self.defaults, d), None if clip is None else float(clip))
+        return layer, w2.T, bias
 
     def prepare(self, node, ins, outs) -> RunFn:
         operands = (1, 2, 3) + ((self.peephole,) if self.peephole is not None else ())
         constant = all(len(ins) <= i or ins[i] is None or ins[i].value is not None for i in operands)
         # constant weights (the usual case) are packed once; weights fed at run time are packed at each run
-        layer = self.pack(node, [i.value if i is not None else None for i in ins]) if constant else None
+        packed = self.pack(node, [i.value if i is not None else None for i in ins]) if constant else None
         directions = ins[1].shape[0]
         layout = int(node.attrs.get("layout", 0))
         wanted = [bool(name) for name in node.outputs]
@@ -144,8 +146,16 @@ class _NativeRecurrent(Kernel):
             work = parallel.gemm_work(steps * batch * directions * self.gates * hidden * (width + GEMV_COST * hidden))
             parts = parallel.native_parts(work, directions if directions == 2 else steps * batch) \
                 if parallel.native_pool() else 1
-            (layer or self.pack(node, inputs)).run(x, *results, *([None] * (2 - n_states)), *states,
-                                                   _operand(inputs, 4, np.int32), parts)
+            layer, wt, bias = packed or self.pack(node, inputs)
+            xw = None
+            if not parallel.native_pool():
+                # NOTE: the pool is off (a plan of small products): BLAS then has every thread, and the linked
+                # OpenBLAS's threaded GEMM inside the native call was measured 10x slower on a loaded 2-core
+                # machine (its workers spin against the recurrence); numpy's GEMM projects instead, as the
+                # cpu device's other native GEMMs leave the pool-off case to numpy
+                xw = parallel.matmul(x.reshape(-1, width), wt)
+                xw += bias
+            layer.run(x, xw, *results, *([None] * (2 - n_states)), *states, _operand(inputs, 4, np.int32), parts)
             return tuple(_store(results[k], outputs, k, dtypes[k]) for k in range(len(wanted)))
 
         return run

@@ -1213,6 +1213,7 @@ typedef struct {
     const int32_t *lens;                /* clamped to [0, steps] by the binding, or NULL */
     float *y, *yh, *yc;                 /* NULL: not wanted */
     float *xw;                          /* (steps * batch, D * G * H), rows in X's order */
+    int32_t projected;                  /* xw came from the caller: no projection here */
     float *scratch;                     /* per direction: h, c, extra (B * H each), gates (B * G * H) */
 } nn_rnn_args;
 
@@ -1220,7 +1221,7 @@ typedef struct {
 static void nn_rnn_project(const nn_rnn_args *a, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
     const nn_rnn_params *p = a->p;
     const int64_t ld = p->dirs * p->gates * p->hidden;
-    if (r1 <= r0 || c1 <= c0) return;
+    if (a->projected || r1 <= r0 || c1 <= c0) return;
     float *out = a->xw + r0 * ld + c0;
     scipy_cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)(r1 - r0), (blasint)(c1 - c0),
                       (blasint)p->input, 1.0f, a->x + r0 * p->input, (blasint)p->input, p->w + c0 * p->input,
@@ -1371,7 +1372,7 @@ static void nn_rnn_run(const nn_rnn_args *a, int64_t parts) {
         nn_pool_run(nn_rnn_dir_task, a, 2);
         return;
     }
-    nn_pool_run(nn_rnn_rows_task, a, parts);
+    if (!a->projected) nn_pool_run(nn_rnn_rows_task, a, parts);
     for (int64_t d = 0; d < a->p->dirs; d++) nn_rnn_direction(a, d);
 }
 
@@ -2204,18 +2205,20 @@ fail:
     return NULL;
 }
 
-/* recurrent.run(x, y, y_h, y_c, h0, c0, lens, parts): every step of every direction of x (T, B, I), or (B, T, I)
- * with layout 1, into y, y_h, y_c (each None when not wanted; y_c LSTM only); h0, c0 the initial states or None
- * (zeros; c0 LSTM only), lens int32 (B,) or None (every step). */
+/* recurrent.run(x, xw, y, y_h, y_c, h0, c0, lens, parts): every step of every direction of x (T, B, I), or (B, T,
+ * I) with layout 1, into y, y_h, y_c (each None when not wanted; y_c LSTM only); xw the caller's projection
+ * X W^T + bias (T * B, D * G * H) in X's row order, or None (projected here through the linked BLAS); h0, c0 the
+ * initial states or None (zeros; c0 LSTM only), lens int32 (B,) or None (every step). */
 static PyObject *nn_rnn_run_py(nn_rnn_object *self, PyObject *const *args, Py_ssize_t nargs) {
     const char *k = "Recurrent.run";
     const nn_rnn_params *p = &self->p;
-    nn_arg b[7] = {{.held = 0}, {.held = 0}, {.held = 0}, {.held = 0}, {.held = 0}, {.held = 0}, {.held = 0}};
-    const char *names[7] = {"x", "y", "y_h", "y_c", "h0", "c0", "lens"};
+    nn_arg b[8] = {{.held = 0}, {.held = 0}, {.held = 0}, {.held = 0}, {.held = 0}, {.held = 0}, {.held = 0},
+                   {.held = 0}};
+    const char *names[8] = {"x", "xw", "y", "y_h", "y_c", "h0", "c0", "lens"};
     int64_t parts;
     float *work = NULL;
-    if (nn_nargs(nargs, 8, k) || nn_get_parts(args[7], k, &parts)) return NULL;
-    if (p->cell != NN_CELL_LSTM && (args[3] != Py_None || args[5] != Py_None))
+    if (nn_nargs(nargs, 9, k) || nn_get_parts(args[8], k, &parts)) return NULL;
+    if (p->cell != NN_CELL_LSTM && (args[4] != Py_None || args[6] != Py_None))
         return PyErr_Format(PyExc_ValueError, "native kernel %s: arguments 'y_c' and 'c0' must be None for a GRU or "
                             "RNN", k);
     if (nn_get(&b[0], args[0], k, "x", NN_F32, 0) || nn_ndim(&b[0], k, "x", 3)) goto fail;
@@ -2226,17 +2229,18 @@ static PyObject *nn_rnn_run_py(nn_rnn_object *self, PyObject *const *args, Py_ss
     const int64_t steps = b[0].view.shape[p->layout ? 1 : 0], batch = b[0].view.shape[p->layout ? 0 : 1];
     const int64_t yd[4] = {steps, p->dirs, batch, p->hidden}, sd[3] = {p->dirs, batch, p->hidden};
     const int64_t y_items = nn_mul(4, yd), s_items = nn_mul(3, sd);
-    for (int i = 1; i < 6; i++)
-        if (nn_get(&b[i], args[i], k, names[i], NN_F32, NN_NONE_OK | (i < 4 ? NN_OUT : 0)) ||
-            nn_need(&b[i], k, names[i], i == 1 ? y_items : s_items))
-            goto fail;
-    if (nn_get(&b[6], args[6], k, "lens", NN_I32, NN_NONE_OK) || nn_need(&b[6], k, "lens", batch)) goto fail;
-    for (int o = 1; o < 4; o++)
-        for (int i = 0; i < 7; i++)
-            if ((i == 0 || i >= 4 || i > o) && nn_disjoint(&b[o], &b[i], k, names[o], names[i], 0)) goto fail;
     const int64_t gn = p->gates * p->hidden;
     const int64_t xw_dims[3] = {steps, batch, p->dirs * gn}, sc_dims[3] = {p->dirs, batch, 3 * p->hidden + gn};
     const int64_t xw_items = nn_mul(3, xw_dims), sc_items = nn_mul(3, sc_dims);
+    if (nn_get(&b[1], args[1], k, "xw", NN_F32, NN_NONE_OK) || nn_need(&b[1], k, "xw", xw_items)) goto fail;
+    for (int i = 2; i < 7; i++)
+        if (nn_get(&b[i], args[i], k, names[i], NN_F32, NN_NONE_OK | (i < 5 ? NN_OUT : 0)) ||
+            nn_need(&b[i], k, names[i], i == 2 ? y_items : s_items))
+            goto fail;
+    if (nn_get(&b[7], args[7], k, "lens", NN_I32, NN_NONE_OK) || nn_need(&b[7], k, "lens", batch)) goto fail;
+    for (int o = 2; o < 5; o++)     /* every output against every input and the outputs after it */
+        for (int i = 0; i < 8; i++)
+            if ((i < 2 || i >= 5 || i > o) && nn_disjoint(&b[o], &b[i], k, names[o], names[i], 0)) goto fail;
     const int64_t tb_dims[2] = {steps, batch}, tb = nn_mul(2, tb_dims);
     if (xw_items < 0 || sc_items < 0 || y_items < 0 || tb < 0 || tb > NN_BLAS_MAX ||
         xw_items > (int64_t)(PY_SSIZE_T_MAX / sizeof(float)) - sc_items) {
@@ -2244,23 +2248,25 @@ static PyObject *nn_rnn_run_py(nn_rnn_object *self, PyObject *const *args, Py_ss
         goto fail;
     }
     int32_t *lens = NULL;
-    if (b[6].view.buf != NULL) {
+    if (b[7].view.buf != NULL) {
         lens = PyMem_RawMalloc((size_t)(batch ? batch : 1) * sizeof(int32_t));
         if (lens == NULL) {
             PyErr_NoMemory();
             goto fail;
         }
-        const int32_t *given = b[6].view.buf;
+        const int32_t *given = b[7].view.buf;
         for (int64_t i = 0; i < batch; i++) lens[i] = given[i] < 0 ? 0 : (given[i] > steps ? (int32_t)steps : given[i]);
     }
-    work = PyMem_RawMalloc((size_t)(xw_items + sc_items + 1) * sizeof(float));
+    const int projected = b[1].view.buf != NULL;
+    work = PyMem_RawMalloc((size_t)((projected ? 0 : xw_items) + sc_items + 1) * sizeof(float));
     if (work == NULL) {
         PyMem_RawFree(lens);
         PyErr_NoMemory();
         goto fail;
     }
-    nn_rnn_args a = {p, steps, batch, b[0].view.buf, b[4].view.buf, b[5].view.buf, lens, b[1].view.buf, b[2].view.buf,
-                     b[3].view.buf, work, work + xw_items};
+    nn_rnn_args a = {p, steps, batch, b[0].view.buf, b[5].view.buf, b[6].view.buf, lens, b[2].view.buf, b[3].view.buf,
+                     b[4].view.buf, projected ? (float *)b[1].view.buf : work, projected,
+                     projected ? work : work + xw_items};
     if (steps > 0 && batch > 0) {
         Py_BEGIN_ALLOW_THREADS
         nn_rnn_run(&a, parts);
@@ -2270,16 +2276,16 @@ static PyObject *nn_rnn_run_py(nn_rnn_object *self, PyObject *const *args, Py_ss
     }
     PyMem_RawFree(work);
     PyMem_RawFree(lens);
-    return nn_finish(b, 7, 1);
+    return nn_finish(b, 8, 1);
 fail:
-    return nn_finish(b, 7, 0);
+    return nn_finish(b, 8, 0);
 }
 
 static PyMethodDef nn_rnn_methods[] = {
     {"run", (PyCFunction)(void (*)(void))nn_rnn_run_py, METH_FASTCALL,
-     "run(x, y, y_h, y_c, h0, c0, lens, parts): every time step of every direction of x into y, y_h, y_c (None: not "
-     "wanted); h0, c0 initial states or None (zeros); lens int32 sequence lengths or None; the two directions of a "
-     "bidirectional layer as two parts when parts >= 2"},
+     "run(x, xw, y, y_h, y_c, h0, c0, lens, parts): every time step of every direction of x into y, y_h, y_c (None: "
+     "not wanted); xw the projection X W^T + bias or None (computed here); h0, c0 initial states or None (zeros); "
+     "lens int32 sequence lengths or None; the two directions of a bidirectional layer as two parts when parts >= 2"},
     {NULL, NULL, 0, NULL},
 };
 
