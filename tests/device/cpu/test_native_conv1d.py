@@ -40,9 +40,12 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("pool", ["1", "0"])
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("x_shape,w_shape,bias,relu,attrs", CASES)
-def test_native_1d_convolution_matches_the_reference(x_shape, w_shape, bias, relu, attrs, threads):
+def test_native_1d_convolution_matches_the_reference(x_shape, w_shape, bias, relu, attrs, threads, pool, monkeypatch):
+    # NNHAL_CPU_POOL=1: the native call; =0: the pools off, the numpy path of the same kernel
+    monkeypatch.setenv("NNHAL_CPU_POOL", pool)
     model, feeds, w = _model(x_shape, w_shape, bias, relu, **attrs)
     want = ReferenceEvaluator(model).run(None, feeds)[0]
     with nnhal.Session(model, devices=["cpu"], num_thread=threads) as s:

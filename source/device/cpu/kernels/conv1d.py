@@ -7,8 +7,8 @@ M) result is turned back to (N, M, OW) once.
 NOTE: the numpy path (hostkernels/op_conv.py Conv1dGemm, "gemm-1d") runs the 2-D NCHW kernels on (N, C, 1, W)
 views: a strided im2col copy and a GEMM through numpy per band, and its bias and activation as separate passes; on
 the audio corpus models' front ends (40-64 channels, 100-200 positions) it took 2-3x onnxruntime's time. Group-1
-float32 convolutions with constant weights take this kernel when the native kernels are loaded; others keep
-gemm-1d.
+float32 convolutions with constant weights take this kernel when the native kernels are loaded, and run on it
+while the plan uses the pools (else on gemm-1d's numpy path, see run); others keep gemm-1d.
 """
 from __future__ import annotations
 
@@ -52,9 +52,15 @@ class Conv1dNative(Conv1dGemm):
                                       band_rows), wk, bias, act_record(activation_of(node)))
         work = n * ow * (taps + m) + parallel.gemm_work(n * ow * taps * m)
         rows = n * ow
+        numpy_run = super().prepare(node, ins, outs)
 
         def run(inputs, outputs):
-            parts = parallel.native_parts(work, rows) if parallel.native_pool() else 1
+            if not parallel.native_pool():
+                # NOTE: the pool is off (a plan of small products) and BLAS has every thread: the linked
+                # OpenBLAS threaded inside the native call was measured 5-20x slower on a loaded 2-core machine
+                # (as native_im2col, the numpy kernels run then)
+                return numpy_run(inputs, outputs)
+            parts = parallel.native_parts(work, rows)
             xt, yt, cols = _scratch.scratch(((n, width, c), np.float32), ((n, ow, m), np.float32),
                                             ((parts * band_rows * ld,), np.float32))
             np.copyto(xt, inputs[0].transpose(0, 2, 1))
