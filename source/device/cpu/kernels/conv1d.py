@@ -7,8 +7,9 @@ M) result is turned back to (N, M, OW) once.
 NOTE: the numpy path (hostkernels/op_conv.py Conv1dGemm, "gemm-1d") runs the 2-D NCHW kernels on (N, C, 1, W)
 views: a strided im2col copy and a GEMM through numpy per band, and its bias and activation as separate passes; on
 the audio corpus models' front ends (40-64 channels, 100-200 positions) it took 2-3x onnxruntime's time. Group-1
-float32 convolutions with constant weights take this kernel when the native kernels are loaded, and run on it
-while the plan uses the pools (else on gemm-1d's numpy path, see run); others keep gemm-1d.
+float32 convolutions with constant weights wider than 1 take this kernel when the native kernels are loaded, and
+run on it while the plan uses the pools (else on gemm-1d's numpy path, see run); others keep gemm-1d (a 1-wide
+kernel there is one GEMM on the NCW input).
 """
 from __future__ import annotations
 
@@ -31,6 +32,8 @@ class Conv1dNative(Conv1dGemm):
     def score(self, node, ins, outs) -> int:
         if not native.available() or node.attrs.get("group", 1) != 1 or ins[0] is None or ins[0].dtype != np.float32:
             return 0
+        if ins[1] is not None and ins[1].value is not None and ins[1].value.ndim == 3 and ins[1].value.shape[2] == 1:
+            return 0        # a 1-wide kernel is one GEMM on the NCW input in gemm-1d (no im2col, no transposes)
         return 11 if Conv1dGemm.score(self, node, ins, outs) else 0
 
     def prepare(self, node, ins, outs) -> RunFn:
