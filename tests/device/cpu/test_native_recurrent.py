@@ -165,6 +165,20 @@ def test_layout_one_is_the_transpose_of_layout_zero():
     np.testing.assert_array_equal(one[1], zero[1].transpose(1, 0, 2))
 
 
+@pytest.mark.parametrize("pool", ["0", "1"])
+@pytest.mark.parametrize("op,attrs", CELLS)
+def test_projection_in_c_and_by_numpy(op, attrs, pool, monkeypatch):
+    # NNHAL_CPU_POOL=1: the layer projects X W^T itself (linked BLAS, split over the pool); =0: numpy's GEMM hands
+    # the projection in (Recurrent.run's xw)
+    monkeypatch.setenv("NNHAL_CPU_POOL", pool)
+    for direction, layout in (("forward", 1), ("bidirectional", 0)):
+        model, feeds = _model(op, direction, layout, batch=5, hidden=19, lens=[T, 3, 0, 1, T], states=True, **attrs)
+        with nnhal.Session(model, devices=["cpu"], num_thread=2) as s:
+            got = s.run(feeds)
+            assert s.subgraphs[0].stats["kernels"][s.subgraphs[0].nodes[0].name] == "native"
+        _check(got, _reference(model, feeds, monkeypatch), op)
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_bidirectional_on_the_pool_matches_one_thread(threads):
     model, feeds = _model("LSTM", "bidirectional", batch=2, hidden=32, lens=[T, 3], states=True)
