@@ -1,4 +1,5 @@
-"""1-D convolutions on the 2-D GEMM kernels (op_conv.Conv1dGemm) against the ONNX reference evaluator."""
+"""1-D convolutions on the 2-D GEMM kernels (op_conv.Conv1dGemm) and, group 1 with the native kernels loaded, on the
+cpu device's native im2col (device/cpu/kernels/conv1d.py), against the ONNX reference evaluator."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,6 +8,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 import nnhal
+from nnhal.device.cpu import native
 
 # (channels, filters, kernel, stride, dilation, pad, group, fused activation)
 CASES = [(8, 16, 3, 1, 1, 1, 1, None), (8, 16, 5, 2, 1, 2, 1, "Relu"), (16, 16, 3, 1, 2, 2, 16, None),
@@ -25,8 +27,13 @@ def _model(c, m, k, s, d, p, g, act, w, b):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
+@pytest.mark.parametrize("use_native", [True, False])
 @pytest.mark.parametrize("c,m,k,s,d,p,g,act", CASES)
-def test_conv1d_runs_on_the_gemm_kernels(c, m, k, s, d, p, g, act):
+def test_conv1d_runs_on_the_gemm_kernels(c, m, k, s, d, p, g, act, use_native, monkeypatch):
+    if use_native and not native.available():
+        pytest.skip(f"native kernels: {native.status().reason}")
+    if not use_native:
+        monkeypatch.setattr(native, "available", lambda: False)
     rng = np.random.default_rng(3)
     w = rng.standard_normal((m, c // g, k)).astype(np.float32)
     b = rng.standard_normal(m).astype(np.float32)
@@ -39,6 +46,7 @@ def test_conv1d_runs_on_the_gemm_kernels(c, m, k, s, d, p, g, act):
     n = c // g * k + 1
     with nnhal.Session(model, devices=["cpu"]) as sess:
         got = sess.run({"x": x})[0]
-        assert sess.subgraphs[0].stats["kernels"][sess.subgraphs[0].nodes[0].name] == "gemm-1d"
+        kernel = sess.subgraphs[0].stats["kernels"][sess.subgraphs[0].nodes[0].name]
+        assert kernel == ("native-1d" if use_native and g == 1 and k > 1 else "gemm-1d")
     assert got.shape == want.shape
     assert np.all(np.abs(got - want) <= 2 * n * 2.0 ** -23 * bound + 1e-7)

@@ -1,4 +1,6 @@
-"""The fast LSTM and GRU kernels (hostkernels/_recurrent.py) against the ONNX reference evaluator."""
+"""The fast LSTM and GRU kernels (hostkernels/_recurrent.py) against the ONNX reference evaluator, with the native
+kernels switched off (with them, the cpu device's native recurrence takes these nodes: tests/device/cpu/
+test_native_recurrent.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,6 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 import nnhal
+from nnhal.device.cpu import native
 
 T, B, N_IN, H = 7, 3, 5, 4
 # Every output is a product of gates in [0, 1] and tanh values in [-1, 1]; one step's pre-activations are dot
@@ -44,6 +47,12 @@ def _model(op: str, direction: str, layout: int, linear: int, lens: bool, states
     graph = helper.make_graph([node], "rnn", graph_inputs,
                               [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outs], inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)]), feeds
+
+
+@pytest.fixture(autouse=True)
+def numpy_only(monkeypatch):
+    """The numpy kernels, as an install without a C compiler runs them."""
+    monkeypatch.setattr(native, "available", lambda: False)
 
 
 CASES = [(op, direction, layout, linear, lens, states)

@@ -36,7 +36,8 @@ PROGRAM_STEPS = ((0, 0, 3, 2, 8, 1, 8, 1, None), (9, 1, 0, -1, 0, 0, 0, 0, None)
 
 # kinds of argument: ("in", small) an input array (small: a too-small replacement, None when a smaller input is
 # legal), ("out", small) an output array, ("opt", small) an optional input, "int", "int_any" (every int64 is
-# legal: only non-ints and overflow are spoiled), "geom", "act", "float"
+# legal: only non-ints and overflow are spoiled), "geom", "act", "float"; ("optout", small) an output that may be
+# None; "acts" a recurrent layer's activations, "clip" a float or None
 def cases():
     conv_dw = (2, 6, 5, 8, 6, 5, 3, 3, 1, 1, 1, 1, 1, 1)
     conv_g = (1, 6, 5, 16, 6, 5, 16, 3, 3, 1, 1, 1, 1, 1, 1, 2, 8, 8)
@@ -107,6 +108,19 @@ def cases():
     program = native.Program(PROGRAM_TENSORS, PROGRAM_STEPS, (arr(8),))
     yield "Program.run", program.run, lambda: [np.zeros(64, np.uint8), (arr(8), arr(8))], \
         [("out", np.zeros(8, np.uint8)), "arrays"]
+    lstm_g, gru_g = (1, 0, 5, 4, 0, 0, 1), (2, 0, 5, 4, 1, 1, 0)
+    lstm_acts, gru_acts = ((0, 0.0, 0.0), (1, 0.0, 0.0), (7, 0.2, 0.5)), ((0, 0.0, 0.0), (1, 0.0, 0.0)) * 2
+    yield "Recurrent lstm", native.Recurrent, \
+        lambda: ["lstm", lstm_g, arr(16, 5), arr(16), arr(1, 4, 16), None, arr(1, 12), lstm_acts, 0.5], \
+        ["kind", "geom", ("in", tiny), ("in", tiny), ("in", tiny), "none", ("opt", tiny), "acts", "clip"]
+    yield "Recurrent gru", native.Recurrent, \
+        lambda: ["gru", gru_g, arr(24, 5), arr(24), arr(2, 4, 12), arr(2, 4), None, gru_acts, None], \
+        ["kind", "geom", ("in", tiny), ("in", tiny), ("in", tiny), ("in", tiny), "none", "acts", "clip"]
+    layer = native.Recurrent("lstm", lstm_g, arr(16, 5), arr(16), arr(1, 4, 16), None, arr(1, 12), lstm_acts, 0.5)
+    yield "Recurrent.run", layer.run, lambda: [arr(3, 2, 5), arr(6, 16), arr(3, 1, 2, 4), arr(1, 2, 4), arr(1, 2, 4),
+                                               arr(1, 2, 4), arr(1, 2, 4), np.array([3, 1], np.int32), 2], \
+        [("in", tiny), ("opt", tiny), ("optout", tiny), ("optout", tiny), ("optout", tiny), ("opt", tiny),
+         ("opt", tiny), ("opt", np.zeros(1, np.int32)), "int"]
     yield "Pool2d", native.Pool2d, lambda: [pool_g, 0], ["geom", "int"]
     pool = native.Pool2d(pool_g, 1)
     yield "Pool2d.run", pool.run, lambda: [arr(2, 6, 5, 8), arr(2, 3, 3, 8), 0, 6, 2], \
@@ -128,11 +142,11 @@ def spoiled(args, i, kind):
         yield "another dtype", put(value.astype(other))
         yield "a non-contiguous view", put(np.repeat(value, 2, axis=-1)[..., ::2])
         yield "a list", put(value.tolist())
-        if role != "opt":
+        if role not in ("opt", "optout"):
             yield "None", put(None)
         if small is not None:
             yield "too small", put(small)
-        if role == "out":
+        if role in ("out", "optout"):
             frozen = value.copy()
             frozen.flags.writeable = False
             yield "read only", put(frozen)
@@ -212,6 +226,16 @@ def spoiled(args, i, kind):
         yield "None as an array", put((None, y))
         yield "a read-only output", put((x, frozen))
         yield "an output overlapping an input", put((base[:8], base[1:]))
+    elif kind == "acts":
+        yield "one too few", put(tuple(value[:-1]))
+        yield "an unknown kind", put(((99, 0.0, 0.0),) + tuple(value[1:]))
+        yield "a pair", put(((0, 0.0),) + tuple(value[1:]))
+        yield "a str alpha", put(((0, "a", 0.0),) + tuple(value[1:]))
+        yield "a list", put(list(value))
+        yield "None", put(None)
+    elif kind == "clip":
+        yield "a str", put("x")
+        yield "negative", put(-1.0)
 
 
 def main() -> int:

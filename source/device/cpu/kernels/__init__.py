@@ -12,8 +12,10 @@ from nnhal.device.cpu.kernels import (
     batch_normalization,
     cast,
     control,
+    conv1d,
     gather,
     layer_normalization,
+    recurrent,
     resize,
     softmax,
     split,
@@ -25,8 +27,8 @@ from nnhal.hostkernels.select import kernel_table
 from nnhal.hostkernels.select import select as host_select
 from nnhal.operator.base import Info
 
-FAST = kernel_table(cls for module in (add, batch_normalization, cast, control, gather, layer_normalization, resize,
-                                               softmax, split, transpose)
+FAST = kernel_table(cls for module in (add, batch_normalization, cast, control, conv1d, gather, layer_normalization,
+                                               recurrent, resize, softmax, split, transpose)
                     for cls in module.IMPLEMENTATIONS)
 
 

@@ -28,6 +28,8 @@ never a crash. They release the GIL around their loops. What they compute:
 * :class:`Gemm`: a prepared GEMM (constant B, its bias and activation), made once at prepare;
 * :class:`Program`: a prepared run of small element-wise float32 steps executed by one call (nn_steps.h; the
   CPU plan's native step program, device/cpu/steps.py);
+* :class:`Recurrent`: a prepared LSTM, GRU or RNN layer (packed W, R^T, biases, peepholes, activations, clip):
+  one call runs the input projection GEMM and every time step of every direction;
 * :func:`gemm` / :func:`batched_gemm`: GEMMs with their bias and activation through the cblas_sgemm of the
   linked OpenBLAS (:func:`blas_info`), single-threaded inside the pool's parts (:func:`blas_set_threads`).
 
@@ -49,6 +51,9 @@ ACTIVATIONS = {"relu": 1, "clip": 2, "hardsigmoid": 3, "hardswish": 4, "sigmoid"
 # Pooling kinds, as numbered in kernels.c: max, average over the taps inside the input, average over the
 # taps inside the padded input (count_include_pad)
 POOLS = {"max": 0, "avg": 1, "avg_pad": 2}
+# Recurrent activation kinds (LSTM / GRU / RNN ``activations``, lower case), as numbered in kernels.c
+RECURRENT_ACTIVATIONS = {"sigmoid": 0, "tanh": 1, "relu": 2, "affine": 3, "leakyrelu": 4, "thresholdedrelu": 5,
+                         "scaledtanh": 6, "hardsigmoid": 7, "elu": 8, "softsign": 9, "softplus": 10}
 
 
 @dataclass(frozen=True)
@@ -108,6 +113,7 @@ if _k is not None:
     Pool2d = _k.Pool2d
     Gemm = _k.Gemm                              # Gemm(b, bias, act).run(a, c, parts, row_align, by_cols)
     Program = _k.Program                        # Program(tensors, steps, constants).run(arena, arrays)
+    Recurrent = _k.Recurrent                    # Recurrent(cell, ...).run(x, y, y_h, y_c, h0, c0, lens, parts)
     # the module's functions themselves: one FASTCALL each, no Python frame between
     activation = _k.activation                  # (x, y, act, parts)
     add_act = _k.add_act                        # (a, b, y, act, i0, i1)

@@ -3,8 +3,8 @@
  * extension module nnhal.device.cpu.native._kernels (built by CMake at install time; the Python side is
  * native/__init__.py).
  *
- * Every entry point is a METH_FASTCALL function or a method of a small prepared object (Act, Conv, Pool2d)
- * taking numpy arrays through the buffer protocol; nn_buffer.h checks each argument (dtype, contiguity,
+ * Every entry point is a METH_FASTCALL function or a method of a small prepared object (Act, Conv, Pool2d, Gemm,
+ * Recurrent) taking numpy arrays through the buffer protocol; nn_buffer.h checks each argument (dtype, contiguity,
  * sizes against the geometry, overlap of output and input, None) and raises TypeError / ValueError naming
  * the kernel and the argument. The loops run with the GIL released.
  *
@@ -26,6 +26,8 @@
  *   in one pass: fp16 storage's conversions (F16C's vcvtps2ph / vcvtph2ps in the x86-64-v3 and v4 clones).
  * - layernorm: LayerNormalization over the last axis.
  * - Program (nn_steps.h): a prepared run of small element-wise steps, executed by one call per plan run.
+ * - Recurrent: a prepared LSTM, GRU or RNN layer: the input projection of every step as one GEMM, then each
+ *   direction's steps (recurrent product and fused gate math) in C, the two directions on two parts.
  * - gemm / batched_gemm: GEMMs with their bias and activation through the cblas_sgemm of the OpenBLAS linked
  *   at build time (the scipy-openblas32 wheel: scipy_cblas_sgemm, as its cblas.h declares it).
  *
@@ -1423,6 +1425,357 @@ static void nn_direct_task(const void *args, int64_t part, int64_t parts) {
     nn_direct_nhwc_f32(a->x, a->y, a->wt, a->bias, a->p, lo, hi);
 }
 
+/* ------------------------------------------------------------------------------------------------
+ * Recurrent layers (LSTM, GRU, RNN as ONNX defines them): the input projection of every step and
+ * direction is one GEMM through the linked BLAS (X W^T + the biases that can be folded), then each
+ * direction runs its time steps here: the recurrent product h_{t-1} R^T (a register-blocked GEMV per
+ * batch row for small batches, cblas_sgemm for larger ones) and the gate math fused per row (clip,
+ * the activations with their alpha and beta, peepholes, the coupled input-forget gate, GRU's
+ * linear_before_reset, sequence_lens masking: a finished row keeps its state and outputs zeros).
+ * Gate order as in ONNX: LSTM i, o, f, c; GRU z, r, h; RNN one gate. Layout 0: X (T, B, I), Y (T, D,
+ * B, H), states (D, B, H); layout 1: X (B, T, I), Y (B, T, D, H), states (B, D, H).
+ * ------------------------------------------------------------------------------------------------ */
+enum { NN_CELL_LSTM = 0, NN_CELL_GRU = 1, NN_CELL_RNN = 2 };
+
+/* Recurrent activation kinds: the same numbers as RECURRENT_ACTIVATIONS in __init__.py. */
+enum {
+    NN_RA_SIGMOID = 0, NN_RA_TANH = 1, NN_RA_RELU = 2, NN_RA_AFFINE = 3, NN_RA_LEAKYRELU = 4,
+    NN_RA_THRESHOLDEDRELU = 5, NN_RA_SCALEDTANH = 6, NN_RA_HARDSIGMOID = 7, NN_RA_ELU = 8, NN_RA_SOFTSIGN = 9,
+    NN_RA_SOFTPLUS = 10, NN_RA_LAST = 10,
+};
+
+typedef struct {
+    int32_t kind;
+    float alpha, beta;
+} nn_ract;
+
+/* The prepared layer: sizes, attributes and the packed constants (held by the Python object). */
+typedef struct {
+    int32_t cell, dirs, reverse, layout, linear, coupled;
+    int64_t input, hidden, gates;       /* gates: 4 LSTM, 3 GRU, 1 RNN */
+    float clip;                         /* INFINITY: no clip */
+    const float *w;                     /* (D * G * H, I): W of every direction, rows as in ONNX */
+    const float *bias;                  /* (D * G * H,): the bias folded into the projection */
+    const float *rt;                    /* (D, H, G * H): R^T per direction */
+    const float *rbh;                   /* (D, H) GRU's recurrent h bias when linear_before_reset, else NULL */
+    const float *peep;                  /* (D, 3 * H) LSTM peepholes i, o, f, or NULL */
+    nn_ract act[2][3];                  /* per direction: f, g, h (LSTM), f, g (GRU), f (RNN) */
+} nn_rnn_params;
+
+/* tanh(x) to ~3 ulp: an odd polynomial near 0 (fitted for |x| < 0.625), 1 - 2 / (exp(2|x|) + 1) beyond (nn_expf
+ * clamps: no overflow). NOTE: written without min/max before nn_expf, which kept GCC 12 from vectorizing it. */
+NN_INLINE float nn_tanhf(float x) {
+    const float a = fabsf(x), s = x * x;
+    float p = 2.13818880729377e-03f;
+    p = p * s + -8.17174930125475e-03f;
+    p = p * s + 2.16981936246157e-02f;
+    p = p * s + -5.39462491869927e-02f;
+    p = p * s + 1.33332014083862e-01f;
+    p = p * s + -3.33333313465118e-01f;
+    const float small = x + x * s * p;
+    const float big = copysignf(1.0f - 2.0f / (nn_expf(a + a) + 1.0f), x);
+    return x != x ? x : (a < 0.625f ? small : big);
+}
+
+/* One recurrent activation over a contiguous run, in place, its input clipped to [-clip, clip] first. */
+NN_INLINE void nn_ract_apply(float *restrict v, int64_t n, const nn_ract *f, float clip) {
+    const float al = f->alpha, be = f->beta;
+    if (clip < INFINITY)
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) v[i] = NN_CLAMP(v[i], -clip, clip);
+    switch (f->kind) {
+    case NN_RA_SIGMOID:
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) v[i] = nn_sigmoid(v[i]);
+        break;
+    case NN_RA_TANH:
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) v[i] = nn_tanhf(v[i]);
+        break;
+    case NN_RA_RELU:
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) v[i] = v[i] > 0.0f ? v[i] : 0.0f;
+        break;
+    case NN_RA_AFFINE:
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) v[i] = al * v[i] + be;
+        break;
+    case NN_RA_LEAKYRELU:
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) v[i] = v[i] >= 0.0f ? v[i] : al * v[i];
+        break;
+    case NN_RA_THRESHOLDEDRELU:
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) v[i] = v[i] > al ? v[i] : 0.0f;
+        break;
+    case NN_RA_SCALEDTANH:
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) v[i] = al * nn_tanhf(be * v[i]);
+        break;
+    case NN_RA_HARDSIGMOID:
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) v[i] = v[i] != v[i] ? v[i] : NN_CLAMP(al * v[i] + be, 0.0f, 1.0f);
+        break;
+    case NN_RA_ELU:
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) v[i] = v[i] >= 0.0f ? v[i] : al * (nn_expf(v[i]) - 1.0f);
+        break;
+    case NN_RA_SOFTSIGN:
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) v[i] = v[i] / (1.0f + (v[i] < 0.0f ? -v[i] : v[i]));
+        break;
+    case NN_RA_SOFTPLUS:
+        for (int64_t i = 0; i < n; i++) v[i] = v[i] > 0.0f ? v[i] + log1pf(expf(-v[i])) : log1pf(expf(v[i]));
+        break;
+    default:
+        break;
+    }
+}
+
+/* g[0:n] += h[0:k] @ rt[0:k, 0:n] (rt rows ldr apart): 64 outputs at a time held in eight 8-float
+ * accumulators across the k rows, the rest one vector of 8, then one at a time. */
+NN_INLINE void nn_rnn_gemv(const float *restrict h, int64_t k, const float *restrict rt, int64_t ldr, int64_t n,
+                           float *restrict g) {
+    int64_t j = 0;
+    for (; j + 64 <= n; j += 64) {
+        nn_v8 a0 = nn_load8(g + j), a1 = nn_load8(g + j + 8), a2 = nn_load8(g + j + 16), a3 = nn_load8(g + j + 24);
+        nn_v8 a4 = nn_load8(g + j + 32), a5 = nn_load8(g + j + 40), a6 = nn_load8(g + j + 48);
+        nn_v8 a7 = nn_load8(g + j + 56);
+        const float *r = rt + j;
+        for (int64_t i = 0; i < k; i++, r += ldr) {
+            const float hv = h[i];
+            a0 += hv * nn_load8(r), a1 += hv * nn_load8(r + 8), a2 += hv * nn_load8(r + 16);
+            a3 += hv * nn_load8(r + 24), a4 += hv * nn_load8(r + 32), a5 += hv * nn_load8(r + 40);
+            a6 += hv * nn_load8(r + 48), a7 += hv * nn_load8(r + 56);
+        }
+        *(nn_v8 *)(g + j) = a0, *(nn_v8 *)(g + j + 8) = a1, *(nn_v8 *)(g + j + 16) = a2;
+        *(nn_v8 *)(g + j + 24) = a3, *(nn_v8 *)(g + j + 32) = a4, *(nn_v8 *)(g + j + 40) = a5;
+        *(nn_v8 *)(g + j + 48) = a6, *(nn_v8 *)(g + j + 56) = a7;
+    }
+    for (; j + 8 <= n; j += 8) {
+        nn_v8 a = nn_load8(g + j);
+        const float *r = rt + j;
+        for (int64_t i = 0; i < k; i++, r += ldr) a += h[i] * nn_load8(r);
+        *(nn_v8 *)(g + j) = a;
+    }
+    for (; j < n; j++) {
+        float a = g[j];
+        for (int64_t i = 0; i < k; i++) a += h[i] * rt[i * ldr + j];
+        g[j] = a;
+    }
+}
+
+/* Four rows at once: g[r, 0:n] += h[r, 0:k] @ rt (r < 4, h rows k apart, g rows ldg apart): each load of R^T
+ * serves four rows (16 columns of four rows in eight 8-float accumulators). */
+NN_INLINE void nn_rnn_gemv4(const float *restrict h, int64_t k, const float *restrict rt, int64_t ldr, int64_t n,
+                            float *restrict g, int64_t ldg) {
+    const float *h0 = h, *h1 = h + k, *h2 = h + 2 * k, *h3 = h + 3 * k;
+    float *g0 = g, *g1 = g + ldg, *g2 = g + 2 * ldg, *g3 = g + 3 * ldg;
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+        nn_v8 a0 = nn_load8(g0 + j), b0 = nn_load8(g0 + j + 8), a1 = nn_load8(g1 + j), b1 = nn_load8(g1 + j + 8);
+        nn_v8 a2 = nn_load8(g2 + j), b2 = nn_load8(g2 + j + 8), a3 = nn_load8(g3 + j), b3 = nn_load8(g3 + j + 8);
+        const float *r = rt + j;
+        for (int64_t i = 0; i < k; i++, r += ldr) {
+            const nn_v8 ra = nn_load8(r), rb = nn_load8(r + 8);
+            a0 += h0[i] * ra, b0 += h0[i] * rb, a1 += h1[i] * ra, b1 += h1[i] * rb;
+            a2 += h2[i] * ra, b2 += h2[i] * rb, a3 += h3[i] * ra, b3 += h3[i] * rb;
+        }
+        *(nn_v8 *)(g0 + j) = a0, *(nn_v8 *)(g0 + j + 8) = b0, *(nn_v8 *)(g1 + j) = a1, *(nn_v8 *)(g1 + j + 8) = b1;
+        *(nn_v8 *)(g2 + j) = a2, *(nn_v8 *)(g2 + j + 8) = b2, *(nn_v8 *)(g3 + j) = a3, *(nn_v8 *)(g3 + j + 8) = b3;
+    }
+    if (j < n)
+        for (int row = 0; row < 4; row++) nn_rnn_gemv(h + row * k, k, rt + j, ldr, n - j, g + row * ldg + j);
+}
+
+/* Batches of at least this many rows take cblas_sgemm for the recurrent product (it packs R^T at every call,
+ * which pays only over many rows); fewer run the register-blocked kernels above, reading R^T in place. */
+#define NN_RNN_GEMM_ROWS 32
+
+/* g (rows, n; ldg) += h (rows, k; contiguous) @ rt (k, n; ldr) */
+NN_INLINE void nn_rnn_product(const float *h, int64_t rows, int64_t k, const float *rt, int64_t ldr, int64_t n,
+                              float *g, int64_t ldg) {
+    if (rows >= NN_RNN_GEMM_ROWS) {
+        scipy_cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)rows, (blasint)n, (blasint)k, 1.0f, h,
+                          (blasint)k, rt, (blasint)ldr, 1.0f, g, (blasint)ldg);
+        return;
+    }
+    int64_t b = 0;
+    for (; b + 4 <= rows; b += 4) nn_rnn_gemv4(h + b * k, k, rt, ldr, n, g + b * ldg, ldg);
+    for (; b < rows; b++) nn_rnn_gemv(h + b * k, k, rt, ldr, n, g + b * ldg);
+}
+
+/* One run's operands: the projection (xw), the caller's arrays and per-direction scratch. */
+typedef struct {
+    const nn_rnn_params *p;
+    int64_t steps, batch;
+    const float *x, *h0, *c0;
+    const int32_t *lens;                /* clamped to [0, steps] by the binding, or NULL */
+    float *y, *yh, *yc;                 /* NULL: not wanted */
+    float *xw;                          /* (steps * batch, D * G * H), rows in X's order */
+    int32_t projected;                  /* xw came from the caller: no projection here */
+    float *scratch;                     /* per direction: h, c, extra (B * H each), gates (B * G * H) */
+} nn_rnn_args;
+
+/* xw rows [r0, r1), columns [c0, c1) = X W^T + bias */
+static void nn_rnn_project(const nn_rnn_args *a, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+    const nn_rnn_params *p = a->p;
+    const int64_t ld = p->dirs * p->gates * p->hidden;
+    if (a->projected || r1 <= r0 || c1 <= c0) return;
+    float *out = a->xw + r0 * ld + c0;
+    scipy_cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)(r1 - r0), (blasint)(c1 - c0),
+                      (blasint)p->input, 1.0f, a->x + r0 * p->input, (blasint)p->input, p->w + c0 * p->input,
+                      (blasint)p->input, 0.0f, out, (blasint)ld);
+    for (int64_t r = 0; r < r1 - r0; r++) {
+        float *row = out + r * ld;
+        const float *bias = p->bias + c0;
+#pragma omp simd
+        for (int64_t j = 0; j < c1 - c0; j++) row[j] += bias[j];
+    }
+}
+
+/* the offset of state row (d, b) of a (D, B, H) or, layout 1, (B, D, H) array */
+NN_INLINE int64_t nn_rnn_state_at(const nn_rnn_params *p, int64_t batch, int64_t d, int64_t b) {
+    return (p->layout ? b * p->dirs + d : d * batch + b) * p->hidden;
+}
+
+/* LSTM gate math of one batch row: g (4H: i, o, f, c pre-activations) -> h, c in place */
+NN_INLINE void nn_lstm_row(const nn_rnn_params *p, const nn_ract *act, const float *peep, float *restrict g,
+                           float *restrict h, float *restrict c) {
+    const int64_t n = p->hidden;
+    float *gi = g, *go = g + n, *gf = g + 2 * n, *gc = g + 3 * n;
+    if (peep) {
+#pragma omp simd
+        for (int64_t j = 0; j < n; j++) gi[j] += peep[j] * c[j], gf[j] += peep[2 * n + j] * c[j];
+    }
+    nn_ract_apply(gi, n, &act[0], p->clip);
+    if (p->coupled) {
+#pragma omp simd
+        for (int64_t j = 0; j < n; j++) gf[j] = 1.0f - gi[j];
+    } else {
+        nn_ract_apply(gf, n, &act[0], p->clip);
+    }
+    nn_ract_apply(gc, n, &act[1], p->clip);
+#pragma omp simd
+    for (int64_t j = 0; j < n; j++) c[j] = gf[j] * c[j] + gi[j] * gc[j];
+    if (peep) {
+#pragma omp simd
+        for (int64_t j = 0; j < n; j++) go[j] += peep[n + j] * c[j];
+    }
+    nn_ract_apply(go, n, &act[0], p->clip);
+    memcpy(gc, c, (size_t)n * sizeof(float));
+    nn_ract_apply(gc, n, &act[2], INFINITY);     /* NOTE: as onnxruntime, clip bounds the gates, not c */
+#pragma omp simd
+    for (int64_t j = 0; j < n; j++) h[j] = go[j] * gc[j];
+}
+
+/* GRU gate math of one batch row: g (3H: z, r, h pre-activations; with linear_before_reset, g's h part is
+ * the input's only and rh = h_{t-1} R_h^T + Rb_h) -> h in place. Without it, z and r are already activated
+ * and g's h part complete (the caller needed r for the product). */
+NN_INLINE void nn_gru_row(const nn_rnn_params *p, const nn_ract *act, float *restrict g, const float *restrict rh,
+                          float *restrict h) {
+    const int64_t n = p->hidden;
+    float *gz = g, *gr = g + n, *gh = g + 2 * n;
+    if (p->linear) {
+        nn_ract_apply(gz, 2 * n, &act[0], p->clip);
+#pragma omp simd
+        for (int64_t j = 0; j < n; j++) gh[j] += gr[j] * rh[j];
+    }
+    nn_ract_apply(gh, n, &act[1], p->clip);
+#pragma omp simd
+    for (int64_t j = 0; j < n; j++) h[j] = gh[j] + gz[j] * (h[j] - gh[j]);
+}
+
+/* All the time steps of direction d. */
+static NN_CLONES void nn_rnn_direction(const nn_rnn_args *a, int64_t d) {
+    const nn_rnn_params *p = a->p;
+    const int64_t n = p->hidden, B = a->batch, T = a->steps, gn = p->gates * n, ld = p->dirs * gn;
+    const nn_ract *act = p->act[d];
+    const int reverse = d == 1 || p->reverse;
+    const float *rt = p->rt + d * n * gn, *peep = p->peep ? p->peep + d * 3 * n : NULL;
+    float *h = a->scratch + d * B * (3 * n + gn), *c = h + B * n, *extra = c + B * n, *g = extra + B * n;
+    for (int64_t b = 0; b < B; b++) {
+        const int64_t at = nn_rnn_state_at(p, B, d, b);
+        if (a->h0) memcpy(h + b * n, a->h0 + at, (size_t)n * sizeof(float));
+        else memset(h + b * n, 0, (size_t)n * sizeof(float));
+        if (a->c0) memcpy(c + b * n, a->c0 + at, (size_t)n * sizeof(float));
+        else memset(c + b * n, 0, (size_t)n * sizeof(float));
+    }
+    for (int64_t s = 0; s < T; s++) {
+        const int64_t t = reverse ? T - 1 - s : s;
+        for (int64_t b = 0; b < B; b++) {
+            const int64_t row = p->layout ? b * T + t : t * B + b;
+            memcpy(g + b * gn, a->xw + row * ld + d * gn, (size_t)gn * sizeof(float));
+        }
+        if (p->cell != NN_CELL_GRU) {
+            nn_rnn_product(h, B, n, rt, gn, gn, g, gn);
+        } else if (p->linear) {
+            nn_rnn_product(h, B, n, rt, gn, 2 * n, g, gn);
+            for (int64_t b = 0; b < B; b++) memcpy(extra + b * n, p->rbh + d * n, (size_t)n * sizeof(float));
+            nn_rnn_product(h, B, n, rt + 2 * n, gn, n, extra, n);
+        } else {
+            nn_rnn_product(h, B, n, rt, gn, 2 * n, g, gn);
+            for (int64_t b = 0; b < B; b++) {
+                float *gz = g + b * gn, *rh = extra + b * n;
+                const float *hb = h + b * n;
+                nn_ract_apply(gz, 2 * n, &act[0], p->clip);
+#pragma omp simd
+                for (int64_t j = 0; j < n; j++) rh[j] = gz[n + j] * hb[j];
+            }
+            nn_rnn_product(extra, B, n, rt + 2 * n, gn, n, g + 2 * n, gn);
+        }
+        for (int64_t b = 0; b < B; b++) {
+            float *yt = a->y ? a->y + (p->layout ? (b * T + t) * p->dirs + d : (t * p->dirs + d) * B + b) * n : NULL;
+            if (a->lens && t >= a->lens[b]) {
+                if (yt) memset(yt, 0, (size_t)n * sizeof(float));
+                continue;
+            }
+            float *hb = h + b * n, *gb = g + b * gn;
+            if (p->cell == NN_CELL_LSTM) {
+                nn_lstm_row(p, act, peep, gb, hb, c + b * n);
+            } else if (p->cell == NN_CELL_GRU) {
+                nn_gru_row(p, act, gb, extra + b * n, hb);
+            } else {
+                nn_ract_apply(gb, n, &act[0], p->clip);
+                memcpy(hb, gb, (size_t)n * sizeof(float));
+            }
+            if (yt) memcpy(yt, hb, (size_t)n * sizeof(float));
+        }
+    }
+    for (int64_t b = 0; b < B; b++) {
+        const int64_t at = nn_rnn_state_at(p, B, d, b);
+        if (a->yh) memcpy(a->yh + at, h + b * n, (size_t)n * sizeof(float));
+        if (a->yc) memcpy(a->yc + at, c + b * n, (size_t)n * sizeof(float));
+    }
+}
+
+/* Two directions on two parts: each projects its own columns, then runs its steps. */
+static void nn_rnn_dir_task(const void *args, int64_t part, int64_t parts) {
+    (void)parts;
+    const nn_rnn_args *a = (const nn_rnn_args *)args;
+    const int64_t gn = a->p->gates * a->p->hidden;
+    nn_rnn_project(a, 0, a->steps * a->batch, part * gn, (part + 1) * gn);
+    nn_rnn_direction(a, part);
+}
+
+/* One direction: the projection split by rows over the parts (the steps then run on the caller). */
+static void nn_rnn_rows_task(const void *args, int64_t part, int64_t parts) {
+    const nn_rnn_args *a = (const nn_rnn_args *)args;
+    int64_t lo, hi;
+    nn_split(a->steps * a->batch, 1, part, parts, &lo, &hi);
+    nn_rnn_project(a, lo, hi, 0, a->p->dirs * a->p->gates * a->p->hidden);
+}
+
+/* The whole layer: both directions as two parts when parts >= 2, else the projection split and the steps in turn. */
+static void nn_rnn_run(const nn_rnn_args *a, int64_t parts) {
+    if (a->p->dirs == 2 && parts >= 2) {
+        nn_pool_run(nn_rnn_dir_task, a, 2);
+        return;
+    }
+    if (!a->projected) nn_pool_run(nn_rnn_rows_task, a, parts);
+    for (int64_t d = 0; d < a->p->dirs; d++) nn_rnn_direction(a, d);
+}
+
 
 
 /* ================================================================================================
@@ -2317,6 +2670,223 @@ static PyTypeObject nn_pool2d_type = {
     .tp_methods = nn_pool2d_methods,
 };
 
+/* ---- Recurrent: a prepared LSTM / GRU / RNN layer (weights packed at prepare, held for the object's life) */
+typedef struct {
+    PyObject_HEAD
+    nn_rnn_params p;
+    nn_arg w, bias, rt, rbh, peep;
+} nn_rnn_object;
+
+static void nn_rnn_dealloc(nn_rnn_object *self) {
+    nn_release(&self->w, 1);
+    nn_release(&self->bias, 1);
+    nn_release(&self->rt, 1);
+    nn_release(&self->rbh, 1);
+    nn_release(&self->peep, 1);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* acts: a tuple of directions * functions (kind, alpha, beta) triples into p->act */
+static int nn_rnn_acts(nn_rnn_params *p, PyObject *acts, const char *k) {
+    const Py_ssize_t per = p->cell == NN_CELL_LSTM ? 3 : p->cell == NN_CELL_GRU ? 2 : 1;
+    if (!PyTuple_Check(acts) || PyTuple_GET_SIZE(acts) != per * p->dirs) {
+        PyErr_Format(PyExc_TypeError, "native kernel %s: argument 'acts' must be a tuple of %zd (kind, alpha, beta) "
+                     "tuples", k, per * p->dirs);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < per * p->dirs; i++) {
+        PyObject *item = PyTuple_GET_ITEM(acts, i);
+        int64_t kind;
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 3) return nn_type_error(k, "acts", "must hold (kind, alpha, beta) tuples");
+        if (nn_int(PyTuple_GET_ITEM(item, 0), k, "acts", 0, NN_RA_LAST, &kind)) return -1;
+        const double alpha = PyFloat_AsDouble(PyTuple_GET_ITEM(item, 1));
+        if (alpha == -1.0 && PyErr_Occurred()) return -1;
+        const double beta = PyFloat_AsDouble(PyTuple_GET_ITEM(item, 2));
+        if (beta == -1.0 && PyErr_Occurred()) return -1;
+        p->act[i / per][i % per] = (nn_ract){(int32_t)kind, (float)alpha, (float)beta};
+    }
+    return 0;
+}
+
+/* y_h, y_c = h0, c0 (zeros when absent): the final states of a layer run over no steps */
+static void nn_rnn_states(const nn_rnn_args *a) {
+    const size_t bytes = (size_t)a->p->hidden * sizeof(float);
+    for (int64_t d = 0; d < a->p->dirs; d++)
+        for (int64_t b = 0; b < a->batch; b++) {
+            const int64_t at = nn_rnn_state_at(a->p, a->batch, d, b);
+            if (a->yh && a->h0) memcpy(a->yh + at, a->h0 + at, bytes);
+            else if (a->yh) memset(a->yh + at, 0, bytes);
+            if (a->yc && a->c0) memcpy(a->yc + at, a->c0 + at, bytes);
+            else if (a->yc) memset(a->yc + at, 0, bytes);
+        }
+}
+
+/* Recurrent(cell, geometry, w, bias, rt, rbh, peep, acts, clip): cell "lstm", "gru" or "rnn"; geometry
+ * (directions, reverse, input, hidden, layout, linear_before_reset, input_forget); w (D * G * H, I); bias
+ * (D * G * H,); rt (D, H, G * H); rbh (D, H) or None (GRU with linear_before_reset only); peep (D, 3 * H) or
+ * None (LSTM only); acts per direction f, g, h (LSTM) / f, g (GRU) / f (RNN) as (kind, alpha, beta); clip a
+ * float or None. */
+static PyObject *nn_rnn_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    const char *k = "Recurrent";
+    const char *cell;
+    PyObject *geometry, *w, *bias, *rt, *rbh, *peep, *acts, *clip;
+    if (kwargs && PyDict_GET_SIZE(kwargs)) return PyErr_Format(PyExc_TypeError, "Recurrent takes no keyword arguments");
+    if (!PyArg_ParseTuple(args, "sOOOOOOOO:Recurrent", &cell, &geometry, &w, &bias, &rt, &rbh, &peep, &acts, &clip))
+        return NULL;
+    nn_rnn_params p = {0};
+    if (strcmp(cell, "lstm") == 0) p.cell = NN_CELL_LSTM, p.gates = 4;
+    else if (strcmp(cell, "gru") == 0) p.cell = NN_CELL_GRU, p.gates = 3;
+    else if (strcmp(cell, "rnn") == 0) p.cell = NN_CELL_RNN, p.gates = 1;
+    else return PyErr_Format(PyExc_ValueError, "native kernel Recurrent: argument 'cell' must be lstm, gru or rnn, "
+                             "not %s", cell);
+    int64_t g[7];
+    if (nn_ints(geometry, k, "geometry", 7, 0, g)) return NULL;
+    if (g[0] < 1 || g[0] > 2 || g[1] > 1 || g[2] < 1 || g[3] < 1 || g[4] > 1 || g[5] > 1 || g[6] > 1 ||
+        (g[5] && p.cell != NN_CELL_GRU) || (g[6] && p.cell != NN_CELL_LSTM))
+        return PyErr_Format(PyExc_ValueError, "native kernel Recurrent: argument 'geometry' needs 1 or 2 directions, "
+                            "input and hidden sizes >= 1 and flags 0 or 1 (linear_before_reset: GRU, input_forget: LSTM)");
+    p.dirs = (int32_t)g[0], p.reverse = (int32_t)g[1], p.input = g[2], p.hidden = g[3], p.layout = (int32_t)g[4];
+    p.linear = (int32_t)g[5], p.coupled = (int32_t)g[6];
+    const int64_t rows_dims[3] = {p.dirs, p.gates, p.hidden};
+    const int64_t rows = nn_mul(3, rows_dims);
+    if (rows < 0 || rows > NN_BLAS_MAX || p.input > NN_BLAS_MAX)
+        return PyErr_Format(PyExc_ValueError, "native kernel Recurrent: argument 'geometry' is too large for the 32-bit BLAS");
+    if (clip == Py_None) {
+        p.clip = INFINITY;
+    } else {
+        const double v = PyFloat_AsDouble(clip);
+        if (v == -1.0 && PyErr_Occurred()) return NULL;
+        if (!(v >= 0.0)) {
+            nn_value_error(k, "clip", "must be >= 0 or None");
+            return NULL;
+        }
+        p.clip = (float)v;
+    }
+    if (nn_rnn_acts(&p, acts, k)) return NULL;
+    nn_rnn_object *self = (nn_rnn_object *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    const int64_t wd[2] = {rows, p.input}, rd[3] = {rows, p.hidden, 1}, hd[2] = {p.dirs, p.hidden};
+    const int64_t pd[3] = {p.dirs, 3, p.hidden};
+    if (nn_get(&self->w, w, k, "w", NN_F32, 0) || nn_need(&self->w, k, "w", nn_mul(2, wd)) ||
+        nn_get(&self->bias, bias, k, "bias", NN_F32, 0) || nn_need(&self->bias, k, "bias", rows) ||
+        nn_get(&self->rt, rt, k, "rt", NN_F32, 0) || nn_need(&self->rt, k, "rt", nn_mul(3, rd)) ||
+        nn_get(&self->rbh, rbh, k, "rbh", NN_F32, NN_NONE_OK) || nn_need(&self->rbh, k, "rbh", nn_mul(2, hd)) ||
+        nn_get(&self->peep, peep, k, "peep", NN_F32, NN_NONE_OK) || nn_need(&self->peep, k, "peep", nn_mul(3, pd)))
+        goto fail;
+    if (p.cell == NN_CELL_GRU && p.linear && self->rbh.view.buf == NULL) {
+        nn_type_error(k, "rbh", "must be an array for a GRU with linear_before_reset");
+        goto fail;
+    }
+    if ((self->rbh.view.buf != NULL && !(p.cell == NN_CELL_GRU && p.linear)) ||
+        (self->peep.view.buf != NULL && p.cell != NN_CELL_LSTM)) {
+        nn_value_error(k, self->peep.view.buf != NULL ? "peep" : "rbh", "must be None for this cell");
+        goto fail;
+    }
+    p.w = self->w.view.buf, p.bias = self->bias.view.buf, p.rt = self->rt.view.buf;
+    p.rbh = self->rbh.view.buf, p.peep = self->peep.view.buf;
+    self->p = p;
+    return (PyObject *)self;
+fail:
+    Py_DECREF(self);
+    return NULL;
+}
+
+/* recurrent.run(x, xw, y, y_h, y_c, h0, c0, lens, parts): every step of every direction of x (T, B, I), or (B, T,
+ * I) with layout 1, into y, y_h, y_c (each None when not wanted; y_c LSTM only); xw the caller's projection
+ * X W^T + bias (T * B, D * G * H) in X's row order, or None (projected here through the linked BLAS); h0, c0 the
+ * initial states or None (zeros; c0 LSTM only), lens int32 (B,) or None (every step). */
+static PyObject *nn_rnn_run_py(nn_rnn_object *self, PyObject *const *args, Py_ssize_t nargs) {
+    const char *k = "Recurrent.run";
+    const nn_rnn_params *p = &self->p;
+    nn_arg b[8] = {{.held = 0}, {.held = 0}, {.held = 0}, {.held = 0}, {.held = 0}, {.held = 0}, {.held = 0},
+                   {.held = 0}};
+    const char *names[8] = {"x", "xw", "y", "y_h", "y_c", "h0", "c0", "lens"};
+    int64_t parts;
+    float *work = NULL;
+    if (nn_nargs(nargs, 9, k) || nn_get_parts(args[8], k, &parts)) return NULL;
+    if (p->cell != NN_CELL_LSTM && (args[4] != Py_None || args[6] != Py_None))
+        return PyErr_Format(PyExc_ValueError, "native kernel %s: arguments 'y_c' and 'c0' must be None for a GRU or "
+                            "RNN", k);
+    if (nn_get(&b[0], args[0], k, "x", NN_F32, 0) || nn_ndim(&b[0], k, "x", 3)) goto fail;
+    if (b[0].view.shape[2] != p->input) {
+        nn_value_error(k, "x", "must have the layer's input size along its last axis");
+        goto fail;
+    }
+    const int64_t steps = b[0].view.shape[p->layout ? 1 : 0], batch = b[0].view.shape[p->layout ? 0 : 1];
+    const int64_t yd[4] = {steps, p->dirs, batch, p->hidden}, sd[3] = {p->dirs, batch, p->hidden};
+    const int64_t y_items = nn_mul(4, yd), s_items = nn_mul(3, sd);
+    const int64_t gn = p->gates * p->hidden;
+    const int64_t xw_dims[3] = {steps, batch, p->dirs * gn}, sc_dims[3] = {p->dirs, batch, 3 * p->hidden + gn};
+    const int64_t xw_items = nn_mul(3, xw_dims), sc_items = nn_mul(3, sc_dims);
+    if (nn_get(&b[1], args[1], k, "xw", NN_F32, NN_NONE_OK) || nn_need(&b[1], k, "xw", xw_items)) goto fail;
+    for (int i = 2; i < 7; i++)
+        if (nn_get(&b[i], args[i], k, names[i], NN_F32, NN_NONE_OK | (i < 5 ? NN_OUT : 0)) ||
+            nn_need(&b[i], k, names[i], i == 2 ? y_items : s_items))
+            goto fail;
+    if (nn_get(&b[7], args[7], k, "lens", NN_I32, NN_NONE_OK) || nn_need(&b[7], k, "lens", batch)) goto fail;
+    for (int o = 2; o < 5; o++)     /* every output against every input and the outputs after it */
+        for (int i = 0; i < 8; i++)
+            if ((i < 2 || i >= 5 || i > o) && nn_disjoint(&b[o], &b[i], k, names[o], names[i], 0)) goto fail;
+    const int64_t tb_dims[2] = {steps, batch}, tb = nn_mul(2, tb_dims);
+    if (xw_items < 0 || sc_items < 0 || y_items < 0 || tb < 0 || tb > NN_BLAS_MAX ||
+        xw_items > (int64_t)(PY_SSIZE_T_MAX / sizeof(float)) - sc_items) {
+        nn_value_error(k, "x", "is too large for the layer's buffers or the 32-bit BLAS");
+        goto fail;
+    }
+    int32_t *lens = NULL;
+    if (b[7].view.buf != NULL) {
+        lens = PyMem_RawMalloc((size_t)(batch ? batch : 1) * sizeof(int32_t));
+        if (lens == NULL) {
+            PyErr_NoMemory();
+            goto fail;
+        }
+        const int32_t *given = b[7].view.buf;
+        for (int64_t i = 0; i < batch; i++) lens[i] = given[i] < 0 ? 0 : (given[i] > steps ? (int32_t)steps : given[i]);
+    }
+    const int projected = b[1].view.buf != NULL;
+    work = PyMem_RawMalloc((size_t)((projected ? 0 : xw_items) + sc_items + 1) * sizeof(float));
+    if (work == NULL) {
+        PyMem_RawFree(lens);
+        PyErr_NoMemory();
+        goto fail;
+    }
+    nn_rnn_args a = {p, steps, batch, b[0].view.buf, b[5].view.buf, b[6].view.buf, lens, b[2].view.buf, b[3].view.buf,
+                     b[4].view.buf, projected ? (float *)b[1].view.buf : work, projected,
+                     projected ? work : work + xw_items};
+    if (steps > 0 && batch > 0) {
+        Py_BEGIN_ALLOW_THREADS
+        nn_rnn_run(&a, parts);
+        Py_END_ALLOW_THREADS
+    } else {                      /* no steps: the final states are the initial ones */
+        nn_rnn_states(&a);
+    }
+    PyMem_RawFree(work);
+    PyMem_RawFree(lens);
+    return nn_finish(b, 8, 1);
+fail:
+    return nn_finish(b, 8, 0);
+}
+
+static PyMethodDef nn_rnn_methods[] = {
+    {"run", (PyCFunction)(void (*)(void))nn_rnn_run_py, METH_FASTCALL,
+     "run(x, xw, y, y_h, y_c, h0, c0, lens, parts): every time step of every direction of x into y, y_h, y_c (None: "
+     "not wanted); xw the projection X W^T + bias or None (computed here); h0, c0 initial states or None (zeros); "
+     "lens int32 sequence lengths or None; the two directions of a bidirectional layer as two parts when parts >= 2"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject nn_rnn_type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "nnhal._kernels.Recurrent",
+    .tp_doc = "Recurrent(cell, geometry, w, bias, rt, rbh, peep, acts, clip): a prepared LSTM, GRU or RNN layer "
+              "(kernels.c says the operands' shapes); the arrays are held, read only, for the object's life",
+    .tp_basicsize = sizeof(nn_rnn_object),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = nn_rnn_new,
+    .tp_dealloc = (destructor)nn_rnn_dealloc,
+    .tp_methods = nn_rnn_methods,
+};
+
 /* ---- the pool, the spin and the BLAS */
 static PyObject *nn_py_spin_wait(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
@@ -2423,13 +2993,15 @@ static struct PyModuleDef nn_module = {
 };
 
 PyMODINIT_FUNC PyInit__kernels(void) {
-    PyTypeObject *types[] = {&nn_act_type, &nn_conv_type, &nn_pool2d_type, &nn_gemm_type, &nn_program_type};
-    const char *names[] = {"Act", "Conv", "Pool2d", "Gemm", "Program"};
-    for (int i = 0; i < 5; i++)
+    PyTypeObject *types[] = {&nn_act_type, &nn_conv_type, &nn_pool2d_type, &nn_gemm_type, &nn_program_type,
+                             &nn_rnn_type};
+    const char *names[] = {"Act", "Conv", "Pool2d", "Gemm", "Program", "Recurrent"};
+    const int count = (int)(sizeof types / sizeof types[0]);
+    for (int i = 0; i < count; i++)
         if (PyType_Ready(types[i]) < 0) return NULL;
     PyObject *m = PyModule_Create(&nn_module);
     if (m == NULL) return NULL;
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < count; i++) {
         Py_INCREF(types[i]);
         if (PyModule_AddObject(m, names[i], (PyObject *)types[i]) < 0) {
             Py_DECREF(types[i]);

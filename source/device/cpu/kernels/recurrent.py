@@ -1,0 +1,195 @@
+"""LSTM, GRU and RNN on the cpu device as native recurrences (kernels.c ``Recurrent``): the weights are packed
+once at prepare (W of every direction for one projection GEMM, R^T per direction, the biases folded where the
+cell allows, peepholes), and one call runs the layer: X W^T + bias for every step and direction as one GEMM,
+then each direction's time steps in C (the recurrent product and the gate math fused: clip, any ONNX activation
+with its alpha and beta, peepholes, input_forget, linear_before_reset, sequence_lens, initial states, both
+layouts, any batch). The two directions of a bidirectional layer run as two parts on the native pool.
+
+Taken whenever the native kernels are loaded (the activations named in ONNX, float32 or float16 operands:
+float16 is widened on the way in and the outputs narrowed on the way out). Constant W, R, B and P (the usual
+case) are packed once at prepare; weights fed as graph inputs are packed at each run. Without the native kernels the
+numpy kernels run the node (hostkernels/op_lstm.py, op_gru.py, op_rnn.py: the "fast" recurrence of
+_recurrent.py for the common case, else the reference).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from nnhal.device.cpu import native, parallel
+from nnhal.graph.node import Node
+from nnhal.hostkernels._qrc import _NEEDS
+from nnhal.hostkernels.base import Kernel, RunFn
+
+# the recurrent product of a step runs as a GEMV, bound by reading R from L2: count it as this many GEMM MACs
+GEMV_COST = 4
+
+
+def _activations(node: Node, defaults: tuple[str, ...], directions: int) -> tuple | None:
+    """Per direction and function, (kind, alpha, beta) as kernels.c numbers them, alpha and beta consumed in
+    order by the functions that take them (as the ONNX reference does); None when the list does not fit."""
+    names = [a.lower() for a in (node.attrs.get("activations") or [])]
+    per = len(defaults)
+    if not names:
+        names = [d.lower() for d in defaults] * directions
+    elif len(names) == per and directions == 2:
+        names = names * 2
+    if len(names) != per * directions or any(n not in native.RECURRENT_ACTIVATIONS or n not in _NEEDS for n in names):
+        return None
+    alphas = list(node.attrs.get("activation_alpha") or [])
+    betas = list(node.attrs.get("activation_beta") or [])
+    acts = []
+    for name in names:
+        default_alpha, default_beta = _NEEDS[name]
+        alpha = (alphas.pop(0) if alphas else default_alpha) if default_alpha is not None else 0.0
+        beta = (betas.pop(0) if betas else default_beta) if default_beta is not None else 0.0
+        acts.append((native.RECURRENT_ACTIVATIONS[name], float(alpha), float(beta)))
+    return tuple(acts)
+
+
+def _operand(inputs: list, i: int, dtype) -> np.ndarray | None:
+    """Input ``i`` as a C-contiguous array of ``dtype`` (None when absent)."""
+    v = inputs[i] if len(inputs) > i else None
+    return None if v is None else np.ascontiguousarray(v, dtype=dtype)
+
+
+def _buffer(outputs: list, k: int, shape: tuple) -> np.ndarray:
+    """The planned output ``k`` when the kernel can write it in place (float32, C-contiguous), else a new one."""
+    out = outputs[k] if k < len(outputs) else None
+    if out is None or out.dtype != np.float32 or not out.flags.c_contiguous or out.shape != shape:
+        out = np.empty(shape, np.float32)
+    return out
+
+
+def _store(result: np.ndarray | None, outputs: list, k: int, dtype: np.dtype) -> np.ndarray | None:
+    """``result`` in the planned output ``k`` (converted), or as an array of ``dtype`` when none was planned."""
+    out = outputs[k] if k < len(outputs) else None
+    if result is None or out is result:
+        return result
+    if out is not None:
+        np.copyto(out, result, casting="unsafe")
+        return out
+    return result if result.dtype == dtype else result.astype(dtype)
+
+
+class _NativeRecurrent(Kernel):
+    """The shared part of the three cells: acceptance, packing and the run."""
+
+    name = "native"
+    cell: str
+    gates: int
+    defaults: tuple[str, ...]
+    states: tuple[int, ...]         # input indices of the initial states (h0, c0)
+    peephole: int | None = None     # input index of P (LSTM)
+
+    def score(self, node, ins, outs) -> int:
+        if not native.available() or ins[0] is None or ins[0].dtype not in (np.float32, np.float16):
+            return 0
+        if any(len(ins) <= i or ins[i] is None for i in (1, 2)):
+            return 0
+        floats = (1, 2, 3) + self.states + ((self.peephole,) if self.peephole is not None else ())
+        if any(len(ins) > i and ins[i] is not None and ins[i].dtype not in (np.float32, np.float16) for i in floats):
+            return 0
+        shape = ins[1].shape
+        if shape is None or len(shape) != 3 or shape[0] not in (1, 2):
+            return 0
+        return 3 if _activations(node, self.defaults, shape[0]) is not None else 0
+
+    def pack(self, node: Node, values: list[np.ndarray | None]):
+        """The native layer of this node for these W, R, B (and P) values (see kernels.c Recurrent), and the
+        projection's W^T and bias for the numpy GEMM (see run)."""
+        w = np.asarray(values[1], np.float32)
+        r = np.asarray(values[2], np.float32)
+        d, rows, inputs = w.shape
+        h = rows // self.gates
+        b = np.zeros((d, 2 * rows), np.float32)
+        if len(values) > 3 and values[3] is not None:
+            b = np.asarray(values[3], np.float32).reshape(d, 2 * rows)
+        linear = int(bool(node.attrs.get("linear_before_reset", 0))) if self.cell == "gru" else 0
+        bias = b[:, :rows] + b[:, rows:]
+        rbh = None
+        if linear:
+            # r * (h R_h^T + Rb_h): Rb_h stays inside the product's bracket, per step
+            bias[:, 2 * h:] = b[:, 2 * h:rows]
+            rbh = np.ascontiguousarray(b[:, rows + 2 * h:])
+        peep = None
+        if self.peephole is not None and len(values) > self.peephole and values[self.peephole] is not None:
+            peep = np.ascontiguousarray(np.asarray(values[self.peephole], np.float32).reshape(d, 3 * h))
+        geometry = (d, int(node.attrs.get("direction", "forward") == "reverse"), inputs, h,
+                    int(node.attrs.get("layout", 0)), linear,
+                    int(bool(node.attrs.get("input_forget", 0))) if self.cell == "lstm" else 0)
+        clip = node.attrs.get("clip")
+        w2, bias = np.ascontiguousarray(w.reshape(rows * d, inputs)), np.ascontiguousarray(bias.reshape(-1))
+        layer = native.Recurrent(self.cell, geometry, w2, bias, np.ascontiguousarray(r.transpose(0, 2, 1)), rbh, peep,
+                                 _activations(node, self.defaults, d), None if clip is None else float(clip))
+        return layer, w2.T, bias
+
+    def prepare(self, node, ins, outs) -> RunFn:
+        operands = (1, 2, 3) + ((self.peephole,) if self.peephole is not None else ())
+        constant = all(len(ins) <= i or ins[i] is None or ins[i].value is not None for i in operands)
+        # constant weights (the usual case) are packed once; weights fed at run time are packed at each run
+        packed = self.pack(node, [i.value if i is not None else None for i in ins]) if constant else None
+        directions = ins[1].shape[0]
+        layout = int(node.attrs.get("layout", 0))
+        wanted = [bool(name) for name in node.outputs]
+        dtypes = [np.dtype(o.dtype) if o.dtype is not None else np.dtype(np.float32) for o in outs]
+        n_states = len(self.states)
+
+        def run(inputs, outputs):
+            x = np.ascontiguousarray(inputs[0], dtype=np.float32)
+            hidden, width = inputs[2].shape[2], x.shape[2]
+            steps, batch = (x.shape[1], x.shape[0]) if layout else (x.shape[0], x.shape[1])
+            shapes = [(batch, steps, directions, hidden) if layout else (steps, directions, batch, hidden)]
+            shapes += [(batch, directions, hidden) if layout else (directions, batch, hidden)] * n_states
+            results = [_buffer(outputs, k, shapes[k]) if k < len(wanted) and wanted[k] else None
+                       for k in range(1 + n_states)]
+            states = [_operand(inputs, i, np.float32) for i in self.states] + [None] * (2 - n_states)
+            work = parallel.gemm_work(steps * batch * directions * self.gates * hidden * (width + GEMV_COST * hidden))
+            parts = parallel.native_parts(work, directions if directions == 2 else steps * batch) \
+                if parallel.native_pool() else 1
+            layer, wt, bias = packed or self.pack(node, inputs)
+            xw = None
+            if not parallel.native_pool():
+                # NOTE: the pool is off (a plan of small products): BLAS then has every thread, and the linked
+                # OpenBLAS's threaded GEMM inside the native call was measured 10x slower on a loaded 2-core
+                # machine (its workers spin against the recurrence); numpy's GEMM projects instead, as the
+                # cpu device's other native GEMMs leave the pool-off case to numpy
+                xw = parallel.matmul(x.reshape(-1, width), wt)
+                xw += bias
+            layer.run(x, xw, *results, *([None] * (2 - n_states)), *states, _operand(inputs, 4, np.int32), parts)
+            return tuple(_store(results[k], outputs, k, dtypes[k]) for k in range(len(wanted)))
+
+        return run
+
+
+class LSTMNative(_NativeRecurrent):
+    """LSTM (gates i, o, f, c; activations f, g, h; peepholes; input_forget) as one native call."""
+
+    op_type = "LSTM"
+    cell = "lstm"
+    gates = 4
+    defaults = ("Sigmoid", "Tanh", "Tanh")
+    states = (5, 6)
+    peephole = 7
+
+
+class GRUNative(_NativeRecurrent):
+    """GRU (gates z, r, h; activations f, g; linear_before_reset) as one native call."""
+
+    op_type = "GRU"
+    cell = "gru"
+    gates = 3
+    defaults = ("Sigmoid", "Tanh")
+    states = (5,)
+
+
+class RNNNative(_NativeRecurrent):
+    """RNN (one gate, activation f) as one native call."""
+
+    op_type = "RNN"
+    cell = "rnn"
+    gates = 1
+    defaults = ("Tanh",)
+    states = (5,)
+
+
+IMPLEMENTATIONS = (LSTMNative, GRUNative, RNNNative)

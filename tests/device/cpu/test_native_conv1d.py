@@ -1,0 +1,66 @@
+"""1-D convolutions on the native im2col kernel (device/cpu/kernels/conv1d.py) against the ONNX reference
+evaluator, within the reordered-sum bound of conformance/tolerance.py (each output a sum of C * K products)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+import nnhal
+from nnhal.conformance import tolerance
+from nnhal.device.cpu import native
+
+pytestmark = pytest.mark.skipif(not native.available(), reason=f"native kernels: {native.status().reason}")
+
+
+def _model(x_shape, w_shape, bias: bool, relu: bool, **attrs):
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    inits = [numpy_helper.from_array(w, "W")]
+    names = ["X", "W"]
+    if bias:
+        inits.append(numpy_helper.from_array(rng.standard_normal(w_shape[0]).astype(np.float32), "B"))
+        names.append("B")
+    nodes = [helper.make_node("Conv", names, ["C" if relu else "Y"], **attrs)]
+    if relu:
+        nodes.append(helper.make_node("Relu", ["C"], ["Y"]))
+    graph = helper.make_graph(nodes, "conv1d", [helper.make_tensor_value_info("X", TensorProto.FLOAT, x_shape)],
+                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)], inits)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), {"X": x}, w
+
+
+CASES = [
+    ((1, 40, 200), (64, 40, 5), True, True, {"pads": [2, 2], "strides": [2]}),
+    ((2, 16, 37), (24, 16, 3), True, False, {"pads": [1, 1]}),
+    ((1, 32, 300), (8, 32, 8), False, True, {"strides": [4]}),
+    ((3, 5, 50), (7, 5, 4), True, True, {"pads": [3, 0], "dilations": [2]}),
+    ((1, 1, 64), (4, 1, 9), True, False, {"pads": [4, 4], "strides": [3], "dilations": [1]}),
+]
+
+
+@pytest.mark.parametrize("pool", ["1", "0"])
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("x_shape,w_shape,bias,relu,attrs", CASES)
+def test_native_1d_convolution_matches_the_reference(x_shape, w_shape, bias, relu, attrs, threads, pool, monkeypatch):
+    # NNHAL_CPU_POOL=1: the native call; =0: the pools off, the numpy path of the same kernel
+    monkeypatch.setenv("NNHAL_CPU_POOL", pool)
+    model, feeds, w = _model(x_shape, w_shape, bias, relu, **attrs)
+    want = ReferenceEvaluator(model).run(None, feeds)[0]
+    with nnhal.Session(model, devices=["cpu"], num_thread=threads) as s:
+        got = s.run(feeds)[0]
+        assert "native-1d" in s.subgraphs[0].stats["kernels"].values()
+    # every output sums C * K products of |x| |w| (a bias adds one term): bound them by the largest magnitudes
+    k = w_shape[1] * w_shape[2]
+    magnitude = k * float(np.abs(feeds["X"]).max()) * float(np.abs(w).max()) + 10.0
+    tolerance.assert_within_bound(got, want, tolerance.reduction_bound(magnitude, k + 1))
+
+
+def test_grouped_1d_keeps_the_numpy_kernel():
+    model, feeds, _ = _model((1, 8, 30), (8, 2, 3), True, False, pads=[1, 1], group=4)
+    with nnhal.Session(model, devices=["cpu"]) as s:
+        got = s.run(feeds)[0]
+        assert "native-1d" not in s.subgraphs[0].stats["kernels"].values()
+    want = ReferenceEvaluator(model).run(None, feeds)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)

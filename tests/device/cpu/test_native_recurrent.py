@@ -1,0 +1,221 @@
+"""The native LSTM / GRU / RNN (kernels.c Recurrent, device/cpu/kernels/recurrent.py) against oracles: nnhal's
+reference kernels for every attribute combination (they implement every attribute, in both layouts), onnxruntime
+for layout 0 (it implements activations, clip, input_forget and sequence_lens; not layout 1), the ONNX reference
+evaluator where it applies (default activations, no clip, no input_forget, no sequence_lens); and the numpy
+kernels that run when the native module is absent. Tolerances: conformance/tolerance.py's kit policy for the op.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+import nnhal
+from nnhal.conformance import tolerance
+from nnhal.device.cpu import native
+
+pytestmark = pytest.mark.skipif(not native.available(), reason=f"native kernels: {native.status().reason}")
+
+T, N_IN = 6, 5
+GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
+STATES = {"LSTM": ("h0", "c0"), "GRU": ("h0",), "RNN": ("h0",)}
+
+
+def _model(op: str, direction: str = "forward", layout: int = 0, batch: int = 3, hidden: int = 4, lens=None,
+           states: bool = False, peep: bool = False, outputs: tuple[str, ...] | None = None, seed: int = 7, **attrs):
+    """One recurrent node with constant W, R, B (P, sequence_lens) and X (initial states) as graph inputs."""
+    rng = np.random.default_rng(seed)
+    g, d = GATES[op], 2 if direction == "bidirectional" else 1
+    # weights of a trained layer's size (|w| ~ 0.4): pre-activations of a few units
+    inits = [numpy_helper.from_array((0.4 * rng.standard_normal((d, g * hidden, N_IN))).astype(np.float32), "W"),
+             numpy_helper.from_array((0.4 * rng.standard_normal((d, g * hidden, hidden))).astype(np.float32), "R"),
+             numpy_helper.from_array((0.4 * rng.standard_normal((d, 2 * g * hidden))).astype(np.float32), "B")]
+    xs, ss = ((batch, T, N_IN), (batch, d, hidden)) if layout else ((T, batch, N_IN), (d, batch, hidden))
+    graph_inputs = [helper.make_tensor_value_info("X", TensorProto.FLOAT, xs)]
+    feeds = {"X": rng.standard_normal(xs).astype(np.float32)}
+    names = ["X", "W", "R", "B", "" if lens is None else "L"]
+    if lens is not None:
+        inits.append(numpy_helper.from_array(np.asarray(lens, np.int32), "L"))
+    for s in STATES[op]:
+        names.append(s if states else "")
+        if states:
+            graph_inputs.append(helper.make_tensor_value_info(s, TensorProto.FLOAT, ss))
+            feeds[s] = rng.standard_normal(ss).astype(np.float32)
+    if peep:
+        names.append("P")
+        inits.append(numpy_helper.from_array((0.4 * rng.standard_normal((d, 3 * hidden))).astype(np.float32), "P"))
+    while names and not names[-1]:
+        names.pop()
+    outs = list(outputs or ["Y", "Yh"] + (["Yc"] if op == "LSTM" else []))
+    node = helper.make_node(op, names, outs, hidden_size=hidden, direction=direction, layout=layout, **attrs)
+    graph = helper.make_graph([node], "rnn", graph_inputs,
+                              [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outs if o], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)], ir_version=8), feeds
+
+
+def _run(model, feeds) -> tuple[list[np.ndarray], str]:
+    with nnhal.Session(model, devices=["cpu"]) as s:
+        got = s.run(feeds)
+        return got, s.subgraphs[0].stats["kernels"][s.subgraphs[0].nodes[0].name]
+
+
+def _reference(model, feeds, monkeypatch) -> list[np.ndarray]:
+    with monkeypatch.context() as m:
+        m.setenv("NNHAL_CPU_REFERENCE", "1")
+        got, kernel = _run(model, feeds)
+    assert kernel == "reference"
+    return got
+
+
+def _check(got: list[np.ndarray], want: list[np.ndarray], op: str) -> None:
+    tol = tolerance.kit_policy("fp32", [op])
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        why = tolerance.compare(np.asarray(g), np.asarray(w, np.float32), tol)
+        assert why is None, why
+
+
+CELLS = [("LSTM", {}), ("GRU", {"linear_before_reset": 0}), ("GRU", {"linear_before_reset": 1}), ("RNN", {})]
+GRID = [(op, attrs, direction, layout, batch, masked)
+        for op, attrs in CELLS for direction in ("forward", "reverse", "bidirectional") for layout in (0, 1)
+        for batch in (1, 5) for masked in (False, True)]
+
+
+@pytest.mark.parametrize("op,attrs,direction,layout,batch,masked", GRID)
+def test_every_cell_direction_layout_and_batch_matches_the_reference_kernel(op, attrs, direction, layout, batch,
+                                                                             masked, monkeypatch):
+    # masked: sequence lengths from 0 to T across the batch, and initial states
+    lens = [(T - i) % (T + 1) for i in range(batch)] if masked else None
+    model, feeds = _model(op, direction, layout, batch, lens=lens, states=masked, **attrs)
+    got, kernel = _run(model, feeds)
+    assert kernel == "native"
+    _check(got, _reference(model, feeds, monkeypatch), op)
+    if not masked:
+        _check(got, ReferenceEvaluator(model).run(None, feeds), op)
+
+
+ATTRIBUTES = [
+    ("LSTM", {"peep": True}),
+    ("LSTM", {"peep": True, "input_forget": 1}),
+    ("LSTM", {"clip": 0.7}),
+    ("LSTM", {"activations": ["HardSigmoid", "Softsign", "Relu"], "activation_alpha": [0.3], "activation_beta": [0.4]}),
+    ("LSTM", {"activations": ["Sigmoid", "ScaledTanh", "Tanh"], "activation_alpha": [1.5], "activation_beta": [0.7]}),
+    ("GRU", {"clip": 0.5, "linear_before_reset": 1}),
+    ("GRU", {"activations": ["HardSigmoid", "Elu"], "activation_alpha": [0.25, 0.8], "activation_beta": [0.45]}),
+    ("GRU", {"activations": ["Sigmoid", "Softplus"]}),
+    ("RNN", {"activations": ["Relu"]}),
+    ("RNN", {"activations": ["LeakyRelu"], "activation_alpha": [0.2]}),
+    ("RNN", {"activations": ["ThresholdedRelu"], "activation_alpha": [0.3]}),
+    ("RNN", {"activations": ["Affine"], "activation_alpha": [0.5], "activation_beta": [0.1]}),
+    ("RNN", {"clip": 0.4}),
+]
+
+
+@pytest.mark.parametrize("op,attrs", ATTRIBUTES)
+@pytest.mark.parametrize("direction", ["forward", "bidirectional"])
+def test_attributes_match_onnxruntime_and_the_reference_kernel(op, attrs, direction, monkeypatch):
+    ort = pytest.importorskip("onnxruntime")
+    attrs = dict(attrs)
+    peep = attrs.pop("peep", False)
+    if direction == "bidirectional" and "activations" in attrs:
+        # a different list per direction: the second direction takes the defaults
+        attrs["activations"] = attrs["activations"] + {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"],
+                                                       "RNN": ["Tanh"]}[op]
+    # NOTE: lengths of at least 1: for a length-0 entry onnxruntime's final states are zeros where nnhal's (and the
+    # ONNX reference's masking) keep the initial states; the grid above covers length 0 against the reference kernel
+    for layout in (0, 1):
+        model, feeds = _model(op, direction, layout, batch=3, lens=[T, 2, 1], states=True, peep=peep, **attrs)
+        got, kernel = _run(model, feeds)
+        assert kernel == "native"
+        _check(got, _reference(model, feeds, monkeypatch), op)
+        if layout == 0:
+            session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+            _check(got, session.run(None, feeds), op)
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
+@pytest.mark.parametrize("hidden", [19, 24])
+def test_hidden_sizes_off_the_vector_width(op, hidden, monkeypatch):
+    # 19: gate rows of 76 / 57 / 19 (the GEMV's 64-wide block, 8-wide vectors and single columns); 24 at batch 6:
+    # the BLAS product of larger batches
+    for batch in (2, 6):
+        model, feeds = _model(op, "bidirectional", batch=batch, hidden=hidden, states=True)
+        got, kernel = _run(model, feeds)
+        assert kernel == "native"
+        _check(got, _reference(model, feeds, monkeypatch), op)
+
+
+def test_only_the_wanted_outputs():
+    model, feeds = _model("LSTM", "bidirectional", outputs=("", "Yh"), lens=[T, 3, 1], states=True)
+    full, _ = _run(*_model("LSTM", "bidirectional", lens=[T, 3, 1], states=True))
+    got, kernel = _run(model, feeds)
+    assert kernel == "native"
+    np.testing.assert_array_equal(got[0], full[1])
+
+
+def test_layout_one_is_the_transpose_of_layout_zero():
+    # the same numbers in the other layout: bit for bit (the same products in the same order)
+    zero, _ = _run(*_model("GRU", "bidirectional", 0, batch=3, lens=[T, 4, 2], states=True, linear_before_reset=1))
+    model, feeds = _model("GRU", "bidirectional", 1, batch=3, lens=[T, 4, 2], states=True, linear_before_reset=1)
+    feeds_zero = _model("GRU", "bidirectional", 0, batch=3, lens=[T, 4, 2], states=True, linear_before_reset=1)[1]
+    feeds = {"X": feeds_zero["X"].transpose(1, 0, 2).copy(), "h0": feeds_zero["h0"].transpose(1, 0, 2).copy()}
+    one, _ = _run(model, feeds)
+    np.testing.assert_array_equal(one[0], zero[0].transpose(2, 0, 1, 3))
+    np.testing.assert_array_equal(one[1], zero[1].transpose(1, 0, 2))
+
+
+@pytest.mark.parametrize("pool", ["0", "1"])
+@pytest.mark.parametrize("op,attrs", CELLS)
+def test_projection_in_c_and_by_numpy(op, attrs, pool, monkeypatch):
+    # NNHAL_CPU_POOL=1: the layer projects X W^T itself (linked BLAS, split over the pool); =0: numpy's GEMM hands
+    # the projection in (Recurrent.run's xw)
+    monkeypatch.setenv("NNHAL_CPU_POOL", pool)
+    for direction, layout in (("forward", 1), ("bidirectional", 0)):
+        model, feeds = _model(op, direction, layout, batch=5, hidden=19, lens=[T, 3, 0, 1, T], states=True, **attrs)
+        with nnhal.Session(model, devices=["cpu"], num_thread=2) as s:
+            got = s.run(feeds)
+            assert s.subgraphs[0].stats["kernels"][s.subgraphs[0].nodes[0].name] == "native"
+        _check(got, _reference(model, feeds, monkeypatch), op)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_bidirectional_on_the_pool_matches_one_thread(threads):
+    model, feeds = _model("LSTM", "bidirectional", batch=2, hidden=32, lens=[T, 3], states=True)
+    with nnhal.Session(model, devices=["cpu"], num_thread=threads) as s:
+        got = s.run(feeds)
+    want, _ = _run(model, feeds)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
+def test_without_the_native_module_the_numpy_kernels_run(op, monkeypatch):
+    model, feeds = _model(op, "bidirectional", lens=[T, 2, 0], states=True)
+    native_out, _ = _run(model, feeds)
+    with monkeypatch.context() as m:
+        m.setattr(native, "available", lambda: False)
+        got, kernel = _run(model, feeds)
+    assert kernel in ("fast", "reference") and kernel != "native"
+    _check(got, native_out, op)
+
+
+def test_weights_fed_as_graph_inputs_are_packed_at_each_run():
+    model, feeds = _model("LSTM")
+    w = next(i for i in model.graph.initializer if i.name == "W")
+    model.graph.initializer.remove(w)
+    model.graph.input.append(helper.make_tensor_value_info("W", TensorProto.FLOAT, list(w.dims)))
+    feeds["W"] = numpy_helper.to_array(w)
+    got, kernel = _run(model, feeds)
+    assert kernel == "native"
+    _check(got, ReferenceEvaluator(model).run(None, feeds), "LSTM")
+
+
+def test_float16_inputs_are_widened_and_the_outputs_narrowed(monkeypatch):
+    model, feeds = _model("GRU", "bidirectional", lens=[T, 3, 1], states=True)
+    with nnhal.Session(model, devices=["cpu"], precision="fp16") as s:
+        got = s.run(feeds)
+    want = _reference(model, feeds, monkeypatch)
+    for g, w in zip(got, want):
+        why = tolerance.compare(np.asarray(g, np.float32), w, tolerance.Tolerance(5e-3, 5e-3))
+        assert why is None, why
