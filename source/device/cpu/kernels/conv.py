@@ -29,7 +29,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from nnhal.device.cpu import parallel
 from nnhal.hostkernels import _conv2d, _scratch
-from nnhal.hostkernels._conv_nhwc import ConvGemmNHWC, ConvWinogradNHWC
+from nnhal.device.cpu.kernels._conv_nhwc import ConvGemmNHWC, ConvWinogradNHWC
 from nnhal.hostkernels.base import Kernel, RunFn, store
 from nnhal.hostkernels.fused import activation_of
 from nnhal.hostkernels.windows import im2col
