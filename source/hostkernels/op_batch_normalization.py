@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnhal.hostkernels import _blocks, _nhwc
+from nnhal.device.cpu.kernels import _nhwc
+from nnhal.hostkernels import _blocks
 from nnhal.hostkernels._scratch import apply_activation
 from nnhal.hostkernels.base import Kernel, RunFn, store
 from nnhal.hostkernels.fused import activation_of

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnhal.hostkernels import _nhwc
+from nnhal.device.cpu.kernels import _nhwc
 from nnhal.hostkernels.base import Kernel, RunFn
 
 

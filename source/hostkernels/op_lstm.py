@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnhal.hostkernels import _recurrent
+from nnhal.device.cpu.kernels import _recurrent
 from nnhal.hostkernels._qrc import Recurrence, activations
 from nnhal.hostkernels.base import FunctionKernel, Kernel, RunFn
 

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnhal.hostkernels import _nhwc, _pool2d, _pool_native
+from nnhal.device.cpu.kernels import _nhwc, _pool_native
+from nnhal.hostkernels import _pool2d
 from nnhal.hostkernels._nn import geometry_cache, max_pool, max_pool_indices
 from nnhal.hostkernels.base import Kernel, RunFn, store
 

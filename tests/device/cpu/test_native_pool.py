@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from nnhal.device.cpu import native
-from nnhal.hostkernels import _pool_native
+from nnhal.device.cpu.kernels import _pool_native
 from nnhal.hostkernels.select import force_reference
 from nnhal.operator.base import Info
 from tests.device.cpu.test_nhwc_nn import image, make_node, run_nchw, run_nhwc

@@ -9,7 +9,7 @@ import pytest
 
 from nnhal.device.cpu.kernels import select
 from nnhal.graph.node import Node
-from nnhal.hostkernels import _conv_nhwc
+from nnhal.device.cpu.kernels import _conv_nhwc
 from nnhal.hostkernels.fused import Activation, FusedNode, activation_of
 from nnhal.hostkernels.select import force_reference, implementations
 from nnhal.operator.base import Info

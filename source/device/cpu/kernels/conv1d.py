@@ -16,11 +16,11 @@ from __future__ import annotations
 import numpy as np
 
 from nnhal.device.cpu import native, parallel
+from nnhal.device.cpu.kernels._conv_nhwc import ALIGN_COLUMNS, NATIVE_BAND_BYTES, act_record
+from nnhal.device.cpu.kernels.conv import Conv1dGemm
 from nnhal.hostkernels import _conv2d, _scratch
-from nnhal.hostkernels._conv_nhwc import ALIGN_COLUMNS, NATIVE_BAND_BYTES, act_record
 from nnhal.hostkernels.base import RunFn
 from nnhal.hostkernels.fused import activation_of
-from nnhal.hostkernels.op_conv import Conv1dGemm
 
 
 class Conv1dNative(Conv1dGemm):

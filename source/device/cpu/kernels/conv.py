@@ -28,9 +28,9 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from nnhal.device.cpu import parallel
+from nnhal.device.cpu.kernels._conv_nhwc import ConvGemmNHWC, ConvWinogradNHWC, act_record, native_depthwise
 from nnhal.device.cpu.native import direct_conv
 from nnhal.hostkernels import _conv2d, _scratch
-from nnhal.hostkernels._conv_nhwc import ConvGemmNHWC, ConvWinogradNHWC, act_record, native_depthwise
 from nnhal.hostkernels.base import Kernel, RunFn, store
 from nnhal.hostkernels.fused import activation_of
 from nnhal.hostkernels.windows import im2col
