@@ -10,6 +10,7 @@ import statistics
 
 from nnhal.device.cpu import native, parallel, qnative
 from nnhal.device.cpu.fp16 import COMPUTE, to_fp16_storage
+from nnhal.device.cpu.kernels import implementations
 from nnhal.device.cpu.plan import NESTED, Plan, compile_nodes
 from nnhal.device.cpu.threads import use_threads
 from nnhal.device.device import (
@@ -27,7 +28,6 @@ from nnhal.device.device import (
 from nnhal.device.manager import register_device, unregister_device
 from nnhal.graph.subgraph import Subgraph
 from nnhal.hostkernels.graphrun import install_compiler, tensor_info
-from nnhal.hostkernels.select import implementations
 from nnhal.hostkernels.table import DOMAINS
 from nnhal.optimizer.precision import to_quantized
 
