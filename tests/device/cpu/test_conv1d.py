@@ -1,4 +1,5 @@
-"""1-D convolutions on the 2-D GEMM kernels (op_conv.Conv1dGemm) against the ONNX reference evaluator."""
+"""1-D convolutions on the 2-D GEMM kernels (device/cpu/kernels/conv.py, Conv1dGemm) against the ONNX
+reference evaluator."""
 from __future__ import annotations
 
 import numpy as np

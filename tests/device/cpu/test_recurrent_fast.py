@@ -1,4 +1,5 @@
-"""The fast LSTM and GRU kernels (hostkernels/_recurrent.py) against the ONNX reference evaluator."""
+"""The fast LSTM and GRU kernels (device/cpu/kernels/recurrent.py, _recurrent.py) against the ONNX
+reference evaluator."""
 from __future__ import annotations
 
 import numpy as np
