@@ -25,6 +25,7 @@ from nnhal.device.cpu.kernels import (
     pool,
     quantized,
     recurrent,
+    resize,
     softmax,
 )
 from nnhal.graph.node import Node
@@ -35,7 +36,7 @@ from nnhal.hostkernels.select import select as host_select
 from nnhal.operator.base import Info
 
 MODULES = (add, attention, batch_normalization, control, conv, conv_transpose, gates, gather, gelu, gemm,
-           layer_normalization, lrn, matmul, pool, quantized, recurrent, softmax)
+           layer_normalization, lrn, matmul, pool, quantized, recurrent, resize, softmax)
 
 
 def _table() -> KernelTable:
