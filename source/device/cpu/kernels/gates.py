@@ -2,6 +2,7 @@
 (hostkernels/op_sigmoid.py and the others, GateKernel) with the native gates of _gates.py."""
 from __future__ import annotations
 
+from nnhal.device.cpu import native
 from nnhal.device.cpu.kernels import _gates
 from nnhal.graph.node import Node
 from nnhal.hostkernels.op_hard_sigmoid import FastHardSigmoidKernel
@@ -11,13 +12,14 @@ from nnhal.hostkernels.op_swish import FastSwishKernel
 
 
 class NativeGate:
-    """Mixin before a host GateKernel class: the same nodes, one point more, the native gate."""
+    """Mixin before a host GateKernel class: the same nodes, one point more, the native gate (not scored
+    without the native kernels: the host's numpy gate kernel runs then)."""
 
     name = "native"
 
     def score(self, node, ins, outs) -> int:
         s = super().score(node, ins, outs)      # type: ignore[misc]
-        return s + 1 if s > 0 else 0
+        return s + 1 if s > 0 and native.available() else 0
 
 
 class SigmoidNative(NativeGate, FastSigmoidKernel):
