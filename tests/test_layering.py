@@ -129,27 +129,14 @@ def _report(what: str, bad: list) -> str:
 IMPORTS = all_imports()
 
 
-# The native extension and its pools live in the cpu device's folder (source/device/cpu/native, parallel.py,
-# threads.py); the optimizer, the scheduler, the other devices and the public surface must not reach them.
-# NOTE: issue 24 step 3 is half done: the fast kernels that call them still sit in hostkernels/ (listed here,
-# each importing nnhal.device.cpu); they move to source/device/cpu/kernels/ with the reference/fast split of
-# their op files. These arrows are exempt from the device-folder, cycle and hostkernels rules until then; an
-# entry that no longer imports the native kernels or a pool fails the test (the list cannot rot).
-NATIVE = ("nnhal.device.cpu.native", "nnhal.device.cpu.parallel", "nnhal.device.cpu.threads", "nnhal.device.cpu.kernels")
-FAST_PATH_STILL_IN_HOSTKERNELS = frozenset(f"nnhal.hostkernels.{m}" for m in (
-    "_blocks", "_qrc", "ms_matmul_integer_to_float", "ms_qgemm", "nn_dynamic_quantize_gemm", "op_attention",
-    "op_average_pool", "op_batch_normalization", "op_conv_transpose", "op_gelu", "op_gemm", "op_global_average_pool",
-    "op_global_max_pool", "op_gru", "op_lrn", "op_lstm", "op_matmul_integer", "op_max_pool", "op_qlinear_conv",
-    "op_qlinear_matmul"))
+# The native extension, its pools and the fast kernels that call them live in the cpu device's folder
+# (source/device/cpu/native, qnative, parallel.py, threads.py, kernels/); nothing outside it reaches them.
+NATIVE = ("nnhal.device.cpu.native", "nnhal.device.cpu.qnative", "nnhal.device.cpu.parallel",
+          "nnhal.device.cpu.threads")
 
 
 def _is_native(target: str) -> bool:
     return any(target == n or target.startswith(n + ".") for n in NATIVE)
-
-
-def _transitional(i: Import) -> bool:
-    """An import of the native kernels or a pool by a fast kernel not yet moved out of hostkernels."""
-    return i.module in FAST_PATH_STILL_IN_HOSTKERNELS and _is_native(i.target)
 
 
 def test_the_scan_sees_the_tree():
@@ -164,7 +151,7 @@ def test_the_scan_sees_the_tree():
 
 def test_no_module_outside_a_device_folder_imports_one():
     bad = [i for i in IMPORTS if device_folder(i.target) is not None and device_folder(i.module) is None
-           and i.module not in GENERATED and not _transitional(i)]
+           and i.module not in GENERATED]
     assert not bad, _report("imports of a device folder from outside source/device/<folder>/ "
                             "(the core must know no device by name)", bad)
 
@@ -240,7 +227,7 @@ def test_no_import_cycle_between_packages():
     for i in IMPORTS:
         a, b = package_of(i.module), package_of(i.target)
         # nnhal/__init__.py re-exports the public API; submodules importing ``nnhal`` itself are tools
-        if i.typing_only or a == b or "" in (a, b) or _transitional(i):
+        if i.typing_only or a == b or "" in (a, b):
             continue
         edges[a].add(b)
         arrows[(a, b)].append(i)
@@ -305,21 +292,13 @@ def test_no_ctypes_in_source():
 
 def test_hostkernels_import_no_device():
     """The host kernels are the shared numpy layer: no device folder, not the device contract either."""
-    bad = [i for i in IMPORTS if package_of(i.module) == "hostkernels" and not _transitional(i)
+    bad = [i for i in IMPORTS if package_of(i.module) == "hostkernels"
            and (package_of(i.target).startswith("device") or i.target == "nnhal.registry")]
     assert not bad, _report("imports of a device from nnhal.hostkernels", bad)
 
 
-NATIVE_USERS_OUTSIDE_THE_CPU_DEVICE = ("nnhal.hostkernels.",)
-
-
-def test_only_the_cpu_fast_path_imports_the_native_kernels():
-    bad = [i for i in IMPORTS if _is_native(i.target)
-           and device_folder(i.module) != "cpu" and not i.module.startswith(NATIVE_USERS_OUTSIDE_THE_CPU_DEVICE)]
+def test_only_the_cpu_device_imports_the_native_kernels():
+    """The extension and the pools belong to the cpu device (DESIGN.md, 'Native code'): no module outside
+    source/device/cpu/ imports them, the host kernels included (they are the numpy reference layer)."""
+    bad = [i for i in IMPORTS if _is_native(i.target) and device_folder(i.module) != "cpu"]
     assert not bad, _report("imports of the native kernels or their pools from outside the cpu device", bad)
-
-
-def test_the_transitional_fast_path_list_is_current():
-    users = {i.module for i in IMPORTS if _is_native(i.target) and package_of(i.module) == "hostkernels"}
-    stale = sorted(FAST_PATH_STILL_IN_HOSTKERNELS - users)
-    assert not stale, f"FAST_PATH_STILL_IN_HOSTKERNELS entries that no longer import the native kernels: {stale}"

@@ -31,17 +31,21 @@ NAME_PATTERN = re.compile(r"^[a-z0-9]+$")
 # (a minor adds optional fields or hooks, a major changes what existing ones mean).
 # 1.1: the optional Interface.profile hook (NodeTiming records); placement reads Description.performance
 # under Options(prefer="speed" | "power").
-API_VERSION: tuple[int, int] = (1, 1)
+# 1.2: the optional Optimizer.compile_graph hook (the optimizer's fp32 runs of host-kernel graphs).
+API_VERSION: tuple[int, int] = (1, 2)
 PRECISIONS = ("fp32", "fp16", "int8", "uint8")
 # The device API version that added each optional hook ("table.hook") or Description field after 1.0: a
 # device declaring an older version that fills one was written against a newer contract than it says
 # (register_device warns; nnhal.testing.check_api_version fails).
-SINCE: dict[str, tuple[int, int]] = {"interface.profile": (1, 1), "description.performance": (1, 1)}
+SINCE: dict[str, tuple[int, int]] = {"interface.profile": (1, 1), "description.performance": (1, 1),
+                                     "optimizer.compile_graph": (1, 2)}
 
 
 def newer_than_declared(device: "Device", api: tuple[int, int]) -> list[str]:
     """The hooks and Description fields ``device`` fills that its declared ``api`` version does not have."""
     filled = {f"interface.{name}" for name in ("profile",) if getattr(device.interface, name, None) is not None}
+    if getattr(device.optimizer, "compile_graph", None) is not None:
+        filled.add("optimizer.compile_graph")
     try:
         if device.describe().performance:
             filled.add("description.performance")
@@ -277,10 +281,18 @@ class Optimizer:
         setting ``input_formats`` / ``output_formats`` for boundary tensors it wants
         in another format (the core converts at the boundary). Return the subgraph;
         raising re-places it on the CPU.
+    compile_graph(graph, nodes, inputs, outputs) -> Runnable
+        Optional (API 1.2), for a device that runs host-kernel graphs on host memory better than the
+        plain interpreter of host kernels: compile ``nodes`` of ``graph`` into an object whose
+        ``run(values)`` reads ``inputs`` from the dict ``values`` and writes ``outputs`` (every name
+        asked for, intermediates included) into it, with the host kernels' results. The optimizer's fp32
+        runs (calibration, mixed-precision sensitivities) use the first registered device's
+        (``nnhal.device.manager.graph_compiler``); the cpu device passes its plan.
     """
 
     split_graph: Callable[["Graph", dict[str, str]], list["Subgraph"]] | None = None
     optimize_graph: Callable[["Subgraph", str], "Subgraph"] | None = None
+    compile_graph: Callable[["Graph", list["Node"], list[str], list[str]], Any] | None = None
 
 
 @dataclass

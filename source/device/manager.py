@@ -24,6 +24,7 @@ from nnhal.device.device import (
     newer_than_declared,
 )
 from nnhal.errors import DeviceError, RegistryError, did_you_mean
+from nnhal.hostkernels.graphrun import Compiler, interpret
 
 log = logging.getLogger("nnhal")
 
@@ -198,3 +199,14 @@ def find_device(name: str) -> Device:
 def registered_devices() -> list[Device]:
     """Registered devices in registration order."""
     return list(_DEVICES.values())
+
+
+def graph_compiler() -> Compiler:
+    """The compiler of the optimizer's fp32 runs of host-kernel graphs (calibration, sensitivities): the
+    ``compile_graph`` hook of the first registered device that fills it (the cpu device's plan), else the
+    plain interpreter of host kernels (the same results, slower)."""
+    for device in _DEVICES.values():
+        compiler = getattr(device.optimizer, "compile_graph", None)
+        if compiler is not None:
+            return compiler
+    return interpret

@@ -15,10 +15,10 @@ vector for channels-last data.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
-
-from nnhal.device.cpu import native, parallel
 
 # length of the repeated blocks (16K measured as fast as 64K, and fastest for channels-last BatchNormalization)
 BLOCK = 1 << 14
@@ -114,24 +114,8 @@ def _chunks(y: np.ndarray):
         yield flat[start:start + CHUNK]
 
 
-def _native_gate(y: np.ndarray, kind: str, alpha: float = 0.2, beta: float = 0.5) -> bool:
-    """Run the gate ``kind`` in place by the native kernel (one pass) when it is
-    built and ``y`` is contiguous float32; False when numpy must (float64, strided, NNHAL_NATIVE=0)."""
-    if y.dtype != np.float32 or not y.flags.c_contiguous or not native.available():
-        return False
-    act = native.make_act(kind, alpha=alpha, beta=beta)
-    parts = parallel.native_parts(y.size * 2, y.size // 16) if parallel.native_pool() else 1
-    if parts > 1:
-        native.activation(y, y, act, parts)
-    else:
-        native.activation(y, y, act, 1)
-    return True
-
-
 def sigmoid_(y: np.ndarray) -> None:
     """y = 1 / (1 + e^-y) in place (e^-y overflowing to inf gives exactly 0)."""
-    if _native_gate(y, "sigmoid"):
-        return
     with np.errstate(over="ignore"):
         np.negative(y, out=y)
         np.exp(y, out=y)
@@ -141,8 +125,6 @@ def sigmoid_(y: np.ndarray) -> None:
 
 def hardsigmoid_(y: np.ndarray, alpha: float, beta: float) -> None:
     """y = clamp(alpha * y + beta, 0, 1) in place."""
-    if _native_gate(y, "hardsigmoid", alpha, beta):
-        return
     y *= y.dtype.type(alpha)
     y += y.dtype.type(beta)
     clamp(y, 0, 1, y)
@@ -151,8 +133,6 @@ def hardsigmoid_(y: np.ndarray, alpha: float, beta: float) -> None:
 def hardswish_(y: np.ndarray) -> None:
     """y = y * clamp(y / 6 + 1 / 2, 0, 1) in place, computed as y * clamp(y + 3, 0, 6) / 6 (one pass
     fewer: 0.40 against 0.53 ms on 903K float32; the two differ by rounding, ~1e-7 relative)."""
-    if _native_gate(y, "hardswish"):
-        return
     three, six, sixth = y.dtype.type(3), y.dtype.type(6), y.dtype.type(1.0 / 6.0)
     for piece in _chunks(y):
         t = _temp(y.dtype)[:piece.size].reshape(piece.shape) if piece.flags.c_contiguous else np.empty_like(piece)
@@ -164,8 +144,6 @@ def hardswish_(y: np.ndarray) -> None:
 
 def silu_(y: np.ndarray) -> None:
     """y = y * sigmoid(y) in place."""
-    if _native_gate(y, "silu"):
-        return
     for piece in _chunks(y):
         t = _temp(y.dtype)[:piece.size].reshape(piece.shape) if piece.flags.c_contiguous else np.empty_like(piece)
         with np.errstate(over="ignore"):
@@ -173,3 +151,17 @@ def silu_(y: np.ndarray) -> None:
             np.exp(t, out=t)
         t += 1
         np.divide(piece, t, out=piece)
+
+
+@dataclass(frozen=True)
+class Gates:
+    """The in-place gates that fused activations run with (_scratch.apply_activation): numpy's here
+    (NUMPY_GATES); a device passes its own (the cpu device's native ones, device/cpu/kernels/_gates.py)."""
+
+    sigmoid_: Callable[[np.ndarray], None]
+    silu_: Callable[[np.ndarray], None]
+    hardswish_: Callable[[np.ndarray], None]
+    hardsigmoid_: Callable[[np.ndarray, float, float], None]
+
+
+NUMPY_GATES = Gates(sigmoid_, silu_, hardswish_, hardsigmoid_)

@@ -6,7 +6,6 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from nnhal.device.cpu import parallel
 from nnhal.errors import ShapeError, where
 from nnhal.graph.graph import Graph, free_names
 from nnhal.graph.node import Node
@@ -87,7 +86,7 @@ def integer_conv(node: Node, x: np.ndarray, w: np.ndarray) -> np.ndarray:
     perm = (0, 1, *range(2 + n, 2 + 2 * n), *range(2, 2 + n))
     cols = np.ascontiguousarray(win.transpose(perm)).reshape(nb, group, -1, int(np.prod(out_sizes)))
     wg = w.reshape(group, w.shape[0] // group, -1)
-    y = parallel.matmul(wg[None], cols)
+    y = np.matmul(wg[None], cols)
     return y.reshape(nb, w.shape[0], *out_sizes)
 
 
@@ -225,7 +224,7 @@ class Recurrence:
 
     def project(self, w: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
         """X W^T (+ bias) for every time step at once: (T, B, rows of W)."""
-        xw = parallel.matmul(self.x, w.astype(self.dtype, copy=False).T)
+        xw = np.matmul(self.x, w.astype(self.dtype, copy=False).T)
         if bias is not None:
             xw += bias.astype(self.dtype, copy=False)
         return xw

@@ -64,8 +64,8 @@ def nbytes_of(*parts: tuple[tuple[int, ...], np.dtype]) -> int:
     return sum((int(np.prod(s, dtype=np.int64)) * np.dtype(d).itemsize + ALIGN - 1) // ALIGN * ALIGN for s, d in parts)
 
 
-def apply_activation(y: np.ndarray, act: Activation | None) -> None:
-    """The fused activation, in place."""
+def apply_activation(y: np.ndarray, act: Activation | None, gates: _blocks.Gates = _blocks.NUMPY_GATES) -> None:
+    """The fused activation, in place; the smooth and hard gates are those of ``gates``."""
     if act is None:
         return
     kind = act.kind
@@ -74,26 +74,27 @@ def apply_activation(y: np.ndarray, act: Activation | None) -> None:
     elif kind == "clip":
         _blocks.clamp(y, act.lo, act.hi, y)
     elif kind == "silu":
-        _blocks.silu_(y)
+        gates.silu_(y)
     elif kind == "sigmoid":
-        _blocks.sigmoid_(y)
+        gates.sigmoid_(y)
     elif kind == "hardswish":
-        _blocks.hardswish_(y)
+        gates.hardswish_(y)
     elif kind == "hardsigmoid":
-        _blocks.hardsigmoid_(y, act.alpha, act.beta)
+        gates.hardsigmoid_(y, act.alpha, act.beta)
     else:
         raise InternalError(f"fused activation kind {kind!r}: this kernel applies {', '.join(ACTIVATION_KINDS)}")
 
 
-def fused(run, node):
-    """``run`` followed by the activation the CPU plan fused into ``node`` (if any), in its first output."""
+def fused(run, node, gates: _blocks.Gates = _blocks.NUMPY_GATES):
+    """``run`` followed by the activation the CPU plan fused into ``node`` (if any), in its first output
+    (its gates those of ``gates``)."""
     act = activation_of(node)
     if act is None:
         return run
 
     def run_fused(inputs, outputs):
         result = run(inputs, outputs)
-        apply_activation(result[0], act)
+        apply_activation(result[0], act, gates)
         return result
 
     return run_fused

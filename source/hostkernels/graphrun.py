@@ -4,13 +4,12 @@ Loop/Scan/If, and calibration runs of the optimizer.
 ``compile_nodes(graph, nodes, inputs, outputs)`` returns a runnable whose ``run(values)`` reads
 ``inputs`` from and writes ``outputs`` (and every intermediate it was asked for) into ``values``.
 
-By default it is a plain interpreter: each node's best host kernel, prepared once, run in order.
-A device that compiles host-kernel graphs better (the cpu device: fusions, channels-last layout, a
-planned arena) passes its compiler to the control-flow kernels explicitly (their ``compiler``; the cpu
-device's If/Loop/Scan in device/cpu/kernels/control.py). NOTE: ``install_compiler`` remains only for the
-optimizer's calibration and sensitivity runs, which call ``compile_nodes`` here; it goes once they take
-the compiler as an argument from their caller (issue 24). The results are the same either way, only the
-speed differs.
+It is a plain interpreter: each node's best host kernel, prepared once, run in order. A device that
+compiles host-kernel graphs better (the cpu device: fusions, channels-last layout, a planned arena) passes
+its compiler explicitly: to its control-flow kernels (their ``compiler``; the cpu device's If/Loop/Scan in
+device/cpu/kernels/control.py), and as its record's ``Optimizer.compile_graph``, which the optimizer's
+calibration and sensitivity runs take (``nnhal.device.manager.graph_compiler``). The results are the
+same either way, only the speed differs.
 """
 from __future__ import annotations
 
@@ -101,15 +100,6 @@ def interpret(graph: Graph, nodes: list[Node], inputs: list[str], outputs: list[
     return Interpreter(constants, tuple(steps), tuple(outputs), tuple(inputs))
 
 
-_compiler: Compiler = interpret
-
-
-def install_compiler(compiler: Compiler | None) -> None:
-    """Use ``compiler`` for host-kernel graphs from now on (None = back to the plain interpreter)."""
-    global _compiler
-    _compiler = compiler or interpret
-
-
 def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: list[str]) -> Runnable:
-    """A runnable for ``nodes`` of ``graph`` reading ``inputs`` and producing ``outputs``."""
-    return _compiler(graph, nodes, inputs, outputs)
+    """A runnable for ``nodes`` of ``graph`` reading ``inputs`` and producing ``outputs`` (the interpreter)."""
+    return interpret(graph, nodes, inputs, outputs)

@@ -1,5 +1,6 @@
-"""DynamicQuantizeLSTM (com.microsoft) on the CPU: W and R dequantized to float32 once (when constant), then
-the float LSTM kernels (the fast recurrence where it fits, else the reference one).
+"""DynamicQuantizeLSTM (com.microsoft) on the CPU: W and R dequantized to float32, then the float LSTM
+reference (the cpu device dequantizes constant weights once and runs its fast recurrence where it fits:
+device/cpu/kernels/recurrent.py).
 
 NOTE: onnxruntime also quantizes X and h to 8 bits per step before each product; nnhal keeps them in
 float32, so its result is the float LSTM of the dequantized weights (closer to the model before quantization)
@@ -9,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from nnhal.hostkernels.base import Kernel, RunFn
-from nnhal.hostkernels.op_lstm import FastLSTMKernel, LSTMKernel
+from nnhal.hostkernels.op_lstm import LSTMKernel
 from nnhal.operator.base import Info
 
 
@@ -21,7 +22,7 @@ def dequantize(q: np.ndarray, scale: np.ndarray, zero: np.ndarray) -> np.ndarray
     return np.ascontiguousarray(((q.astype(np.float32) - zero) * scale).transpose(0, 2, 1))
 
 
-def _float_infos(ins: list[Info | None]) -> list[Info | None] | None:
+def float_infos(ins: list[Info | None]) -> list[Info | None] | None:
     """The float LSTM operand infos (W and R dequantized) when W, R and their parameters are constant."""
     if not all(ins[i] is not None and ins[i].value is not None for i in (1, 2, 8, 9, 10, 11)):
         return None
@@ -46,19 +47,4 @@ class DynamicQuantizeLSTMKernel(Kernel):
         return run
 
 
-class FastDynamicQuantizeLSTMKernel(Kernel):
-    """Constant weights: dequantized once at prepare, then the fast LSTM recurrence where it fits."""
-
-    op_type = "DynamicQuantizeLSTM"
-    name = "fast"
-
-    def score(self, node, ins, outs) -> int:
-        floats = _float_infos(ins)
-        return 2 if floats is not None and FastLSTMKernel().score(node, floats, outs) > 0 else 0
-
-    def prepare(self, node, ins, outs) -> RunFn:
-        run_fast = FastLSTMKernel().prepare(node, _float_infos(ins), outs)
-        return lambda inputs, outputs: run_fast(inputs[:8], outputs)
-
-
-IMPLEMENTATIONS = (DynamicQuantizeLSTMKernel, FastDynamicQuantizeLSTMKernel)
+IMPLEMENTATIONS = (DynamicQuantizeLSTMKernel,)

@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnhal.device.cpu import parallel
 from nnhal.hostkernels._msq import to_quantized
 from nnhal.hostkernels.base import FunctionKernel
 
 
 class QGemmKernel(FunctionKernel):
     op_type = "QGemm"
+    # the matrix product; the cpu device's subclass runs it on its pool (device/cpu/kernels/_pooled.py)
+    matmul = staticmethod(np.matmul)
 
     def compute(self, node, a, a_scale, a_zero, b, b_scale, b_zero, c=None, y_scale=None, y_zero=None):
         aa = a.astype(np.float64) - np.float64(np.asarray(a_zero))
@@ -19,7 +20,7 @@ class QGemmKernel(FunctionKernel):
             aa = aa.T
         if node.attrs["transB"]:
             bb = bb.T
-        acc = parallel.matmul(aa, bb)
+        acc = self.matmul(aa, bb)
         if c is not None:
             acc = acc + c.astype(np.float64)
         scale = np.float32(node.attrs["alpha"]) * np.asarray(a_scale, np.float32) * np.asarray(b_scale, np.float32)

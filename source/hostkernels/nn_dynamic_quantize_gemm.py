@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnhal.device.cpu import native, parallel
 from nnhal.hostkernels.base import Kernel, RunFn, store
 
 
@@ -30,6 +29,17 @@ def fake_quantize_blocks(x: np.ndarray, block: int, signed: bool) -> np.ndarray:
 
 class DynamicQuantizeGemmKernel(Kernel):
     op_type = "DynamicQuantizeGemm"
+    # the matrix product; the cpu device's subclass runs it on its pool (device/cpu/kernels/quantized.py)
+    matmul = staticmethod(np.matmul)
+
+    def quantize_blocks(self, x: np.ndarray, block: int, signed: bool) -> np.ndarray:
+        """fake_quantize_blocks of x (2-D); a device may do it in one pass."""
+        return fake_quantize_blocks(x, block, signed)
+
+    def gemm_bias(self, xq: np.ndarray, wt: np.ndarray, out: np.ndarray, bias: np.ndarray | None) -> bool:
+        """out = xq @ wt + bias (a float32 vector or None) in one pass where a device can (the contiguous
+        float32 ``out`` given); False: it cannot, and the caller computes it."""
+        return False
 
     def prepare(self, node, ins, outs) -> RunFn:
         w, w_scale = ins[1].value, ins[2].value
@@ -59,17 +69,14 @@ class DynamicQuantizeGemmKernel(Kernel):
 
         def run_blocks(inputs: list, outputs: list):
             x = inputs[0]
-            if native.available() and x.dtype == np.float32 and x.flags.c_contiguous:
-                xq = np.empty_like(x)
-                native.fake_quantize_blocks(x, xq, block, signed)     # the steps below, in one pass
-                out = outputs[0]
-                if out is not None and out.dtype == np.float32 and out.flags.c_contiguous \
-                        and parallel.gemm(xq, wt, out, bias_vec, None):     # the bias added by each part
-                    if w_float is not None:
-                        out[:, columns] = x @ w_float if bias_cols is None else x @ w_float + bias_cols
-                    return (out,)
-                return finish(x, parallel.matmul(xq, wt), outputs)
-            return finish(x, parallel.matmul(fake_quantize_blocks(x, block, signed), wt), outputs)
+            xq = self.quantize_blocks(x, block, signed)
+            out = outputs[0]
+            if out is not None and out.dtype == np.float32 and out.flags.c_contiguous \
+                    and self.gemm_bias(xq, wt, out, bias_vec):
+                if w_float is not None:
+                    out[:, columns] = x @ w_float if bias_cols is None else x @ w_float + bias_cols
+                return (out,)
+            return finish(x, self.matmul(xq, wt), outputs)
 
         def finish(x, y, outputs):
             y = y.astype(np.float32, copy=False)
@@ -85,14 +92,14 @@ class DynamicQuantizeGemmKernel(Kernel):
                 peak = np.abs(x).max(axis=1, keepdims=True)
                 scale = np.where(peak > 0, peak / levels, np.float32(1.0)).astype(np.float32)
                 xq = np.rint(x / scale).astype(acc)
-                y = parallel.matmul(xq, wt).astype(np.float32, copy=False)
+                y = self.matmul(xq, wt).astype(np.float32, copy=False)
             else:
                 lo = np.minimum(x.min(axis=1, keepdims=True), 0)
                 hi = np.maximum(x.max(axis=1, keepdims=True), 0)
                 scale = np.where(hi > lo, (hi - lo) / levels, np.float32(1.0)).astype(np.float32)
                 zero = np.rint(-lo / scale)
                 xq = np.clip(np.rint(x / scale) + zero, 0, 255).astype(acc)
-                y = (parallel.matmul(xq, wt) - zero.astype(acc) * col_sum).astype(np.float32)
+                y = (self.matmul(xq, wt) - zero.astype(acc) * col_sum).astype(np.float32)
             y *= scale
             y *= w_col
             if bias32 is not None:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnhal.device.cpu import parallel
 from nnhal.errors import ShapeError, where
 from nnhal.hostkernels.base import Kernel, RunFn, store
 from nnhal.operator.op_attention import softmax_dtype
@@ -82,8 +81,9 @@ def guarded_softmax(logits: np.ndarray, masked_rows: np.ndarray | None) -> np.nd
     return p
 
 
-def attend(node, inputs: list) -> list[np.ndarray]:
-    """Y, present_key, present_value and qk_matmul_output (per qk_matmul_output_mode)."""
+def attend(node, inputs: list, matmul=np.matmul) -> list[np.ndarray]:
+    """Y, present_key, present_value and qk_matmul_output (per qk_matmul_output_mode); ``matmul`` is the
+    matrix product (numpy's, or a device's with its signature)."""
     q, k, v = inputs[0], inputs[1], inputs[2]
     mask, past_k, past_v, nonpad = (list(inputs) + [None] * 7)[3:7]
     three_d = q.ndim == 3
@@ -104,7 +104,7 @@ def attend(node, inputs: list) -> list[np.ndarray]:
     keys = np.repeat(present_k, groups, axis=1) if groups > 1 else present_k
     values = np.repeat(present_v, groups, axis=1) if groups > 1 else present_v
     # NOTE: Q and K are each scaled by sqrt(scale) before the product, as the spec says.
-    qk = parallel.matmul(q * root, np.swapaxes(keys * root, -1, -2)).astype(dtype, copy=False)
+    qk = matmul(q * root, np.swapaxes(keys * root, -1, -2)).astype(dtype, copy=False)
     softcap = float(node.attrs["softcap"])
     capped = softcap * np.tanh(qk / softcap) if softcap > 0 else qk
     past_len = 0 if past_k is None else past_k.shape[2]
@@ -112,7 +112,7 @@ def attend(node, inputs: list) -> list[np.ndarray]:
     logits = capped if bias is None else capped + bias
     masked_rows = None if bias is None else np.isneginf(np.max(bias, axis=-1, keepdims=True))
     probs = guarded_softmax(logits.astype(softmax_dtype(node, logits.dtype)), masked_rows)
-    y = parallel.matmul(probs.astype(dtype), values)
+    y = matmul(probs.astype(dtype), values)
     if three_d:
         y = merge_heads(y)
     return [y, present_k, present_v, (qk, capped, logits, probs)[node.attrs["qk_matmul_output_mode"]]]
@@ -120,13 +120,15 @@ def attend(node, inputs: list) -> list[np.ndarray]:
 
 class AttentionKernel(Kernel):
     op_type = "Attention"
+    # the matrix product; the cpu device's subclass runs it on its pool (device/cpu/kernels/_pooled.py)
+    matmul = staticmethod(np.matmul)
 
     def prepare(self, node, ins, outs) -> RunFn:
         dtypes = [o.dtype for o in outs]
         wanted = [bool(n) for n in node.outputs]
 
         def run(inputs, outputs):
-            results = attend(node, inputs)
+            results = attend(node, inputs, self.matmul)
             return tuple(store(r, o, d) if want else None
                          for r, o, d, want in zip(results, outputs, dtypes, wanted))
 

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnhal.device.cpu.kernels import _nhwc, _pool_native
 from nnhal.hostkernels import _blocks, _pool2d
 from nnhal.hostkernels._nn import geometry_cache, sum_pool, window_counts
 from nnhal.hostkernels.base import Kernel, RunFn
@@ -68,32 +67,4 @@ class AveragePoolSeparable(Kernel):
         return run
 
 
-class AveragePoolNHWC(AveragePoolSeparable):
-    """Channels last, 2-D, float, static: the native one-pass kernel for float32 (any dilation, see
-    _pool_native), else separable window sums (see _nhwc) divided by the counts, (OH, OW, C) when windows
-    differ. Either writes into a channel slice."""
-
-    name = "nhwc"
-    layout = "NHWC"
-    strided_output = True
-    make_pool = staticmethod(_nhwc.make_pool)
-
-    def score(self, node, ins, outs) -> int:
-        return 10 if _pool_native.geometry(node, ins, outs) is not None else super().score(node, ins, outs)
-
-    def prepare(self, node, ins, outs) -> RunFn:
-        g = _pool_native.geometry(node, ins, outs)
-        if g is None:
-            return super().prepare(node, ins, outs)
-        kind = "avg_pad" if node.attrs.get("count_include_pad", 0) else "avg"
-        pool = _pool_native.make_pool(g, tuple(ins[0].shape), kind)
-        n, c, oh, ow = outs[0].shape
-
-        def run(inputs, outputs):
-            out = outputs[0] if outputs[0] is not None else np.empty((n, oh, ow, c), np.float32)
-            return (pool(inputs[0], out),)
-
-        return run
-
-
-IMPLEMENTATIONS = (AveragePoolKernel, AveragePoolSeparable, AveragePoolNHWC)
+IMPLEMENTATIONS = (AveragePoolKernel, AveragePoolSeparable)

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnhal.device.cpu import parallel
 from nnhal.hostkernels._nn import scatter_windows
 from nnhal.hostkernels.base import Kernel, RunFn, store
 from nnhal.operator.table import get_prototype
@@ -43,58 +42,4 @@ class ConvTransposeKernel(Kernel):
         return run
 
 
-class ConvTransposeNHWC(Kernel):
-    """2-D transposed convolution of a channels-last image (group 1, constant weights, static shapes): one
-    GEMM of the (N*H*W, C) pixels by the (C, kh*kw*M) taps, then each tap's (N, H, W, M) slab added at its
-    strided place in the output; when the taps tile the output exactly (stride = kernel, no dilation, pads
-    or output padding: U-Net and DBNet upsampling) the product is the output, reordered by one copy."""
-
-    op_type = "ConvTranspose"
-    name = "nhwc"
-    layout = "NHWC"
-
-    def score(self, node, ins, outs) -> int:
-        x, w = ins[0], ins[1]
-        if x is None or w is None or w.value is None or x.shape is None or len(x.shape) != 4 or not x.static \
-                or x.dtype not in (np.float32, np.float64) or w.value.ndim != 4 or node.attrs["group"] != 1:
-            return 0
-        if len(ins) > 2 and ins[2] is not None and ins[2].value is None:
-            return 0
-        return 1 if outs[0].static else 0
-
-    def prepare(self, node, ins, outs) -> RunFn:
-        g = get_prototype("", "ConvTranspose").geometry(node, ins[0].shape, ins[1].value.shape)
-        (kh, kw), (sh, sw), (dh, dw) = g["kernel"], g["strides"], g["dilations"]
-        ph, pw, oh, ow = g["pads"][0], g["pads"][1], g["out"][0], g["out"][1]
-        n, c, h, wd = ins[0].shape
-        dtype = ins[0].dtype
-        wv = ins[1].value
-        m = wv.shape[1]
-        taps = np.ascontiguousarray(wv.reshape(c, m, kh * kw).transpose(0, 2, 1).reshape(c, kh * kw * m), dtype)
-        bias = None if len(ins) < 3 or ins[2] is None else ins[2].value.astype(dtype)
-        tiles = (sh, sw) == (kh, kw) and (dh, dw) == (1, 1) and not any(g["pads"]) and (oh, ow) == (h * kh, wd * kw)
-        # the uncropped output: positions p * s + t * d - start, start = min(0, pad) as scatter_windows has it
-        starts = (min(0, ph), min(0, pw))
-        full = (max((h - 1) * sh + (kh - 1) * dh + 1, ph + oh) - starts[0],
-                max((wd - 1) * sw + (kw - 1) * dw + 1, pw + ow) - starts[1])
-
-        def run(inputs, outputs):
-            cols = parallel.matmul(inputs[0].reshape(n * h * wd, c), taps).reshape(n, h, wd, kh, kw, m)
-            y = outputs[0] if outputs[0] is not None else np.empty((n, oh, ow, m), dtype)
-            if tiles:
-                np.copyto(y.reshape(n, h, kh, wd, kw, m), cols.transpose(0, 1, 3, 2, 4, 5))
-            else:
-                buf = np.zeros((n, *full, m), dtype)
-                for i in range(kh):
-                    for j in range(kw):
-                        r0, c0 = i * dh - starts[0], j * dw - starts[1]
-                        buf[:, r0:r0 + (h - 1) * sh + 1:sh, c0:c0 + (wd - 1) * sw + 1:sw] += cols[:, :, :, i, j]
-                np.copyto(y, buf[:, ph - starts[0]:ph - starts[0] + oh, pw - starts[1]:pw - starts[1] + ow])
-            if bias is not None:
-                y += bias
-            return (y,)
-
-        return run
-
-
-IMPLEMENTATIONS = (ConvTransposeKernel, ConvTransposeNHWC)
+IMPLEMENTATIONS = (ConvTransposeKernel,)

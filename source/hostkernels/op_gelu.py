@@ -1,12 +1,12 @@
-"""Gelu on the CPU: exact (erf in float64) or the tanh approximation; fast: float32 exact Gelu
-(also what the CPU plan fuses torch.onnx's Div/Erf/Add/Mul/Mul chain into)."""
+"""Gelu on the CPU: exact (erf in float64) or the tanh approximation; fast: float32 exact Gelu in numpy
+(also what the CPU plan fuses torch.onnx's Div/Erf/Add/Mul/Mul chain into; the cpu device's native one
+is device/cpu/kernels/gelu.py)."""
 from __future__ import annotations
 
 import math
 
 import numpy as np
 
-from nnhal.device.cpu import native
 from nnhal.graph.node import Node
 from nnhal.hostkernels._unary import FormulaKernel, erf
 from nnhal.hostkernels.base import Kernel, RunFn
@@ -57,7 +57,7 @@ class GeluFast(Kernel):
             out = given if given is not None and given.flags.c_contiguous else np.empty(x.shape, np.float32)
             if not x.flags.c_contiguous:
                 x = np.ascontiguousarray(x)
-            _gelu_into(x, out)   # out may be x (in place)
+            self.into(x, out)   # out may be x (in place)
             if given is not None and given is not out:
                 np.copyto(given, out)
                 out = given
@@ -65,13 +65,14 @@ class GeluFast(Kernel):
 
         return run
 
+    def into(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """The Gelu of the contiguous ``x`` into the contiguous ``y`` (may be x); a device may replace it."""
+        return _gelu_into(x, y)
+
 
 def gelu_chunk(x: np.ndarray, out: np.ndarray, tmp: np.ndarray, xc: np.ndarray, t: np.ndarray) -> np.ndarray:
     """Exact float32 Gelu of the 1-d ``x`` into ``out`` (may alias x) as torch.onnx's Div/Erf/Add/Mul/Mul
-    computes it; tmp, xc and t are scratch of x's size. The native kernel, when built, in one pass."""
-    if native.available():
-        native.activation(x, out, _NATIVE_GELU, 1)
-        return out
+    computes it; tmp, xc and t are scratch of x's size."""
     np.divide(x, _SQRT2, out=t)
     erf_chunk(t, tmp, xc, t)
     t += _ONE
@@ -81,9 +82,6 @@ def gelu_chunk(x: np.ndarray, out: np.ndarray, tmp: np.ndarray, xc: np.ndarray, 
 
 def _gelu_into(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Exact float32 Gelu of the contiguous ``x`` into the contiguous ``y`` (may be x), in cache-sized chunks."""
-    if native.available():
-        native.activation(x, y, _NATIVE_GELU, 1)
-        return y
     flat_x, flat_y = x.reshape(-1), y.reshape(-1)
     n = flat_x.size
     m = min(n, CHUNK)
@@ -103,7 +101,5 @@ CHUNK = 1 << 16
 _SQRT2 = np.float32(1.4142135381698608)
 _ONE = np.float32(1.0)
 _HALF = np.float32(0.5)
-
-_NATIVE_GELU = native.make_act("gelu")
 
 IMPLEMENTATIONS = (GeluKernel, GeluFast)

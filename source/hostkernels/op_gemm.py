@@ -3,13 +3,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnhal.device.cpu import parallel
+from nnhal.hostkernels._blocks import NUMPY_GATES
 from nnhal.hostkernels._scratch import fused
 from nnhal.hostkernels.base import Kernel, RunFn, store
 
 
 class GemmKernel(Kernel):
     op_type = "Gemm"
+    # the matrix product; the cpu device's subclass runs it on its pool (device/cpu/kernels/_pooled.py)
+    matmul = staticmethod(np.matmul)
+    # the gates of a fused activation (hostkernels/_blocks.py); the cpu device's subclass passes native ones
+    gates = NUMPY_GATES
     fuse_activation = True   # a Relu/Clip fused by the CPU plan runs in place on the result
 
     def prepare(self, node, ins, outs) -> RunFn:
@@ -39,12 +43,12 @@ class GemmKernel(Kernel):
             a = inputs[0].T if trans_a else inputs[0]
             b = b_packed if b_packed is not None else (inputs[1].T if trans_b else inputs[1])
             if not exact and (alpha != 1 or beta != 1):
-                y = alpha * parallel.matmul(a, b).astype(np.float64)
+                y = alpha * self.matmul(a, b).astype(np.float64)
                 if has_c:
                     y += beta * inputs[2].astype(np.float64)
                 return (store(y, outputs[0], dtype),)
             out = outputs[0]
-            y = parallel.matmul(a, b, out=out) if out is not None else parallel.matmul(a, b)
+            y = self.matmul(a, b, out=out) if out is not None else self.matmul(a, b)
             if alpha != 1 and not scale_b:
                 y *= dtype.type(alpha)
             if has_c:
@@ -54,7 +58,7 @@ class GemmKernel(Kernel):
                 y += c
             return (y,)
 
-        return fused(run, node)
+        return fused(run, node, self.gates)
 
 
 IMPLEMENTATIONS = (GemmKernel,)

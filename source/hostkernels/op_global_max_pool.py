@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnhal.device.cpu.kernels import _nhwc
 from nnhal.hostkernels.base import Kernel, RunFn
 
 
@@ -19,15 +18,4 @@ class GlobalMaxPoolKernel(Kernel):
         return run
 
 
-class GlobalMaxPoolNHWC(_nhwc.GlobalPool):
-    """Channels last: np.maximum.reduce over the pixels."""
-
-    op_type = "GlobalMaxPool"
-    native_kind = "max"
-
-    @staticmethod
-    def reduce(x, out):
-        np.maximum.reduce(x, axis=1, out=out)
-
-
-IMPLEMENTATIONS = (GlobalMaxPoolKernel, GlobalMaxPoolNHWC)
+IMPLEMENTATIONS = (GlobalMaxPoolKernel,)

@@ -3,9 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnhal.device.cpu.kernels import _recurrent
 from nnhal.hostkernels._qrc import Recurrence, activations
-from nnhal.hostkernels.base import FunctionKernel, Kernel, RunFn
+from nnhal.hostkernels.base import FunctionKernel
 
 
 class GRUKernel(FunctionKernel):
@@ -43,30 +42,4 @@ class GRUKernel(FunctionKernel):
         return rec.pack(ys, finals, x.dtype)
 
 
-class FastGRUKernel(Kernel):
-    """Packed weights, one GEMM for the input projection of every step and direction, in-place gates
-    (hostkernels/_recurrent.py); the common case only (``_recurrent.fits``)."""
-
-    op_type = "GRU"
-    name = "fast"
-
-    def score(self, node, ins, outs) -> int:
-        return 2 if _recurrent.fits(node, ins, ("Sigmoid", "Tanh"), (5,)) else 0
-
-    def prepare(self, node, ins, outs) -> RunFn:
-        packed = _recurrent.pack(ins, 3, 2, 2)
-        layout = node.attrs.get("layout", 0)
-        linear = bool(node.attrs.get("linear_before_reset", 0))
-        reverse = tuple(d == 1 or node.attrs["direction"] == "reverse" for d in range(packed.directions))
-        dtype = np.dtype(ins[0].dtype)
-
-        def run(inputs, outputs):
-            x = inputs[0]
-            h = _recurrent.initial(inputs, 5, (packed.directions, x.shape[1 - layout], packed.hidden), layout)
-            y, states = _recurrent.gru(x, packed, h, reverse, linear, layout)
-            return _recurrent.finish(y, states, outputs, dtype, layout)
-
-        return run
-
-
-IMPLEMENTATIONS = (GRUKernel, FastGRUKernel)
+IMPLEMENTATIONS = (GRUKernel,)

@@ -3,9 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnhal.device.cpu.kernels import _recurrent
 from nnhal.hostkernels._qrc import Recurrence, activations
-from nnhal.hostkernels.base import FunctionKernel, Kernel, RunFn
+from nnhal.hostkernels.base import FunctionKernel
 
 
 class LSTMKernel(FunctionKernel):
@@ -44,32 +43,4 @@ class LSTMKernel(FunctionKernel):
         return rec.pack(ys, finals, x.dtype)
 
 
-class FastLSTMKernel(Kernel):
-    """Packed weights, one GEMM for the input projection of every step and direction, in-place gates
-    (hostkernels/_recurrent.py); the common case only (``_recurrent.fits``)."""
-
-    op_type = "LSTM"
-    name = "fast"
-
-    def score(self, node, ins, outs) -> int:
-        return 2 if _recurrent.fits(node, ins, ("Sigmoid", "Tanh", "Tanh"), (5, 6)) else 0
-
-    def prepare(self, node, ins, outs) -> RunFn:
-        packed = _recurrent.pack(ins, 4, 4, 3)
-        layout = node.attrs.get("layout", 0)
-        reverse = tuple(d == 1 or node.attrs["direction"] == "reverse" for d in range(packed.directions))
-        dtype = np.dtype(ins[0].dtype)
-
-        def run(inputs, outputs):
-            x = inputs[0]
-            batch = x.shape[1 - layout]
-            shape = (packed.directions, batch, packed.hidden)
-            h = _recurrent.initial(inputs, 5, shape, layout)
-            c = _recurrent.initial(inputs, 6, shape, layout)
-            y, states = _recurrent.lstm(x, packed, h, c, reverse, layout)
-            return _recurrent.finish(y, states, outputs, dtype, layout)
-
-        return run
-
-
-IMPLEMENTATIONS = (LSTMKernel, FastLSTMKernel)
+IMPLEMENTATIONS = (LSTMKernel,)

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnhal.device.cpu.kernels import _nhwc, _pool_native
 from nnhal.hostkernels import _pool2d
 from nnhal.hostkernels._nn import geometry_cache, max_pool, max_pool_indices
 from nnhal.hostkernels.base import Kernel, RunFn, store
@@ -54,32 +53,4 @@ class MaxPoolSeparable(Kernel):
         return run
 
 
-class MaxPoolNHWC(MaxPoolSeparable):
-    """Channels last, 2-D, float, static, no indices output: the native one-pass kernel for float32 (any
-    dilation, see _pool_native), else separable maxima (see _nhwc). Either writes into a channel slice."""
-
-    name = "nhwc"
-    layout = "NHWC"
-    strided_output = True
-    make_pool = staticmethod(_nhwc.make_pool)
-
-    def score(self, node, ins, outs) -> int:
-        if len(node.outputs) > 1 and node.outputs[1]:
-            return 0
-        return 10 if _pool_native.geometry(node, ins, outs) is not None else super().score(node, ins, outs)
-
-    def prepare(self, node, ins, outs) -> RunFn:
-        g = _pool_native.geometry(node, ins, outs)
-        if g is None:
-            return super().prepare(node, ins, outs)
-        pool = _pool_native.make_pool(g, tuple(ins[0].shape), "max")
-        n, c, oh, ow = outs[0].shape
-
-        def run(inputs, outputs):
-            out = outputs[0] if outputs[0] is not None else np.empty((n, oh, ow, c), np.float32)
-            return (pool(inputs[0], out),) + (None,) * (len(outputs) - 1)
-
-        return run
-
-
-IMPLEMENTATIONS = (MaxPoolKernel, MaxPoolSeparable, MaxPoolNHWC)
+IMPLEMENTATIONS = (MaxPoolKernel, MaxPoolSeparable)

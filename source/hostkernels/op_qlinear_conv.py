@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnhal.device.cpu import parallel
 from nnhal.hostkernels._qrc import channel_param, integer_conv, saturate, shifted, weight_zero
 from nnhal.hostkernels.base import FunctionKernel, Kernel, RunFn, store
 from nnhal.hostkernels.windows import im2col
@@ -31,6 +30,8 @@ class PackedQLinearConv(Kernel):
     provably stays below 2^24 (exact), else float64; the same float32 rescale as the reference."""
 
     op_type = "QLinearConv"
+    # the matrix product; the cpu device's subclass runs it on its pool (device/cpu/kernels/_pooled.py)
+    matmul = staticmethod(np.matmul)
     name = "packed"
 
     def score(self, node, ins, outs) -> int:
@@ -63,7 +64,7 @@ class PackedQLinearConv(Kernel):
             nb, n = x.shape[0], len(out_sizes)
             perm = (0, 1, *range(2 + n, 2 + 2 * n), *range(2, 2 + n))
             cols = np.ascontiguousarray(win.transpose(perm)).reshape(nb, group, -1, int(np.prod(out_sizes)))
-            acc = parallel.matmul(packed[None], cols).reshape(nb, w.shape[0], *out_sizes).astype(np.float64)
+            acc = self.matmul(packed[None], cols).reshape(nb, w.shape[0], *out_sizes).astype(np.float64)
             if len(inputs) > 8 and inputs[8] is not None:
                 acc += channel_param(inputs[8].astype(np.float64), acc.ndim)
             y = acc.astype(np.float32) * factor

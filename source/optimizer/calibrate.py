@@ -319,7 +319,7 @@ class _Runner:
         self.seen: dict[tuple, Graph] = {}
 
     def run(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        from nnhal.hostkernels.graphrun import compile_nodes
+        from nnhal.device.manager import graph_compiler
         from nnhal.optimizer.infer import infer_graph
 
         key = tuple((n, feed[n].dtype.str, feed[n].shape) for n in self.graph.inputs)
@@ -336,7 +336,7 @@ class _Runner:
             names = [o for n in g.nodes for o in n.outputs if o]
             if len(self.plans) >= self.MAX_PLANS:
                 self.plans.pop(next(iter(self.plans)))
-            self.plans[key] = (g, compile_nodes(g, g.nodes, list(g.inputs), names))
+            self.plans[key] = (g, graph_compiler()(g, g.nodes, list(g.inputs), names))
             self.seen[key] = g
         else:
             self.plans[key] = self.plans.pop(key)        # most recently used last

@@ -234,13 +234,13 @@ def sensitivities(graph: Graph, plan: Any, feeds: dict[str, np.ndarray], bar=Non
                   ) -> tuple[list[np.ndarray], list[NodeSensitivity]]:
     """(the fp32 outputs, each weighted node's own quantization error on the fp32 values of its inputs)
     (see the module doc)."""
+    from nnhal.device.manager import graph_compiler
     from nnhal.graph.tensor import constant
-    from nnhal.hostkernels.graphrun import compile_nodes
     from nnhal.optimizer.quantize import dynamic_block, per_block_int8, per_channel_int8
 
     names = [o for n in graph.nodes for o in n.outputs if o]
     values = dict(feeds)
-    compile_nodes(graph, graph.nodes, list(graph.inputs), names).run(values)
+    graph_compiler()(graph, graph.nodes, list(graph.inputs), names).run(values)
     outputs = [values[o] for o in graph.outputs]
     index = {n.name: i for i, n in enumerate(graph.nodes)}
     higher = set(plan.higher) if plan is not None else set()
@@ -272,7 +272,7 @@ def sensitivities(graph: Graph, plan: Any, feeds: dict[str, np.ndarray], bar=Non
         local = graph.copy()
         local.tensors[w.name] = constant(w.name, deq.T if transposed else deq)
         run = {**{n: values[n] for n in node.inputs if n and n in values}, node.inputs[0]: xq}
-        compile_nodes(local, [node], [n for n in node.inputs if n and not local.tensors[n].is_constant],
+        graph_compiler()(local, [node], [n for n in node.inputs if n and not local.tensors[n].is_constant],
                       [node.outputs[0]]).run(run)
         y, ref = run[node.outputs[0]], values[node.outputs[0]]
         columns = list(dynamic.get(node.name, ()))
@@ -289,10 +289,10 @@ def sensitivities(graph: Graph, plan: Any, feeds: dict[str, np.ndarray], bar=Non
 
 def fp32_outputs(graph: Graph, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
     """The graph's outputs from one fp32 CPU run on ``feeds``."""
-    from nnhal.hostkernels.graphrun import compile_nodes
+    from nnhal.device.manager import graph_compiler
 
     values = dict(feeds)
-    compile_nodes(graph, graph.nodes, list(graph.inputs), list(graph.outputs)).run(values)
+    graph_compiler()(graph, graph.nodes, list(graph.inputs), list(graph.outputs)).run(values)
     return [values[o] for o in graph.outputs]
 
 
@@ -300,7 +300,7 @@ def _downstream_error(graph: Graph, at: int, name: str, value: np.ndarray, value
                       reference: list[np.ndarray]) -> float:
     """The graph outputs' relative error when only tensor ``name`` (written by node ``at``) is ``value``: the
     rest of the graph runs in fp32 from the fp32 values, so only this node's error reaches the outputs."""
-    from nnhal.hostkernels.graphrun import compile_nodes
+    from nnhal.device.manager import graph_compiler
 
     after = graph.nodes[at + 1:]
     made = {o for n in after for o in n.outputs if o}
@@ -308,7 +308,7 @@ def _downstream_error(graph: Graph, at: int, name: str, value: np.ndarray, value
                      and not graph.tensors[i].is_constant} | {name})
     run = {i: values[i] for i in needed}
     run[name] = value
-    compile_nodes(graph, after, needed, list(graph.outputs)).run(run)
+    graph_compiler()(graph, after, needed, list(graph.outputs)).run(run)
     got = [run[o] if o in run else values[o] for o in graph.outputs]
     return relative_error(got, reference)
 

@@ -156,12 +156,12 @@ def token_statistics(graph: Graph, feeds: dict[str, np.ndarray], names: list[str
                      ) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], dict[str, np.ndarray]]:
     """(per-channel min and max, up to ``rows`` rows [R, K] evenly spread over the tokens) of each of
     ``names`` over one fp32 CPU run of ``graph`` on ``feeds``."""
-    from nnhal.hostkernels.graphrun import compile_nodes
+    from nnhal.device.manager import graph_compiler
 
     if not names:
         return {}, {}
     values = dict(feeds)
-    compile_nodes(graph, graph.nodes, list(graph.inputs), names).run(values)
+    graph_compiler()(graph, graph.nodes, list(graph.inputs), names).run(values)
     extremes, samples = {}, {}
     for name in names:
         flat = np.asarray(values[name]).reshape(-1, values[name].shape[-1])

@@ -32,10 +32,10 @@ CANDIDATES = np.linspace(1.0, 0.3, 15)
 
 def collect(graph: Graph, feeds: list[dict[str, np.ndarray]]) -> dict[str, tuple[float, float, np.ndarray]]:
     """Per float tensor: min, max and a fixed-size sample of values over fp32 CPU runs on ``feeds``."""
-    from nnhal.hostkernels.graphrun import compile_nodes
+    from nnhal.device.manager import graph_compiler
 
     names = [o for n in graph.nodes for o in n.outputs if o]
-    plan = compile_nodes(graph, graph.nodes, list(graph.inputs), names)
+    plan = graph_compiler()(graph, graph.nodes, list(graph.inputs), names)
     stats: dict[str, tuple[float, float, list[np.ndarray]]] = {}
     rng = np.random.default_rng(0)
     for feed in feeds:

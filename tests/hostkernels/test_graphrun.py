@@ -1,12 +1,15 @@
-"""nnhal.hostkernels.graphrun: a whole graph on the host kernels, by the plain interpreter (no device
-registered) or by the compiler a device installs (the cpu plan), with the same results."""
+"""nnhal.hostkernels.graphrun: a whole graph on the host kernels, by the plain interpreter or by the
+compiler a device gives in its record (Optimizer.compile_graph: the cpu plan), with the same results."""
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 from onnx import TensorProto, helper
 
 import nnhal
 from nnhal.device.cpu.plan import compile_nodes as cpu_compile
+from nnhal.device.manager import find_device, graph_compiler
 from nnhal.hostkernels import graphrun
 from nnhal.optimizer.infer import infer_graph
 from nnhal.serializer.onnx_import import load_onnx
@@ -52,11 +55,23 @@ def test_the_interpreter_and_the_cpu_plan_agree():
     assert (got["interpreter"] >= 3 * x.mean() - 1e-5).all()      # relu(...) + the Loop's 3 * mean(x)
 
 
-def test_the_cpu_device_installs_its_planner_while_registered():
+def test_calibration_compiles_through_the_first_devices_compile_graph_hook(monkeypatch):
+    """The optimizer's fp32 runs take their compiler from the device record (Optimizer.compile_graph of the
+    first registered device that fills it: the cpu plan), no global hook; the interpreter without one."""
     nnhal.init()
-    assert graphrun._compiler is cpu_compile
-    graphrun.install_compiler(None)
-    try:
-        assert graphrun._compiler is graphrun.interpret
-    finally:
-        graphrun.install_compiler(cpu_compile)
+    assert graph_compiler() is cpu_compile
+    cpu = find_device("cpu")
+    calls = []
+
+    def recording(graph, nodes, inputs, outputs):
+        calls.append(len(nodes))
+        return graphrun.interpret(graph, nodes, inputs, outputs)
+
+    monkeypatch.setattr(cpu, "optimizer", dataclasses.replace(cpu.optimizer, compile_graph=recording))
+    x = np.random.default_rng(2).standard_normal((1, 2, 5, 5)).astype(np.float32)
+    table = nnhal.calibrate(_model(), [{"x": x}])
+    assert calls, "calibration did not call the device's compile_graph"
+    lo, hi = table.ranges["y"]
+    assert lo >= 0 and hi > 0               # y = relu(...) + 3 * mean(x) >= 3 * mean(x)
+    monkeypatch.setattr(cpu, "optimizer", dataclasses.replace(cpu.optimizer, compile_graph=None))
+    assert graph_compiler() is graphrun.interpret

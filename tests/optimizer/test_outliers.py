@@ -185,13 +185,13 @@ def test_smoothing_measured_on_rows_beats_the_noise_model_under_dynamic_blocks()
 
 
 def test_plan_measures_alpha_where_rows_are_given():
-    from nnhal.hostkernels.graphrun import compile_nodes
+    from nnhal.device.manager import graph_compiler
     from nnhal.optimizer.outliers import _measured_alpha, token_activations, token_statistics
 
     _, g, feeds = _bert_graph()
     names = token_activations(g)
     values = dict(feeds)
-    compile_nodes(g, g.nodes, list(g.inputs), names).run(values)
+    graph_compiler()(g, g.nodes, list(g.inputs), names).run(values)
     channels, samples = token_statistics(g, feeds, names)
     assert set(samples) == set(names) and all(samples[n].shape == (16, values[n].shape[-1]) for n in names)
     for n in names:          # the extremes are over every row, the sample is rows of the tensor

@@ -10,6 +10,7 @@ import statistics
 
 from nnhal.device.cpu import native, parallel, qnative
 from nnhal.device.cpu.fp16 import COMPUTE, to_fp16_storage
+from nnhal.device.cpu.kernels import implementations
 from nnhal.device.cpu.plan import NESTED, Plan, compile_nodes
 from nnhal.device.cpu.threads import use_threads
 from nnhal.device.device import (
@@ -26,8 +27,7 @@ from nnhal.device.device import (
 )
 from nnhal.device.manager import register_device, unregister_device
 from nnhal.graph.subgraph import Subgraph
-from nnhal.hostkernels.graphrun import install_compiler, tensor_info
-from nnhal.hostkernels.select import implementations
+from nnhal.hostkernels.graphrun import tensor_info
 from nnhal.hostkernels.table import DOMAINS
 from nnhal.optimizer.precision import to_quantized
 
@@ -147,16 +147,15 @@ def cpu_optimize_graph(subgraph: Subgraph, precision: str) -> Subgraph:
 
 CPU_INTERFACE = Interface(run=cpu_run, pre_run=cpu_pre_run, release_graph=cpu_release_graph, profile=cpu_profile)
 CPU_ALLOCATOR = Allocator(describe=cpu_describe, evaluation=cpu_evaluation)
+# the optimizer's fp32 runs (calibration, sensitivities) compile their host-kernel graphs with the cpu plan
+# (fusions, layouts, arena): Optimizer.compile_graph
+CPU_OPTIMIZER = Optimizer(optimize_graph=cpu_optimize_graph, compile_graph=compile_nodes)
 
 
 def register_cpu_device() -> None:
-    # NOTE: control-flow bodies, folding and calibration run host-kernel graphs through the cpu plan
-    # (fusions, layouts, arena) while the cpu device is registered; the plain interpreter otherwise.
-    install_compiler(compile_nodes)
     register_device(Device(name="cpu", interface=CPU_INTERFACE, allocator=CPU_ALLOCATOR,
-                           optimizer=Optimizer(optimize_graph=cpu_optimize_graph)))
+                           optimizer=CPU_OPTIMIZER))
 
 
 def unregister_cpu_device() -> None:
     unregister_device("cpu")
-    install_compiler(None)

@@ -21,10 +21,13 @@ from typing import NamedTuple
 import numpy as np
 
 from nnhal.device.cpu.kernels import select
+from nnhal.device.cpu.kernels.matmul import MatMulFast
 from nnhal.errors import NnhalError
 from nnhal.graph.node import Node
 from nnhal.hostkernels.base import Kernel
 from nnhal.hostkernels.fused import Activation, EpilogueOp, activation_of, epilogue_of, fuse
+from nnhal.hostkernels.op_gelu import GeluFast
+from nnhal.hostkernels.op_matmul import MatMulKernel
 from nnhal.operator.base import Info
 
 
@@ -146,7 +149,7 @@ def fuse_matmul(chosen: list[Chosen], external: set[str]) -> list[Chosen]:
     for pos in range(len(chosen)):
         while pos not in dropped:
             node, kernel, ins, outs = chosen[pos]
-            if node.op_type != "MatMul" or node.domain or kernel.name != "reference" \
+            if node.op_type != "MatMul" or node.domain or not isinstance(kernel, (MatMulKernel, MatMulFast)) \
                     or activation_of(node) is not None \
                     or len(node.outputs) != 1 or not node.outputs[0]:
                 break
@@ -162,7 +165,7 @@ def fuse_matmul(chosen: list[Chosen], external: set[str]) -> list[Chosen]:
             epi = epilogue_of(node)
             if epi and epi[-1].op == "Gelu":
                 break
-            if nxt.op_type == "Gelu" and getattr(n_kernel, "name", "") == "fast" and outs[0].dtype == np.float32 \
+            if nxt.op_type == "Gelu" and isinstance(n_kernel, GeluFast) and outs[0].dtype == np.float32 \
                     and outs[0].shape is not None \
                     and all(isinstance(d, int) for d in outs[0].shape) and n_outs[0].shape == outs[0].shape:
                 node = fuse(node, nxt, outputs=list(nxt.outputs), epilogue=epi + (EpilogueOp("Gelu"),))

@@ -72,10 +72,18 @@ def generate(steps: Sequence, slots: Sequence, outputs: Sequence[tuple[str, int]
     return chunks
 
 
+def _aliases(step) -> bool:
+    """Whether the generated code runs ``step`` as a binding of its input (Identity: its output is its input, or a
+    per-run copy when it is a graph output), so its planned buffer, if it has one, is never written."""
+    return type(step.kernel) is IdentityKernel and len(step.ins) == 1 and step.outs[0] != 1
+
+
 def _segments(steps: Sequence, slots: Sequence, arena: np.ndarray) -> dict[int, tuple[int, object]]:
     """first step -> (stop, Builder) of each run of steps a native step program takes (never across a chunk)."""
     arena_of: dict[int, int] = {}       # slots always written into their arena buffer
     for step in steps:
+        if _aliases(step):
+            continue        # the generated line binds its input: its template buffer is never written
         fresh = {p for p, _, _ in step.fresh}
         for p, (idx, buf) in enumerate(zip(step.outs, step.buffers)):
             offset = native_steps.arena_offset(buf, arena) if p not in fresh and idx > 1 else None
@@ -134,7 +142,7 @@ def _chunk(steps: Sequence, slots: Sequence, first: int, stop: int, last_read: d
         if k < segment_end:
             body.append("    pass")
             continue
-        if type(step.kernel) is IdentityKernel and len(step.ins) == 1 and step.outs[0] != 1:
+        if _aliases(step):
             # NOTE: Identity is its input (a declared view): no call; into a graph output, one C-order copy
             src = name(step.ins[0])
             defined.add(step.outs[0])

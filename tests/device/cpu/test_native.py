@@ -1,4 +1,4 @@
-"""The native (C) host kernels against numpy: each native path and the numpy path it replaces give the
+"""The cpu device's native (C) kernels against numpy: each native path and the numpy path it replaces give the
 same results, and the numpy paths stay covered with the native kernels switched off.
 
 CI sets NNHAL_REQUIRE_NATIVE=1 (.ci/run): there the library must have been built and loaded."""
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from nnhal.device.cpu import native
-from nnhal.hostkernels import _blocks, op_gelu
+from nnhal.device.cpu.kernels import _gates, gelu
 from nnhal.hostkernels.fused import Activation
 from tests.device.cpu import test_nhwc_conv as nhwc
 
@@ -101,8 +101,8 @@ def _with_gates(reference):
 
 EXTREMES = np.array([0.0, -0.0, 1e-30, -1e-30, 3.0, -3.0, 2.5, -2.5, 6.0, -6.0, 40.0, -40.0, 87.0, -87.0,
                      88.5, -88.5, 100.0, -100.0, 1e30, -1e30, np.inf, -np.inf, np.nan], np.float32)
-GATES = {"sigmoid": _blocks.sigmoid_, "silu": _blocks.silu_, "hardswish": _blocks.hardswish_,
-         "hardsigmoid": lambda y: _blocks.hardsigmoid_(y, 0.2, 0.5), "gelu": op_gelu.gelu_inplace}
+GATES = {"sigmoid": _gates.sigmoid_, "silu": _gates.silu_, "hardswish": _gates.hardswish_,
+         "hardsigmoid": lambda y: _gates.hardsigmoid_(y, 0.2, 0.5), "gelu": gelu.gelu_inplace}
 
 
 @needs_native
@@ -134,12 +134,12 @@ def test_native_gates_match_numpy(monkeypatch, kind, size):
 def test_native_gates_leave_float64_and_strided_to_numpy():
     y = np.linspace(-5, 5, 101)
     want = 1 / (1 + np.exp(-y))
-    _blocks.sigmoid_(y)
+    _gates.sigmoid_(y)
     np.testing.assert_allclose(y, want, rtol=1e-15)
     z = np.linspace(-5, 5, 202).astype(np.float32)
     view = z[::2]
     expect = (view.astype(np.float64) / (1 + np.exp(-view.astype(np.float64)))).astype(np.float32)
-    _blocks.silu_(view)
+    _gates.silu_(view)
     np.testing.assert_allclose(view, expect, rtol=1e-6, atol=1e-7)
     assert np.all(z[1::2] == np.linspace(-5, 5, 202).astype(np.float32)[1::2])
 
@@ -178,12 +178,20 @@ def test_native_fake_quantize_blocks_is_numpy_bit_for_bit(signed, block):
     np.testing.assert_array_equal(got, _numpy_fake_quantize(x, block, signed))
 
 
+@pytest.mark.parametrize("built", [True, False], ids=["native", "without-native"])
 @pytest.mark.parametrize("activation", ["int8", "uint8"])
-def test_dynamic_gemm_blocks_without_native(monkeypatch, activation):
-    """The DynamicQuantizeGemm kernel's numpy path (no native kernels) passes the same checks."""
+def test_dynamic_gemm_blocks_on_the_cpu_device(monkeypatch, activation, built):
+    """The cpu device's DynamicQuantizeGemm kernel (native block quantization and GEMM, or its numpy path
+    when the native kernels are off) passes the checks the host kernel passes (tests/optimizer)."""
+    from nnhal.device.cpu.kernels.quantized import DynamicQuantizeGemmNative
+    from nnhal.hostkernels import nn_dynamic_quantize_gemm
     from tests.optimizer.test_outliers import test_dynamic_gemm_in_blocks_scales_each_block_and_beats_whole_rows
 
-    monkeypatch.setattr(native, "available", lambda: False)
+    if built and not native.available():
+        pytest.skip(f"native kernels: {native.status().reason}")
+    monkeypatch.setattr(nn_dynamic_quantize_gemm, "DynamicQuantizeGemmKernel", DynamicQuantizeGemmNative)
+    if not built:
+        monkeypatch.setattr(native, "available", lambda: False)
     test_dynamic_gemm_in_blocks_scales_each_block_and_beats_whole_rows(activation)
 
 

@@ -37,7 +37,7 @@ def _operands(shape, seed=0):
 
 
 def _numpy(a, b, act):
-    from nnhal.hostkernels._scratch import apply_activation
+    from nnhal.device.cpu.kernels._gates import apply_activation
     out = np.add(a, b)
     apply_activation(out, act)
     return out

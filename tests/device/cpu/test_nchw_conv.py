@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nnhal.device.cpu.kernels import select
 from nnhal.device.cpu.kernels import conv as op_conv
+from nnhal.device.cpu.kernels import select
 from nnhal.hostkernels._conv2d import conv2d
 from tests.device.cpu.test_nhwc_conv import ACTIVATIONS, CASES, make, reference
 

@@ -7,11 +7,10 @@ import zlib
 import numpy as np
 import pytest
 
-from nnhal.device.cpu.kernels import select
+from nnhal.device.cpu.kernels import _conv_nhwc, implementations, select
 from nnhal.graph.node import Node
-from nnhal.device.cpu.kernels import _conv_nhwc
 from nnhal.hostkernels.fused import Activation, FusedNode, activation_of
-from nnhal.hostkernels.select import force_reference, implementations
+from nnhal.hostkernels.select import force_reference
 from nnhal.operator.base import Info
 from nnhal.operator.table import get_prototype
 

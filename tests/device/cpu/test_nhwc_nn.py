@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from nnhal.device.cpu import native
-from nnhal.device.cpu.kernels import select
+from nnhal.device.cpu.kernels import implementations, select
 from nnhal.graph.node import Node
 from nnhal.hostkernels.base import Kernel
 from nnhal.hostkernels.fused import Activation, FusedNode
-from nnhal.hostkernels.select import force_reference, implementations
+from nnhal.hostkernels.select import force_reference
 from nnhal.operator.base import Info
 from nnhal.operator.table import get_prototype
 
@@ -71,7 +71,7 @@ def check(node: Node, ins: list[Info], outs: list[Info], inputs: list, rtol: flo
 
 
 def nhwc_kernel(op: str) -> Kernel:
-    (kernel,) = (k for k in implementations(op) if k.layout == "NHWC")
+    (kernel,) = (k for k in implementations(op) if k.layout == "NHWC" and k.name == "nhwc")
     return kernel
 
 

@@ -1,20 +1,31 @@
-"""The cpu device's fast kernels: native or pooled variants of host kernels (nnhal.hostkernels keeps the numpy
-references that constant folding and the other devices share). The cpu device's plan chooses among both:
-:func:`select` is the host select with this folder's table as its ``extra`` kernels.
+"""The cpu device's fast kernels: native, pooled or channels-last variants of the host kernels, one module per
+op family (nnhal.hostkernels keeps the numpy reference of every op, which constant folding and the other
+devices share). The cpu device's plan chooses among both: :func:`select` is the host select with this
+folder's table as its ``extra`` kernels, :func:`implementations` lists both.
 
-NOTE: issue 24 step 3 is under way; the fast kernels still in hostkernels/ are listed in tests/test_layering.py
-(FAST_PATH_STILL_IN_HOSTKERNELS) until they move here.
+A module here defines ``IMPLEMENTATIONS`` (Kernel classes of ONNX ops) and, for ops of other domains,
+``DOMAINS`` (domain -> classes); the helpers they share are the modules whose names start with "_".
 """
 from __future__ import annotations
 
 from nnhal.device.cpu.kernels import (
     add,
+    attention,
     batch_normalization,
     cast,
     control,
+    conv,
     conv1d,
+    conv_transpose,
+    gates,
     gather,
+    gelu,
+    gemm,
     layer_normalization,
+    lrn,
+    matmul,
+    pool,
+    quantized,
     recurrent,
     resize,
     softmax,
@@ -23,15 +34,32 @@ from nnhal.device.cpu.kernels import (
 )
 from nnhal.graph.node import Node
 from nnhal.hostkernels.base import Kernel
-from nnhal.hostkernels.select import kernel_table
+from nnhal.hostkernels.select import KernelTable, kernel_table
+from nnhal.hostkernels.select import implementations as host_implementations
 from nnhal.hostkernels.select import select as host_select
 from nnhal.operator.base import Info
 
-FAST = kernel_table(cls for module in (add, batch_normalization, cast, control, conv1d, gather, layer_normalization,
-                                               recurrent, resize, softmax, split, transpose)
-                    for cls in module.IMPLEMENTATIONS)
+MODULES = (add, attention, batch_normalization, cast, control, conv, conv1d, conv_transpose, gates, gather,
+           gelu, gemm, layer_normalization, lrn, matmul, pool, quantized, recurrent, resize, softmax, split,
+           transpose)
+
+
+def _table() -> KernelTable:
+    table = dict(kernel_table(cls for module in MODULES for cls in module.IMPLEMENTATIONS))
+    for module in MODULES:
+        for domain, classes in getattr(module, "DOMAINS", {}).items():
+            table.update(kernel_table(classes, domain))
+    return table
+
+
+FAST = _table()
 
 
 def select(node: Node, ins: list[Info | None], outs: list[Info], layout: str | None = None) -> Kernel:
     """The best kernel for this node on the cpu device: a host kernel or one of this folder's."""
     return host_select(node, ins, outs, layout, extra=FAST)
+
+
+def implementations(op_type: str, domain: str = "") -> tuple[Kernel, ...]:
+    """Every implementation of an op on the cpu device: the host kernels, then this folder's."""
+    return (*host_implementations(op_type, domain), *FAST.get(("" if domain == "ai.onnx" else domain, op_type), ()))

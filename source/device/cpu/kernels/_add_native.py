@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from nnhal.device.cpu import native
-from nnhal.hostkernels._scratch import apply_activation
+from nnhal.device.cpu.kernels._gates import apply_activation
 from nnhal.hostkernels.base import RunFn
 from nnhal.hostkernels.fused import activation_of
 from nnhal.operator.base import Info

@@ -31,6 +31,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from nnhal.device.cpu import native, parallel
+from nnhal.device.cpu.kernels import _gates
 from nnhal.device.cpu.native import direct_conv
 from nnhal.graph.node import Node
 from nnhal.hostkernels import _conv2d, _scratch
@@ -79,7 +80,7 @@ def _epilogue(node: Node, ins: list[Info | None], dtype: np.dtype, row: int) -> 
         if bias is not None:
             rows = block.reshape(-1, row)
             np.add(rows, bias, out=rows)
-        _scratch.apply_activation(block, act)
+        _gates.apply_activation(block, act)
 
     return finish
 

@@ -1,8 +1,5 @@
-"""Conv on the CPU: N-d im2col + GEMM (reference) and the fast 2-D kernels.
-
-reference: the input is padded into a buffer, windows are gathered with a
-strided view, and each group is one matrix product with the weights packed at
-prepare.
+"""Conv on the cpu device: the fast 2-D kernels beside the host reference (hostkernels/op_conv.py: N-d
+im2col + GEMM, here with its products on the pool).
 
 gemm (2-D, constant weights, static shapes), NCHW, weights packed at prepare:
 1x1 convolutions are one GEMM straight on the input (a strided copy first
@@ -28,55 +25,19 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from nnhal.device.cpu import parallel
+from nnhal.device.cpu.kernels import _gates
 from nnhal.device.cpu.kernels._conv_nhwc import ConvGemmNHWC, ConvWinogradNHWC, act_record, native_depthwise
+from nnhal.device.cpu.kernels._pooled import Pooled
 from nnhal.device.cpu.native import direct_conv
 from nnhal.hostkernels import _conv2d, _scratch
-from nnhal.hostkernels.base import Kernel, RunFn, store
+from nnhal.hostkernels.base import Kernel, RunFn
 from nnhal.hostkernels.fused import activation_of
-from nnhal.hostkernels.windows import im2col
+from nnhal.hostkernels.op_conv import ConvIm2col
 from nnhal.operator.base import Info
-from nnhal.operator.table import get_prototype
 
 
-class ConvIm2col(Kernel):
-    op_type = "Conv"
-    name = "reference"
-
-    def prepare(self, node, ins, outs) -> RunFn:
-        proto = get_prototype("", "Conv")
-        group = node.attrs["group"]
-        has_bias = len(ins) > 2 and ins[2] is not None
-        w_info = ins[1]
-        dtype = outs[0].dtype
-        packed: dict[str, np.ndarray] = {}
-        if w_info.value is not None:
-            packed["w"] = _pack(w_info.value, group)
-
-        def run(inputs, outputs):
-            x, w = inputs[0], inputs[1]
-            if "w" not in packed:       # weights known only now: check them as inference would have
-                proto.check_operands(node, x.shape, w.shape)
-            g = proto.geometry(node, x.shape, w.shape)
-            wg = packed["w"] if "w" in packed else _pack(w, group)
-            win, out_sizes = im2col(x, g["kernel"], g["strides"], g["dilations"], g["pads"])
-            nb = x.shape[0]
-            nsp = len(out_sizes)
-            # (N, C, *out, *k) -> (N, G, C/G * prod(k), prod(out))
-            perm = (0, 1, *range(2 + nsp, 2 + 2 * nsp), *range(2, 2 + nsp))
-            cols = np.ascontiguousarray(win.transpose(perm)).reshape(nb, group, -1, int(np.prod(out_sizes)))
-            y = parallel.matmul(wg[None], cols)  # (N, G, M/G, P)
-            y = y.reshape(nb, w.shape[0], *out_sizes)
-            if has_bias:
-                y += inputs[2].reshape((1, -1) + (1,) * nsp)
-            return (store(y, outputs[0], dtype),)
-
-        return run
-
-
-def _pack(w: np.ndarray, group: int) -> np.ndarray:
-    """Weights (M, C/G, *k) -> (G, M/G, C/G * prod(k))."""
-    m = w.shape[0]
-    return np.ascontiguousarray(w.reshape(group, m // group, -1))
+class ConvIm2colPooled(Pooled, ConvIm2col):
+    """The reference N-d im2col + GEMM (hostkernels/op_conv.py) with its products on the cpu device's pool."""
 
 
 # scratch bound of one im2col band (bytes); bigger convolutions run in bands of output rows
@@ -102,7 +63,7 @@ def _epilogue(node, ins, s: _conv2d.Conv2d) -> Finish:
     def finish(y: np.ndarray) -> tuple:
         if bias is not None:
             np.add(y, bias, out=y)
-        _scratch.apply_activation(y, act)
+        _gates.apply_activation(y, act)
         return (y,)
 
     return finish
@@ -414,4 +375,4 @@ class Conv1dGemm(Kernel):
         return run
 
 
-IMPLEMENTATIONS = (ConvIm2col, ConvGemm, ConvWinograd, ConvGemmNHWC, ConvWinogradNHWC, Conv1dGemm)
+IMPLEMENTATIONS = (ConvIm2colPooled, ConvGemm, ConvWinograd, ConvGemmNHWC, ConvWinogradNHWC, Conv1dGemm)

@@ -1,4 +1,5 @@
-"""MatMul on the CPU: np.matmul into the output; (…, K) @ (K, N) as one flat GEMM.
+"""MatMul on the cpu device, fast: the host reference's product (hostkernels/op_matmul.py) on the pool, a
+float32 product with a constant bias and activation by the native GEMM, and a fused epilogue blockwise.
 
 The CPU plan may fuse what follows a MatMul into its node (never under NNHAL_CPU_REFERENCE=1): the
 FusedNode's ``epilogue`` (EpilogueOp records, hostkernels/fused.py) applies element-wise Add/Mul/Div/Sub
@@ -11,41 +12,25 @@ from __future__ import annotations
 import numpy as np
 
 from nnhal.device.cpu import native, parallel
-from nnhal.hostkernels import _blocks, _scratch
-from nnhal.hostkernels._scratch import fused
+from nnhal.device.cpu.kernels._gates import fused
+from nnhal.device.cpu.kernels.gelu import gelu_chunk, gelu_inplace
+from nnhal.hostkernels import _blocks, _scratch, op_matmul
 from nnhal.hostkernels.base import Kernel, RunFn
 from nnhal.hostkernels.fused import epilogue_of
-from nnhal.hostkernels.op_gelu import gelu_chunk, gelu_inplace
 
-_UFUNCS = {"Add": np.add, "Mul": np.multiply, "Div": np.divide, "Sub": np.subtract}
+_UFUNCS = op_matmul.UFUNCS
 # elements of the product per epilogue + Gelu block (the dozen passes of the Gelu stay in L2)
 BLOCK = 1 << 16
 
 
 def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None) -> np.ndarray:
-    """numpy matmul; a stacked A times a matrix B becomes one 2-D product.
-
-    NOTE: numpy runs a stacked (…, M, K) @ (K, N) as a loop of small GEMMs that OpenBLAS does not thread
-    (ConvNeXt's (1, 56, 56, 96) @ (96, 384): 1.73 ms strided, 1.45 contiguous against 1.15 as one 2-D
-    GEMM at 2 threads), so a strided A is copied first (1.30 ms with the copy) and a strided output
-    takes the product from a temporary."""
-    if b.ndim == 2 and a.ndim > 2:
-        flat = a.reshape(-1, a.shape[-1])   # a view when a's strides allow, else one contiguous copy
-        shape = a.shape[:-1] + (b.shape[1],)
-        if out is None:
-            return parallel.matmul(flat, b).reshape(shape)
-        if out.flags.c_contiguous:
-            parallel.matmul(flat, b, out=out.reshape(-1, b.shape[1]))
-        else:
-            np.copyto(out, parallel.matmul(flat, b).reshape(shape))
-        return out
-    if out is not None:
-        return parallel.matmul(a, b, out=out)
-    return parallel.matmul(a, b)
+    """op_matmul.matmul with the product on the cpu device's pool (parallel.matmul)."""
+    return op_matmul.matmul(a, b, out, parallel.matmul)
 
 
-class MatMulKernel(Kernel):
+class MatMulFast(Kernel):
     op_type = "MatMul"
+    name = "fast"
     fuse_activation = True   # a Relu/Clip fused by the CPU plan runs in place on the result
 
     def prepare(self, node, ins, outs) -> RunFn:
@@ -67,6 +52,9 @@ class MatMulKernel(Kernel):
             return (y,)
 
         return fused(_native_first(run, ops, ins, outs[0], None), node)
+
+    def score(self, node, ins, outs) -> int:
+        return 2                 # above the reference's 1: the same nodes, faster
 
 
 def _native_first(run: RunFn, ops, ins, out_info, act: str | None) -> RunFn:
@@ -158,4 +146,4 @@ def _gelu_run(ops, out_info) -> RunFn:
     return run
 
 
-IMPLEMENTATIONS = (MatMulKernel,)
+IMPLEMENTATIONS = (MatMulFast,)

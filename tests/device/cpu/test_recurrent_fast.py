@@ -1,6 +1,6 @@
-"""The fast LSTM and GRU kernels (hostkernels/_recurrent.py) against the ONNX reference evaluator, with the native
-kernels switched off (with them, the cpu device's native recurrence takes these nodes: tests/device/cpu/
-test_native_recurrent.py)."""
+"""The fast LSTM and GRU kernels (device/cpu/kernels/recurrent.py, _recurrent.py) against the ONNX reference
+evaluator, with the native kernels switched off (with them, the cpu device's native recurrence takes these nodes:
+tests/device/cpu/test_native_recurrent.py)."""
 from __future__ import annotations
 
 import numpy as np

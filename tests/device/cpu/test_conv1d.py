@@ -1,5 +1,6 @@
-"""1-D convolutions on the 2-D GEMM kernels (op_conv.Conv1dGemm) and, group 1 with the native kernels loaded, on the
-cpu device's native im2col (device/cpu/kernels/conv1d.py), against the ONNX reference evaluator."""
+"""1-D convolutions on the 2-D GEMM kernels (device/cpu/kernels/conv.py, Conv1dGemm) and, group 1 with the native
+kernels loaded, on the cpu device's native im2col (device/cpu/kernels/conv1d.py), against the ONNX reference
+evaluator."""
 from __future__ import annotations
 
 import numpy as np

@@ -9,9 +9,9 @@ from onnx import TensorProto, helper, numpy_helper
 import nnhal
 from nnhal.conformance.tolerance import assert_within_bound, matmul_bound
 from nnhal.device.cpu.kernels import matmul as op_matmul
+from nnhal.device.cpu.kernels.matmul import matmul
 from nnhal.hostkernels._reduce import softmax
 from nnhal.hostkernels.fused import epilogue_of
-from nnhal.device.cpu.kernels.matmul import matmul
 from tests.conftest import make_model, vinfo
 
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the oracle (test extra)")

@@ -1,0 +1,60 @@
+"""The integer products in numpy (float BLAS on exact integer values) on the cpu device: the host's kernels
+(hostkernels/op_matmul_integer.py, op_qlinear_matmul.py, op_qlinear_conv.py, ms_qgemm.py,
+ms_matmul_integer_to_float.py, nn_dynamic_quantize_gemm.py) with their products on the pool; the
+per-token quantization of DynamicQuantizeGemm's blocks and its GEMM with the bias by the native kernels.
+The integer kernels proper (qnative) are integer.py's.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from nnhal.device.cpu import native, parallel
+from nnhal.device.cpu.kernels._pooled import Pooled
+from nnhal.hostkernels.ms_matmul_integer_to_float import MatMulIntegerToFloatKernel
+from nnhal.hostkernels.ms_qgemm import QGemmKernel
+from nnhal.hostkernels.nn_dynamic_quantize_gemm import DynamicQuantizeGemmKernel
+from nnhal.hostkernels.op_matmul_integer import MatMulIntegerKernel
+from nnhal.hostkernels.op_qlinear_conv import PackedQLinearConv
+from nnhal.hostkernels.op_qlinear_matmul import QLinearMatMulKernel
+
+
+class MatMulIntegerPooled(Pooled, MatMulIntegerKernel):
+    pass
+
+
+class QLinearMatMulPooled(Pooled, QLinearMatMulKernel):
+    pass
+
+
+class PackedQLinearConvPooled(Pooled, PackedQLinearConv):
+    name = "packed-pooled"
+
+
+class QGemmPooled(Pooled, QGemmKernel):
+    pass
+
+
+class MatMulIntegerToFloatPooled(Pooled, MatMulIntegerToFloatKernel):
+    pass
+
+
+class DynamicQuantizeGemmNative(Pooled, DynamicQuantizeGemmKernel):
+    """Blocks quantized in one native pass and their GEMM with the bias added by each part of the pool."""
+
+    name = "native"
+
+    def quantize_blocks(self, x: np.ndarray, block: int, signed: bool) -> np.ndarray:
+        if native.available() and x.dtype == np.float32 and x.flags.c_contiguous:
+            xq = np.empty_like(x)
+            native.fake_quantize_blocks(x, xq, block, signed)     # the numpy steps, in one pass
+            return xq
+        return super().quantize_blocks(x, block, signed)
+
+    def gemm_bias(self, xq: np.ndarray, wt: np.ndarray, out: np.ndarray, bias: np.ndarray | None) -> bool:
+        return native.available() and xq.dtype == np.float32 and xq.flags.c_contiguous \
+            and parallel.gemm(xq, wt, out, bias, None)
+
+
+IMPLEMENTATIONS = (MatMulIntegerPooled, QLinearMatMulPooled, PackedQLinearConvPooled)
+# the kernels of the other domains' ops, by domain
+DOMAINS = {"com.microsoft": (QGemmPooled, MatMulIntegerToFloatPooled), "ai.nnhal": (DynamicQuantizeGemmNative,)}
