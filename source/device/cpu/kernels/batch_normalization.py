@@ -16,6 +16,7 @@ import numpy as np
 from nnhal.device.cpu import native, parallel
 from nnhal.device.cpu.kernels import _nhwc
 from nnhal.device.cpu.kernels._gates import apply_activation
+from nnhal.device.cpu.kernels._io import contiguous_io
 from nnhal.hostkernels import _blocks
 from nnhal.hostkernels.base import Kernel, RunFn
 from nnhal.hostkernels.fused import activation_of
@@ -95,12 +96,7 @@ class BatchNormalizationNative(BatchNormalizationNHWC):
         affine = native.channel_affine
 
         def run(inputs, outputs):
-            x = inputs[0]
-            if not x.flags.c_contiguous:
-                x = np.ascontiguousarray(x)
-            y = outputs[0]
-            if y is None or not y.flags.c_contiguous:
-                y = np.empty(x.shape, np.float32)
+            x, y = contiguous_io(inputs, outputs, shape, np.float32)
             parts = parallel.native_parts(size, rows) if parallel.native_pool() else 1
             affine(x, y, a, b, act, parts)
             return (y,)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from nnhal.device.cpu import native
+from nnhal.device.cpu.kernels._io import contiguous_io
 from nnhal.hostkernels.base import Kernel, RunFn
 from nnhal.hostkernels.op_cast import CastKernel
 from nnhal.operator.base import Info
@@ -27,12 +28,7 @@ def _half_run(shape: tuple, dtype: np.dtype) -> RunFn:
     cast = native.cast_half
 
     def run(inputs, outputs):
-        x = inputs[0]
-        if not x.flags.c_contiguous:
-            x = np.ascontiguousarray(x)
-        out = outputs[0]
-        if out is None or not out.flags.c_contiguous:
-            out = np.empty(shape, dtype)
+        x, out = contiguous_io(inputs, outputs, shape, dtype)
         cast(x, out)
         return (out,)
 

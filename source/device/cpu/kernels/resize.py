@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from nnhal.device.cpu import native, parallel
+from nnhal.device.cpu.kernels._io import contiguous_io
 from nnhal.hostkernels._nn import resample, resample_plan
 from nnhal.hostkernels.base import Kernel, RunFn, store
 from nnhal.operator._nn import resize_targets
@@ -97,12 +98,7 @@ class ResizeNHWCNative(ResizeNHWC):
         resize = native.resize_nhwc
 
         def run(inputs, outputs):
-            x = inputs[0]
-            if not x.flags.c_contiguous:
-                x = np.ascontiguousarray(x)
-            y = outputs[0]
-            if y is None or not y.flags.c_contiguous:
-                y = np.empty(oshape, np.float32)
+            x, y = contiguous_io(inputs, outputs, oshape, np.float32)
             parts = parallel.native_parts(work, rows) if parallel.native_pool() else 1
             resize(x, y, hidx, hw, widx, ww, parts)
             return (y,)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from nnhal.device.cpu import native, parallel
+from nnhal.device.cpu.kernels._io import contiguous_io
 from nnhal.hostkernels.base import Kernel, RunFn
 from nnhal.operator.op_transpose import permutation
 
@@ -94,11 +95,7 @@ class TransposeSwap(Kernel):
         transpose = native.transpose_blocks
 
         def run(inputs, outputs):
-            x, y = inputs[0], outputs[0]
-            if not x.flags.c_contiguous:
-                x = np.ascontiguousarray(x)
-            if y is None or not y.flags.c_contiguous:
-                y = np.empty(out_shape, dtype)
+            x, y = contiguous_io(inputs, outputs, out_shape, dtype)
             parts = parallel.native_parts(work, units) if parallel.native_pool() else 1
             transpose(x, y, outer, a, b, inner, parts)
             return (y,)

@@ -1,0 +1,16 @@
+"""What a native kernel of one input and one output is handed: the input as a C-contiguous array (copied only
+when it is not one) and the preallocated output when it is C-contiguous, else a fresh array."""
+from __future__ import annotations
+
+import numpy as np
+
+
+def contiguous_io(inputs: list, outputs: list, shape: tuple, dtype) -> tuple[np.ndarray, np.ndarray]:
+    """(x, y) for a native call: input 0 made C-contiguous, output 0 or a new ``shape``/``dtype`` array."""
+    x = inputs[0]
+    if not x.flags.c_contiguous:
+        x = np.ascontiguousarray(x)
+    y = outputs[0]
+    if y is None or not y.flags.c_contiguous:
+        y = np.empty(shape, dtype)
+    return x, y
