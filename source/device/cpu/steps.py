@@ -26,7 +26,6 @@ import numpy as np
 
 from nnhal.device.cpu import native, parallel
 from nnhal.device.cpu.kernels import _gates
-from nnhal.hostkernels import _blocks
 from nnhal.hostkernels.fused import activation_of
 from nnhal.hostkernels.op_clip import ClipKernel
 from nnhal.hostkernels.op_identity import IdentityKernel
@@ -98,7 +97,7 @@ def _kind(step, slots) -> tuple[str, object] | None:
             return None
         return "clip", native.make_act("clip", lo, hi)
     if getattr(kernel, "gate", None) is not None and node.op_type == "Sigmoid" \
-            and kernel.gate(node) in (_blocks.sigmoid_, _gates.sigmoid_):
+            and kernel.gate(node) is _gates.sigmoid_:
         return "act", native.make_act("sigmoid")
     if type(kernel) is IdentityKernel:
         return "alias", None
