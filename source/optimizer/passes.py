@@ -15,6 +15,7 @@ from nnhal.graph.node import Node
 from nnhal.graph.tensor import constant
 from nnhal.optimizer.constant_adds import fold_constant_adds, split_matmul_batch
 from nnhal.optimizer.movement import collapse_data_movement
+from nnhal.optimizer.pad_fold import fold_pad_into_consumers
 
 
 def remove_dead_nodes(graph: Graph) -> int:
@@ -176,6 +177,7 @@ def fold_affine_into_conv(graph: Graph) -> int:
 PASSES: list[tuple[str, Callable[[Graph], int]]] = [
     ("remove_dead_nodes", remove_dead_nodes),
     ("fold_affine_into_conv", fold_affine_into_conv),
+    ("fold_pad_into_consumers", fold_pad_into_consumers),
     ("collapse_data_movement", collapse_data_movement),
     ("fold_constant_adds", fold_constant_adds),
     ("split_matmul_batch", split_matmul_batch),
