@@ -6,8 +6,7 @@ import pytest
 
 from nnhal.device.cpu import native
 from nnhal.device.cpu.kernels import select
-from nnhal.device.cpu.kernels.gather import GatherLastAxis
-from nnhal.hostkernels.op_gather import GatherKernel
+from nnhal.device.cpu.kernels.gather import GatherIndices, GatherLastAxis
 from nnhal.operator.base import Info
 from tests.device.cpu.test_nhwc_nn import make_node
 
@@ -70,7 +69,7 @@ def test_shuffle_groups_recognised(groups, dim, want):
 
 def test_gather_last_not_taken():
     """Other axes, indices known only at run time, 8-byte data and out-of-range indices keep np.take (whose
-    error names the bad index)."""
+    error names the bad index): run-time indices that of GatherIndices, which checks their range per run."""
     data = np.zeros((2, 3, 8), np.float32)
     idx = np.array([0, 7])
     for node, ins, outs in [_gather(data, idx, axis=1), _gather(data.astype(np.float64), idx),
@@ -78,4 +77,4 @@ def test_gather_last_not_taken():
         assert not isinstance(select(node, ins, outs), GatherLastAxis)
     node, ins, outs = _gather(data, idx)
     ins[1] = Info(idx.dtype, idx.shape)
-    assert isinstance(select(node, ins, outs), GatherKernel)
+    assert isinstance(select(node, ins, outs), GatherIndices)

@@ -92,4 +92,40 @@ class GatherScalarRow(Kernel):
         return run
 
 
-IMPLEMENTATIONS = (GatherLastAxis, GatherScalarRow)
+class GatherIndices(Kernel):
+    """Indices known only at run (an embedding lookup by token or byte ids): bounds checked by one min and one
+    max, negative ones wrapped only when there are any, then np.take with mode="clip" straight into the
+    planned output (under mode="raise" it buffers; the reference also wraps every index in int64).
+    256x32 float32 by 2048 int64 ids: 45-62 us against 400-600 for the reference, on a loaded machine."""
+
+    op_type = "Gather"
+    name = "run-indices"
+
+    def score(self, node, ins, outs) -> int:
+        data, indices = ins[0], ins[1] if len(ins) > 1 else None
+        if data is None or not data.static or not data.shape or indices is None or indices.value is not None \
+                or indices.dtype is None or indices.dtype.kind not in "iu" or not outs[0].static:
+            return 0
+        return 2
+
+    def prepare(self, node, ins, outs) -> RunFn:
+        axis = node.attrs.get("axis", 0) % len(ins[0].shape)
+        dim = int(ins[0].shape[axis])
+        shape, dtype = tuple(outs[0].shape), outs[0].dtype
+
+        def run(inputs, outputs):
+            data, idx = inputs
+            out = outputs[0] if outputs[0] is not None else np.empty(shape, dtype)
+            if idx.size:
+                low, high = int(idx.min()), int(idx.max())
+                if low < -dim or high >= dim:
+                    bad = low if low < -dim else high
+                    raise IndexError(f"index {bad} is out of range for a dimension of size {dim}")
+                if low < 0:
+                    idx = np.where(idx < 0, idx + dim, idx)
+            return (np.take(data, idx, axis=axis, out=out, mode="clip"),)
+
+        return run
+
+
+IMPLEMENTATIONS = (GatherLastAxis, GatherScalarRow, GatherIndices)
