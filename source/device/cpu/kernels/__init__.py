@@ -21,6 +21,7 @@ from nnhal.device.cpu.kernels import (
     gather,
     gelu,
     gemm,
+    instance_norm,
     layer_normalization,
     lrn,
     matmul,
@@ -41,8 +42,8 @@ from nnhal.hostkernels.select import select as host_select
 from nnhal.operator.base import Info
 
 MODULES = (add, attention, batch_normalization, cast, control, conv, conv1d, conv_transpose, gates, gather,
-           gelu, gemm, layer_normalization, lrn, matmul, pad, pool, quantized, recurrent, resize, softmax, split,
-           transpose)
+           gelu, gemm, instance_norm, layer_normalization, lrn, matmul, pad, pool, quantized, recurrent, resize,
+           softmax, split, transpose)
 
 
 def _table() -> KernelTable:

@@ -21,6 +21,7 @@ never a crash. They release the GIL around their loops. What they compute:
 * :func:`gather_last` / :func:`shuffle_last`: Gather along the last axis of 4-byte elements, the channel
   shuffle's permutation by interleaving stores;
 * :func:`add_act`: a + b with a fused activation in one pass; :func:`layernorm`: LayerNormalization;
+* :func:`group_norm`: Instance and GroupNormalization, channels first, per-channel affine;
 * :func:`channel_affine`: act(x * scale + shift) over the last axis in one pass (BatchNormalization, NHWC);
 * :func:`transpose_blocks`: a swap of two axis groups of 4-byte elements (the NCHW <-> NHWC conversions);
 * :func:`resize_nhwc`: Resize of a channels-last image by per-axis tap tables (nearest, linear, cubic);
@@ -123,6 +124,7 @@ if _k is not None:
     cast_half = _k.cast_half                    # (x, y): f32 -> f16, f16 -> f32, or f32 -> f32 through f16
     fake_quantize_blocks = _k.fake_quantize_blocks  # (x, y, block, signed)
     layernorm = _k.layernorm                    # (x, y, scale, bias, eps, parts)
+    group_norm = _k.group_norm                  # (x, y, scale, bias, channels, groups, eps, act, parts)
     global_pool = _k.global_pool                # (x, y, kind, parts)
     gather_last = _k.gather_last                # (x, y, idx, r0, r1)
     shuffle_last = _k.shuffle_last              # (x, y, groups, r0, r1)
