@@ -9,6 +9,7 @@ from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 import nnhal
+from nnhal.conformance.tolerance import assert_within_bound, gamma
 from nnhal.device.cpu.kernels import select
 from nnhal.device.cpu.kernels.pad import PadSlices
 from nnhal.operator.base import Info
@@ -99,3 +100,34 @@ def test_reflect_wider_than_the_axis(monkeypatch):
     """np.pad's repeated reflection, as onnx.reference defines it (onnxruntime refuses these pads)."""
     _check(_model([1, 3], np.float32, [0, 3, 0, 4], "reflect", 13), _x((1, 3), np.float32), monkeypatch,
            oracle=ReferenceEvaluator)
+
+
+@pytest.mark.parametrize("mode, pads", [("reflect", [0, 0, 1, 2, 0, 0, 2, 1]), ("edge", [0, 0, 1, 1, 0, 0, 1, 1]),
+                                        ("constant", [0, 1, 1, 0, 0, 2, 0, 1])])
+def test_between_convolutions_stays_channels_last(mode, pads, monkeypatch):
+    """Conv -> Pad -> Conv: the Pad runs on the NHWC storage, no conversion between (against onnxruntime
+    within the convolutions' rounding: sums of 9 * 4 and 9 * c products)."""
+    c = 4 + pads[1] + pads[5]
+    w1 = RNG.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    w2 = RNG.standard_normal((5, c, 3, 3)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1]),
+             helper.make_node("Pad", ["a", "pads"], ["p"], mode=mode),
+             helper.make_node("Conv", ["p", "w2"], ["y"])]
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(np.float32))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", elem, [1, 3, 8, 9])],
+                              [helper.make_tensor_value_info("y", elem, None)],
+                              [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2"),
+                               numpy_helper.from_array(np.array(pads, np.int64), "pads")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    x = _x((1, 3, 8, 9), np.float32) / 10
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    a_max = 27 * float(np.abs(x).max() * np.abs(w1).max())
+    bound = 2 * (gamma(28) + gamma(9 * c + 1)) * a_max * 9 * c * float(np.abs(w2).max())
+    for check in ("1", "0"):
+        monkeypatch.setenv("NNHAL_CHECK", check)
+        with nnhal.Session(model, devices=["cpu"], num_thread=1) as s:
+            assert_within_bound(s.run({"x": x})[0], want, bound)
+            steps = [(st.node.op_type, st.kernel_name) for sg in s.subgraphs for st in sg.device_graph.steps]
+        assert ("Pad", "nhwc-slices") in steps
+        assert [k for _, k in steps].count("to-nchw") == 1         # the output's, after the second Conv

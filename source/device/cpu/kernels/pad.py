@@ -89,16 +89,19 @@ class PadSlices(Kernel):
                 return 0
         return 5
 
+    # the order of the ONNX axes in the tensors the run gets (None: as ONNX has them)
+    perm: tuple[int, ...] | None = None
+
     def prepare(self, node, ins, outs) -> RunFn:
-        x = ins[0]
-        widths = constant_widths(node, ins)
+        perm = self.perm or tuple(range(len(ins[0].shape)))
+        widths = [constant_widths(node, ins)[a] for a in perm]
+        x_shape, shape, dtype = [ins[0].shape[a] for a in perm], tuple(outs[0].shape[a] for a in perm), outs[0].dtype
         mode = node.attrs["mode"]
-        crop = tuple(slice(max(-b, 0), d - max(-e, 0)) for d, (b, e) in zip(x.shape, widths))
+        crop = tuple(slice(max(-b, 0), d - max(-e, 0)) for d, (b, e) in zip(x_shape, widths))
         widths = [(max(b, 0), max(e, 0)) for b, e in widths]
         cropped = tuple(s.stop - s.start for s in crop)
         interior = tuple(slice(b, b + n) for n, (b, _) in zip(cropped, widths))
         plans = _side_plans(mode, cropped, widths)
-        shape, dtype = tuple(outs[0].shape), outs[0].dtype
         if node.version < 11:
             fill = np.asarray(node.attrs["value"], dtype)
         else:
@@ -117,4 +120,18 @@ class PadSlices(Kernel):
         return run
 
 
-IMPLEMENTATIONS = (PadSlices,)
+class PadSlicesNHWC(PadSlices):
+    """The same on a 4-D tensor stored channels last inside a convolutional region (device/cpu/layout.py):
+    a reflect or replicate padding between two convolutions (style transfer, super-resolution) no longer
+    sends the region back to NCHW and forth."""
+
+    name = "nhwc-slices"
+    layout = "NHWC"
+    perm = (0, 2, 3, 1)
+
+    def score(self, node, ins, outs) -> int:
+        x = ins[0]
+        return super().score(node, ins, outs) if x is not None and x.shape is not None and len(x.shape) == 4 else 0
+
+
+IMPLEMENTATIONS = (PadSlices, PadSlicesNHWC)
