@@ -5,9 +5,10 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from nnhal.errors import InternalError, NnhalError
+from nnhal.errors import InternalError
 from nnhal.graph.graph import Graph
 from nnhal.graph.node import Node
+from nnhal.graph.tensor import TensorKind
 from nnhal.hostkernels.graphrun import Compiler, Runnable
 from nnhal.hostkernels.op_if import IfKernel
 from nnhal.hostkernels.op_loop import LoopKernel
@@ -79,10 +80,10 @@ def _body_sizes(graph: Graph, body: Graph, implicit: list[str], products: frozen
     for name in implicit:
         t = graph.tensors.get(name)
         if t is not None and name not in body.tensors:
-            body.tensors[name] = replace(t)
+            body.tensors[name] = replace(t) if t.kind is TensorKind.CONSTANT else replace(t, kind=TensorKind.INPUT)
     try:
         infer_body_graph(body)
-    except NnhalError:
+    except Exception:  # noqa: BLE001 - NOTE: a thread choice, never a failed prepare: the run infers it again
         return []
     sizes = []
     for node in body.nodes:

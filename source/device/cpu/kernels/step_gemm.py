@@ -58,8 +58,8 @@ def _run(gemm, k: int, n: int, shape: tuple) -> RunFn:
 
     def run(inputs, outputs):
         y = outputs[0]
-        if y is None:
-            y = np.empty(shape, np.float32)
+        if y is None or not y.flags.c_contiguous:
+            y = np.empty(shape, np.float32)     # the plan copies it into a strided planned output
         a = np.ascontiguousarray(inputs[0], np.float32)
         gemm.run(a.reshape(-1, k), y.reshape(-1, n), 1, 1, False)
         return (y,)
@@ -72,6 +72,7 @@ class MatMulStep(MatMulFast):
     native GEMM (a body's step); any other fused epilogue: the fast kernel."""
 
     name = "step-gemm"
+    strided_output = False          # the native GEMM writes a C-contiguous output
 
     def score(self, node, ins, outs) -> int:
         return 3 if len(ins) > 1 and ins[1] is not None and _small(ins[0], ins[1].value, outs[0]) else 0
@@ -105,6 +106,7 @@ class GemmStep(GemmPooled):
     native GEMM with alpha folded into B and beta into the bias (a body's step)."""
 
     name = "step-gemm"
+    strided_output = False
 
     def score(self, node, ins, outs) -> int:
         return 3 if self._operands(node, ins, outs) is not None else 0
@@ -125,7 +127,10 @@ class GemmStep(GemmPooled):
         return w, bias
 
     def prepare(self, node, ins, outs) -> RunFn:
-        w, bias = self._operands(node, ins, outs)
+        operands = self._operands(node, ins, outs)
+        if operands is None:        # the plan's passes changed the node since its score
+            return super().prepare(node, ins, outs)
+        w, bias = operands
         gemm = native.Gemm(w if w.flags.c_contiguous or w.flags.f_contiguous else np.ascontiguousarray(w), bias,
                            _act(node))
         return _run(gemm, w.shape[0], w.shape[1], _static(outs[0]))
