@@ -79,7 +79,7 @@ def _body_sizes(graph: Graph, body: Graph, implicit: list[str], products: frozen
     body = body.copy()
     for name in implicit:
         t = graph.tensors.get(name)
-        if t is not None and name not in body.tensors:
+        if t is not None:           # an outer-scope name: the outer tensor, whatever the body declared
             body.tensors[name] = replace(t) if t.kind is TensorKind.CONSTANT else replace(t, kind=TensorKind.INPUT)
     try:
         infer_body_graph(body)
