@@ -370,6 +370,56 @@ def _merge(patterns: list[tuple], key: tuple) -> tuple:
     return tuple(merged)
 
 
+class Stacked:
+    """A scan output written in place, iteration by iteration: row ``t`` of ``axis`` of one array, the planned
+    output when its shape fits, else one allocated at the first iteration when the number of iterations is
+    known (``count``); with an unknown count, the rows are kept and stacked at the end."""
+
+    def __init__(self, node: Node, planned: np.ndarray | None, count: int | None, axis: int = 0,
+                 reverse: bool = False):
+        self.node, self.planned, self.count, self.axis, self.reverse = node, planned, count, axis, reverse
+        self.out: np.ndarray | None = None
+        self.rows: np.ndarray | None = None         # ``out`` with ``axis`` moved first: rows[t] is a view
+        self.parts: list[np.ndarray] = []
+        self.n = 0
+
+    def add(self, r: np.ndarray) -> None:
+        """The next iteration's output ``r``."""
+        rows = self.rows
+        if rows is None:
+            if self.count is None:
+                self.parts.append(r)
+                self.n += 1
+                return
+            rows = self._open(np.asarray(r))
+        if r.shape != rows.shape[1:]:
+            raise ShapeError(f"{where(self.node)}: scan output shapes differ across iterations: "
+                             f"{rows.shape[1:]} and {r.shape}")
+        rows[self.count - 1 - self.n if self.reverse else self.n] = r
+        self.n += 1
+
+    def _open(self, first: np.ndarray) -> np.ndarray:
+        axis = self.axis % (first.ndim + 1)
+        shape = first.shape[:axis] + (self.count,) + first.shape[axis:]
+        out = self.planned
+        if out is None or out.shape != shape or out.dtype != first.dtype:
+            out = np.empty(shape, first.dtype)
+        self.out, self.rows = out, np.moveaxis(out, axis, 0)
+        return self.rows
+
+    def result(self, empty: tuple, dtype) -> np.ndarray:
+        """The stacked output (``empty``-shaped of ``dtype`` after no iteration)."""
+        if self.out is not None:      # opened at the first of exactly ``count`` iterations
+            return self.out
+        if not self.parts:
+            return np.zeros(empty, dtype or np.float32)
+        parts = self.parts[::-1] if self.reverse else self.parts
+        if any(p.shape != parts[0].shape for p in parts):
+            raise ShapeError(f"{where(self.node)}: scan output shapes differ across iterations: "
+                             f"{sorted({p.shape for p in parts})}")
+        return np.stack(parts, axis=self.axis % (parts[0].ndim + 1))
+
+
 def outer_values(node: Node, inputs: list) -> dict[str, np.ndarray]:
     """The implicit (outer-scope) input arrays of a control-flow node by name."""
     return dict(zip(node.implicit_inputs, inputs[len(node.inputs):]))

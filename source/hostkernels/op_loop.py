@@ -5,8 +5,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from nnhal.errors import ShapeError, where
-from nnhal.hostkernels._qrc import BodyRunner, check_bool, outer_values, own
+from nnhal.hostkernels._qrc import BodyRunner, Stacked, check_bool, outer_values, own
 from nnhal.hostkernels.base import Kernel, RunFn, checking, store
 from nnhal.hostkernels.graphrun import Compiler
 
@@ -33,7 +32,10 @@ class LoopKernel(Kernel):
             state = list(inputs[2:2 + n])
             outer = outer_values(node, inputs)
             implicit = [outer[name] for name in runner.implicit]
-            scans: list[list[np.ndarray]] = [[] for _ in empty_shapes]
+            # NOTE: without a condition the loop runs exactly ``trips`` times: its scan outputs are written in
+            # place (the planned outputs when they fit), else kept and stacked at the end
+            count = trips if has_m and not has_cond else None
+            scans = [Stacked(node, o, count) for o in outputs[n:]]
             check = checking()
             call = runner.call
             i = 0
@@ -45,11 +47,10 @@ class LoopKernel(Kernel):
                     go = check_bool(node, results[0], "the body's cond output")
                 state = results[1:1 + n]
                 for acc, r in zip(scans, results[1 + n:]):
-                    acc.append(r)
+                    acc.add(r)
                 i += 1
-            finals = [own(s) for s in state]
-            for acc, shape, dtype in zip(scans, empty_shapes, dtypes[n:]):
-                finals.append(_stack(node, acc, shape, dtype))
+            finals = [own(s) if o is None else s for s, o in zip(state, outputs)]   # store copies into o
+            finals += [acc.result(shape, dtype) for acc, shape, dtype in zip(scans, empty_shapes, dtypes[n:])]
             return tuple(store(r, o, d) for r, o, d in zip(finals, outputs, dtypes))
 
         return run
@@ -60,15 +61,6 @@ def _empty_shape(shape: tuple | None) -> tuple:
     if shape is None:
         return (0,)
     return (0,) + tuple(d or 0 for d in shape[1:])
-
-
-def _stack(node, parts: list[np.ndarray], empty: tuple, dtype) -> np.ndarray:
-    if not parts:
-        return np.zeros(empty, dtype or np.float32)
-    if any(p.shape != parts[0].shape for p in parts):
-        raise ShapeError(f"{where(node)}: scan output shapes differ across iterations: "
-                         f"{sorted({p.shape for p in parts})}")
-    return np.stack(parts)
 
 
 IMPLEMENTATIONS = (LoopKernel,)

@@ -6,7 +6,7 @@ from typing import ClassVar
 import numpy as np
 
 from nnhal.errors import ShapeError, where
-from nnhal.hostkernels._qrc import BodyRunner, outer_values, own
+from nnhal.hostkernels._qrc import BodyRunner, Stacked, outer_values, own
 from nnhal.hostkernels.base import Kernel, RunFn, checking, store
 from nnhal.hostkernels.graphrun import Compiler
 
@@ -32,15 +32,18 @@ class ScanKernel(Kernel):
             out_dirs = node.attrs["scan_output_directions"] or [0] * k
             out_axes = node.attrs["scan_output_axes"] or [0] * k
 
-        def scan(states: list, seqs: list, outer: dict, length: int | None = None) -> list[np.ndarray]:
-            """One unbatched scan: final states then stacked scan outputs."""
+        def scan(states: list, seqs: list, outer: dict, length: int | None = None,
+                 planned: list | None = None) -> list[np.ndarray]:
+            """One unbatched scan: final states then stacked scan outputs (written in place into ``planned``,
+            the node's preallocated outputs, where they fit)."""
             axes = [a % x.ndim for a, x in zip(in_axes, seqs)]
             lengths = {x.shape[a] for x, a in zip(seqs, axes)}
             if len(lengths) != 1:
                 raise ShapeError(f"{where(node)}: scan inputs have different sequence lengths {sorted(lengths)}")
             total = lengths.pop()
             steps = total if length is None else min(length, total)
-            collected: list[list[np.ndarray]] = [[] for _ in range(k)]
+            planned = planned or [None] * k
+            collected = [Stacked(node, planned[j], steps, out_axes[j], bool(out_dirs[j])) for j in range(k)]
             check = checking()
             implicit = [outer[name] for name in runner.implicit]
             call = runner.call
@@ -51,10 +54,11 @@ class ScanKernel(Kernel):
                 results = call([*states, *slices, *implicit], check)
                 states = results[:n]
                 for acc, r in zip(collected, results[n:]):
-                    acc.append(r)
+                    acc.add(r)
             finals = [own(s) for s in states]
             for j, acc in enumerate(collected):
-                finals.append(_stack(node, acc, out_axes[j], bool(out_dirs[j]), dtypes[n + j], outs[n + j].shape))
+                shape = outs[n + j].shape
+                finals.append(acc.result((0,) * (len(shape) if shape is not None else 1), dtypes[n + j]))
             return finals
 
         def run(inputs, outputs):
@@ -64,7 +68,7 @@ class ScanKernel(Kernel):
             if node.version == 8:
                 finals = _batched(scan, inputs[0], states, seqs, outer, n, k)
             else:
-                finals = scan(states, seqs, outer)
+                finals = scan(states, seqs, outer, planned=list(outputs[n:]))
             return tuple(store(r, o, d) for r, o, d in zip(finals, outputs, dtypes))
 
         return run
@@ -85,17 +89,6 @@ def _batched(scan, lens, states: list, seqs: list, outer: dict, n: int, k: int) 
         padded = [np.concatenate([p, np.zeros((total - p.shape[0],) + p.shape[1:], p.dtype)]) for p in parts]
         result.append(np.stack(padded))
     return result
-
-
-def _stack(node, parts: list[np.ndarray], axis: int, reverse: bool, dtype, shape: tuple | None) -> np.ndarray:
-    if not parts:
-        rank = len(shape) if shape is not None else 1
-        return np.zeros((0,) * rank, dtype or np.float32)
-    if any(p.shape != parts[0].shape for p in parts):
-        raise ShapeError(f"{where(node)}: scan output shapes differ across iterations")
-    if reverse:
-        parts = parts[::-1]
-    return np.stack(parts, axis=axis % (parts[0].ndim + 1))
 
 
 IMPLEMENTATIONS = (ScanKernel,)

@@ -10,7 +10,7 @@ import statistics
 
 from nnhal.device.cpu import native, parallel, qnative
 from nnhal.device.cpu.fp16 import COMPUTE, to_fp16_storage
-from nnhal.device.cpu.kernels import implementations
+from nnhal.device.cpu.kernels import control, implementations
 from nnhal.device.cpu.plan import NESTED, Plan, compile_nodes
 from nnhal.device.cpu.threads import use_threads
 from nnhal.device.device import (
@@ -38,7 +38,7 @@ def cpu_pre_run(device: Device, subgraph: Subgraph, options) -> None:
     subgraph.stats["arena_bytes"] = subgraph.device_graph.memory.arena_bytes
     subgraph.stats["kernels"] = subgraph.device_graph.kernels
     subgraph.stats["num_thread"] = getattr(options, "num_thread", 0)
-    subgraph.stats["thread_pool"] = parallel.choose(_median_product(subgraph))
+    subgraph.stats["thread_pool"] = control.iterates(subgraph.nodes) or parallel.choose(_median_product(subgraph))
 
 
 # the nodes whose output size says whether a plan's work is large enough for the thread pools
@@ -47,14 +47,15 @@ _PRODUCTS = frozenset({"Conv", "MatMul", "Gemm", "ConvTranspose", "QLinearConv",
 
 
 def _median_product(subgraph: Subgraph) -> float:
-    """The median number of output elements of the subgraph's Conv, MatMul and Gemm nodes (0 if none or
-    their shapes are not static)."""
+    """The median number of output elements of the subgraph's Conv, MatMul and Gemm nodes, those of its If
+    branches included (0 if none or their shapes are not static)."""
     sizes = []
     for node in subgraph.nodes:
         if node.op_type in _PRODUCTS and node.outputs:
             info = tensor_info(subgraph.graph, node.outputs[0])
             if info is not None and info.shape is not None and all(isinstance(d, int) for d in info.shape):
                 sizes.append(math.prod(info.shape))
+        sizes += control.branch_products(subgraph.graph, node, _PRODUCTS)
     return statistics.median(sizes) if sizes else 0.0
 
 

@@ -103,14 +103,18 @@ def choose(median_output: float) -> bool:
 
 
 def use_pool(on: bool) -> None:
-    """Record for this thread's run whether its kernels split over the pools."""
-    _run.pool = on
+    """Record for this thread's run whether its kernels split over the pools (off with NNHAL_CPU_POOL=0).
+
+    NOTE: the environment is read here, once per run: enabled() is asked by every kernel of every iteration of
+    a control-flow body, and reading os.environ there cost about 2 us a call."""
+    _run.pool = on and os.environ.get("NNHAL_CPU_POOL") != "0"
 
 
 def enabled() -> bool:
-    """Whether kernels split their work over the pools: off with NNHAL_CPU_POOL=0, else as this thread's
-    run chose (use_pool; threads of the pools themselves: on)."""
-    return os.environ.get("NNHAL_CPU_POOL") != "0" and getattr(_run, "pool", True)
+    """Whether kernels split their work over the pools: as this thread's run chose (use_pool); a thread that
+    started no run (the pools' own threads, a kernel called directly): unless NNHAL_CPU_POOL=0."""
+    pool = getattr(_run, "pool", None)
+    return os.environ.get("NNHAL_CPU_POOL") != "0" if pool is None else pool
 
 
 # How long a Python worker spins for its next part before it blocks, and how long the caller spins for a

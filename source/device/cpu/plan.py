@@ -10,6 +10,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
@@ -250,8 +251,9 @@ class Plan:
             values[name] = slots[idx]
 
 
-def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: list[str]) -> Plan:
-    """Build the plan for ``nodes`` of ``graph`` reading ``inputs`` and producing ``outputs``."""
+def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: list[str], body: bool = False) -> Plan:
+    """Build the plan for ``nodes`` of ``graph`` reading ``inputs`` and producing ``outputs`` (``body``: a
+    control-flow body's, which may choose the kernels of one step's small products, kernels/step_gemm.py)."""
     index: dict[str, int] = {"": 0}
     slots: list = [None, None]  # 0: absent input (None); 1: sink for absent outputs
 
@@ -273,7 +275,7 @@ def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: l
     for node in nodes:
         ins = [tensor_info(graph, n) for n in node.inputs]
         outs = [tensor_info(graph, n) or Info(None, None) for n in node.outputs]
-        kernel = select(node, ins, outs)
+        kernel = select(node, ins, outs, body=body)
         chosen.append(Chosen(node, kernel, ins, outs))
     if not reference_forced():
         chosen = use_integer_kernels(chosen)
@@ -406,4 +408,4 @@ def _verify(step: Step, result) -> None:
                               f"{expect.shape}")
 
 
-control.install_body_compiler(compile_nodes)     # If/Loop/Scan bodies are planned like the main graph
+control.install_body_compiler(partial(compile_nodes, body=True))  # If/Loop/Scan bodies: planned like the main graph

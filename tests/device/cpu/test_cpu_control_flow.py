@@ -71,3 +71,32 @@ def test_shape_patterns_keep_only_the_dims_that_agree():
     assert pattern == ((None, 4), ())
     assert _matches(pattern, ((7, 4), ())) and not _matches(pattern, ((7, 5), ()))
     assert _merge([pattern], ((7, 5), ())) == ((None, None), ())
+
+
+def _if_model(size: int):
+    """The whole model inside an If: a 1x1 Conv of an outer input with ``size`` output elements per branch."""
+    w = numpy_helper.from_array(np.ones((1, 1, 1, 1), np.float32), "w")
+    branches = [helper.make_graph([helper.make_node("Conv", ["x", "w"], [f"{b}_y"])], b, [],
+                                  [vinfo(f"{b}_y", [1, 1, 1, size])], [w]) for b in ("then", "else")]
+    return make_model([helper.make_node("If", ["c"], ["y"], then_branch=branches[0], else_branch=branches[1])],
+                      [vinfo("c", [], TensorProto.BOOL), vinfo("x", [1, 1, 1, size])], [vinfo("y", [1, 1, 1, size])])
+
+
+def test_a_plan_that_iterates_a_body_runs_on_the_pools(monkeypatch):
+    """A Loop's body products are one step's: BLAS's threads would wake for each of them (cpu_pre_run)."""
+    monkeypatch.delenv("NNHAL_CPU_POOL", raising=False)
+    with nnhal.Session(loop_model(grow=False, trips=5), devices=["cpu"], num_thread=2) as s:
+        s.run({"x": np.zeros((1, 4), np.float32)})
+        assert s.subgraphs[0].stats["thread_pool"]
+
+
+def test_an_if_chooses_its_threads_by_its_branches_products(monkeypatch):
+    from nnhal.device.cpu import parallel
+
+    monkeypatch.delenv("NNHAL_CPU_POOL", raising=False)
+    monkeypatch.setattr(parallel, "avx512", lambda: False)
+    for size, pools in ((16, False), (parallel.POOL_MIN_MEDIAN_OUTPUT_NO_AVX512 * 4, True)):
+        with nnhal.Session(_if_model(size), devices=["cpu"], num_thread=2) as s:
+            y = s.run({"c": np.array(True), "x": np.arange(size, dtype=np.float32).reshape(1, 1, 1, size)})[0]
+            assert s.subgraphs[0].stats["thread_pool"] is pools, size
+        np.testing.assert_array_equal(y.reshape(-1), np.arange(size, dtype=np.float32))

@@ -32,6 +32,7 @@ from nnhal.device.cpu.kernels import (
     resize,
     softmax,
     split,
+    step_gemm,
     transpose,
 )
 from nnhal.graph.node import Node
@@ -55,11 +56,17 @@ def _table() -> KernelTable:
 
 
 FAST = _table()
+# a control-flow body's plan chooses among these too (step_gemm.py: one step's small products)
+BODY = dict(FAST)
+for _key, _kernels in kernel_table(step_gemm.IMPLEMENTATIONS).items():
+    BODY[_key] = (*FAST.get(_key, ()), *_kernels)
 
 
-def select(node: Node, ins: list[Info | None], outs: list[Info], layout: str | None = None) -> Kernel:
-    """The best kernel for this node on the cpu device: a host kernel or one of this folder's."""
-    return host_select(node, ins, outs, layout, extra=FAST)
+def select(node: Node, ins: list[Info | None], outs: list[Info], layout: str | None = None,
+           body: bool = False) -> Kernel:
+    """The best kernel for this node on the cpu device: a host kernel or one of this folder's (``body``: in a
+    control-flow body's plan, whose step kernels are candidates too)."""
+    return host_select(node, ins, outs, layout, extra=BODY if body else FAST)
 
 
 def implementations(op_type: str, domain: str = "") -> tuple[Kernel, ...]:

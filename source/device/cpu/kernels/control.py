@@ -2,13 +2,18 @@
 (fusions, channels-last layout, a planned arena) passed explicitly, not through a global hook."""
 from __future__ import annotations
 
+import math
+from dataclasses import replace
+
 from nnhal.errors import InternalError
 from nnhal.graph.graph import Graph
 from nnhal.graph.node import Node
+from nnhal.graph.tensor import TensorKind
 from nnhal.hostkernels.graphrun import Compiler, Runnable
 from nnhal.hostkernels.op_if import IfKernel
 from nnhal.hostkernels.op_loop import LoopKernel
 from nnhal.hostkernels.op_scan import ScanKernel
+from nnhal.operator.base import infer_body_graph
 
 _body_compiler: list[Compiler] = []
 
@@ -46,6 +51,46 @@ class LoopPlanned(_Planned, LoopKernel):
 
 class ScanPlanned(_Planned, ScanKernel):
     """Scan, body planned by the cpu device."""
+
+
+def iterates(nodes: list[Node]) -> bool:
+    """Whether a plan holding these nodes runs a Loop or Scan body, one step per iteration.
+
+    NOTE: such a plan runs on the pools whatever its own products' sizes (cpu_device.cpu_pre_run): a body's
+    products are one step's (a GEMV of an LSTM step), and with the pools off the BLAS threads woke for each of
+    them: stream_loop_lstm at 2 threads took 14.4 ms wall for 6.2 ms of CPU, 3.1 ms with the pools, which run a
+    product this small on the calling thread and still split a large one."""
+    return any(node.op_type in ("Loop", "Scan") and not node.domain for node in nodes)
+
+
+def branch_products(graph: Graph, node: Node, products: frozenset[str]) -> list[int]:
+    """The output sizes of the ``products`` nodes (Conv, MatMul, Gemm) of an If's branches, inferred from the
+    outer tensors they read (``graph``'s): a model wrapped whole in an If chooses its threads by its branches'
+    products as the same model unwrapped would. Empty for another node or where inference cannot tell."""
+    if node.op_type != "If" or node.domain:
+        return []
+    sizes = []
+    for attr in ("then_branch", "else_branch"):
+        sizes += _body_sizes(graph, node.attrs[attr], node.implicit_inputs, products)
+    return sizes
+
+
+def _body_sizes(graph: Graph, body: Graph, implicit: list[str], products: frozenset[str]) -> list[int]:
+    body = body.copy()
+    for name in implicit:
+        t = graph.tensors.get(name)
+        if t is not None:           # an outer-scope name: the outer tensor, whatever the body declared
+            body.tensors[name] = replace(t) if t.kind is TensorKind.CONSTANT else replace(t, kind=TensorKind.INPUT)
+    try:
+        infer_body_graph(body)
+    except Exception:  # noqa: BLE001 - NOTE: a thread choice, never a failed prepare: the run infers it again
+        return []
+    sizes = []
+    for node in body.nodes:
+        t = body.tensors.get(node.outputs[0]) if node.op_type in products and node.outputs else None
+        if t is not None and t.shape is not None and all(isinstance(d, int) for d in t.shape):
+            sizes.append(math.prod(t.shape))
+    return sizes
 
 
 IMPLEMENTATIONS = (IfPlanned, LoopPlanned, ScanPlanned)

@@ -210,26 +210,40 @@ class _NativeRecurrent(Kernel):
         dtypes = [np.dtype(o.dtype) if o.dtype is not None else np.dtype(np.float32) for o in outs]
         n_states = len(self.states)
 
-        def run(inputs, outputs):
-            x = np.ascontiguousarray(inputs[0], dtype=np.float32)
-            hidden, width = inputs[2].shape[2], x.shape[2]
+        geometries: dict[tuple, tuple[list, int]] = {}   # (x's shape, hidden, pool, threads) -> shapes, parts
+
+        def geometry(x: np.ndarray, hidden: int, pool: bool) -> tuple[list, int]:
+            """The output shapes and the native pool's parts of a run on ``x``."""
+            width = x.shape[2]
             steps, batch = (x.shape[1], x.shape[0]) if layout else (x.shape[0], x.shape[1])
             shapes = [(batch, steps, directions, hidden) if layout else (steps, directions, batch, hidden)]
             shapes += [(batch, directions, hidden) if layout else (directions, batch, hidden)] * n_states
+            work = parallel.gemm_work(steps * batch * directions * self.gates * hidden * (width + GEMV_COST * hidden))
+            parts = parallel.native_parts(work, directions if directions == 2 else steps * batch) if pool else 1
+            return shapes, parts
+
+        def run(inputs, outputs):
+            x = inputs[0]
+            if x.dtype != np.float32 or not x.flags.c_contiguous:
+                x = np.ascontiguousarray(x, dtype=np.float32)
+            # NOTE: a body's LSTM runs once per iteration on one step: its geometry is computed once per shape
+            pool = parallel.native_pool()
+            key = (x.shape, inputs[2].shape[2], pool, parallel.threads())
+            found = geometries.get(key)
+            if found is None:
+                found = geometries[key] = geometry(x, key[1], pool)
+            shapes, parts = found
             results = [_buffer(outputs, k, shapes[k]) if k < len(wanted) and wanted[k] else None
                        for k in range(1 + n_states)]
             states = [_operand(inputs, i, np.float32) for i in self.states] + [None] * (2 - n_states)
-            work = parallel.gemm_work(steps * batch * directions * self.gates * hidden * (width + GEMV_COST * hidden))
-            parts = parallel.native_parts(work, directions if directions == 2 else steps * batch) \
-                if parallel.native_pool() else 1
             layer, wt, bias = packed or self.pack(node, inputs)
             xw = None
-            if not parallel.native_pool():
+            if not pool:
                 # NOTE: the pool is off (a plan of small products): BLAS then has every thread, and the linked
                 # OpenBLAS's threaded GEMM inside the native call was measured 10x slower on a loaded 2-core
                 # machine (its workers spin against the recurrence); numpy's GEMM projects instead, as the
                 # cpu device's other native GEMMs leave the pool-off case to numpy
-                xw = parallel.matmul(x.reshape(-1, width), wt)
+                xw = parallel.matmul(x.reshape(-1, x.shape[2]), wt)
                 xw += bias
             layer.run(x, xw, *results, *([None] * (2 - n_states)), *states, _operand(inputs, 4, np.int32), parts)
             return tuple(_store(results[k], outputs, k, dtypes[k]) for k in range(len(wanted)))
