@@ -216,8 +216,13 @@ def test_kernels_qlinear_conv_equals_onnx_reference(xdt, case):
     # rounding 1: the rescale in float32, as onnxruntime's (and nnhal's numpy) QLinearConv
     _q().conv(np.ascontiguousarray(x.transpose(0, 2, 3, 1)), x_zero.reshape(1), packed, geometry, out, bias, factor,
               int(y_zero), -1e9, 1e9, 1, 2)
-    np.testing.assert_array_equal(out.transpose(0, 3, 1, 2), _float32_rescale(x, wt, x_zero, bias, factor, y_zero,
-                                                                              geometry))
+    rescaled = _float32_rescale(x, wt, x_zero, bias, factor, y_zero, geometry)
+    np.testing.assert_array_equal(out.transpose(0, 3, 1, 2), rescaled)
+    # a fused Relu: the clamp at the zero point, on both roundings
+    for rounding, ref in ((0, want), (1, rescaled)):
+        _q().conv(np.ascontiguousarray(x.transpose(0, 2, 3, 1)), x_zero.reshape(1), packed, geometry, out, bias,
+                  factor, int(y_zero), float(y_zero), 1e9, rounding, 2)
+        np.testing.assert_array_equal(out.transpose(0, 3, 1, 2), np.maximum(ref, y_zero))
 
 
 @pytest.mark.parametrize("xdt", [np.uint8, np.int8])

@@ -422,10 +422,77 @@ static void epilogue_portable(const epilogue_t *e, const rows_t *r, const cols_t
 }
 
 #ifdef NNQ_X86
+/* x < lo ? lo : x, then x > hi ? hi : x, as the scalar epilogue clamps (a NaN stays NaN) */
+static inline __attribute__((always_inline)) T_AVX2 __m256 clamp_ps(__m256 x, __m256 lo, __m256 hi)
+{
+    x = _mm256_blendv_ps(x, lo, _mm256_cmp_ps(x, lo, _CMP_LT_OQ));
+    return _mm256_blendv_ps(x, hi, _mm256_cmp_ps(x, hi, _CMP_GT_OQ));
+}
+
+static inline __attribute__((always_inline)) T_AVX2 __m256d clamp_pd(__m256d x, __m256d lo, __m256d hi)
+{
+    x = _mm256_blendv_pd(x, lo, _mm256_cmp_pd(x, lo, _CMP_LT_OQ));
+    return _mm256_blendv_pd(x, hi, _mm256_cmp_pd(x, hi, _CMP_GT_OQ));
+}
+
+/* the epilogue on 8 columns at a time, the same operations in the same order as epilogue_body (int32
+   wrapping sums; float32 / double products, no fused multiply-add), the columns left over by it */
 static T_AVX2 void epilogue_avx2(const epilogue_t *e, const rows_t *r, const cols_t *cs, const int32_t *tile, int nr,
                                  int64_t m0, int mr, int64_t n0, int nc)
 {
-    epilogue_body(e, r, cs, tile, nr, m0, mr, n0, nc);
+    int nv = nc & ~7;
+    for (int i = 0; i < mr; i++) {
+        int64_t m = m0 + i;
+        const int32_t *t = tile + i * nr;
+        __m256i za = _mm256_set1_epi32(r->za ? r->za[m] : 0), rsum = _mm256_set1_epi32(r->rowsum ? r->rowsum[m] : 0);
+        __m256 rs = _mm256_set1_ps(r->scale ? r->scale[m] : 1.0f);
+        __m256 flo = _mm256_set1_ps(e->lo), fhi = _mm256_set1_ps(e->hi), fz = _mm256_set1_ps((float)e->y_zero);
+        __m256d dlo = _mm256_set1_pd(e->lo), dhi = _mm256_set1_pd(e->hi), dz = _mm256_set1_pd(e->y_zero);
+        for (int j = 0; j < nv; j += 8) {
+            int64_t n = n0 + j;
+            __m256i v = _mm256_loadu_si256((const __m256i *)(t + j));
+            if (cs->d)
+                v = _mm256_add_epi32(v, _mm256_mullo_epi32(_mm256_loadu_si256((const __m256i *)(cs->d + n)), rsum));
+            if (cs->cterm)
+                v = _mm256_sub_epi32(v, _mm256_mullo_epi32(za, _mm256_loadu_si256((const __m256i *)(cs->cterm + n))));
+            if (e->bias_i)
+                v = _mm256_add_epi32(v, _mm256_loadu_si256((const __m256i *)(e->bias_i + n)));
+            if (e->kind == OUT_S32) {
+                _mm256_storeu_si256((__m256i *)((int32_t *)e->out + m * e->ldo + n), v);
+                continue;
+            }
+            if (e->kind == OUT_F32) {
+                __m256 f = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(v), rs), _mm256_loadu_ps(e->col_scale + n));
+                if (e->bias_f)
+                    f = _mm256_add_ps(f, _mm256_loadu_ps(e->bias_f + n));
+                _mm256_storeu_ps((float *)e->out + m * e->ldo + n, clamp_ps(f, flo, fhi));
+                continue;
+            }
+            __m128i q16;
+            if (e->f32_rounding) {
+                __m256 q = _mm256_round_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(v), _mm256_loadu_ps(e->col_scale + n)),
+                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+                __m256i qi = _mm256_cvttps_epi32(clamp_ps(_mm256_add_ps(q, fz), flo, fhi));
+                q16 = _mm_packs_epi32(_mm256_castsi256_si128(qi), _mm256_extracti128_si256(qi, 1));
+            } else {
+                __m256d half[2];
+                for (int h = 0; h < 2; h++) {
+                    __m256d x = _mm256_cvtepi32_pd(h ? _mm256_extracti128_si256(v, 1) : _mm256_castsi256_si128(v));
+                    __m256d f = _mm256_cvtps_pd(_mm_loadu_ps(e->col_scale + n + 4 * h));
+                    x = _mm256_round_pd(_mm256_add_pd(_mm256_mul_pd(x, f), dz), _MM_FROUND_TO_NEAREST_INT
+                                        | _MM_FROUND_NO_EXC);
+                    half[h] = clamp_pd(x, dlo, dhi);
+                }
+                q16 = _mm_packs_epi32(_mm256_cvttpd_epi32(half[0]), _mm256_cvttpd_epi32(half[1]));
+            }
+            if (e->kind == OUT_U8)
+                _mm_storel_epi64((__m128i *)((uint8_t *)e->out + m * e->ldo + n), _mm_packus_epi16(q16, q16));
+            else
+                _mm_storel_epi64((__m128i *)((int8_t *)e->out + m * e->ldo + n), _mm_packs_epi16(q16, q16));
+        }
+        if (nv < nc)
+            epilogue_body(e, r, cs, t + nv, nr, m, 1, n0 + nv, nc - nv);
+    }
 }
 
 static T_AVX512 void epilogue_avx512(const epilogue_t *e, const rows_t *r, const cols_t *cs, const int32_t *tile,
@@ -1318,7 +1385,8 @@ typedef struct {
     int *failed;
 } dw_t;
 
-static inline __attribute__((always_inline)) void dw_rows_body(const dw_t *d, int64_t r0, int64_t r1, int32_t *acc)
+static inline __attribute__((always_inline)) void dw_rows_body(const dw_t *d, int64_t r0, int64_t r1, int32_t *acc,
+                                                               epilogue_fn epi)
 {
     rows_t rows = {NULL, NULL, NULL};
     cols_t cols = {NULL, NULL};
@@ -1349,17 +1417,23 @@ static inline __attribute__((always_inline)) void dw_rows_body(const dw_t *d, in
         /* the epilogue over the channels, a tile of 32 at a time */
         for (int64_t c0 = 0; c0 < c; c0 += MAX_NR) {
             int nc = (int)(c - c0 < MAX_NR ? c - c0 : MAX_NR);
-            epilogue_body(&d->e, &rows, &cols, acc + c0, 0, r, 1, c0, nc);
+            epi(&d->e, &rows, &cols, acc + c0, 0, r, 1, c0, nc);
         }
     }
 }
 
-static void dw_rows_portable(const dw_t *d, int64_t r0, int64_t r1, int32_t *acc) { dw_rows_body(d, r0, r1, acc); }
+static void dw_rows_portable(const dw_t *d, int64_t r0, int64_t r1, int32_t *acc)
+{
+    dw_rows_body(d, r0, r1, acc, epilogue_portable);
+}
 #ifdef NNQ_X86
-static T_AVX2 void dw_rows_avx2(const dw_t *d, int64_t r0, int64_t r1, int32_t *acc) { dw_rows_body(d, r0, r1, acc); }
+static T_AVX2 void dw_rows_avx2(const dw_t *d, int64_t r0, int64_t r1, int32_t *acc)
+{
+    dw_rows_body(d, r0, r1, acc, epilogue_avx2);
+}
 static T_AVX512 void dw_rows_avx512(const dw_t *d, int64_t r0, int64_t r1, int32_t *acc)
 {
-    dw_rows_body(d, r0, r1, acc);
+    dw_rows_body(d, r0, r1, acc, epilogue_avx512);
 }
 #endif
 
