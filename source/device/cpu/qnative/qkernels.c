@@ -16,7 +16,7 @@
  *               int16 once, when packed, the activations while packed (vpmovzxbw), and vpmaddwd
  *               multiplies a broadcast K pair of one row by 8 columns' pairs into int32, exact; 6 x 16
  *               tiles (12 accumulators);
- *   portable    plain C on the same packed layout, 4 x 8 tiles.
+ *   portable    plain C on the byte layout of the vnni paths, 4 x 8 tiles.
  * A forced instruction set the CPU lacks makes isa() and every kernel raise RuntimeError saying so.
  *
  * Packed weights (PackedB): panels of NR columns; within a panel, groups of KG along K, each group NR x KG
