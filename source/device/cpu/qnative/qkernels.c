@@ -187,8 +187,9 @@ static inline int32_t load4(const uint8_t *p)
 static T_AVX2 void micro_avx2(int mr, const void *av, int64_t lda, const void *bv, int64_t kp, int32_t *c)
 {
     const int16_t *b = bv;
-    const int32_t *a0 = av, *a1 = a0, *a2 = a0, *a3 = a0, *a4 = a0, *a5 = a0;
-    int64_t step = lda / 2;        /* int32 (K pairs) between rows */
+    /* bytes: the pairs are read as int32 through load4 (memcpy), the buffer being int16 */
+    const uint8_t *a0 = av, *a1 = a0, *a2 = a0, *a3 = a0, *a4 = a0, *a5 = a0;
+    int64_t step = lda * 2;        /* bytes between rows */
     if (mr > 1) a1 = a0 + step;
     if (mr > 2) a2 = a0 + 2 * step;
     if (mr > 3) a3 = a0 + 3 * step;
@@ -198,7 +199,7 @@ static T_AVX2 void micro_avx2(int mr, const void *av, int64_t lda, const void *b
     __m256i c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
 #define NNQ_ROW(r, ar)                                                                                   \
     do {                                                                                                  \
-        __m256i x = _mm256_set1_epi32(ar[g]);                                                             \
+        __m256i x = _mm256_set1_epi32(load4(ar + 4 * g));                                                 \
         c##r##0 = _mm256_add_epi32(c##r##0, _mm256_madd_epi16(x, b0));                                    \
         c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(x, b1));                                    \
     } while (0)
