@@ -65,6 +65,19 @@ def test_kernels_gemm_int32(m, k, n, adt, bdt):
             np.testing.assert_array_equal(out, _int_ref(a, za, b, zb) + bias)
 
 
+@pytest.mark.parametrize("m,k,n", [(13, 4099, 37), (6, 1030, 48), (12, 2, 16)])
+def test_kernels_gemm_extreme_long_k(m, k, n):
+    """The largest products over a long K (the int32 sums near their bound) and whole 6 x 16 tiles."""
+    rng = np.random.default_rng(k)
+    for adt, bdt in ((np.uint8, np.int8), (np.int8, np.uint8)):
+        a, b = _rand(rng, (m, k), adt, True), _rand(rng, (k, n), bdt, True)
+        zb = np.full(n, np.iinfo(bdt).min, bdt)
+        packed = _q().pack_b(b, k, n, zb, 0)
+        out = np.empty((m, n), np.int32)
+        _q().gemm(a, None, packed, out, None, None, 0, 0.0, 0.0, 0, 2)
+        np.testing.assert_array_equal(out, _int_ref(a, None, b, zb))
+
+
 def test_kernels_gemm_threads_and_scalar_zero():
     rng = np.random.default_rng(5)
     m, k, n = 203, 129, 77
@@ -203,8 +216,13 @@ def test_kernels_qlinear_conv_equals_onnx_reference(xdt, case):
     # rounding 1: the rescale in float32, as onnxruntime's (and nnhal's numpy) QLinearConv
     _q().conv(np.ascontiguousarray(x.transpose(0, 2, 3, 1)), x_zero.reshape(1), packed, geometry, out, bias, factor,
               int(y_zero), -1e9, 1e9, 1, 2)
-    np.testing.assert_array_equal(out.transpose(0, 3, 1, 2), _float32_rescale(x, wt, x_zero, bias, factor, y_zero,
-                                                                              geometry))
+    rescaled = _float32_rescale(x, wt, x_zero, bias, factor, y_zero, geometry)
+    np.testing.assert_array_equal(out.transpose(0, 3, 1, 2), rescaled)
+    # a fused Relu: the clamp at the zero point, on both roundings
+    for rounding, ref in ((0, want), (1, rescaled)):
+        _q().conv(np.ascontiguousarray(x.transpose(0, 2, 3, 1)), x_zero.reshape(1), packed, geometry, out, bias,
+                  factor, int(y_zero), float(y_zero), 1e9, rounding, 2)
+        np.testing.assert_array_equal(out.transpose(0, 3, 1, 2), np.maximum(ref, y_zero))
 
 
 @pytest.mark.parametrize("xdt", [np.uint8, np.int8])

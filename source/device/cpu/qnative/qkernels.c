@@ -12,14 +12,17 @@
  * at import from the CPU (cpuid / xgetbv) or forced by NNHAL_QGEMM_ISA=avx512vnni|avxvnni|avx2|portable:
  *   avx512vnni  vpdpbusd on 512 bits, 8 x 32 tiles;
  *   avxvnni     vpdpbusd (VEX) on 256 bits, 6 x 16 tiles;
- *   avx2        no vpmaddubsw (its u8 x s8 pair sums saturate at 16 bits): the bytes are widened to 16
- *               bits (vpmovzxbw / vpmovsxbw) and multiplied by vpmaddwd into int32, exact, 4 x 8 tiles;
- *   portable    plain C on the same packed layout, 4 x 8 tiles.
+ *   avx2        no vpmaddubsw (its u8 x s8 pair sums saturate at 16 bits): the weights are widened to
+ *               int16 once, when packed, the activations while packed (vpmovzxbw), and vpmaddwd
+ *               multiplies a broadcast K pair of one row by 8 columns' pairs into int32, exact; 6 x 16
+ *               tiles (12 accumulators);
+ *   portable    plain C on the byte layout of the vnni paths, 4 x 8 tiles.
  * A forced instruction set the CPU lacks makes isa() and every kernel raise RuntimeError saying so.
  *
- * Packed weights (PackedB): panels of NR columns; within a panel, groups of 4 along K, each group NR x 4
- * bytes (column-major inside the group): one vpdpbusd operand per 16 columns. K is padded to a multiple
- * of 4 and N to NR with zeros.
+ * Packed weights (PackedB): panels of NR columns; within a panel, groups of KG along K, each group NR x KG
+ * values (column-major inside the group): bytes in groups of 4 (one vpdpbusd operand per 16 columns) or,
+ * for avx2, int16 in pairs (one vpmaddwd operand per 8 columns). K is padded to a multiple of 4 and N to
+ * NR with zeros. The packed A (per thread, a chunk of rows) holds bytes, or int16 for avx2.
  *
  * Offsets: A is held as unsigned bytes au = a + oa (oa = 128 for int8 A, its bits flipped while packing),
  * B as signed bytes bs = b - ob (ob = 128 for uint8 B). With za' = za + oa per row and d_n = ob - zb_n,
@@ -51,12 +54,16 @@
 
 enum { ISA_PORTABLE = 0, ISA_AVX2 = 1, ISA_AVXVNNI = 2, ISA_AVX512VNNI = 3, ISA_COUNT = 4 };
 static const char *ISA_NAMES[ISA_COUNT] = {"portable", "avx2", "avxvnni", "avx512vnni"};
-static const int ISA_NR[ISA_COUNT] = {8, 8, 16, 32};
-static const int ISA_MR[ISA_COUNT] = {4, 4, 6, 8};
+static const int ISA_NR[ISA_COUNT] = {8, 16, 16, 32};
+static const int ISA_MR[ISA_COUNT] = {4, 6, 6, 8};
+/* the packed B's K group (values of one column side by side) and element size: bytes in groups of 4 for
+   vpdpbusd and the portable path; int16 pairs for avx2's vpmaddwd */
+static const int ISA_KG[ISA_COUNT] = {4, 2, 4, 4};
+static const int ISA_ESIZE[ISA_COUNT] = {1, 2, 1, 1};
 static const char *ISA_DESCRIBE[ISA_COUNT] = {
     "portable: plain C, 4x8 tiles, int32 sums",
-    "avx2: bytes widened to 16 bits and multiplied by vpmaddwd into int32 (exact; no vpmaddubsw, whose "
-    "u8*s8 pair sums saturate at 16 bits), 4x8 tiles",
+    "avx2: weights widened to int16 K pairs once when packed, activations widened while packed, vpmaddwd "
+    "into int32 (exact; no vpmaddubsw, whose u8*s8 pair sums saturate at 16 bits), 6x16 tiles",
     "avxvnni: vpdpbusd (VEX, 256-bit) u8*s8 into int32, 6x16 tiles",
     "avx512vnni: vpdpbusd (512-bit) u8*s8 into int32, 8x32 tiles",
 };
@@ -127,8 +134,9 @@ static int isa_ok(void)
 }
 
 /* ---------------------------------------------------------------------------------- micro-kernels
- * c[i * NR + j] = sum over groups g < kg of sum_t a[i * lda + 4 g + t] * b[g * NR * 4 + 4 j + t]      */
-typedef void (*micro_fn)(int mr, const uint8_t *a, int64_t lda, const int8_t *b, int64_t kg, int32_t *c);
+ * c[i * NR + j] = sum over k < kp of a[i * lda + k] * b[(k / KG) * NR * KG + KG j + k % KG]: a, lda in
+ * the packed A's elements (bytes; int16 for avx2), b one panel of the packed weights, kp the padded K */
+typedef void (*micro_fn)(int mr, const void *a, int64_t lda, const void *b, int64_t kp, int32_t *c);
 
 static inline __attribute__((always_inline)) void micro_c_body(int mr, const uint8_t *a, int64_t lda,
                                                                const int8_t *b, int64_t kg, int32_t *c)
@@ -147,8 +155,11 @@ static inline __attribute__((always_inline)) void micro_c_body(int mr, const uin
         memcpy(c + i * 8, acc[i], sizeof acc[i]);
 }
 
-static void micro_portable(int mr, const uint8_t *a, int64_t lda, const int8_t *b, int64_t kg, int32_t *c)
+static void micro_portable(int mr, const void *av, int64_t lda, const void *bv, int64_t kp, int32_t *c)
 {
+    const uint8_t *a = av;
+    const int8_t *b = bv;
+    int64_t kg = kp / 4;
     switch (mr) {
     case 1: micro_c_body(1, a, lda, b, kg, c); break;
     case 2: micro_c_body(2, a, lda, b, kg, c); break;
@@ -169,37 +180,55 @@ static inline int32_t load4(const uint8_t *p)
 #define T_AVXVNNI __attribute__((target("avx2,fma,avxvnni")))
 #define T_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma")))
 
-static inline __attribute__((always_inline)) T_AVX2 void micro_avx2_body(int mr, const uint8_t *a, int64_t lda,
-                                                                        const int8_t *b, int64_t kg, int32_t *c)
+/* avx2: 6 rows x 16 columns, the 12 accumulators named (an array of them is spilled by the compiler). Per
+   K pair, the pair (a[2g], a[2g + 1]) of each row is broadcast as one int32 and vpmaddwd with the 16
+   columns' pairs (two registers, 8 columns each) gives each column's two products summed. Fewer than 6
+   rows: the missing rows read row 0 again and are not stored. */
+static T_AVX2 void micro_avx2(int mr, const void *av, int64_t lda, const void *bv, int64_t kp, int32_t *c)
 {
-    __m256i acc[4][2];
-    for (int i = 0; i < mr; i++)
-        acc[i][0] = acc[i][1] = _mm256_setzero_si256();
-    for (int64_t g = 0; g < kg; g++) {
-        /* 8 columns x 4 k: columns 0-3 and 4-7, each k pair one 32-bit lane after vpmaddwd */
-        __m256i b0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(b + g * 32)));
-        __m256i b1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(b + g * 32 + 16)));
-        for (int i = 0; i < mr; i++) {
-            __m256i av = _mm256_broadcastq_epi64(_mm_cvtepu8_epi16(_mm_cvtsi32_si128(load4(a + i * lda + 4 * g))));
-            acc[i][0] = _mm256_add_epi32(acc[i][0], _mm256_madd_epi16(av, b0));
-            acc[i][1] = _mm256_add_epi32(acc[i][1], _mm256_madd_epi16(av, b1));
-        }
+    const int16_t *b = bv;
+    /* bytes: the pairs are read as int32 through load4 (memcpy), the buffer being int16 */
+    const uint8_t *a0 = av, *a1 = a0, *a2 = a0, *a3 = a0, *a4 = a0, *a5 = a0;
+    int64_t step = lda * 2;        /* bytes between rows */
+    if (mr > 1) a1 = a0 + step;
+    if (mr > 2) a2 = a0 + 2 * step;
+    if (mr > 3) a3 = a0 + 3 * step;
+    if (mr > 4) a4 = a0 + 4 * step;
+    if (mr > 5) a5 = a0 + 5 * step;
+    __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
+    __m256i c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+#define NNQ_ROW(r, ar)                                                                                   \
+    do {                                                                                                  \
+        __m256i x = _mm256_set1_epi32(load4(ar + 4 * g));                                                 \
+        c##r##0 = _mm256_add_epi32(c##r##0, _mm256_madd_epi16(x, b0));                                    \
+        c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(x, b1));                                    \
+    } while (0)
+    for (int64_t g = 0, pairs = kp / 2; g < pairs; g++) {
+        __m256i b0 = _mm256_load_si256((const __m256i *)(b + g * 32));
+        __m256i b1 = _mm256_load_si256((const __m256i *)(b + g * 32 + 16));
+        NNQ_ROW(0, a0);
+        NNQ_ROW(1, a1);
+        NNQ_ROW(2, a2);
+        NNQ_ROW(3, a3);
+        NNQ_ROW(4, a4);
+        NNQ_ROW(5, a5);
     }
+#undef NNQ_ROW
+    __m256i rows[12] = {c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51};
     for (int i = 0; i < mr; i++) {
-        /* lanes (2c, 2c + 1) of each accumulator hold column c's two halves */
-        __m256i s = _mm256_hadd_epi32(acc[i][0], acc[i][1]);
-        _mm256_storeu_si256((__m256i *)(c + i * 8), _mm256_permute4x64_epi64(s, 0xD8));
+        _mm256_storeu_si256((__m256i *)(c + i * 16), rows[2 * i]);
+        _mm256_storeu_si256((__m256i *)(c + i * 16 + 8), rows[2 * i + 1]);
     }
 }
 
-static T_AVX2 void micro_avx2(int mr, const uint8_t *a, int64_t lda, const int8_t *b, int64_t kg, int32_t *c)
+/* rows of packed bytes widened to int16 (the avx2 micro-kernel's A): n a multiple of 4 */
+static T_AVX2 void widen_avx2(const uint8_t *src, int16_t *dst, int64_t n)
 {
-    switch (mr) {
-    case 1: micro_avx2_body(1, a, lda, b, kg, c); break;
-    case 2: micro_avx2_body(2, a, lda, b, kg, c); break;
-    case 3: micro_avx2_body(3, a, lda, b, kg, c); break;
-    default: micro_avx2_body(4, a, lda, b, kg, c); break;
-    }
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm256_storeu_si256((__m256i *)(dst + i), _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(src + i))));
+    for (; i < n; i++)
+        dst[i] = src[i];
 }
 
 static inline __attribute__((always_inline)) T_AVXVNNI void micro_avxvnni_body(
@@ -223,8 +252,11 @@ static inline __attribute__((always_inline)) T_AVXVNNI void micro_avxvnni_body(
     }
 }
 
-static T_AVXVNNI void micro_avxvnni(int mr, const uint8_t *a, int64_t lda, const int8_t *b, int64_t kg, int32_t *c)
+static T_AVXVNNI void micro_avxvnni(int mr, const void *av, int64_t lda, const void *bv, int64_t kp, int32_t *c)
 {
+    const uint8_t *a = av;
+    const int8_t *b = bv;
+    int64_t kg = kp / 4;
     switch (mr) {
     case 1: micro_avxvnni_body(1, a, lda, b, kg, c); break;
     case 2: micro_avxvnni_body(2, a, lda, b, kg, c); break;
@@ -256,8 +288,11 @@ static inline __attribute__((always_inline)) T_AVX512 void micro_avx512_body(
     }
 }
 
-static T_AVX512 void micro_avx512(int mr, const uint8_t *a, int64_t lda, const int8_t *b, int64_t kg, int32_t *c)
+static T_AVX512 void micro_avx512(int mr, const void *av, int64_t lda, const void *bv, int64_t kp, int32_t *c)
 {
+    const uint8_t *a = av;
+    const int8_t *b = bv;
+    int64_t kg = kp / 4;
     switch (mr) {
     case 1: micro_avx512_body(1, a, lda, b, kg, c); break;
     case 2: micro_avx512_body(2, a, lda, b, kg, c); break;
@@ -388,10 +423,77 @@ static void epilogue_portable(const epilogue_t *e, const rows_t *r, const cols_t
 }
 
 #ifdef NNQ_X86
+/* x < lo ? lo : x, then x > hi ? hi : x, as the scalar epilogue clamps (a NaN stays NaN) */
+static inline __attribute__((always_inline)) T_AVX2 __m256 clamp_ps(__m256 x, __m256 lo, __m256 hi)
+{
+    x = _mm256_blendv_ps(x, lo, _mm256_cmp_ps(x, lo, _CMP_LT_OQ));
+    return _mm256_blendv_ps(x, hi, _mm256_cmp_ps(x, hi, _CMP_GT_OQ));
+}
+
+static inline __attribute__((always_inline)) T_AVX2 __m256d clamp_pd(__m256d x, __m256d lo, __m256d hi)
+{
+    x = _mm256_blendv_pd(x, lo, _mm256_cmp_pd(x, lo, _CMP_LT_OQ));
+    return _mm256_blendv_pd(x, hi, _mm256_cmp_pd(x, hi, _CMP_GT_OQ));
+}
+
+/* the epilogue on 8 columns at a time, the same operations in the same order as epilogue_body (int32
+   wrapping sums; float32 / double products, no fused multiply-add), the columns left over by it */
 static T_AVX2 void epilogue_avx2(const epilogue_t *e, const rows_t *r, const cols_t *cs, const int32_t *tile, int nr,
                                  int64_t m0, int mr, int64_t n0, int nc)
 {
-    epilogue_body(e, r, cs, tile, nr, m0, mr, n0, nc);
+    int nv = nc & ~7;
+    for (int i = 0; i < mr; i++) {
+        int64_t m = m0 + i;
+        const int32_t *t = tile + i * nr;
+        __m256i za = _mm256_set1_epi32(r->za ? r->za[m] : 0), rsum = _mm256_set1_epi32(r->rowsum ? r->rowsum[m] : 0);
+        __m256 rs = _mm256_set1_ps(r->scale ? r->scale[m] : 1.0f);
+        __m256 flo = _mm256_set1_ps(e->lo), fhi = _mm256_set1_ps(e->hi), fz = _mm256_set1_ps((float)e->y_zero);
+        __m256d dlo = _mm256_set1_pd(e->lo), dhi = _mm256_set1_pd(e->hi), dz = _mm256_set1_pd(e->y_zero);
+        for (int j = 0; j < nv; j += 8) {
+            int64_t n = n0 + j;
+            __m256i v = _mm256_loadu_si256((const __m256i *)(t + j));
+            if (cs->d)
+                v = _mm256_add_epi32(v, _mm256_mullo_epi32(_mm256_loadu_si256((const __m256i *)(cs->d + n)), rsum));
+            if (cs->cterm)
+                v = _mm256_sub_epi32(v, _mm256_mullo_epi32(za, _mm256_loadu_si256((const __m256i *)(cs->cterm + n))));
+            if (e->bias_i)
+                v = _mm256_add_epi32(v, _mm256_loadu_si256((const __m256i *)(e->bias_i + n)));
+            if (e->kind == OUT_S32) {
+                _mm256_storeu_si256((__m256i *)((int32_t *)e->out + m * e->ldo + n), v);
+                continue;
+            }
+            if (e->kind == OUT_F32) {
+                __m256 f = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(v), rs), _mm256_loadu_ps(e->col_scale + n));
+                if (e->bias_f)
+                    f = _mm256_add_ps(f, _mm256_loadu_ps(e->bias_f + n));
+                _mm256_storeu_ps((float *)e->out + m * e->ldo + n, clamp_ps(f, flo, fhi));
+                continue;
+            }
+            __m128i q16;
+            if (e->f32_rounding) {
+                __m256 q = _mm256_round_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(v), _mm256_loadu_ps(e->col_scale + n)),
+                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+                __m256i qi = _mm256_cvttps_epi32(clamp_ps(_mm256_add_ps(q, fz), flo, fhi));
+                q16 = _mm_packs_epi32(_mm256_castsi256_si128(qi), _mm256_extracti128_si256(qi, 1));
+            } else {
+                __m256d half[2];
+                for (int h = 0; h < 2; h++) {
+                    __m256d x = _mm256_cvtepi32_pd(h ? _mm256_extracti128_si256(v, 1) : _mm256_castsi256_si128(v));
+                    __m256d f = _mm256_cvtps_pd(_mm_loadu_ps(e->col_scale + n + 4 * h));
+                    x = _mm256_round_pd(_mm256_add_pd(_mm256_mul_pd(x, f), dz), _MM_FROUND_TO_NEAREST_INT
+                                        | _MM_FROUND_NO_EXC);
+                    half[h] = clamp_pd(x, dlo, dhi);
+                }
+                q16 = _mm_packs_epi32(_mm256_cvttpd_epi32(half[0]), _mm256_cvttpd_epi32(half[1]));
+            }
+            if (e->kind == OUT_U8)
+                _mm_storel_epi64((__m128i *)((uint8_t *)e->out + m * e->ldo + n), _mm_packus_epi16(q16, q16));
+            else
+                _mm_storel_epi64((__m128i *)((int8_t *)e->out + m * e->ldo + n), _mm_packs_epi16(q16, q16));
+        }
+        if (nv < nc)
+            epilogue_body(e, r, cs, t + nv, nr, m, 1, n0 + nv, nc - nv);
+    }
 }
 
 static T_AVX512 void epilogue_avx512(const epilogue_t *e, const rows_t *r, const cols_t *cs, const int32_t *tile,
@@ -416,10 +518,10 @@ static epilogue_fn epilogue_for(int isa)
 /* ---------------------------------------------------------------------------------- packed weights */
 typedef struct {
     PyObject_HEAD
-    int isa, nr;
+    int isa, nr, kg, esize;   /* kg, esize: the K group and the element size (ISA_KG, ISA_ESIZE) */
     int64_t k, kp, n, panels;
     int b_signed;
-    int8_t *data;        /* panels * kp * nr bytes, 64-byte aligned */
+    int8_t *data;        /* panels * kp * nr elements of esize bytes, 64-byte aligned */
     int32_t *d;          /* [n] ob - zb_n */
     int32_t *cterm;      /* [n] colsum(bs)_n + k d_n */
     int any_d;           /* some d_n != 0: the epilogue needs the row sums */
@@ -445,7 +547,7 @@ static PyObject *packed_get_isa(PackedB *self, void *c) { (void)c; return PyUnic
 static PyObject *packed_get_nbytes(PackedB *self, void *c)
 {
     (void)c;
-    return PyLong_FromLongLong(self->panels * self->kp * self->nr + 8 * self->n);
+    return PyLong_FromLongLong(self->panels * self->kp * self->nr * self->esize + 8 * self->n);
 }
 
 static PyGetSetDef packed_getset[] = {
@@ -650,12 +752,14 @@ static PyObject *qk_pack_b(PyObject *mod, PyObject *const *args, Py_ssize_t narg
     }
     p->isa = g_isa;
     p->nr = ISA_NR[g_isa];
+    p->kg = ISA_KG[g_isa];
+    p->esize = ISA_ESIZE[g_isa];
     p->k = k;
     p->kp = (k + 3) & ~(int64_t)3;
     p->n = n;
     p->panels = (n + p->nr - 1) / p->nr;
     p->b_signed = b_signed;
-    size_t bytes = (size_t)(p->panels * p->kp * p->nr);
+    size_t bytes = (size_t)(p->panels * p->kp * p->nr * p->esize);
     p->data = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
     p->d = malloc(n * sizeof(int32_t));
     p->cterm = malloc(n * sizeof(int32_t));
@@ -666,17 +770,21 @@ static PyObject *qk_pack_b(PyObject *mod, PyObject *const *args, Py_ssize_t narg
     }
     const uint8_t *src = a[0].view.buf;
     const uint8_t *zb = a[1].held ? a[1].view.buf : NULL;
-    int nr = p->nr, ob = b_signed ? 0 : 128, any_d = 0;
+    int nr = p->nr, kg = p->kg, ob = b_signed ? 0 : 128, any_d = 0;
     memset(p->data, 0, bytes);
     Py_BEGIN_ALLOW_THREADS
     for (int64_t col = 0; col < n; col++) {
-        int8_t *panel = p->data + (col / nr) * p->kp * nr;
+        int64_t panel = (col / nr) * p->kp * nr;
         int j = (int)(col % nr);
         int32_t colsum = 0;
         for (int64_t kk = 0; kk < k; kk++) {
             uint8_t raw = trans ? src[col * k + kk] : src[kk * n + col];
             int32_t v = b_signed ? (int32_t)(int8_t)raw : (int32_t)raw - 128;   /* bs = b - ob */
-            panel[(kk >> 2) * nr * 4 + j * 4 + (kk & 3)] = (int8_t)v;
+            int64_t at = panel + (kk / kg) * nr * kg + j * kg + kk % kg;
+            if (p->esize == 2)
+                ((int16_t *)p->data)[at] = (int16_t)v;
+            else
+                p->data[at] = (int8_t)v;
             colsum += v;
         }
         int64_t zi = nz == 1 ? 0 : col;
@@ -773,31 +881,40 @@ static void run_part(const void *job, int part)
     if (m_lo >= m_hi || p_lo >= p_hi)
         return;
     /* rows in chunks whose packed A stays in L2 beside the panels (and at most 256 rows) */
-    int64_t chunk = (256 * 1024) / b->kp;
+    int64_t chunk = (256 * 1024) / (b->kp * b->esize);
     chunk = chunk < mr_max ? mr_max : chunk > 256 ? 256 : chunk;
     chunk = chunk / mr_max * mr_max;
     uint8_t *apack = aligned_alloc(64, (size_t)((chunk * b->kp + 63) & ~(int64_t)63));
+    /* avx2: the chunk again, widened to int16 (the packers write bytes) */
+    int16_t *awide = b->esize == 2 ? aligned_alloc(64, (size_t)((chunk * b->kp * 2 + 63) & ~(int64_t)63)) : NULL;
     int32_t tile[MAX_MR * MAX_NR];
-    if (apack == NULL) {
+    if (apack == NULL || (b->esize == 2 && awide == NULL)) {
+        free(apack);
+        free(awide);
         __atomic_store_n(j->failed, 1, __ATOMIC_RELAXED);
         return;
     }
     /* NOTE: columns in blocks of panels that fit L2 with the A chunk: each panel is used chunk/mr times */
-    int64_t pblock = (512 * 1024) / (b->kp * nr);
+    int64_t pblock = (256 * 1024) / (b->kp * nr * b->esize);
     pblock = pblock < 1 ? 1 : pblock;
     for (int64_t c0 = m_lo; c0 < m_hi; c0 += chunk) {
         int64_t c1 = c0 + chunk > m_hi ? m_hi : c0 + chunk;
         for (int64_t m0 = c0; m0 < c1; m0 += mr_max) {
             int mr = (int)(c1 - m0 < mr_max ? c1 - m0 : mr_max);
             j->pack(j, m0, mr, apack + (m0 - c0) * b->kp);
+#ifdef NNQ_X86
+            if (awide)
+                widen_avx2(apack + (m0 - c0) * b->kp, awide + (m0 - c0) * b->kp, mr * b->kp);
+#endif
         }
         for (int64_t pb = p_lo; pb < p_hi; pb += pblock) {
             int64_t pe = pb + pblock > p_hi ? p_hi : pb + pblock;
             for (int64_t m0 = c0; m0 < c1; m0 += mr_max) {
                 int mr = (int)(c1 - m0 < mr_max ? c1 - m0 : mr_max);
-                const uint8_t *ap = apack + (m0 - c0) * b->kp;
+                const void *ap = awide ? (const void *)(awide + (m0 - c0) * b->kp)
+                                       : (const void *)(apack + (m0 - c0) * b->kp);
                 for (int64_t p = pb; p < pe; p++) {
-                    micro(mr, ap, b->kp, b->data + p * b->kp * nr, b->kp / 4, tile);
+                    micro(mr, ap, b->kp, b->data + p * b->kp * nr * b->esize, b->kp, tile);
                     int64_t n0 = p * nr;
                     int nc = (int)(b->n - n0 < nr ? b->n - n0 : nr);
                     epi(&j->e, &j->rows, &j->cols, tile, nr, m0, mr, n0, nc);
@@ -806,6 +923,7 @@ static void run_part(const void *job, int part)
         }
     }
     free(apack);
+    free(awide);
 }
 
 static void choose_split(job_t *j, int64_t threads, int64_t macs)
@@ -1268,7 +1386,8 @@ typedef struct {
     int *failed;
 } dw_t;
 
-static inline __attribute__((always_inline)) void dw_rows_body(const dw_t *d, int64_t r0, int64_t r1, int32_t *acc)
+static inline __attribute__((always_inline)) void dw_rows_body(const dw_t *d, int64_t r0, int64_t r1, int32_t *acc,
+                                                               epilogue_fn epi)
 {
     rows_t rows = {NULL, NULL, NULL};
     cols_t cols = {NULL, NULL};
@@ -1299,17 +1418,23 @@ static inline __attribute__((always_inline)) void dw_rows_body(const dw_t *d, in
         /* the epilogue over the channels, a tile of 32 at a time */
         for (int64_t c0 = 0; c0 < c; c0 += MAX_NR) {
             int nc = (int)(c - c0 < MAX_NR ? c - c0 : MAX_NR);
-            epilogue_body(&d->e, &rows, &cols, acc + c0, 0, r, 1, c0, nc);
+            epi(&d->e, &rows, &cols, acc + c0, 0, r, 1, c0, nc);
         }
     }
 }
 
-static void dw_rows_portable(const dw_t *d, int64_t r0, int64_t r1, int32_t *acc) { dw_rows_body(d, r0, r1, acc); }
+static void dw_rows_portable(const dw_t *d, int64_t r0, int64_t r1, int32_t *acc)
+{
+    dw_rows_body(d, r0, r1, acc, epilogue_portable);
+}
 #ifdef NNQ_X86
-static T_AVX2 void dw_rows_avx2(const dw_t *d, int64_t r0, int64_t r1, int32_t *acc) { dw_rows_body(d, r0, r1, acc); }
+static T_AVX2 void dw_rows_avx2(const dw_t *d, int64_t r0, int64_t r1, int32_t *acc)
+{
+    dw_rows_body(d, r0, r1, acc, epilogue_avx2);
+}
 static T_AVX512 void dw_rows_avx512(const dw_t *d, int64_t r0, int64_t r1, int32_t *acc)
 {
-    dw_rows_body(d, r0, r1, acc);
+    dw_rows_body(d, r0, r1, acc, epilogue_avx512);
 }
 #endif
 
