@@ -15,6 +15,7 @@ import numpy as np
 
 from nnhal.device.cpu.castfuse import fuse_half_round_trips, fuse_relayout_casts
 from nnhal.device.cpu.fusions import Chosen, fuse_activations, fuse_channel_shuffle, fuse_gelu, fuse_matmul
+from nnhal.device.cpu.gelu_tanh import fuse_gelu_tanh
 from nnhal.device.cpu.integer import use_integer_kernels
 from nnhal.device.cpu.kernels import control, select
 from nnhal.device.cpu.layout import Layouts, assign_layouts
@@ -278,6 +279,7 @@ def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: l
         chosen = use_integer_kernels(chosen)
         chosen = fuse_half_round_trips(chosen, external)
         chosen = fuse_gelu(chosen, external)
+        chosen = fuse_gelu_tanh(chosen, external)
         chosen = fuse_matmul(chosen, external)
         chosen = fuse_activations(chosen, external)
         chosen = fuse_channel_shuffle(chosen, external, constants)

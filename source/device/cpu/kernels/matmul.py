@@ -4,8 +4,8 @@ float32 product with a constant bias and activation by the native GEMM, and a fu
 The CPU plan may fuse what follows a MatMul into its node (never under NNHAL_CPU_REFERENCE=1): the
 FusedNode's ``epilogue`` (EpilogueOp records, hostkernels/fused.py) applies element-wise Add/Mul/Div/Sub
 by further node inputs (bias, scale, mask, residual) in place on the product, possibly ended by a Gelu
-step, an exact float32 Gelu; with a Gelu, a stacked A times a matrix B is one GEMM, then the epilogue and
-the Gelu run over cache-sized row blocks of the product.
+step, an exact float32 Gelu or the native tanh one (GeluTanh); with a Gelu, a stacked A times a matrix B
+is one GEMM, then the epilogue and the Gelu run over cache-sized row blocks of the product.
 """
 from __future__ import annotations
 
@@ -13,12 +13,14 @@ import numpy as np
 
 from nnhal.device.cpu import native, parallel
 from nnhal.device.cpu.kernels._gates import fused
-from nnhal.device.cpu.kernels.gelu import gelu_chunk, gelu_inplace
+from nnhal.device.cpu.kernels.gelu import gelu_chunk, gelu_inplace, gelu_tanh_inplace
 from nnhal.hostkernels import _blocks, _scratch, op_matmul
 from nnhal.hostkernels.base import Kernel, RunFn
 from nnhal.hostkernels.fused import epilogue_of
 
 _UFUNCS = op_matmul.UFUNCS
+# the native activation of a Gelu epilogue step
+_GELU_ACTS = {"Gelu": "gelu", "GeluTanh": "gelu_tanh"}
 # elements of the product per epilogue + Gelu block (the dozen passes of the Gelu stay in L2)
 BLOCK = 1 << 16
 
@@ -35,10 +37,10 @@ class MatMulFast(Kernel):
 
     def prepare(self, node, ins, outs) -> RunFn:
         epilogue = epilogue_of(node)
-        gelu = bool(epilogue) and epilogue[-1].op == "Gelu"
+        gelu = _GELU_ACTS.get(epilogue[-1].op) if epilogue else None
         ops = tuple((_UFUNCS[step.op], step.input) for step in (epilogue[:-1] if gelu else epilogue))
         if gelu:
-            return fused(_native_first(_gelu_run(ops, outs[0]), ops, ins, outs[0], "gelu"), node)
+            return fused(_native_first(_gelu_run(ops, outs[0], gelu), ops, ins, outs[0], gelu), node)
         blocks = tuple(_block_of(ins[k], outs[0]) for _, k in ops)
 
         def run(inputs, outputs):
@@ -104,8 +106,11 @@ def _block_of(operand, out) -> np.ndarray | None:
     return None
 
 
-def _gelu_run(ops, out_info) -> RunFn:
+def _gelu_run(ops, out_info, act: str) -> RunFn:
+    """The product, its epilogue ``ops`` and the Gelu (``act``: "gelu" exact, "gelu_tanh" native only) in
+    blocks of rows over the pool."""
     shape, dtype = tuple(out_info.shape), out_info.dtype
+    tanh = act == "gelu_tanh"
     n = shape[-1]
     rows_per_block = max(1, BLOCK // max(1, n))
     # NOTE: the Gelu's three temporaries live in this thread's scratch: allocated per block (256 KB each,
@@ -121,7 +126,7 @@ def _gelu_run(ops, out_info) -> RunFn:
         if not y.flags.c_contiguous:
             for ufunc, k in ops:
                 ufunc(y, inputs[k], out=y)
-            gelu_inplace(y)
+            gelu_tanh_inplace(y) if tanh else gelu_inplace(y)
             return (y,)
         y2 = y.reshape(-1, n)
         operands = [(ufunc, np.broadcast_to(inputs[k], shape).reshape(-1, n)) for ufunc, k in ops]
@@ -138,7 +143,10 @@ def _gelu_run(ops, out_info) -> RunFn:
                 for ufunc, operand in operands:
                     ufunc(ys, operand[lo:hi], out=ys)
                 flat, k = ys.reshape(-1), ys.size
-                gelu_chunk(flat, flat, tmp[:k], xc[:k], t[:k])
+                if tanh:
+                    gelu_tanh_inplace(flat)
+                else:
+                    gelu_chunk(flat, flat, tmp[:k], xc[:k], t[:k])
 
         parallel.for_ranges(y2.shape[0], y2.size * 8, blocks, rows_per_block)
         return (y,)

@@ -12,7 +12,7 @@
  *   output pixel's channels are still in L1; Conv "grouped": grouped convolution of narrow groups; Conv
  *   "im2col": a group-1 convolution by im2col bands and GEMM.
  * - fake_quantize_blocks: per-block dynamic int8/uint8 quantization of activations, dequantized.
- * - activation: Relu, Clip, HardSigmoid, HardSwish, Sigmoid, SiLU, Gelu in one pass.
+ * - activation: Relu, Clip, HardSigmoid, HardSwish, Sigmoid, SiLU, Gelu (exact or tanh) in one pass.
  * - Pool2d: 2-D MaxPool / AveragePool, channels last, one pass over the input; global_pool: GlobalAveragePool
  *   / GlobalMaxPool.
  * - gather_last / shuffle_last: Gather along the last axis of 4-byte elements, the channel shuffle.
@@ -77,6 +77,7 @@ enum {
     NN_ACT_SIGMOID = 5,
     NN_ACT_SILU = 6,        /* x * sigmoid(x) */
     NN_ACT_GELU = 7,        /* x * (1 + erf(x / sqrt 2)) / 2, the exact Gelu */
+    NN_ACT_GELU_TANH = 8,   /* x * (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) / 2, as x * sigmoid(2 u) */
 };
 
 typedef struct {
@@ -173,6 +174,12 @@ NN_INLINE void nn_apply(float *restrict y, int64_t len, const nn_act *act) {
     case NN_ACT_GELU:
 #pragma omp simd
         for (int64_t i = 0; i < len; i++) y[i] = y[i] * (1.0f + nn_erff(y[i] / 1.41421353816986083984f)) * 0.5f;
+        break;
+    case NN_ACT_GELU_TANH:
+        /* (1 + tanh u) / 2 == sigmoid(2 u): one exp, and no cancellation in 1 + tanh u for negative x */
+#pragma omp simd
+        for (int64_t i = 0; i < len; i++)
+            y[i] = y[i] * nn_sigmoid(1.59576912160573071f * (y[i] + 0.044715f * y[i] * y[i] * y[i]));
         break;
     default:
         break;
@@ -1799,7 +1806,7 @@ static PyObject *nn_act_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
     static char *names[] = {"kind", "lo", "hi", "alpha", "beta", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|Offff:Act", names, &kind_obj, &lo, &hi, &alpha, &beta))
         return NULL;
-    if (kind_obj != NULL && nn_int(kind_obj, "Act", "kind", NN_ACT_NONE, NN_ACT_GELU, &kind)) return NULL;
+    if (kind_obj != NULL && nn_int(kind_obj, "Act", "kind", NN_ACT_NONE, NN_ACT_GELU_TANH, &kind)) return NULL;
     nn_act_object *self = (nn_act_object *)type->tp_alloc(type, 0);
     if (self == NULL) return NULL;
     self->act = (nn_act){(int32_t)kind, lo, hi, alpha, beta};
@@ -1824,7 +1831,8 @@ static PyTypeObject nn_act_type = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "nnhal._kernels.Act",
     .tp_doc = "Act(kind=0, lo=-inf, hi=inf, alpha=0.2, beta=0.5): a fused activation (kinds as numbered in "
-              "kernels.c: 0 none, 1 relu, 2 clip, 3 hardsigmoid, 4 hardswish, 5 sigmoid, 6 silu, 7 gelu)",
+              "kernels.c: 0 none, 1 relu, 2 clip, 3 hardsigmoid, 4 hardswish, 5 sigmoid, 6 silu, 7 gelu, "
+              "8 gelu_tanh)",
     .tp_basicsize = sizeof(nn_act_object),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = nn_act_new,
