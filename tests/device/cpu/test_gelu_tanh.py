@@ -1,0 +1,111 @@
+"""The tanh-approximated Gelu chain (cpu/gelu_tanh.py) as one native pass, alone and in a MatMul's epilogue,
+against the chain evaluated in float64, on the generated plan and on the interpreting one (NNHAL_CHECK=1)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from onnx import helper, numpy_helper
+
+import nnhal
+from nnhal.conformance.tolerance import assert_within_bound, matmul_bound, unit_roundoff
+from nnhal.device.cpu import native
+from nnhal.hostkernels.fused import epilogue_of
+from tests.conftest import make_model, vinfo
+
+pytestmark = pytest.mark.skipif(not native.available(), reason="the tanh Gelu is fused only with the native kernels")
+
+U = unit_roundoff(np.float32)
+SLOPE = 1.13     # the largest |d gelu_tanh / dx| (at x ~ 2.4): how much an error of the input can grow
+
+
+def gelu_tanh64(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, np.float64)
+    return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def own_bound(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """The float32 chain's or the kernel's own error: a few roundings of |x|-sized terms (x^3's, the sums,
+    tanh's or sigmoid's 2-3 ulp, the last product) and of the result, generously 16 u |x| + 8 u |y|."""
+    return 16 * U * np.abs(np.asarray(x, np.float64)) + 8 * U * np.abs(np.asarray(y, np.float64))
+
+
+def const(name, value):
+    return numpy_helper.from_array(np.asarray(value, np.float32), name)
+
+
+CONSTS = [const("c3", 3.0), const("cubic", 0.044715), const("s2pi", math.sqrt(2 / math.pi)), const("one", 1.0),
+          const("half", 0.5)]
+
+
+def chain(x: str, y: str, cube: str = "mul", half_first: bool = False) -> list:
+    """torch.onnx's GELU(approximate='tanh'): x^3 as Mul(x, Mul(x, x)) or Pow(x, 3); 0.5 last or first."""
+    n = helper.make_node
+    nodes = [n("Pow", [x, "c3"], ["cu"])] if cube == "pow" else [n("Mul", [x, x], ["sq"]), n("Mul", [x, "sq"], ["cu"])]
+    nodes += [n("Mul", ["cubic", "cu"], ["k"]), n("Add", [x, "k"], ["in"]), n("Mul", ["s2pi", "in"], ["u"]),
+              n("Tanh", ["u"], ["t"]), n("Add", ["one", "t"], ["t1"])]
+    if half_first:
+        return nodes + [n("Mul", [x, "half"], ["hx"]), n("Mul", ["hx", "t1"], [y])]
+    return nodes + [n("Mul", [x, "t1"], ["xt"]), n("Mul", ["half", "xt"], [y])]
+
+
+def run(model, feeds, monkeypatch, checked: bool):
+    monkeypatch.setenv("NNHAL_CHECK", "1" if checked else "0")
+    with nnhal.Session(model, devices=["cpu"], num_thread=2) as s:
+        got = s.run(feeds)
+        steps = s.subgraphs[0].device_graph.steps
+    return got, steps
+
+
+@pytest.mark.parametrize("checked", [False, True])
+@pytest.mark.parametrize("cube,half_first", [("mul", False), ("pow", False), ("mul", True)])
+def test_the_chain_is_one_native_gelu_within_a_few_ulp(monkeypatch, checked, cube, half_first):
+    x = np.linspace(-9, 9, 3 * 4001, dtype=np.float32).reshape(3, 4001)
+    x[0, :5] = [0.0, -0.0, 1e-30, -1e-30, 40.0]
+    model = make_model(chain("x", "y", cube, half_first), [vinfo("x", [3, 4001])], [vinfo("y", [3, 4001])], CONSTS)
+    (got,), steps = run(model, {"x": x}, monkeypatch, checked)
+    assert [(st.node.op_type, st.node.attrs.get("approximate")) for st in steps] == [("Gelu", "tanh")]
+    want = gelu_tanh64(x)
+    assert_within_bound(got, want, own_bound(x, want))
+
+
+def test_an_intermediate_read_elsewhere_keeps_the_chain(monkeypatch):
+    x = np.random.default_rng(1).standard_normal((4, 9)).astype(np.float32) * 3
+    model = make_model(chain("x", "y"), [vinfo("x", [4, 9])], [vinfo("y", [4, 9]), vinfo("t", [4, 9])], CONSTS)
+    (got, t), steps = run(model, {"x": x}, monkeypatch, False)
+    assert "Gelu" not in [st.node.op_type for st in steps] and "Tanh" in [st.node.op_type for st in steps]
+    want = gelu_tanh64(x)
+    assert_within_bound(got, want, own_bound(x, want))
+
+
+def test_other_constants_are_not_a_gelu(monkeypatch):
+    consts = [c if c.name != "cubic" else const("cubic", 0.05) for c in CONSTS]
+    x = np.random.default_rng(2).standard_normal((2, 7)).astype(np.float32)
+    model = make_model(chain("x", "y"), [vinfo("x", [2, 7])], [vinfo("y", [2, 7])], consts)
+    (got,), steps = run(model, {"x": x}, monkeypatch, False)
+    assert "Gelu" not in [st.node.op_type for st in steps]
+    x64 = x.astype(np.float64)
+    want = 0.5 * x64 * (1 + np.tanh(math.sqrt(2 / math.pi) * (x64 + 0.05 * x64 ** 3)))
+    assert_within_bound(got, want, own_bound(x, want))
+
+
+@pytest.mark.parametrize("checked", [False, True])
+@pytest.mark.parametrize("batch,rows,k,n", [(1, 64, 32, 128), (2, 37, 29, 61), (1, 1, 16, 300)])
+def test_matmul_bias_gelu_tanh_is_one_step(monkeypatch, checked, batch, rows, k, n):
+    rng = np.random.default_rng(rows)
+    w = (rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["p"]), helper.make_node("Add", ["bias", "p"], ["h"]),
+             *chain("h", "y")]
+    model = make_model(nodes, [vinfo("x", [batch, rows, k])], [vinfo("y", [batch, rows, n])],
+                       [const("w", w), const("bias", bias), *CONSTS])
+    x = rng.standard_normal((batch, rows, k)).astype(np.float32) * 2
+    (got,), steps = run(model, {"x": x}, monkeypatch, checked)
+    (step,) = steps
+    assert [e.op for e in epilogue_of(step.node)] == ["Add", "GeluTanh"]
+    h = x.astype(np.float64) @ w + bias
+    want = gelu_tanh64(h)
+    # the product's and the bias add's rounding, grown by the Gelu's slope, plus the Gelu's own
+    bound = SLOPE * (matmul_bound(x, w) + 2 * U * np.abs(h)) + own_bound(h, want)
+    assert_within_bound(got, want, bound)
