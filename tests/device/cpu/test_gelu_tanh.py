@@ -91,7 +91,7 @@ def test_other_constants_are_not_a_gelu(monkeypatch):
 
 
 @pytest.mark.parametrize("checked", [False, True])
-@pytest.mark.parametrize("batch,rows,k,n", [(1, 64, 32, 128), (2, 37, 29, 61), (1, 1, 16, 300)])
+@pytest.mark.parametrize("batch,rows,k,n", [(1, 64, 32, 128), (2, 37, 29, 61), (1, 1, 16, 300), (1, 2, 64, 130)])
 def test_matmul_bias_gelu_tanh_is_one_step(monkeypatch, checked, batch, rows, k, n):
     rng = np.random.default_rng(rows)
     w = (rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32)
@@ -109,3 +109,19 @@ def test_matmul_bias_gelu_tanh_is_one_step(monkeypatch, checked, batch, rows, k,
     # the product's and the bias add's rounding, grown by the Gelu's slope, plus the Gelu's own
     bound = SLOPE * (matmul_bound(x, w) + 2 * U * np.abs(h)) + own_bound(h, want)
     assert_within_bound(got, want, bound)
+
+
+@pytest.mark.parametrize("checked", [False, True])
+@pytest.mark.parametrize("rows,bias", [(1, True), (2, True), (1, False), (3, True)])
+def test_a_few_rows_times_a_constant_matrix_with_its_bias(monkeypatch, checked, rows, bias):
+    """A decoder's one-token products (kernels/matmul.py's GEMV rows, up to GEMV_ROWS) and the GEMM just past."""
+    rng = np.random.default_rng(rows)
+    w = (rng.standard_normal((96, 257)) / 10).astype(np.float32)
+    b = rng.standard_normal(257).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["p" if bias else "y"])]
+    nodes += [helper.make_node("Add", ["p", "b"], ["y"])] if bias else []
+    model = make_model(nodes, [vinfo("x", [1, rows, 96])], [vinfo("y", [1, rows, 257])], [const("w", w), const("b", b)])
+    x = rng.standard_normal((1, rows, 96)).astype(np.float32)
+    (got,), _ = run(model, {"x": x}, monkeypatch, checked)
+    want = x.astype(np.float64) @ w + (b if bias else 0)
+    assert_within_bound(got, want, matmul_bound(x, w) + 2 * U * np.abs(want))

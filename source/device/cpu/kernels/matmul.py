@@ -21,6 +21,10 @@ from nnhal.hostkernels.fused import epilogue_of
 _UFUNCS = op_matmul.UFUNCS
 # the native activation of a Gelu epilogue step
 _GELU_ACTS = {"Gelu": "gelu", "GeluTanh": "gelu_tanh"}
+# NOTE: products of at most this many rows run as one BLAS GEMV per row: OpenBLAS's SGEMM (numpy's and the
+# native pool's) takes 3-4x a GEMV's time on one row (1x256 @ 256x1024: 96 us against 26, 1x1024 @ 1024x256:
+# 67 against 19, one thread) and ~1.5x on two; from 4 rows on the GEMM is as fast (loaded 2-core Zen 3)
+GEMV_ROWS = 2
 # elements of the product per epilogue + Gelu block (the dozen passes of the Gelu stay in L2)
 BLOCK = 1 << 16
 
@@ -63,7 +67,7 @@ def _native_first(run: RunFn, ops, ins, out_info, act: str | None) -> RunFn:
     """``run`` preceded by the native pool's GEMM with its bias and activation (parallel.gemm: each thread
     its rows' product, bias and ``act`` while in cache) when the epilogue is at most a constant bias of
     the product's width and the operands are float32 matrices it can read (a stacked A times a matrix B
-    flattened to one); ``run`` itself otherwise."""
+    flattened to one), or as GEMVs (_gemv_rows) when A has at most GEMV_ROWS rows; ``run`` itself otherwise."""
     if out_info.dtype != np.float32 or out_info.shape is None or not out_info.shape or len(ops) > 1:
         return run
     width = out_info.shape[-1]
@@ -85,12 +89,26 @@ def _native_first(run: RunFn, ops, ins, out_info, act: str | None) -> RunFn:
         a, b, y = inputs[0], inputs[1], outputs[0]
         if b.ndim == 2 and a.ndim >= 2 and y is not None and y.flags.c_contiguous and y.shape == shape:
             a2, y2 = a.reshape(-1, a.shape[-1]), y.reshape(-1, width)
+            if a2.shape[0] <= GEMV_ROWS and (act is None or record is not None):
+                _gemv_rows(a2, b, y2, bias, record)
+                return (y,)
             if np.shares_memory(a2, a) and parallel.gemm(a2, b, y2, bias, record,
                                                          prepared=prepared if b is w else None):
                 return (y,)
         return run(inputs, outputs)
 
     return run_native
+
+
+def _gemv_rows(a: np.ndarray, b: np.ndarray, y: np.ndarray, bias: np.ndarray | None, record) -> None:
+    """y = act(a @ b + bias) for the few rows of the matrix ``a`` (a decoder's one token) into the contiguous
+    matrix ``y``, one BLAS GEMV per row."""
+    for r in range(a.shape[0]):
+        np.matmul(a[r], b, out=y[r])
+    if bias is not None:
+        np.add(y, bias, out=y)
+    if record is not None:
+        native.activation(y, y, record, 1)
 
 
 def _block_of(operand, out) -> np.ndarray | None:
