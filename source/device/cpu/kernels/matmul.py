@@ -78,15 +78,23 @@ def _native_first(run: RunFn, ops, ins, out_info, act: str | None) -> RunFn:
         if ufunc is not np.add or v is None or v.size != width or v.shape[-1] != width or v.dtype != np.float32:
             return run
         bias = np.ascontiguousarray(v.reshape(-1))
-    record = native.make_act(act)
-    shape = tuple(out_info.shape)
-    # a constant float32 B: its GEMM prepared once (the buffers of B and the bias held and checked now)
     w = ins[1].value if len(ins) > 1 and ins[1] is not None else None
+    return gemm_first(run, w, bias, tuple(out_info.shape), act, False)
+
+
+def gemm_first(run: RunFn, w: np.ndarray | None, bias: np.ndarray | None, shape: tuple, act: str | None,
+               fixed_b: bool) -> RunFn:
+    """``run`` preceded by act(A @ B + bias) into the float32 output of ``shape``, A = inputs[0] flattened to
+    a matrix: GEMVs for a few rows, else the native pool's GEMM (prepared once when B is the constant ``w``).
+    ``fixed_b``: B is always ``w`` (a Gemm's packed weight), else inputs[1]."""
+    width = shape[-1]
+    record = native.make_act(act)
+    # a constant float32 B: its GEMM prepared once (the buffers of B and the bias held and checked now)
     prepared = native.Gemm(w, bias, record) if native.available() and isinstance(w, np.ndarray) \
         and w.ndim == 2 and w.dtype == np.float32 and (w.flags.c_contiguous or w.flags.f_contiguous) else None
 
     def run_native(inputs, outputs):
-        a, b, y = inputs[0], inputs[1], outputs[0]
+        a, b, y = inputs[0], w if fixed_b else inputs[1], outputs[0]
         if b.ndim == 2 and a.ndim >= 2 and y is not None and y.flags.c_contiguous and y.shape == shape:
             a2, y2 = a.reshape(-1, a.shape[-1]), y.reshape(-1, width)
             if a2.shape[0] <= GEMV_ROWS and (act is None or record is not None):

@@ -1,5 +1,6 @@
-"""The tanh-approximated Gelu chain (cpu/gelu_tanh.py) as one native pass, alone and in a MatMul's epilogue,
-against the chain evaluated in float64, on the generated plan and on the interpreting one (NNHAL_CHECK=1)."""
+"""A transformer's linear layers on the cpu device against float64, on the generated plan and on the
+interpreting one (NNHAL_CHECK=1): the tanh-approximated Gelu chain (cpu/gelu_tanh.py) as one native pass,
+alone and in a MatMul's epilogue; products of a few rows (GEMV rows); Gemm as the native GEMM."""
 from __future__ import annotations
 
 import math
@@ -125,3 +126,31 @@ def test_a_few_rows_times_a_constant_matrix_with_its_bias(monkeypatch, checked, 
     (got,), _ = run(model, {"x": x}, monkeypatch, checked)
     want = x.astype(np.float64) @ w + (b if bias else 0)
     assert_within_bound(got, want, matmul_bound(x, w) + 2 * U * np.abs(want))
+
+
+@pytest.mark.parametrize("checked", [False, True])
+@pytest.mark.parametrize("rows,trans_b,alpha,beta,c_shape,relu", [
+    (50, 1, 1.0, 1.0, (257,), False), (50, 0, 0.5, 2.0, (1, 257), False), (1, 1, 1.0, 1.0, (257,), False),
+    (2, 0, 1.0, 0.0, (257,), False), (7, 1, 1.5, 1.0, None, False), (9, 1, 1.0, 1.0, (9, 257), False),
+    (33, 1, 1.0, 1.0, (257,), True)])
+def test_a_linear_gemm_runs_the_native_gemm(monkeypatch, checked, rows, trans_b, alpha, beta, c_shape, relu):
+    """kernels/gemm.py's GemmNative (alpha and beta folded, B packed once; a few rows as GEMVs), and the host's
+    pooled Gemm where C is not a row or an activation is fused."""
+    rng = np.random.default_rng(rows)
+    b = (rng.standard_normal((257, 96) if trans_b else (96, 257)) / 10).astype(np.float32)
+    c = rng.standard_normal(c_shape).astype(np.float32) if c_shape else None
+    inits = [const("b", b)] + ([const("c", c)] if c_shape else [])
+    nodes = [helper.make_node("Gemm", ["x", "b"] + (["c"] if c_shape else []), ["g" if relu else "y"], transB=trans_b,
+                              alpha=alpha, beta=beta)]
+    nodes += [helper.make_node("Relu", ["g"], ["y"])] if relu else []
+    model = make_model(nodes, [vinfo("x", [rows, 96])], [vinfo("y", [rows, 257])], inits)
+    x = rng.standard_normal((rows, 96)).astype(np.float32)
+    (got,), steps = run(model, {"x": x}, monkeypatch, checked)
+    (step,) = steps
+    assert step.kernel_name == ("native" if c_shape != (9, 257) else "pooled")
+    bt = b.T if trans_b else b
+    want = alpha * (x.astype(np.float64) @ bt) + (beta * c if c_shape else 0)
+    want = np.maximum(want, 0) if relu else want
+    # the product's sums, then the roundings of alpha's and beta's scalings and of the bias add
+    terms = abs(alpha) * np.abs(x.astype(np.float64) @ bt) + (np.abs(beta * c) if c_shape else 0)
+    assert_within_bound(got, want, abs(alpha) * matmul_bound(x, bt) + 3 * U * terms)
