@@ -20,6 +20,7 @@ from nnhal.device.cpu.integer import use_integer_kernels
 from nnhal.device.cpu.kernels import control, select
 from nnhal.device.cpu.layout import Layouts, assign_layouts
 from nnhal.device.cpu.planner import MemoryPlan, arena_views, plan_memory
+from nnhal.device.cpu.scale_fold import fold_operand_scales
 from nnhal.device.cpu.straight import Chunk, failing_step, generate
 from nnhal.errors import DeviceError, NnhalError, where, wrapped
 from nnhal.graph.graph import Graph
@@ -280,6 +281,7 @@ def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: l
         chosen = fuse_half_round_trips(chosen, external)
         chosen = fuse_gelu(chosen, external)
         chosen = fuse_gelu_tanh(chosen, external)
+        chosen = fold_operand_scales(chosen, external)
         chosen = fuse_matmul(chosen, external)
         chosen = fuse_activations(chosen, external)
         chosen = fuse_channel_shuffle(chosen, external, constants)

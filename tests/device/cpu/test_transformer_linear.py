@@ -154,3 +154,38 @@ def test_a_linear_gemm_runs_the_native_gemm(monkeypatch, checked, rows, trans_b,
     # the product's sums, then the roundings of alpha's and beta's scalings and of the bias add
     terms = abs(alpha) * np.abs(x.astype(np.float64) @ bt) + (np.abs(beta * c) if c_shape else 0)
     assert_within_bound(got, want, abs(alpha) * matmul_bound(x, bt) + 3 * U * terms)
+
+
+@pytest.mark.parametrize("checked", [False, True])
+@pytest.mark.parametrize("rows,depth,sides,folds", [(50, 64, "both", True), (50, 64, "q", True), (9, 16, "k", True),
+                                                    (200, 8, "both", False), (50, 64, "shared", False)])
+def test_scalar_scalings_of_attention_operands_move_onto_the_product(monkeypatch, checked, rows, depth, sides, folds):
+    """cpu/scale_fold.py: torch's SDPA export, MatMul(Mul(q, s), Mul(k^T, s)), as MatMul(q, k^T) * s * s
+    when the product is no larger than the operands; a scaled q also read elsewhere keeps its Mul."""
+    rng = np.random.default_rng(rows)
+    n = helper.make_node
+    s, t = 0.35355339, 0.5
+    nodes = [n("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2])]
+    q_in, k_in, outputs = "q", "kt", [vinfo("y", [1, 3, rows, rows])]
+    if sides in ("both", "q", "shared"):
+        nodes.append(n("Mul", ["q", "s"], ["qs"]))
+        q_in = "qs"
+    if sides in ("both", "k", "shared"):
+        nodes.append(n("Mul", ["t", "kt"], ["ks"]))
+        k_in = "ks"
+    nodes.append(n("MatMul", [q_in, k_in], ["y"]))
+    if sides == "shared":
+        outputs.append(vinfo("qs", [1, 3, rows, depth]))
+    model = make_model(nodes, [vinfo("q", [1, 3, rows, depth]), vinfo("k", [1, 3, rows, depth])], outputs,
+                       [const("s", [s]), const("t", t)])
+    q = rng.standard_normal((1, 3, rows, depth)).astype(np.float32)
+    k = rng.standard_normal((1, 3, rows, depth)).astype(np.float32)
+    got, steps = run(model, {"q": q, "k": k}, monkeypatch, checked)
+    ops = [st.node.op_type for st in steps]
+    assert ("Mul" not in ops) == folds
+    qs = q * np.float32(s) if sides in ("both", "q", "shared") else q
+    kt = k.transpose(0, 1, 3, 2)
+    ks = np.float32(t) * kt if sides in ("both", "k", "shared") else kt
+    want = qs.astype(np.float64) @ ks
+    # the float32 scalings of either order (one rounding each of |q||k| sized terms) and the product's sums
+    assert_within_bound(got[0], want, matmul_bound(qs, ks) + 4 * U * (np.abs(qs.astype(np.float64)) @ np.abs(ks)))
