@@ -65,6 +65,7 @@ def cases():
         [("in", np.zeros((1, 3), F)), ("out", tiny), "int", "int"]
     yield "layernorm", native.layernorm, lambda: [arr(3, 8), arr(3, 8), arr(8), arr(8), 1e-5, 2], \
         [("in", None), ("out", tiny), ("opt", tiny), ("opt", tiny), "float", "int"]
+    yield "softmax", native.softmax, lambda: [arr(3, 8), arr(3, 8), 2], [("in", None), ("out", tiny), "int"]
     yield "global_pool", native.global_pool, lambda: [arr(2, 3, 3, 8), arr(2, 1, 1, 8), 1, 2], \
         [("in", None), ("out", tiny), "int", "int"]
     yield "gather_last", native.gather_last, lambda: [arr(3, 8), arr(3, 4), np.array([7, 0, 3, 3], np.int32), 0, 3], \

@@ -189,3 +189,32 @@ def test_scalar_scalings_of_attention_operands_move_onto_the_product(monkeypatch
     want = qs.astype(np.float64) @ ks
     # the float32 scalings of either order (one rounding each of |q||k| sized terms) and the product's sums
     assert_within_bound(got[0], want, matmul_bound(qs, ks) + 4 * U * (np.abs(qs.astype(np.float64)) @ np.abs(ks)))
+
+
+@pytest.mark.parametrize("checked", [False, True])
+@pytest.mark.parametrize("shape", [(1, 4, 64, 64), (2, 3, 5, 1000), (7, 1)])
+def test_native_softmax_rows_against_float64_with_masks_and_non_finite_rows(monkeypatch, checked, shape):
+    """native/nn_softmax.h through the fast Softmax: a causal -inf mask is exactly 0, a row far below the
+    others keeps full precision (its own maximum), and rows with NaN, +inf or only -inf come out as the
+    reference's (hostkernels/_reduce.softmax)."""
+    from nnhal.hostkernels._reduce import softmax
+    rng = np.random.default_rng(len(shape))
+    x = (rng.standard_normal(shape) * 6).astype(np.float32)
+    masked = np.zeros(shape, bool)
+    if shape[-1] > 1:
+        masked = np.triu(np.ones(shape[-2:], bool), 1) & np.ones(shape, bool) if shape[-2] == shape[-1] else masked
+        x[masked] = -np.inf
+        flat = x.reshape(-1, shape[-1])
+        flat[0] -= 500.0
+        flat[1, 3], flat[2, 4], flat[3] = np.nan, np.inf, -np.inf
+    model = make_model([helper.make_node("Softmax", ["x"], ["y"], axis=-1)], [vinfo("x", list(shape))],
+                       [vinfo("y", list(shape))])
+    with np.errstate(invalid="ignore"):
+        (got,), steps = run(model, {"x": x}, monkeypatch, checked)
+        want = softmax(x.astype(np.float64), (len(shape) - 1,))
+    assert [st.kernel_name for st in steps] == ["fast"]
+    ok = ~np.isnan(want)
+    assert np.array_equal(np.isnan(got), np.isnan(want)) and (got[masked & ok] == 0).all()
+    # exp to a few ulp, the row sum's roundings (width terms), the reciprocal and the product
+    bound = (8 + 2 * shape[-1]) * U * np.abs(want[ok])
+    assert_within_bound(got[ok], want[ok], bound)

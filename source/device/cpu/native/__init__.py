@@ -124,6 +124,7 @@ if _k is not None:
     cast_half = _k.cast_half                    # (x, y): f32 -> f16, f16 -> f32, or f32 -> f32 through f16
     fake_quantize_blocks = _k.fake_quantize_blocks  # (x, y, block, signed)
     layernorm = _k.layernorm                    # (x, y, scale, bias, eps, parts)
+    softmax = _k.softmax                        # (x, y, parts)
     global_pool = _k.global_pool                # (x, y, kind, parts)
     gather_last = _k.gather_last                # (x, y, idx, r0, r1)
     shuffle_last = _k.shuffle_last              # (x, y, groups, r0, r1)

@@ -25,6 +25,7 @@
  * - cast_half: float32 <-> float16 (IEEE binary16, round to nearest even), and float32 rounded through float16
  *   in one pass: fp16 storage's conversions (F16C's vcvtps2ph / vcvtph2ps in the x86-64-v3 and v4 clones).
  * - layernorm: LayerNormalization over the last axis.
+ * - softmax: Softmax over the last axis (nn_softmax.h).
  * - Program (nn_steps.h): a prepared run of small element-wise steps, executed by one call per plan run.
  * - Recurrent: a prepared LSTM, GRU or RNN layer: the input projection of every step as one GEMM, then each
  *   direction's steps (recurrent product and fused gate math) in C, the two directions on two parts.
@@ -2955,6 +2956,8 @@ static PyObject *nn_py_blas_info(PyObject *module, PyObject *unused) {
                          scipy_openblas_get_config(), "threads", scipy_openblas_get_num_threads());
 }
 
+#include "nn_softmax.h"
+
 static PyMethodDef nn_methods[] = {
     {"activation", (PyCFunction)(void (*)(void))nn_py_activation, METH_FASTCALL,
      "activation(x, y, act, parts): y = act(x) for float32 x and y of one size (y may be x)"},
@@ -2972,6 +2975,8 @@ static PyMethodDef nn_methods[] = {
      "fake_quantize_blocks(x, y, block, signed): x (m, k) quantized per row and block, dequantized into y"},
     {"layernorm", (PyCFunction)(void (*)(void))nn_py_layernorm, METH_FASTCALL,
      "layernorm(x, y, scale, bias, eps, parts): LayerNormalization over the last axis (y may be x)"},
+    {"softmax", (PyCFunction)(void (*)(void))nn_py_softmax, METH_FASTCALL,
+     "softmax(x, y, parts): Softmax over the last axis (y may be x), rows split over the pool"},
     {"global_pool", (PyCFunction)(void (*)(void))nn_py_global_pool, METH_FASTCALL,
      "global_pool(x, y, kind, parts): GlobalMaxPool (0) or GlobalAveragePool (1) of x (n, h, w, c) into y (n * c)"},
     {"gather_last", (PyCFunction)(void (*)(void))nn_py_gather_last, METH_FASTCALL,
