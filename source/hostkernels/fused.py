@@ -33,9 +33,10 @@ class Activation:
 @dataclass(frozen=True)
 class EpilogueOp:
     """One element-wise step on a MatMul's product, in place: ``product = op(product, inputs[input])``
-    for Add/Mul/Sub/Div (the operand is node input ``input``), or the exact float32 Gelu (input -1)."""
+    for Add/Mul/Sub/Div (the operand is node input ``input``), the exact float32 Gelu (input -1), or the
+    tanh-approximated one (GeluTanh: a device's own kernels only, never the host's MatMul)."""
 
-    op: Literal["Add", "Mul", "Sub", "Div", "Gelu"]
+    op: Literal["Add", "Mul", "Sub", "Div", "Gelu", "GeluTanh"]
     input: int = -1
 
 

@@ -21,6 +21,7 @@ from typing import NamedTuple
 import numpy as np
 
 from nnhal.device.cpu.kernels import select
+from nnhal.device.cpu.kernels.gelu import GeluTanhNative
 from nnhal.device.cpu.kernels.matmul import MatMulFast
 from nnhal.errors import NnhalError
 from nnhal.graph.node import Node
@@ -138,7 +139,8 @@ def fuse_matmul(chosen: list[Chosen], external: set[str]) -> list[Chosen]:
     element-wise Add/Mul (either side), Sub/Div (product first) by a tensor available before the MatMul
     and broadcasting to the product's shape and dtype (bias, scale, mask, residual), run in place on the
     product, optionally ended by a float32 Gelu whose fast kernel was chosen (the fused one from
-    fuse_gelu). Every intermediate must have no other reader and not leave the subgraph.
+    fuse_gelu, or the tanh one from gelu_tanh.py). Every intermediate must have no other reader and not leave
+    the subgraph.
     (Transpose views as MatMul inputs/outputs and a fused attention Softmax were measured slower on the
     BERT encoder at batch 8 than the separate copies: strided BLAS operands and many small GEMMs.)"""
     chosen = list(chosen)
@@ -163,12 +165,12 @@ def fuse_matmul(chosen: list[Chosen], external: set[str]) -> list[Chosen]:
             if nxt.domain or len(nxt.outputs) != 1 or not nxt.outputs[0]:
                 break
             epi = epilogue_of(node)
-            if epi and epi[-1].op == "Gelu":
+            if epi and epi[-1].op in ("Gelu", "GeluTanh"):
                 break
-            if nxt.op_type == "Gelu" and isinstance(n_kernel, GeluFast) and outs[0].dtype == np.float32 \
-                    and outs[0].shape is not None \
+            step = _gelu_step(n_kernel, kernel) if nxt.op_type == "Gelu" else None
+            if step is not None and outs[0].dtype == np.float32 and outs[0].shape is not None \
                     and all(isinstance(d, int) for d in outs[0].shape) and n_outs[0].shape == outs[0].shape:
-                node = fuse(node, nxt, outputs=list(nxt.outputs), epilogue=epi + (EpilogueOp("Gelu"),))
+                node = fuse(node, nxt, outputs=list(nxt.outputs), epilogue=epi + (EpilogueOp(step),))
                 chosen[pos] = Chosen(node, kernel, ins, list(n_outs))
                 dropped.add(j)
                 continue
@@ -196,6 +198,14 @@ def fuse_matmul(chosen: list[Chosen], external: set[str]) -> list[Chosen]:
             chosen[pos] = Chosen(node, kernel, list(ins) + [o_info], list(n_outs))
             dropped.add(j)
     return [entry for pos, entry in enumerate(chosen) if pos not in dropped]
+
+
+def _gelu_step(gelu_kernel: Kernel, matmul_kernel: Kernel) -> str | None:
+    """The epilogue step of a Gelu run by ``gelu_kernel`` after a MatMul run by ``matmul_kernel``: the exact
+    Gelu of the fast kernels, the tanh one of the native kernel (read by the cpu device's MatMul only)."""
+    if isinstance(gelu_kernel, GeluTanhNative):
+        return "GeluTanh" if isinstance(matmul_kernel, MatMulFast) else None
+    return "Gelu" if isinstance(gelu_kernel, GeluFast) else None
 
 
 # the activations other than Relu/Clip are fused only in these dtypes (float16 reference kernels widen to

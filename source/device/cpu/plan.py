@@ -17,10 +17,12 @@ import numpy as np
 from nnhal.device.cpu.castfuse import fuse_half_round_trips, fuse_relayout_casts
 from nnhal.device.cpu.fusions import Chosen, fuse_activations, fuse_channel_shuffle, fuse_gelu, fuse_matmul
 from nnhal.device.cpu.groupnorm import fuse_group_norm
+from nnhal.device.cpu.gelu_tanh import fuse_gelu_tanh
 from nnhal.device.cpu.integer import use_integer_kernels
 from nnhal.device.cpu.kernels import control, select
 from nnhal.device.cpu.layout import Layouts, assign_layouts
 from nnhal.device.cpu.planner import MemoryPlan, arena_views, plan_memory
+from nnhal.device.cpu.scale_fold import fold_operand_scales
 from nnhal.device.cpu.straight import Chunk, failing_step, generate
 from nnhal.errors import DeviceError, NnhalError, where, wrapped
 from nnhal.graph.graph import Graph
@@ -281,6 +283,8 @@ def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: l
         chosen = use_integer_kernels(chosen)
         chosen = fuse_half_round_trips(chosen, external)
         chosen = fuse_gelu(chosen, external)
+        chosen = fuse_gelu_tanh(chosen, external)
+        chosen = fold_operand_scales(chosen, external)
         chosen = fuse_matmul(chosen, external)
         chosen = fuse_group_norm(chosen, external, constants)
         chosen = fuse_activations(chosen, external)

@@ -1,4 +1,5 @@
-"""Gelu on the cpu device: the host's float32 exact Gelu (hostkernels/op_gelu.py) in one native pass."""
+"""Gelu on the cpu device: the host's float32 exact Gelu (hostkernels/op_gelu.py) in one native pass, and the
+tanh approximation (approximate="tanh", what cpu/gelu_tanh.py makes of GPT-2's Mul/Tanh chain) natively."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,6 +8,7 @@ from nnhal.device.cpu import native
 from nnhal.hostkernels import op_gelu
 
 _NATIVE_GELU = native.make_act("gelu")
+_NATIVE_GELU_TANH = native.make_act("gelu_tanh")
 
 
 def gelu_chunk(x: np.ndarray, out: np.ndarray, tmp: np.ndarray, xc: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -23,6 +25,12 @@ def gelu_inplace(y: np.ndarray) -> np.ndarray:
         native.activation(y, y, _NATIVE_GELU, 1)
         return y
     return op_gelu.gelu_inplace(y)
+
+
+def gelu_tanh_inplace(y: np.ndarray) -> np.ndarray:
+    """The tanh-approximated Gelu of the contiguous float32 ``y`` in place (the native kernels only)."""
+    native.activation(y, y, _NATIVE_GELU_TANH, 1)
+    return y
 
 
 class GeluNative(op_gelu.GeluFast):
@@ -42,4 +50,22 @@ class GeluNative(op_gelu.GeluFast):
         return super().into(x, y)
 
 
-IMPLEMENTATIONS = (GeluNative,)
+class GeluTanhNative(op_gelu.GeluFast):
+    """float32 tanh-approximated Gelu, x * sigmoid(2 sqrt(2 / pi) (x + 0.044715 x^3)) (equal to
+    x * (1 + tanh(u)) / 2) in one native pass; only with the native kernels (the host's formula runs
+    otherwise)."""
+
+    name = "native-tanh"
+
+    def score(self, node, ins, outs) -> int:
+        x = ins[0]
+        if node.attrs.get("approximate", "none") != "tanh" or not native.available():
+            return 0
+        return 11 if x is not None and x.dtype == np.float32 and x.shape is not None and len(x.shape) > 0 else 0
+
+    def into(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        native.activation(x, y, _NATIVE_GELU_TANH, 1)
+        return y
+
+
+IMPLEMENTATIONS = (GeluNative, GeluTanhNative)

@@ -4,8 +4,8 @@ float32 product with a constant bias and activation by the native GEMM, and a fu
 The CPU plan may fuse what follows a MatMul into its node (never under NNHAL_CPU_REFERENCE=1): the
 FusedNode's ``epilogue`` (EpilogueOp records, hostkernels/fused.py) applies element-wise Add/Mul/Div/Sub
 by further node inputs (bias, scale, mask, residual) in place on the product, possibly ended by a Gelu
-step, an exact float32 Gelu; with a Gelu, a stacked A times a matrix B is one GEMM, then the epilogue and
-the Gelu run over cache-sized row blocks of the product.
+step, an exact float32 Gelu or the native tanh one (GeluTanh); with a Gelu, a stacked A times a matrix B
+is one GEMM, then the epilogue and the Gelu run over cache-sized row blocks of the product.
 """
 from __future__ import annotations
 
@@ -13,12 +13,18 @@ import numpy as np
 
 from nnhal.device.cpu import native, parallel
 from nnhal.device.cpu.kernels._gates import fused
-from nnhal.device.cpu.kernels.gelu import gelu_chunk, gelu_inplace
+from nnhal.device.cpu.kernels.gelu import gelu_chunk, gelu_inplace, gelu_tanh_inplace
 from nnhal.hostkernels import _blocks, _scratch, op_matmul
 from nnhal.hostkernels.base import Kernel, RunFn
 from nnhal.hostkernels.fused import epilogue_of
 
 _UFUNCS = op_matmul.UFUNCS
+# the native activation of a Gelu epilogue step
+_GELU_ACTS = {"Gelu": "gelu", "GeluTanh": "gelu_tanh"}
+# NOTE: products of at most this many rows run as one BLAS GEMV per row: OpenBLAS's SGEMM (numpy's and the
+# native pool's) takes 3-4x a GEMV's time on one row (1x256 @ 256x1024: 96 us against 26, 1x1024 @ 1024x256:
+# 67 against 19, one thread) and ~1.5x on two; from 4 rows on the GEMM is as fast (loaded 2-core Zen 3)
+GEMV_ROWS = 2
 # elements of the product per epilogue + Gelu block (the dozen passes of the Gelu stay in L2)
 BLOCK = 1 << 16
 
@@ -35,10 +41,10 @@ class MatMulFast(Kernel):
 
     def prepare(self, node, ins, outs) -> RunFn:
         epilogue = epilogue_of(node)
-        gelu = bool(epilogue) and epilogue[-1].op == "Gelu"
+        gelu = _GELU_ACTS.get(epilogue[-1].op) if epilogue else None
         ops = tuple((_UFUNCS[step.op], step.input) for step in (epilogue[:-1] if gelu else epilogue))
         if gelu:
-            return fused(_native_first(_gelu_run(ops, outs[0]), ops, ins, outs[0], "gelu"), node)
+            return fused(_native_first(_gelu_run(ops, outs[0], gelu), ops, ins, outs[0], gelu), node)
         blocks = tuple(_block_of(ins[k], outs[0]) for _, k in ops)
 
         def run(inputs, outputs):
@@ -61,7 +67,7 @@ def _native_first(run: RunFn, ops, ins, out_info, act: str | None) -> RunFn:
     """``run`` preceded by the native pool's GEMM with its bias and activation (parallel.gemm: each thread
     its rows' product, bias and ``act`` while in cache) when the epilogue is at most a constant bias of
     the product's width and the operands are float32 matrices it can read (a stacked A times a matrix B
-    flattened to one); ``run`` itself otherwise."""
+    flattened to one), or as GEMVs (_gemv_rows) when A has at most GEMV_ROWS rows; ``run`` itself otherwise."""
     if out_info.dtype != np.float32 or out_info.shape is None or not out_info.shape or len(ops) > 1:
         return run
     width = out_info.shape[-1]
@@ -72,23 +78,45 @@ def _native_first(run: RunFn, ops, ins, out_info, act: str | None) -> RunFn:
         if ufunc is not np.add or v is None or v.size != width or v.shape[-1] != width or v.dtype != np.float32:
             return run
         bias = np.ascontiguousarray(v.reshape(-1))
-    record = native.make_act(act)
-    shape = tuple(out_info.shape)
-    # a constant float32 B: its GEMM prepared once (the buffers of B and the bias held and checked now)
     w = ins[1].value if len(ins) > 1 and ins[1] is not None else None
+    return gemm_first(run, w, bias, tuple(out_info.shape), act, False)
+
+
+def gemm_first(run: RunFn, w: np.ndarray | None, bias: np.ndarray | None, shape: tuple, act: str | None,
+               fixed_b: bool) -> RunFn:
+    """``run`` preceded by act(A @ B + bias) into the float32 output of ``shape``, A = inputs[0] flattened to
+    a matrix: GEMVs for a few rows, else the native pool's GEMM (prepared once when B is the constant ``w``).
+    ``fixed_b``: B is always ``w`` (a Gemm's packed weight), else inputs[1]."""
+    width = shape[-1]
+    record = native.make_act(act)
+    # a constant float32 B: its GEMM prepared once (the buffers of B and the bias held and checked now)
     prepared = native.Gemm(w, bias, record) if native.available() and isinstance(w, np.ndarray) \
         and w.ndim == 2 and w.dtype == np.float32 and (w.flags.c_contiguous or w.flags.f_contiguous) else None
 
     def run_native(inputs, outputs):
-        a, b, y = inputs[0], inputs[1], outputs[0]
+        a, b, y = inputs[0], w if fixed_b else inputs[1], outputs[0]
         if b.ndim == 2 and a.ndim >= 2 and y is not None and y.flags.c_contiguous and y.shape == shape:
             a2, y2 = a.reshape(-1, a.shape[-1]), y.reshape(-1, width)
+            if a2.shape[0] <= GEMV_ROWS and (act is None or record is not None):
+                _gemv_rows(a2, b, y2, bias, record)
+                return (y,)
             if np.shares_memory(a2, a) and parallel.gemm(a2, b, y2, bias, record,
                                                          prepared=prepared if b is w else None):
                 return (y,)
         return run(inputs, outputs)
 
     return run_native
+
+
+def _gemv_rows(a: np.ndarray, b: np.ndarray, y: np.ndarray, bias: np.ndarray | None, record) -> None:
+    """y = act(a @ b + bias) for the few rows of the matrix ``a`` (a decoder's one token) into the contiguous
+    matrix ``y``, one BLAS GEMV per row."""
+    for r in range(a.shape[0]):
+        np.matmul(a[r], b, out=y[r])
+    if bias is not None:
+        np.add(y, bias, out=y)
+    if record is not None:
+        native.activation(y, y, record, 1)
 
 
 def _block_of(operand, out) -> np.ndarray | None:
@@ -104,8 +132,11 @@ def _block_of(operand, out) -> np.ndarray | None:
     return None
 
 
-def _gelu_run(ops, out_info) -> RunFn:
+def _gelu_run(ops, out_info, act: str) -> RunFn:
+    """The product, its epilogue ``ops`` and the Gelu (``act``: "gelu" exact, "gelu_tanh" native only) in
+    blocks of rows over the pool."""
     shape, dtype = tuple(out_info.shape), out_info.dtype
+    tanh = act == "gelu_tanh"
     n = shape[-1]
     rows_per_block = max(1, BLOCK // max(1, n))
     # NOTE: the Gelu's three temporaries live in this thread's scratch: allocated per block (256 KB each,
@@ -121,7 +152,7 @@ def _gelu_run(ops, out_info) -> RunFn:
         if not y.flags.c_contiguous:
             for ufunc, k in ops:
                 ufunc(y, inputs[k], out=y)
-            gelu_inplace(y)
+            gelu_tanh_inplace(y) if tanh else gelu_inplace(y)
             return (y,)
         y2 = y.reshape(-1, n)
         operands = [(ufunc, np.broadcast_to(inputs[k], shape).reshape(-1, n)) for ufunc, k in ops]
@@ -138,7 +169,10 @@ def _gelu_run(ops, out_info) -> RunFn:
                 for ufunc, operand in operands:
                     ufunc(ys, operand[lo:hi], out=ys)
                 flat, k = ys.reshape(-1), ys.size
-                gelu_chunk(flat, flat, tmp[:k], xc[:k], t[:k])
+                if tanh:
+                    gelu_tanh_inplace(flat)
+                else:
+                    gelu_chunk(flat, flat, tmp[:k], xc[:k], t[:k])
 
         parallel.for_ranges(y2.shape[0], y2.size * 8, blocks, rows_per_block)
         return (y,)

@@ -2,13 +2,14 @@
 cache-sized band of rows, exp(x - the band's max) in a scratch band, the row sums as one BLAS product with a
 vector of ones, times their reciprocals into the output; a band with a row whose sum is tiny (its own maximum
 far below the band's) or a non-finite maximum goes to the reference (hostkernels/op_softmax.py). Bands spread
-over the cpu device's pool (parallel.py).
+over the cpu device's pool (parallel.py). float32 with the native kernels: native/nn_softmax.h, one row at a
+time in L1 with its own maximum, rows split over the native pool.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from nnhal.device.cpu import parallel
+from nnhal.device.cpu import native, parallel
 from nnhal.hostkernels._reduce import softmax
 from nnhal.hostkernels.base import Kernel, RunFn
 from nnhal.operator._reduce import softmax_axes
@@ -38,6 +39,7 @@ class SoftmaxFast(Kernel):
         ones = np.ones(width, dtype)       # row sums as a BLAS product: 0.13 ms against einsum's 0.30
         # exp(x - band max) keeps full precision while a row's own maximum is above e^-60 of it
         tiny = dtype.type(np.exp(-60.0))
+        use_native = dtype == np.float32 and native.available()
 
         def run(inputs, outputs):
             x = inputs[0]
@@ -67,7 +69,11 @@ class SoftmaxFast(Kernel):
                         np.reciprocal(sums, out=sums)
                         np.multiply(tb, sums[:, None], out=y2[i:j])
 
-            parallel.for_ranges(rows, x2.size * 8, bands, band)
+            if use_native:
+                x2 = x2 if x2.flags.c_contiguous else np.ascontiguousarray(x2)
+                native.softmax(x2, y2, parallel.native_parts(x2.size * 4, rows) if parallel.native_pool() else 1)
+            else:
+                parallel.for_ranges(rows, x2.size * 8, bands, band)
             if given is not None and given is not y:
                 np.copyto(given, y)
                 y = given

@@ -48,7 +48,8 @@ from dataclasses import dataclass
 import numpy as np
 
 # Activation kinds, as numbered in kernels.c
-ACTIVATIONS = {"relu": 1, "clip": 2, "hardsigmoid": 3, "hardswish": 4, "sigmoid": 5, "silu": 6, "gelu": 7}
+ACTIVATIONS = {"relu": 1, "clip": 2, "hardsigmoid": 3, "hardswish": 4, "sigmoid": 5, "silu": 6, "gelu": 7,
+               "gelu_tanh": 8}
 # Pooling kinds, as numbered in kernels.c: max, average over the taps inside the input, average over the
 # taps inside the padded input (count_include_pad)
 POOLS = {"max": 0, "avg": 1, "avg_pad": 2}
@@ -125,6 +126,7 @@ if _k is not None:
     fake_quantize_blocks = _k.fake_quantize_blocks  # (x, y, block, signed)
     layernorm = _k.layernorm                    # (x, y, scale, bias, eps, parts)
     group_norm = _k.group_norm                  # (x, y, scale, bias, channels, groups, eps, act, parts)
+    softmax = _k.softmax                        # (x, y, parts)
     global_pool = _k.global_pool                # (x, y, kind, parts)
     gather_last = _k.gather_last                # (x, y, idx, r0, r1)
     shuffle_last = _k.shuffle_last              # (x, y, groups, r0, r1)

@@ -12,7 +12,7 @@
  *   output pixel's channels are still in L1; Conv "grouped": grouped convolution of narrow groups; Conv
  *   "im2col": a group-1 convolution by im2col bands and GEMM.
  * - fake_quantize_blocks: per-block dynamic int8/uint8 quantization of activations, dequantized.
- * - activation: Relu, Clip, HardSigmoid, HardSwish, Sigmoid, SiLU, Gelu in one pass.
+ * - activation: Relu, Clip, HardSigmoid, HardSwish, Sigmoid, SiLU, Gelu (exact or tanh) in one pass.
  * - Pool2d: 2-D MaxPool / AveragePool, channels last, one pass over the input; global_pool: GlobalAveragePool
  *   / GlobalMaxPool.
  * - gather_last / shuffle_last: Gather along the last axis of 4-byte elements, the channel shuffle.
@@ -26,6 +26,7 @@
  *   in one pass: fp16 storage's conversions (F16C's vcvtps2ph / vcvtph2ps in the x86-64-v3 and v4 clones).
  * - layernorm: LayerNormalization over the last axis.
  * - group_norm: Instance and GroupNormalization of channels-first tensors, per-channel affine (nn_norm.h).
+ * - softmax: Softmax over the last axis (nn_softmax.h).
  * - Program (nn_steps.h): a prepared run of small element-wise steps, executed by one call per plan run.
  * - Recurrent: a prepared LSTM, GRU or RNN layer: the input projection of every step as one GEMM, then each
  *   direction's steps (recurrent product and fused gate math) in C, the two directions on two parts.
@@ -78,6 +79,7 @@ enum {
     NN_ACT_SIGMOID = 5,
     NN_ACT_SILU = 6,        /* x * sigmoid(x) */
     NN_ACT_GELU = 7,        /* x * (1 + erf(x / sqrt 2)) / 2, the exact Gelu */
+    NN_ACT_GELU_TANH = 8,   /* x * (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) / 2, as x * sigmoid(2 u) */
 };
 
 typedef struct {
@@ -174,6 +176,12 @@ NN_INLINE void nn_apply(float *restrict y, int64_t len, const nn_act *act) {
     case NN_ACT_GELU:
 #pragma omp simd
         for (int64_t i = 0; i < len; i++) y[i] = y[i] * (1.0f + nn_erff(y[i] / 1.41421353816986083984f)) * 0.5f;
+        break;
+    case NN_ACT_GELU_TANH:
+        /* (1 + tanh u) / 2 == sigmoid(2 u): one exp, and no cancellation in 1 + tanh u for negative x */
+#pragma omp simd
+        for (int64_t i = 0; i < len; i++)
+            y[i] = y[i] * nn_sigmoid(1.59576912160573071f * (y[i] + 0.044715f * y[i] * y[i] * y[i]));
         break;
     default:
         break;
@@ -1800,7 +1808,7 @@ static PyObject *nn_act_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
     static char *names[] = {"kind", "lo", "hi", "alpha", "beta", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|Offff:Act", names, &kind_obj, &lo, &hi, &alpha, &beta))
         return NULL;
-    if (kind_obj != NULL && nn_int(kind_obj, "Act", "kind", NN_ACT_NONE, NN_ACT_GELU, &kind)) return NULL;
+    if (kind_obj != NULL && nn_int(kind_obj, "Act", "kind", NN_ACT_NONE, NN_ACT_GELU_TANH, &kind)) return NULL;
     nn_act_object *self = (nn_act_object *)type->tp_alloc(type, 0);
     if (self == NULL) return NULL;
     self->act = (nn_act){(int32_t)kind, lo, hi, alpha, beta};
@@ -1825,7 +1833,8 @@ static PyTypeObject nn_act_type = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "nnhal._kernels.Act",
     .tp_doc = "Act(kind=0, lo=-inf, hi=inf, alpha=0.2, beta=0.5): a fused activation (kinds as numbered in "
-              "kernels.c: 0 none, 1 relu, 2 clip, 3 hardsigmoid, 4 hardswish, 5 sigmoid, 6 silu, 7 gelu)",
+              "kernels.c: 0 none, 1 relu, 2 clip, 3 hardsigmoid, 4 hardswish, 5 sigmoid, 6 silu, 7 gelu, "
+              "8 gelu_tanh)",
     .tp_basicsize = sizeof(nn_act_object),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = nn_act_new,
@@ -2949,6 +2958,8 @@ static PyObject *nn_py_blas_info(PyObject *module, PyObject *unused) {
                          scipy_openblas_get_config(), "threads", scipy_openblas_get_num_threads());
 }
 
+#include "nn_softmax.h"
+
 static PyMethodDef nn_methods[] = {
     {"activation", (PyCFunction)(void (*)(void))nn_py_activation, METH_FASTCALL,
      "activation(x, y, act, parts): y = act(x) for float32 x and y of one size (y may be x)"},
@@ -2968,6 +2979,8 @@ static PyMethodDef nn_methods[] = {
      "layernorm(x, y, scale, bias, eps, parts): LayerNormalization over the last axis (y may be x)"},
     {"group_norm", (PyCFunction)(void (*)(void))nn_py_group_norm, METH_FASTCALL,
      "group_norm(x, y, scale, bias, channels, groups, eps, act, parts): Instance/GroupNormalization, channels first"},
+    {"softmax", (PyCFunction)(void (*)(void))nn_py_softmax, METH_FASTCALL,
+     "softmax(x, y, parts): Softmax over the last axis (y may be x), rows split over the pool"},
     {"global_pool", (PyCFunction)(void (*)(void))nn_py_global_pool, METH_FASTCALL,
      "global_pool(x, y, kind, parts): GlobalMaxPool (0) or GlobalAveragePool (1) of x (n, h, w, c) into y (n * c)"},
     {"gather_last", (PyCFunction)(void (*)(void))nn_py_gather_last, METH_FASTCALL,
