@@ -109,7 +109,8 @@ class GemmStep(GemmPooled):
     strided_output = False
 
     def score(self, node, ins, outs) -> int:
-        return 3 if self._operands(node, ins, outs) is not None else 0
+        # above GemmNative (3): in a body, one prepared call beats the per-call packing of the main graph's GEMM
+        return 4 if self._operands(node, ins, outs) is not None else 0
 
     def _operands(self, node, ins, outs) -> tuple[np.ndarray, np.ndarray | None] | None:
         if node.attrs["transA"] or len(ins) < 2 or ins[1] is None or ins[1].value is None:
