@@ -2939,6 +2939,7 @@ static PyObject *nn_py_blas_set_threads(PyObject *module, PyObject *const *args,
 }
 
 #include "nn_steps.h"
+#include "nn_concat.h"
 
 static PyObject *nn_py_blas_info(PyObject *module, PyObject *unused) {
     (void)module;
@@ -2956,6 +2957,8 @@ static PyMethodDef nn_methods[] = {
      "channel_affine(x, y, scale, shift, act, parts): y = act(x * scale + shift) over the last axis (y may be x)"},
     {"transpose_blocks", (PyCFunction)(void (*)(void))nn_py_transpose_blocks, METH_FASTCALL,
      "transpose_blocks(x, y, outer, a, b, inner, parts): y (outer, b, a, inner) from x (outer, a, b, inner)"},
+    {"concat_rows", (PyCFunction)(void (*)(void))nn_py_concat_rows, METH_FASTCALL,
+     "concat_rows(x, y, rows, width, stride, offset, parts): rows of width bytes of x into y's rows at offset"},
     {"resize_nhwc", (PyCFunction)(void (*)(void))nn_py_resize_nhwc, METH_FASTCALL,
      "resize_nhwc(x, y, hidx, hw, widx, ww, parts): separable Resize of a channels-last image by tap tables"},
     {"cast_half", (PyCFunction)(void (*)(void))nn_py_cast_half, METH_FASTCALL,
