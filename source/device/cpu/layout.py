@@ -130,6 +130,10 @@ def _image(info: Info | None) -> bool:
 def _layout_free(node: Node, ins: list, outs: list) -> bool:
     """Whether ``node`` runs unchanged (or with its axis moved, Concat) on NHWC tensors."""
     live = [o for o, name in zip(outs, node.outputs) if name]
+    if node.op_type == "Split" and not node.domain and live and not node.implicit_inputs:
+        # channel parts (YOLO's C2f blocks): NHWC parts are copies of channel slices, not round trips
+        return len(ins) > 0 and _image(ins[0]) and node.attrs.get("axis", 0) % 4 == 1 \
+            and all(_image(o) for o in live) and all(i is None or i.value is not None for i in ins[1:])
     if node.domain or len(live) != 1 or not _image(live[0]) or node.implicit_inputs:
         return False
     out = live[0]
@@ -307,11 +311,11 @@ def assign_layouts(chosen: list[Chosen], external: set[str]) -> tuple[list[Chose
                             opset=21, version=21)
                 result.append(Chosen(back, Relayout(TO_NCHW), [physical[tmp]], [outs[0]]))
             continue
-        if role == "free" and is_nhwc(node.outputs[0]):
+        if role == "free" and is_nhwc(next(n for n in node.outputs if n)):
             inputs, new_ins = list(node.inputs), []
             for k, (name, info) in enumerate(zip(node.inputs, ins)):
-                if node.op_type == "Gather" and k == 1:
-                    pass                                   # the indices: not an image operand
+                if node.op_type in ("Gather", "Split") and k == 1:
+                    pass                                   # the indices or sizes: not an image operand
                 elif info is not None and info.value is not None and name:
                     v = info.value
                     if v.ndim == 4 or node.op_type not in ("Clip", "Dropout") or k == 0:
@@ -329,7 +333,7 @@ def assign_layouts(chosen: list[Chosen], external: set[str]) -> tuple[list[Chose
                     info = physical[name]
                 new_outs.append(info)
             attrs = node.attrs
-            if node.op_type in ("Concat", "Gather"):
+            if node.op_type in ("Concat", "Gather", "Split"):
                 attrs = {**attrs, "axis": TO_NHWC.index(attrs["axis"] % 4)}
             # the kernel was chosen for the NCHW shapes; choose again for the NHWC ones
             node = replace(node, inputs=inputs, attrs=attrs)

@@ -1,5 +1,5 @@
 """Concat on the cpu device: each input copied into its rows of the output by the native kernel (kernels.c via
-native/nn_concat.h ``concat_rows``), split over the native pool (the reference: hostkernels/op_concat.py).
+native/nn_concat.h ``copy_rows``), split over the native pool (the reference: hostkernels/op_concat.py).
 
 A Concat along axis k of C-contiguous tensors copies, per input, ``rows`` (the product of the axes before k)
 rows of the input's extent from k on into the output's rows at the input's offset. A channel Concat of a
@@ -68,7 +68,7 @@ class ConcatNative(Kernel):
                     continue                                    # already in place (plan.concat_slices)
                 if not x.flags.c_contiguous:
                     x = np.ascontiguousarray(x)
-                native.concat_rows(x.reshape(-1).view(np.uint8), y, rows, width, stride, offset, parts)
+                native.copy_rows(x.reshape(-1).view(np.uint8), y, rows, width, width, 0, stride, offset, parts)
             return (out,)
 
         return run
