@@ -310,6 +310,9 @@ def assign_layouts(chosen: list[Chosen], external: set[str]) -> tuple[list[Chose
                 back = Node(f"{tmp}#nchw", "Transpose", [tmp], [node.outputs[0]], {"perm": list(TO_NCHW)},
                             opset=21, version=21)
                 result.append(Chosen(back, Relayout(TO_NCHW), [physical[tmp]], [outs[0]]))
+                # NOTE: a later channels-last reader of the NCHW tensor (PAN's outputs feed the next level's
+                # Conv) reads this NHWC original instead of a conversion back
+                converted[(node.outputs[0], TO_NHWC)] = tmp
             continue
         if role == "free" and is_nhwc(next(n for n in node.outputs if n)):
             inputs, new_ins = list(node.inputs), []
