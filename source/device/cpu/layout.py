@@ -75,12 +75,14 @@ class Relayout(Kernel):
     """The inserted conversion between NCHW and NHWC: the native tiled transpose (kernels.c transpose_blocks:
     (N, C, HW) <-> (N, HW, C)) for 4-byte elements, with a float32 <-> float16 Cast folded in (castfuse.py) as
     the transpose and the native cast_half, one strided copy per channel to NHWC for at most FEW_CHANNELS
-    channels, else numpy's transposing copy."""
+    channels, else numpy's transposing copy. ``round_half``: fp16 storage's rounding of a float32 tensor
+    folded in (castfuse.py), by the native transpose_round in the same pass."""
 
     op_type = "Transpose"
 
-    def __init__(self, perm: tuple[int, ...]):
+    def __init__(self, perm: tuple[int, ...], round_half: bool = False):
         self.perm = perm
+        self.round_half = round_half
         self.name = "to-nhwc" if perm == TO_NHWC else "to-nchw"
 
     def prepare(self, node, ins, outs) -> RunFn:
@@ -101,6 +103,8 @@ class Relayout(Kernel):
         a, b = (channels, pixels) if to_last else (pixels, channels)
         work, units = n * channels * pixels, n * ((b + 15) // 16)
         few = to_last and channels <= FEW_CHANNELS
+        if self.round_half:
+            return self._rounding(n, a, b, shape, work, units)
 
         def run(inputs, outputs):
             x = inputs[0]
@@ -125,6 +129,23 @@ class Relayout(Kernel):
                     native.transpose_blocks(wide, y, n, a, b, 1, parts)
             else:
                 np.copyto(y, x.transpose(perm))
+            return (y,)
+
+        return run
+
+    def _rounding(self, n: int, a: int, b: int, shape: tuple, work: int, units: int) -> RunFn:
+        """The float32 conversion with each element rounded through float16 (castfuse.py folds fp16 storage's
+        rounding in only where the native kernels are loaded)."""
+        parts = parallel.native_parts(work, units) if parallel.native_pool() else 1
+
+        def run(inputs, outputs):
+            x = inputs[0]
+            y = outputs[0] if outputs[0] is not None else np.empty(shape, np.float32)
+            if x.flags.c_contiguous and y.flags.c_contiguous:
+                native.transpose_round(x, y, n, a, b, parts)
+            else:
+                with np.errstate(over="ignore"):       # beyond float16's range is inf, as the native rounding
+                    np.copyto(y, x.transpose(self.perm).astype(np.float16))
             return (y,)
 
         return run
