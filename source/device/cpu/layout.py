@@ -14,10 +14,10 @@ layout per tensor:
   LRN, ConvTranspose, Resize) run NHWC when a kernel with ``layout = "NHWC"`` accepts the node; their
   input 0 and output 0 are NHWC;
 * **layout-free ops** (element-wise ops whose non-constant operands are 4-D and
-  broadcast to the output's shape, Concat, and a Gather of channels) run on whatever
+  broadcast to the output's shape, Concat, a channel Split and a Gather of channels) run on whatever
   layout their tensors have: in NHWC they get permuted shapes, constants
-  transposed to the NHWC broadcast form, and Concat and Gather their axis
-  moved;
+  transposed to the NHWC broadcast form, and Concat, Split and Gather their
+  axis moved;
 * **alias transposes**: a Transpose(0, 2, 3, 1) whose input is stored NHWC and a
   Transpose(0, 3, 1, 2) whose output is are dropped, their readers reading the
   other side (the (N, H, W, C) tensor is the NHWC storage): ConvNeXt's blocks
@@ -96,7 +96,6 @@ class Relayout(Kernel):
         # NOTE: (1, 64, 56, 56) to NHWC took 547 us natively against numpy's 651, (1, 3136, 64) back 228 against
         # 558 (one thread, AVX2 EPYC, loaded machine); few channels go per channel to NHWC (below); back to NCHW
         # the tiles win at every channel count: (1, 256, 256, 8) in 239 us against 847 per channel
-        tiled = native.available() and src == np.dtype(dtype) and src.itemsize == 4
         # a folded Cast between float32 and float16: transpose the float32 side, cast_half the other (8
         # channels of 256 x 256 to NCHW float16: 857 us against 4.7 ms by per-channel casting copies)
         half = native.available() and {src, np.dtype(dtype)} == {np.dtype(np.float32), np.dtype(np.float16)}
@@ -106,29 +105,32 @@ class Relayout(Kernel):
         if self.round_half:
             return self._rounding(n, a, b, shape, work, units)
 
-        def run(inputs, outputs):
-            x = inputs[0]
-            y = outputs[0] if outputs[0] is not None else np.empty(shape, dtype or x.dtype)
-            native_ok = x.flags.c_contiguous and y.flags.c_contiguous
-            if few and not half:
+        def move(x, y):
+            if few:
                 # one strided copy per channel: an image's 3 colour planes to NHWC in 43 us where one
                 # transposing copy takes 216 (its inner loop runs over 3 elements) and the native tiles 443
                 for c in range(channels):
                     y[..., c] = x[:, c]
-            elif (tiled or half) and native_ok:
+            elif native.available() and x.dtype == y.dtype and x.dtype.itemsize == 4 and x.flags.c_contiguous \
+                    and y.flags.c_contiguous:
                 parts = parallel.native_parts(work, units) if parallel.native_pool() else 1
-                if tiled:
-                    native.transpose_blocks(x, y, n, a, b, 1, parts)
-                elif x.dtype == np.float32:
-                    wide = np.empty(shape, np.float32)
-                    native.transpose_blocks(x, wide, n, a, b, 1, parts)
-                    native.cast_half(wide, y)
-                else:
-                    wide = np.empty(x.shape, np.float32)
-                    native.cast_half(x, wide)
-                    native.transpose_blocks(wide, y, n, a, b, 1, parts)
+                native.transpose_blocks(x, y, n, a, b, 1, parts)
             else:
                 np.copyto(y, x.transpose(perm))
+
+        def run(inputs, outputs):
+            x = inputs[0]
+            y = outputs[0] if outputs[0] is not None else np.empty(shape, dtype or x.dtype)
+            if not half or not x.flags.c_contiguous or not y.flags.c_contiguous:
+                move(x, y)                          # numpy's copyto casts a folded Cast on the way
+            elif x.dtype == np.float32:
+                wide = np.empty(shape, np.float32)
+                move(x, wide)
+                native.cast_half(wide, y)
+            else:
+                wide = np.empty(x.shape, np.float32)
+                native.cast_half(x, wide)
+                move(wide, y)
             return (y,)
 
         return run
@@ -163,7 +165,7 @@ def _image(info: Info | None) -> bool:
 
 
 def _layout_free(node: Node, ins: list, outs: list) -> bool:
-    """Whether ``node`` runs unchanged (or with its axis moved, Concat) on NHWC tensors."""
+    """Whether ``node`` runs unchanged (or with its axis moved: Concat, Gather, Split) on NHWC tensors."""
     live = [o for o, name in zip(outs, node.outputs) if name]
     if node.op_type == "Split" and not node.domain and live and not node.implicit_inputs:
         # channel parts (YOLO's C2f blocks): NHWC parts are copies of channel slices, not round trips
