@@ -46,9 +46,13 @@ def test_the_row_copy_is_numpys_concatenate(dtype, shapes, axis):
     (got,) = run(xs, [out])
     assert got is out
     np.testing.assert_array_equal(got, np.concatenate(xs, axis))
-    # a non-contiguous input, and no output buffer
+    # a non-contiguous input, no output buffer, a strided output buffer
     xs[0] = np.asfortranarray(xs[0])
     (got,) = run(xs, [None])
+    np.testing.assert_array_equal(got, np.concatenate(xs, axis))
+    wide = np.zeros(shape[:-1] + (shape[-1] + 3,), dtype)[..., 1:-2]
+    (got,) = run(xs, [wide])
+    assert got is wide
     np.testing.assert_array_equal(got, np.concatenate(xs, axis))
 
 

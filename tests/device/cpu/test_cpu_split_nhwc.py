@@ -48,6 +48,11 @@ def test_the_row_copy_is_numpys_split(dtype, shape, axis, sizes):
     got = run([np.asfortranarray(x), None], [None] * len(sizes))      # a strided input, no output buffers
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
+    strided = [np.zeros(o.shape[:-1] + (o.shape[-1] + 2,), dtype)[..., 1:-1] for o in outs]
+    got = run([x, None], strided)                                       # strided output buffers
+    for g, b, w in zip(got, strided, want):
+        assert g is b
+        np.testing.assert_array_equal(g, w)
 
 
 def test_a_block_split_keeps_the_view_kernel():

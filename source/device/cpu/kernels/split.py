@@ -95,7 +95,8 @@ class SplitRows(Kernel):
         unit = int(np.prod(shape[axis + 1:], dtype=np.int64)) * dtype.itemsize
         stride = shape[axis] * unit
         bounds = np.concatenate([[0], np.cumsum(sizes)]).tolist()
-        parts_of = [(k, tuple(o.shape), (b - a) * unit, a * unit)
+        head = (slice(None),) * axis
+        parts_of = [(k, tuple(o.shape), (b - a) * unit, a * unit, head + (slice(a, b),))
                     for k, ((a, b), o) in enumerate(zip(pairwise(bounds), outs)) if node.outputs[k]]
         parts = parallel.native_parts(rows * stride // 4, rows) if parallel.native_pool() else 1
 
@@ -105,11 +106,13 @@ class SplitRows(Kernel):
                 x = np.ascontiguousarray(x)
             xb = x.reshape(-1).view(np.uint8)
             result = [None] * len(outputs)
-            for k, oshape, width, offset in parts_of:
+            for k, oshape, width, offset, part in parts_of:
                 y = outputs[k]
-                if y is None or not y.flags.c_contiguous:
+                if y is None:
                     y = np.empty(oshape, dtype)
-                if width:
+                if not y.flags.c_contiguous:           # not planned so; numpy's copy keeps it correct anyway
+                    np.copyto(y, x[part])
+                elif width:
                     native.copy_rows(xb, y.reshape(-1).view(np.uint8), rows, width, stride, offset, width, 0, parts)
                 result[k] = y
             return tuple(result)
