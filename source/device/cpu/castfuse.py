@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from nnhal.device.cpu import native
 from nnhal.device.cpu.fusions import Chosen
 from nnhal.device.cpu.kernels.cast import RoundHalf
 from nnhal.device.cpu.layout import Relayout
@@ -28,6 +29,14 @@ def _float_cast(c: Chosen) -> bool:
     return c.node.op_type == "Cast" and not c.node.domain and len(c.node.outputs) == 1 and bool(c.ins) \
         and c.ins[0] is not None and c.ins[0].dtype in _FLOATS and c.outs[0].dtype in _FLOATS \
         and np.dtype(c.ins[0].dtype) != np.dtype(c.outs[0].dtype)
+
+
+def _rounding(relayout: Chosen, c: Chosen) -> bool:
+    """``c`` is fp16 storage's RoundHalf of the float32 tensor ``relayout`` converts into (layout.py's
+    Relayout then rounds in the same pass: native transpose_round)."""
+    return isinstance(c.kernel, RoundHalf) and len(c.node.outputs) == 1 and bool(relayout.outs) \
+        and relayout.ins[0] is not None and np.dtype(relayout.ins[0].dtype) == np.dtype(np.float32) \
+        and np.dtype(relayout.outs[0].dtype) == np.dtype(np.float32) and native.available()
 
 
 def _readers(chosen: list[Chosen]) -> dict[str, list[int]]:
@@ -77,8 +86,14 @@ def fuse_relayout_casts(chosen: list[Chosen], external: set[str]) -> list[Chosen
     for pos, c in enumerate(chosen):
         if pos in dropped:
             continue
-        if isinstance(c.kernel, Relayout):
+        if isinstance(c.kernel, Relayout) and not c.kernel.round_half:
             nxt = only_reader(c.node.outputs[0])
+            if nxt is not None and nxt not in dropped and _rounding(c, chosen[nxt]):
+                # fp16 storage's rounding after the conversion (a segmentation mask): one rounding pass
+                node = fuse(c.node, chosen[nxt].node, outputs=list(chosen[nxt].node.outputs))
+                result.append(Chosen(node, Relayout(c.kernel.perm, round_half=True), c.ins, c.outs))
+                dropped.add(nxt)
+                continue
             if nxt is not None and nxt not in dropped and _float_cast(chosen[nxt]):
                 cast = chosen[nxt]
                 node = fuse(c.node, cast.node, outputs=list(cast.node.outputs))

@@ -14,10 +14,10 @@ layout per tensor:
   LRN, ConvTranspose, Resize, Pad) run NHWC when a kernel with ``layout = "NHWC"`` accepts the node; their
   input 0 and output 0 are NHWC;
 * **layout-free ops** (element-wise ops whose non-constant operands are 4-D and
-  broadcast to the output's shape, Concat, and a Gather of channels) run on whatever
+  broadcast to the output's shape, Concat, a channel Split and a Gather of channels) run on whatever
   layout their tensors have: in NHWC they get permuted shapes, constants
-  transposed to the NHWC broadcast form, and Concat and Gather their axis
-  moved;
+  transposed to the NHWC broadcast form, and Concat, Split and Gather their
+  axis moved;
 * **alias transposes**: a Transpose(0, 2, 3, 1) whose input is stored NHWC and a
   Transpose(0, 3, 1, 2) whose output is are dropped, their readers reading the
   other side (the (N, H, W, C) tensor is the NHWC storage): ConvNeXt's blocks
@@ -49,8 +49,9 @@ from nnhal.operator.base import Info
 NHWC = "NHWC"
 TO_NHWC = (0, 2, 3, 1)
 TO_NCHW = (0, 3, 1, 2)
-# conversions of at most this many channels copy channel by channel
-FEW_CHANNELS = 16
+# conversions to NHWC of at most this many channels copy channel by channel ((1, 6, 256, 256): 327 us against
+# the tiles' 745; 8 channels: 791 against 659)
+FEW_CHANNELS = 6
 # ops whose input 0 and output 0 are NHWC when a channels-last kernel takes them
 CHANNELS_LAST = frozenset({"Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
                            "BatchNormalization", "LRN", "ConvTranspose", "Resize", "Pad"})
@@ -71,14 +72,17 @@ class Layouts:
 
 
 class Relayout(Kernel):
-    """The inserted conversion between NCHW and NHWC: one strided copy per channel for at most FEW_CHANNELS
-    channels, else the native tiled transpose (kernels.c transpose_blocks: (N, C, HW) <-> (N, HW, C)) for
-    4-byte elements of one dtype, else numpy's transposing copy."""
+    """The inserted conversion between NCHW and NHWC: the native tiled transpose (kernels.c transpose_blocks:
+    (N, C, HW) <-> (N, HW, C)) for 4-byte elements, with a float32 <-> float16 Cast folded in (castfuse.py) as
+    the transpose and the native cast_half, one strided copy per channel to NHWC for at most FEW_CHANNELS
+    channels, else numpy's transposing copy. ``round_half``: fp16 storage's rounding of a float32 tensor
+    folded in (castfuse.py), by the native transpose_round in the same pass."""
 
     op_type = "Transpose"
 
-    def __init__(self, perm: tuple[int, ...]):
+    def __init__(self, perm: tuple[int, ...], round_half: bool = False):
         self.perm = perm
+        self.round_half = round_half
         self.name = "to-nhwc" if perm == TO_NHWC else "to-nchw"
 
     def prepare(self, node, ins, outs) -> RunFn:
@@ -88,29 +92,62 @@ class Relayout(Kernel):
         shape = tuple(outs[0].shape)
         pixels = int(np.prod(shape, dtype=np.int64)) // max(1, n * channels)
         dtype = outs[0].dtype      # may differ from the input's: a float Cast folded in (castfuse.py)
+        src = None if ins[0].dtype is None else np.dtype(ins[0].dtype)
         # NOTE: (1, 64, 56, 56) to NHWC took 547 us natively against numpy's 651, (1, 3136, 64) back 228 against
-        # 558 (one thread, AVX2 EPYC, loaded machine); few channels go per channel (below)
-        tiled = native.available() and ins[0].dtype is not None and np.dtype(ins[0].dtype) == np.dtype(dtype) \
-            and np.dtype(dtype).itemsize == 4
+        # 558 (one thread, AVX2 EPYC, loaded machine); few channels go per channel to NHWC (below); back to NCHW
+        # the tiles win at every channel count: (1, 256, 256, 8) in 239 us against 847 per channel
+        # a folded Cast between float32 and float16: transpose the float32 side, cast_half the other (8
+        # channels of 256 x 256 to NCHW float16: 857 us against 4.7 ms by per-channel casting copies)
+        half = native.available() and {src, np.dtype(dtype)} == {np.dtype(np.float32), np.dtype(np.float16)}
         a, b = (channels, pixels) if to_last else (pixels, channels)
         work, units = n * channels * pixels, n * ((b + 15) // 16)
+        few = to_last and channels <= FEW_CHANNELS
+        if self.round_half:
+            return self._rounding(n, a, b, shape, work, units)
 
-        def run(inputs, outputs):
-            x = inputs[0]
-            y = outputs[0] if outputs[0] is not None else np.empty(shape, dtype or x.dtype)
-            if channels <= FEW_CHANNELS:
+        def move(x, y):
+            if few:
                 # one strided copy per channel: an image's 3 colour planes to NHWC in 43 us where one
                 # transposing copy takes 216 (its inner loop runs over 3 elements) and the native tiles 443
                 for c in range(channels):
-                    if to_last:
-                        y[..., c] = x[:, c]
-                    else:
-                        y[:, c] = x[..., c]
-            elif tiled and x.flags.c_contiguous and y.flags.c_contiguous:
+                    y[..., c] = x[:, c]
+            elif native.available() and x.dtype == y.dtype and x.dtype.itemsize == 4 and x.flags.c_contiguous \
+                    and y.flags.c_contiguous:
                 parts = parallel.native_parts(work, units) if parallel.native_pool() else 1
                 native.transpose_blocks(x, y, n, a, b, 1, parts)
             else:
                 np.copyto(y, x.transpose(perm))
+
+        def run(inputs, outputs):
+            x = inputs[0]
+            y = outputs[0] if outputs[0] is not None else np.empty(shape, dtype or x.dtype)
+            if not half or not x.flags.c_contiguous or not y.flags.c_contiguous:
+                move(x, y)                          # numpy's copyto casts a folded Cast on the way
+            elif x.dtype == np.float32:
+                wide = np.empty(shape, np.float32)
+                move(x, wide)
+                native.cast_half(wide, y)
+            else:
+                wide = np.empty(x.shape, np.float32)
+                native.cast_half(x, wide)
+                move(wide, y)
+            return (y,)
+
+        return run
+
+    def _rounding(self, n: int, a: int, b: int, shape: tuple, work: int, units: int) -> RunFn:
+        """The float32 conversion with each element rounded through float16 (castfuse.py folds fp16 storage's
+        rounding in only where the native kernels are loaded)."""
+        parts = parallel.native_parts(work, units) if parallel.native_pool() else 1
+
+        def run(inputs, outputs):
+            x = inputs[0]
+            y = outputs[0] if outputs[0] is not None else np.empty(shape, np.float32)
+            if x.flags.c_contiguous and y.flags.c_contiguous:
+                native.transpose_round(x, y, n, a, b, parts)
+            else:
+                with np.errstate(over="ignore"):       # beyond float16's range is inf, as the native rounding
+                    np.copyto(y, x.transpose(self.perm).astype(np.float16))
             return (y,)
 
         return run
@@ -128,8 +165,12 @@ def _image(info: Info | None) -> bool:
 
 
 def _layout_free(node: Node, ins: list, outs: list) -> bool:
-    """Whether ``node`` runs unchanged (or with its axis moved, Concat) on NHWC tensors."""
+    """Whether ``node`` runs unchanged (or with its axis moved: Concat, Gather, Split) on NHWC tensors."""
     live = [o for o, name in zip(outs, node.outputs) if name]
+    if node.op_type == "Split" and not node.domain and live and not node.implicit_inputs:
+        # channel parts (YOLO's C2f blocks): NHWC parts are copies of channel slices, not round trips
+        return len(ins) > 0 and _image(ins[0]) and node.attrs.get("axis", 0) % 4 == 1 \
+            and all(_image(o) for o in live) and all(i is None or i.value is not None for i in ins[1:])
     if node.domain or len(live) != 1 or not _image(live[0]) or node.implicit_inputs:
         return False
     out = live[0]
@@ -306,12 +347,15 @@ def assign_layouts(chosen: list[Chosen], external: set[str]) -> tuple[list[Chose
                 back = Node(f"{tmp}#nchw", "Transpose", [tmp], [node.outputs[0]], {"perm": list(TO_NCHW)},
                             opset=21, version=21)
                 result.append(Chosen(back, Relayout(TO_NCHW), [physical[tmp]], [outs[0]]))
+                # NOTE: a later channels-last reader of the NCHW tensor (PAN's outputs feed the next level's
+                # Conv) reads this NHWC original instead of a conversion back
+                converted[(node.outputs[0], TO_NHWC)] = tmp
             continue
-        if role == "free" and is_nhwc(node.outputs[0]):
+        if role == "free" and is_nhwc(next(n for n in node.outputs if n)):
             inputs, new_ins = list(node.inputs), []
             for k, (name, info) in enumerate(zip(node.inputs, ins)):
-                if node.op_type == "Gather" and k == 1:
-                    pass                                   # the indices: not an image operand
+                if node.op_type in ("Gather", "Split") and k == 1:
+                    pass                                   # the indices or sizes: not an image operand
                 elif info is not None and info.value is not None and name:
                     v = info.value
                     if v.ndim == 4 or node.op_type not in ("Clip", "Dropout") or k == 0:
@@ -329,7 +373,7 @@ def assign_layouts(chosen: list[Chosen], external: set[str]) -> tuple[list[Chose
                     info = physical[name]
                 new_outs.append(info)
             attrs = node.attrs
-            if node.op_type in ("Concat", "Gather"):
+            if node.op_type in ("Concat", "Gather", "Split"):
                 attrs = {**attrs, "axis": TO_NHWC.index(attrs["axis"] % 4)}
             # the kernel was chosen for the NCHW shapes; choose again for the NHWC ones
             node = replace(node, inputs=inputs, attrs=attrs)

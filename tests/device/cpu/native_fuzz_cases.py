@@ -53,6 +53,12 @@ def cases():
         [("in", None), ("out", tiny), ("in", tiny), ("in", tiny), "act", "int"]
     yield "transpose_blocks", native.transpose_blocks, lambda: [arr(2, 3, 4, 5), arr(2, 4, 3, 5), 2, 3, 4, 5, 2], \
         [("in", tiny), ("out", tiny), "int", "int", "int", "int", "int"]
+    yield "transpose_round", native.transpose_round, lambda: [arr(2, 3, 20), arr(2, 20, 3), 2, 3, 20, 2], \
+        [("in", tiny), ("out", tiny), "int", "int", "int", "int"]
+    u8 = np.zeros(1, np.uint8)
+    yield "copy_rows", native.copy_rows, \
+        lambda: [np.arange(30, dtype=np.uint8), np.zeros(36, np.uint8), 3, 8, 10, 1, 12, 4, 2], \
+        [("in", u8), ("out", u8), "int", "int", "int", "int", "int", "int", "int"]
     yield "resize_nhwc", native.resize_nhwc, \
         lambda: [arr(2, 4, 5, 3), arr(2, 8, 10, 3), arr(8, 2, dtype=np.int32), arr(8, 2), arr(10, 2, dtype=np.int32),
                  arr(10, 2), 2], \

@@ -13,6 +13,7 @@ from nnhal.device.cpu.kernels import (
     attention,
     batch_normalization,
     cast,
+    concat,
     control,
     conv,
     conv1d,
@@ -42,7 +43,7 @@ from nnhal.hostkernels.select import implementations as host_implementations
 from nnhal.hostkernels.select import select as host_select
 from nnhal.operator.base import Info
 
-MODULES = (add, attention, batch_normalization, cast, control, conv, conv1d, conv_transpose, gates, gather,
+MODULES = (add, attention, batch_normalization, cast, concat, control, conv, conv1d, conv_transpose, gates, gather,
            gelu, gemm, instance_norm, layer_normalization, lrn, matmul, pad, pool, quantized, recurrent, resize,
            softmax, split, transpose)
 

@@ -1,9 +1,22 @@
-"""Split on the cpu device into views: equal parts of a static tensor whose axes before the split axis are all
-1, so that each part is one contiguous block of the input (the references: hostkernels/op_split.py). A GRU cell
-splits its gate projections (1, 3H) this way once per step inside a recurrent body."""
+"""Split on the cpu device (the references: hostkernels/op_split.py):
+
+* ``view``: equal parts of a static tensor whose axes before the split axis are all 1, so that each part is one
+  contiguous block of the input. A GRU cell splits its gate projections (1, 3H) this way once per step inside a
+  recurrent body.
+* ``native``: any other static Split, each part copied out of its rows of the input by the native row copy
+  (native/nn_concat.h ``copy_rows``): the channel Split of a channels-last region (YOLO's C2f blocks, which the
+  layout pass keeps NHWC), one row per pixel, where numpy's strided copy loops per pixel.
+"""
 from __future__ import annotations
 
+from itertools import pairwise
+
+import numpy as np
+
+from nnhal.device.cpu import native, parallel
+from nnhal.hostkernels._shape import ints
 from nnhal.hostkernels.base import Kernel, RunFn
+from nnhal.operator.op_split import split_sizes
 
 MAX_OUTPUTS = 64
 
@@ -43,4 +56,68 @@ class SplitView(Kernel):
         return run
 
 
-IMPLEMENTATIONS = (SplitView,)
+def _static_sizes(node, ins, outs) -> list[int] | None:
+    """The parts' extents along the axis of a static Split with constant sizes, else None."""
+    x = ins[0] if ins else None
+    if x is None or not x.static or not x.shape or x.dtype is None or x.dtype.hasobject \
+            or any(o is None or not o.static or o.dtype != x.dtype for o in outs):
+        return None
+    if len(ins) > 1 and ins[1] is not None and ins[1].value is None:
+        return None
+    split = ints(ins[1].value) if len(ins) > 1 and ins[1] is not None else None
+    if split is None and node.version < 13 and node.attrs.get("split"):
+        split = list(node.attrs["split"])
+    return list(split_sizes(node, x.shape[node.attrs.get("axis", 0) % len(x.shape)], split, len(node.outputs)))
+
+
+class SplitRows(Kernel):
+    """A static Split by rows (see the module docstring); where the parts are blocks of the input ``view``
+    takes it, and small Splits keep the host kernel's copies."""
+
+    op_type = "Split"
+    name = "native"
+    MIN_BYTES = 4096
+
+    def score(self, node, ins, outs) -> int:
+        if not native.available() or _static_sizes(node, ins, outs) is None:
+            return 0
+        x = ins[0]
+        axis = node.attrs.get("axis", 0) % len(x.shape)
+        if all(d == 1 for d in x.shape[:axis]):
+            return 0                                   # each part a contiguous block: a view or one memcpy
+        return 3 if int(np.prod(x.shape, dtype=np.int64)) * x.dtype.itemsize >= self.MIN_BYTES else 0
+
+    def prepare(self, node, ins, outs) -> RunFn:
+        shape, dtype = tuple(ins[0].shape), ins[0].dtype
+        axis = node.attrs.get("axis", 0) % len(shape)
+        sizes = _static_sizes(node, ins, outs)
+        rows = int(np.prod(shape[:axis], dtype=np.int64))
+        unit = int(np.prod(shape[axis + 1:], dtype=np.int64)) * dtype.itemsize
+        stride = shape[axis] * unit
+        bounds = np.concatenate([[0], np.cumsum(sizes)]).tolist()
+        head = (slice(None),) * axis
+        parts_of = [(k, tuple(o.shape), (b - a) * unit, a * unit, head + (slice(a, b),))
+                    for k, ((a, b), o) in enumerate(zip(pairwise(bounds), outs)) if node.outputs[k]]
+        parts = parallel.native_parts(rows * stride // 4, rows) if parallel.native_pool() else 1
+
+        def run(inputs, outputs):
+            x = inputs[0]
+            if not x.flags.c_contiguous:
+                x = np.ascontiguousarray(x)
+            xb = x.reshape(-1).view(np.uint8)
+            result = [None] * len(outputs)
+            for k, oshape, width, offset, part in parts_of:
+                y = outputs[k]
+                if y is None:
+                    y = np.empty(oshape, dtype)
+                if not y.flags.c_contiguous:           # not planned so; numpy's copy keeps it correct anyway
+                    np.copyto(y, x[part])
+                elif width:
+                    native.copy_rows(xb, y.reshape(-1).view(np.uint8), rows, width, stride, offset, width, 0, parts)
+                result[k] = y
+            return tuple(result)
+
+        return run
+
+
+IMPLEMENTATIONS = (SplitView, SplitRows)

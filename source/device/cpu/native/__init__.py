@@ -24,6 +24,9 @@ never a crash. They release the GIL around their loops. What they compute:
 * :func:`group_norm`: Instance and GroupNormalization, channels first, per-channel affine;
 * :func:`channel_affine`: act(x * scale + shift) over the last axis in one pass (BatchNormalization, NHWC);
 * :func:`transpose_blocks`: a swap of two axis groups of 4-byte elements (the NCHW <-> NHWC conversions);
+* :func:`copy_rows`: rows of bytes from one strided matrix to another: a Concat input into its slice of the output,
+  a Split output out of its slice of the input (any dtype);
+* :func:`transpose_round`: transpose_blocks of float32 with fp16 storage's rounding in the same pass;
 * :func:`resize_nhwc`: Resize of a channels-last image by per-axis tap tables (nearest, linear, cubic);
 * :func:`cast_half`: float32 <-> float16 and float32 rounded through float16 (fp16 storage's conversions);
 * :class:`Gemm`: a prepared GEMM (constant B, its bias and activation), made once at prepare;
@@ -121,6 +124,8 @@ if _k is not None:
     add_act = _k.add_act                        # (a, b, y, act, i0, i1)
     channel_affine = _k.channel_affine          # (x, y, scale, shift, act, parts)
     transpose_blocks = _k.transpose_blocks      # (x, y, outer, a, b, inner, parts)
+    copy_rows = _k.copy_rows    # (x, y, rows, width, x_stride, x_offset, y_stride, y_offset, parts): uint8 views
+    transpose_round = _k.transpose_round        # (x, y, outer, a, b, parts): float32, rounded via float16
     resize_nhwc = _k.resize_nhwc                # (x, y, hidx, hw, widx, ww, parts)
     cast_half = _k.cast_half                    # (x, y): f32 -> f16, f16 -> f32, or f32 -> f32 through f16
     fake_quantize_blocks = _k.fake_quantize_blocks  # (x, y, block, signed)

@@ -2950,6 +2950,8 @@ static PyObject *nn_py_blas_set_threads(PyObject *module, PyObject *const *args,
 
 #include "nn_steps.h"
 #include "nn_norm.h"
+#include "nn_concat.h"
+#include "nn_relayout.h"
 
 static PyObject *nn_py_blas_info(PyObject *module, PyObject *unused) {
     (void)module;
@@ -2969,6 +2971,10 @@ static PyMethodDef nn_methods[] = {
      "channel_affine(x, y, scale, shift, act, parts): y = act(x * scale + shift) over the last axis (y may be x)"},
     {"transpose_blocks", (PyCFunction)(void (*)(void))nn_py_transpose_blocks, METH_FASTCALL,
      "transpose_blocks(x, y, outer, a, b, inner, parts): y (outer, b, a, inner) from x (outer, a, b, inner)"},
+    {"copy_rows", (PyCFunction)(void (*)(void))nn_py_copy_rows, METH_FASTCALL,
+     "copy_rows(x, y, rows, width, x_stride, x_offset, y_stride, y_offset, parts): rows of width bytes, x to y"},
+    {"transpose_round", (PyCFunction)(void (*)(void))nn_py_transpose_round, METH_FASTCALL,
+     "transpose_round(x, y, outer, a, b, parts): y (outer, b, a) from float32 x (outer, a, b), rounded to float16"},
     {"resize_nhwc", (PyCFunction)(void (*)(void))nn_py_resize_nhwc, METH_FASTCALL,
      "resize_nhwc(x, y, hidx, hw, widx, ww, parts): separable Resize of a channels-last image by tap tables"},
     {"cast_half", (PyCFunction)(void (*)(void))nn_py_cast_half, METH_FASTCALL,
