@@ -106,6 +106,12 @@ def _integer_state() -> str:
     return f"{'on' if status.available else 'off'}: {status.reason}"
 
 
+def dynamic_block() -> int | None:
+    """Whole rows (0, one scale per token) where the integer GEMM runs the dynamic products, which sums
+    int8 over the whole depth; else None, the core's per-block default, run dequantized in float32."""
+    return 0 if qnative.available() else None
+
+
 def cpu_describe(device: Device) -> Description:
     return Description(
         ops=frozenset(op for table in DOMAINS.values() for op in table),
@@ -117,6 +123,7 @@ def cpu_describe(device: Device) -> Description:
         compute={"fp16": COMPUTE},
         reentrant=True,         # a plan's run takes its own arena from a pool (plan.py)
         activation_quantization=("static", "dynamic"),
+        dynamic_block=dynamic_block(),
         memory=HOST_MEMORY,     # its memory is the host's: a boundary tensor is the numpy array itself
     )
 
@@ -137,7 +144,8 @@ def cpu_optimize_graph(subgraph: Subgraph, precision: str) -> Subgraph:
     """fp16: float16 weights and boundaries, float32 compute (fp16.py); int8/uint8: QLinearConv for
     convolutions and matrix products, QLinear ops for add, mul, concat and average pools, integers
     through data movement and max pooling, float elsewhere (optimizer/precision.py); the token products the
-    core marked dynamic take per-token activation scales (DynamicQuantizeGemm)."""
+    core marked dynamic take per-token activation scales (DynamicQuantizeGemm; whole rows on the integer
+    GEMM where it runs, as ``dynamic_block`` declares and the core resolves into ``subgraph.dynamic_block``)."""
     if precision == "fp16":
         return to_fp16_storage(subgraph)
     if precision in ("int8", "uint8"):
