@@ -25,6 +25,7 @@ from nnhal.device.cpu.kernels import (
     lrn,
     matmul,
     pool,
+    qdq,
     quantized,
     recurrent,
     resize,
@@ -40,7 +41,7 @@ from nnhal.hostkernels.select import select as host_select
 from nnhal.operator.base import Info
 
 MODULES = (add, attention, batch_normalization, cast, control, conv, conv1d, conv_transpose, gates, gather,
-           gelu, gemm, layer_normalization, lrn, matmul, pool, quantized, recurrent, resize, softmax, split,
+           gelu, gemm, layer_normalization, lrn, matmul, pool, qdq, quantized, recurrent, resize, softmax, split,
            transpose)
 
 
