@@ -5,7 +5,8 @@ DequantizeLinear into float constants).
 
 ``fuse_qdq`` turns DequantizeLinear -> Conv / MatMul -> QuantizeLinear into
 QLinearConv / QLinearMatMul so the integer kernels run them exactly, the way
-onnxruntime executes such models; the rest of the graph keeps its explicit
+onnxruntime executes such models (and quantize_dynamic's MatMulInteger chains
+into MatMulIntegerToFloat, qchains.py); the rest of the graph keeps its explicit
 Q/DQ nodes (DequantizeLinear -> MaxPool -> QuantizeLinear with equal
 parameters is exact in float anyway).
 """
@@ -28,7 +29,15 @@ def _per_tensor(graph: Graph, node: Node) -> bool:
 
 
 def fuse_qdq(graph: Graph) -> int:
-    """Fuse DQ -> Conv/MatMul -> Q into QLinearConv/QLinearMatMul; returns the number fused."""
+    """Fuse DQ -> Conv/MatMul -> Q into QLinearConv/QLinearMatMul, and onnxruntime's dynamic quantization
+    chains into MatMulIntegerToFloat (qchains.py); returns the number fused."""
+    from nnhal.optimizer.qchains import fuse_integer_chains
+
+    return _fuse_qlinear(graph) + fuse_integer_chains(graph)
+
+
+def _fuse_qlinear(graph: Graph) -> int:
+    """DQ -> Conv/MatMul -> Q as QLinearConv/QLinearMatMul; the number fused."""
     from nnhal.optimizer.precision import make_node
 
     producers = graph.producers()
