@@ -26,6 +26,7 @@ from nnhal.device.cpu.kernels import (
     matmul,
     pool,
     qdq,
+    qlinear_tables,
     quantized,
     recurrent,
     resize,
@@ -41,8 +42,8 @@ from nnhal.hostkernels.select import select as host_select
 from nnhal.operator.base import Info
 
 MODULES = (add, attention, batch_normalization, cast, control, conv, conv1d, conv_transpose, gates, gather,
-           gelu, gemm, layer_normalization, lrn, matmul, pool, qdq, quantized, recurrent, resize, softmax, split,
-           transpose)
+           gelu, gemm, layer_normalization, lrn, matmul, pool, qdq, qlinear_tables, quantized, recurrent, resize,
+           softmax, split, transpose)
 
 
 def _table() -> KernelTable:
