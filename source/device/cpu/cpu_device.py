@@ -30,6 +30,7 @@ from nnhal.graph.subgraph import Subgraph
 from nnhal.hostkernels.graphrun import tensor_info
 from nnhal.hostkernels.table import DOMAINS
 from nnhal.optimizer.precision import to_quantized
+from nnhal.optimizer.qtables import fuse_code_tables
 
 
 def cpu_pre_run(device: Device, subgraph: Subgraph, options) -> None:
@@ -145,11 +146,15 @@ def cpu_optimize_graph(subgraph: Subgraph, precision: str) -> Subgraph:
     convolutions and matrix products, QLinear ops for add, mul, concat and average pools, integers
     through data movement and max pooling, float elsewhere (optimizer/precision.py); the token products the
     core marked dynamic take per-token activation scales (DynamicQuantizeGemm; whole rows on the integer
-    GEMM where it runs, as ``dynamic_block`` declares and the core resolves into ``subgraph.dynamic_block``)."""
+    GEMM where it runs, as ``dynamic_block`` declares and the core resolves into ``subgraph.dynamic_block``);
+    element-wise chains between 8-bit tensors (a quantized SiLU) then become lookup tables (optimizer/qtables.py)."""
     if precision == "fp16":
         return to_fp16_storage(subgraph)
     if precision in ("int8", "uint8"):
-        return to_quantized(subgraph, precision, dynamic=True)
+        lowered = to_quantized(subgraph, precision, dynamic=True)
+        if fuse_code_tables(lowered.graph):
+            lowered.nodes = lowered.graph.nodes
+        return lowered
     return subgraph
 
 

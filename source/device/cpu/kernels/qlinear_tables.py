@@ -1,6 +1,6 @@
 """The com.microsoft element-wise quantized ops with constant per-tensor parameters as lookup tables on the cpu
 device: QLinearAdd / QLinearMul (a 256 x 256 table over the pair of input codes) and QLinearConcat's
-requantized inputs (256 entries each).
+requantized inputs (256 entries each); and ai.nnhal CodeTable, the chains optimizer/qtables.py fuses.
 
 Each table is the op's numpy reference kernel (hostkernels/ms_*.py: dequantize, compute and requantize in
 float32) evaluated once at prepare on every possible input code, so a run returns exactly what the reference
@@ -133,11 +133,36 @@ class QLinearConcatTables(Kernel):
         return run
 
 
+class CodeTableGather(Kernel):
+    """ai.nnhal CodeTable (optimizer/qtables.py's fused element-wise chains): one gather into the planned
+    output buffer."""
+
+    op_type = "CodeTable"
+    domain = "ai.nnhal"
+    name = "table"
+
+    def score(self, node, ins, outs) -> int:
+        return 5 if ins[0] is not None and ins[0].dtype in EIGHT_BIT and ins[1] is not None \
+            and ins[1].value is not None else 0
+
+    def prepare(self, node, ins, outs) -> RunFn:
+        table = np.ascontiguousarray(ins[1].value)
+
+        def run(inputs: list, outputs: list):
+            x = inputs[0]
+            out = outputs[0] if outputs and outputs[0] is not None and outputs[0].shape == x.shape \
+                and outputs[0].dtype == table.dtype else np.empty(x.shape, table.dtype)
+            np.take(table, _bytes(x), out=out)
+            return (out,)
+
+        return run
+
+
 class _Axis0:
     """The node handed to QLinearConcat's reference when it requantizes one 1-D table."""
 
     attrs = {"axis": 0}
 
 
-DOMAINS = {MS: (QLinearAddTable, QLinearMulTable, QLinearConcatTables)}
+DOMAINS = {MS: (QLinearAddTable, QLinearMulTable, QLinearConcatTables), "ai.nnhal": (CodeTableGather,)}
 IMPLEMENTATIONS = ()
