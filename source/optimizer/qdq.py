@@ -140,3 +140,48 @@ def fold_qdq(graph: Graph) -> int:
         n.implicit_inputs = [alias.get(i, i) for i in n.implicit_inputs]
     graph.nodes = kept
     return len(clips)
+
+
+def _dq_source(graph: Graph, producers: dict[str, Node], name: str) -> tuple[str, str, str] | None:
+    """(8-bit tensor, scale, zero point) when ``name`` is a per-tensor DequantizeLinear's output with constant
+    parameters and a zero point."""
+    dq = producers.get(name)
+    if dq is None or dq.domain or dq.op_type != "DequantizeLinear" or len(dq.inputs) < 3 or not dq.inputs[2] \
+            or not _per_tensor(graph, dq) or dq.attrs.get("block_size", 0):
+        return None
+    return dq.inputs[0], dq.inputs[1], dq.inputs[2]
+
+
+def fuse_qdq_elementwise(graph: Graph) -> int:
+    """Static QDQ models after inference: DQ(a), DQ(b) -> Add / Mul -> Q becomes com.microsoft QLinearAdd /
+    QLinearMul (the same float32 arithmetic: bit-equal), then every element-wise chain between 8-bit tensors
+    becomes a lookup table (qtables.py: DQ -> Relu -> Q, a SiLU's DQ -> Sigmoid -> Q -> DQ -> Mul -> Q, the
+    new QLinearAdd -> DQ -> Relu -> Q); returns the number of nodes fused."""
+    from nnhal.optimizer.passes import remove_dead_nodes
+    from nnhal.optimizer.precision import make_node
+    from nnhal.optimizer.qtables import fuse_code_tables
+
+    producers = graph.producers()
+    readers = graph.consumers()
+    replaced: dict[str, Node] = {}
+    removed: set[str] = set()
+    for node in graph.nodes:
+        if node.domain or node.op_type not in ("Add", "Mul") or len(node.inputs) != 2:
+            continue
+        a, b = (_dq_source(graph, producers, i) for i in node.inputs)
+        q = _single_reader(graph, readers, node.outputs[0])
+        if a is None or b is None or q is None or q.op_type != "QuantizeLinear" or len(q.inputs) < 3 \
+                or not q.inputs[2] or not _per_tensor(graph, q):
+            continue
+        dtypes = {graph.tensors[a[0]].dtype, graph.tensors[b[0]].dtype, graph.tensors[q.inputs[2]].dtype}
+        if len(dtypes) != 1 or dtypes.pop() not in (np.dtype(np.uint8), np.dtype(np.int8)):
+            continue
+        replaced[node.name] = make_node(node.name + "::qlinear", "QLinear" + node.op_type,
+                                        [*a, *b, q.inputs[1], q.inputs[2]], [q.outputs[0]], {},
+                                        graph.opsets.get("", 17), "com.microsoft")
+        removed.add(q.name)
+    if replaced:
+        graph.opsets.setdefault("com.microsoft", 1)
+        graph.nodes = [replaced.get(n.name, n) for n in graph.nodes if n.name not in removed]
+        remove_dead_nodes(graph)
+    return len(replaced) + fuse_code_tables(graph)
