@@ -175,12 +175,12 @@ def fold_affine_into_conv(graph: Graph) -> int:
 
 
 PASSES: list[tuple[str, Callable[[Graph], int]]] = [
+    ("fuse_qdq_elementwise", fuse_qdq_elementwise),
     ("remove_dead_nodes", remove_dead_nodes),
     ("fold_affine_into_conv", fold_affine_into_conv),
     ("collapse_data_movement", collapse_data_movement),
     ("fold_constant_adds", fold_constant_adds),
     ("split_matmul_batch", split_matmul_batch),
-    ("fuse_qdq_elementwise", fuse_qdq_elementwise),
 ]
 
 

@@ -156,8 +156,8 @@ def fuse_qdq_elementwise(graph: Graph) -> int:
     """Static QDQ models after inference: DQ(a), DQ(b) -> Add / Mul -> Q becomes com.microsoft QLinearAdd /
     QLinearMul (the same float32 arithmetic: bit-equal), then every element-wise chain between 8-bit tensors
     becomes a lookup table (qtables.py: DQ -> Relu -> Q, a SiLU's DQ -> Sigmoid -> Q -> DQ -> Mul -> Q, the
-    new QLinearAdd -> DQ -> Relu -> Q); returns the number of nodes fused."""
-    from nnhal.optimizer.passes import remove_dead_nodes
+    new QLinearAdd -> DQ -> Relu -> Q); returns the number of nodes fused. A DequantizeLinear left unread
+    goes with the dead nodes (passes.PASSES runs this pass before remove_dead_nodes)."""
     from nnhal.optimizer.precision import make_node
     from nnhal.optimizer.qtables import fuse_code_tables
 
@@ -183,5 +183,4 @@ def fuse_qdq_elementwise(graph: Graph) -> int:
     if replaced:
         graph.opsets.setdefault("com.microsoft", 1)
         graph.nodes = [replaced.get(n.name, n) for n in graph.nodes if n.name not in removed]
-        remove_dead_nodes(graph)
     return len(replaced) + fuse_code_tables(graph)
