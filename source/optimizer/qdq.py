@@ -33,7 +33,48 @@ def fuse_qdq(graph: Graph) -> int:
     chains into MatMulIntegerToFloat (qchains.py); returns the number fused."""
     from nnhal.optimizer.qchains import fuse_integer_chains
 
-    return _fuse_qlinear(graph) + fuse_integer_chains(graph)
+    return _fuse_qlinear(graph) + _fuse_float_output(graph) + fuse_integer_chains(graph)
+
+
+def _fuse_float_output(graph: Graph) -> int:
+    """DQ(x) -> MatMul(., DQ(constant W)) with a float output (no QuantizeLinear after it: before a Softmax,
+    a LayerNormalization or a float Add) as com.microsoft MatMulIntegerToFloat: the exact integer sum times
+    x_scale * w_scale (per tensor or per column); the number fused."""
+    from nnhal.optimizer.precision import make_node
+
+    producers = graph.producers()
+    replaced: dict[str, Node] = {}
+    eight_bit = (np.dtype(np.uint8), np.dtype(np.int8))
+    for node in graph.nodes:
+        if node.domain or node.op_type != "MatMul":
+            continue
+        dqx, dqw = producers.get(node.inputs[0]), producers.get(node.inputs[1])
+        if not (dqx and dqw) or dqx.op_type != "DequantizeLinear" or dqw.op_type != "DequantizeLinear" \
+                or dqx.domain or dqw.domain or not _per_tensor(graph, dqx) or dqx.attrs.get("block_size", 0) \
+                or dqw.attrs.get("block_size", 0):
+            continue
+        w = graph.tensors[dqw.inputs[0]]
+        x_z = dqx.inputs[2] if len(dqx.inputs) > 2 else ""
+        w_z = dqw.inputs[2] if len(dqw.inputs) > 2 else ""
+        scale = graph.tensors[dqw.inputs[1]]
+        if not w.is_constant or w.value.ndim != 2 or w.value.dtype not in eight_bit or not scale.is_constant \
+                or scale.value.dtype != np.float32 or graph.tensors[dqx.inputs[1]].value.dtype != np.float32:
+            continue
+        n = w.value.shape[1]
+        per_column = scale.value.size == n and dqw.attrs.get("axis", 1) in (1, -1)
+        if scale.value.size != 1 and not per_column:
+            continue
+        if w_z and (not graph.tensors[w_z].is_constant or graph.tensors[w_z].value.size not in (1, n)):
+            continue
+        if not x_z or graph.tensors[x_z].value.dtype not in eight_bit:
+            continue
+        replaced[node.name] = make_node(node.name + "::to_float", "MatMulIntegerToFloat",
+                                        [dqx.inputs[0], dqw.inputs[0], dqx.inputs[1], dqw.inputs[1], x_z, w_z],
+                                        [node.outputs[0]], {}, graph.opsets.get("", 17), "com.microsoft")
+    if replaced:
+        graph.opsets.setdefault("com.microsoft", 1)
+        graph.nodes = [replaced.get(n.name, n) for n in graph.nodes]
+    return len(replaced)
 
 
 def _fuse_qlinear(graph: Graph) -> int:

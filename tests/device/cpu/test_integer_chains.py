@@ -107,3 +107,41 @@ def test_native_dynamic_quantize_linear_equals_the_numpy_kernel(values):
         want = DynamicQuantizeLinearKernel().compute(_Node(), x)
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
+
+
+def _qdq_matmul_model(rng, axis=1):
+    """x uint8 -> DQ -> MatMul(DQ(int8 W, scales along ``axis``)) -> Softmax (a float output, no QuantizeLinear)."""
+    w = rng.integers(-127, 128, (K, N), dtype=np.int8)
+    size = N if axis == 1 else K
+    inits = {"sx": np.array(0.02, np.float32), "zx": np.array(117, np.uint8), "w": w,
+             "sw": rng.uniform(0.001, 0.01, size).astype(np.float32), "zw": np.zeros(size, np.int8)}
+    nodes = [helper.make_node("DequantizeLinear", ["x", "sx", "zx"], ["xf"]),
+             helper.make_node("DequantizeLinear", ["w", "sw", "zw"], ["wf"], axis=axis),
+             helper.make_node("MatMul", ["xf", "wf"], ["m"]),
+             helper.make_node("Softmax", ["m"], ["y"], axis=-1)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.UINT8, [3, 7, K])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+                               helper.make_tensor_value_info("m", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)], ir_version=9), inits
+
+
+@pytest.mark.parametrize("check", ["0", "1"])
+@pytest.mark.parametrize("axis", [1, 0])
+def test_a_qdq_matmul_with_a_float_output_is_an_integer_gemm(axis, check, monkeypatch):
+    """Per-column weight scales: MatMulIntegerToFloat on the integer GEMM, the exact integer sum times the two
+    scales (within float32 rounding of the definition in float64); per-row scales (axis 0) are not a
+    per-column product: the float path, as correct."""
+    rng = np.random.default_rng(8)
+    model, inits = _qdq_matmul_model(rng, axis)
+    x = rng.integers(0, 256, (3, 7, K), dtype=np.uint8)
+    (y, m), kernels = _run(model, {"x": x}, check, monkeypatch)
+    fused = ("MatMulIntegerToFloat", "int8 gemm") in kernels
+    assert fused == (axis == 1), kernels
+    w = inits["w"].astype(np.float64) * (inits["sw"][None, :] if axis == 1 else inits["sw"][:, None])
+    want = ((x.astype(np.float64) - 117) * np.float64(np.float32(0.02))) @ w
+    # float32 rounding of each product term and of the sum: a few ulps of the largest partial sums
+    bound = 8 * np.finfo(np.float32).eps * (np.abs((x.astype(np.float64) - 117) * 0.02) @ np.abs(w)) + 1e-7
+    assert np.all(np.abs(m - want) <= bound)
+    e = np.exp(m - m.max(axis=-1, keepdims=True))
+    np.testing.assert_allclose(y, e / e.sum(axis=-1, keepdims=True), rtol=1e-5, atol=1e-7)
