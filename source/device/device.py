@@ -120,6 +120,12 @@ class Description:
     products of transformers dynamic; a device without "dynamic" runs them
     with static scales, or declines the nodes that require dynamic scales.
 
+    ``dynamic_block`` says how a device with "dynamic" scales its rows: 0 one scale per whole row (per
+    token, what integer GEMM kernels sum over), n > 0 one per row and n columns along K; None (the
+    default) the core's choice (``optimizer.quantize.BLOCK``). The core measures smoothing and the mixed
+    search's sensitivities under it, and the device's ``optimize_graph`` lowers with it;
+    NNHAL_DYNAMIC_BLOCK overrides it for every device.
+
     ``compute`` says, per precision, how the device really stores and computes
     it when that is not what the name implies (e.g. the CPU's fp16:
     "float16 storage, float32 compute"); a precision absent from it is
@@ -142,6 +148,7 @@ class Description:
     reentrant: bool = False
     reuses_outputs: bool = False
     activation_quantization: tuple[str, ...] = ("static",)
+    dynamic_block: int | None = None
     memory: BoundaryMemory = field(default_factory=BoundaryMemory)
     float_in_quantized: bool = False
 

@@ -62,6 +62,9 @@ class Subgraph:
     higher: frozenset[str] = frozenset()      # nodes computed in float whose outputs may still be quantized
     # Gemms whose activations may take per-token scales at run time -> output columns they compute in float
     dynamic: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    # their block along K (0: whole rows), as the core resolved it from the devices' Description.dynamic_block;
+    # None: the core's default (optimizer.quantize.BLOCK). NNHAL_DYNAMIC_BLOCK overrides either.
+    dynamic_block: int | None = None
 
     def for_run(self, values: dict[str, np.ndarray]) -> "Subgraph":
         """A view of this subgraph for one run: every field shared but ``values``, the run's own store.

@@ -209,6 +209,7 @@ MS_OPS: dict[str, str] = {
 # nnhal's own operators (what its passes write; no onnx file carries them)
 NNHAL_OPS: dict[str, str] = {
     "DynamicQuantizeGemm": "nn_dynamic_quantize_gemm",
+    "CodeTable": "nn_code_table",
 }
 
 TABLE: dict[str, dict[str, str]] = {"": ONNX_OPS, "ai.onnx": ONNX_OPS, "com.microsoft": MS_OPS, "ai.nnhal": NNHAL_OPS}

@@ -258,7 +258,8 @@ def sensitivities(graph: Graph, plan: Any, feeds: dict[str, np.ndarray], bar=Non
         if transposed and w.value.ndim != 2:
             continue
         per_token = node.name in dynamic
-        block = dynamic_block(matrix.shape[1]) if per_token and matrix.ndim == 2 else 0
+        preferred = plan.block if plan is not None else None
+        block = dynamic_block(matrix.shape[1], preferred) if per_token and matrix.ndim == 2 else 0
         if block:
             wq, ws = per_block_int8(matrix, block)
             deq = (wq.reshape(wq.shape[0], -1, block) * ws[:, :, None]).reshape(wq.shape).astype(np.float32)

@@ -25,7 +25,8 @@ reported per node:
    few outlier output columns, if any, to compute in float); a device
    whose Description lists "dynamic" in ``activation_quantization`` (the CPU)
    quantizes each row at run time with its own scale per block of 8 columns
-   (``quantize.BLOCK``; the weights per output channel and block); others
+   (``quantize.BLOCK``; the weights per output channel and block) or per whole
+   row, as its Description's ``dynamic_block`` says (the CPU with integer kernels); others
    (the vnpu) use the calibrated per-tensor scale of the smoothed activation.
 4. what stays higher: normalizations, softmax, GELU/Erf, reductions, and
    every elementwise Add/Sub/Mul/Div connected to them (residual adds into
@@ -106,6 +107,7 @@ class Int8Plan:
     ranges: dict[str, tuple[float, float]] = field(default_factory=dict)   # ranges of new tensors (x / s)
     float_columns: dict[str, tuple[int, ...]] = field(default_factory=dict)
     choices: list[NodeChoice] = field(default_factory=list)
+    block: int | None = None    # the dynamic products' block along K as the devices run them (Description)
 
     def table(self) -> str:
         """One line per node: name, op, mode, reason."""
@@ -119,7 +121,7 @@ class Int8Plan:
 
 
 def plan_int8(graph: Graph, channels: dict[str, tuple] | None, samples: dict[str, np.ndarray] | None = None,
-              signed: bool = False, alphas: dict | None = None) -> Int8Plan:
+              signed: bool = False, alphas: dict | None = None, block: int | None = None) -> Int8Plan:
     """Rewrite ``graph`` (already inferred; a copy the core owns) for a quantized precision.
 
     ``channels``: per-channel (last axis) extremes of activations from calibration; None or missing
@@ -127,8 +129,8 @@ def plan_int8(graph: Graph, channels: dict[str, tuple] | None, samples: dict[str
     (``token_statistics``); where given, smoothing's alpha is measured under dynamic per-block quantization
     (activations int8 when ``signed``, else uint8) instead of predicted for a per-tensor scale. ``alphas``:
     a dict that keeps those measured choices for later plans of the same graph on the same samples (the
-    probes of a mixed search)."""
-    plan = Int8Plan()
+    probes of a mixed search). ``block``: the devices' Description.dynamic_block (None: quantize.BLOCK)."""
+    plan = Int8Plan(block=block)
     channels = {n: (np.asarray(lo, np.float64), np.asarray(hi, np.float64)) for n, (lo, hi) in (channels or {}).items()}
     linear = _linearize(graph, plan)
     _smooth(graph, linear, channels or {}, plan, samples or {}, signed, {} if alphas is None else alphas)
@@ -265,9 +267,10 @@ def _smooth(graph: Graph, linear: dict[str, str], channels: dict[str, tuple[np.n
         wmax = np.max(np.abs(np.concatenate(weights, axis=0)), axis=0)
         sample = samples.get(x)
         if sample is not None and sample.shape[1:] == amax.shape:
-            if (x, signed) not in alphas:
-                alphas[(x, signed)] = _measured_alpha(sample, amax, wmax, weights, signed)
-            alpha, s = alphas[(x, signed)]
+            key = (x, signed, plan.block)
+            if key not in alphas:
+                alphas[key] = _measured_alpha(sample, amax, wmax, weights, signed, plan.block)
+            alpha, s = alphas[key]
             plan.measured[x] = len(sample)
         else:
             alpha, s = _best_alpha(amax, wmax, weights)
@@ -327,7 +330,7 @@ def _scales(amax: np.ndarray, wmax: np.ndarray, keep: np.ndarray, alpha: float) 
 
 
 def _measured_alpha(x: np.ndarray, amax: np.ndarray, wmax: np.ndarray, weights: list[np.ndarray],
-                    signed: bool = False) -> tuple[float, np.ndarray | None]:
+                    signed: bool = False, preferred: int | None = None) -> tuple[float, np.ndarray | None]:
     """The alpha (and scales) whose products, quantized as the CPU's dynamic Gemm does them (activations
     int8 or uint8 per row and block, weights int8 per channel and block), err least on the sample rows ``x``
     [R, K]:
@@ -342,7 +345,7 @@ def _measured_alpha(x: np.ndarray, amax: np.ndarray, wmax: np.ndarray, weights: 
     keep = (amax > 0) & (wmax > 0)
     if keep.sum() < 2:
         return 0.0, None
-    block = dynamic_block(x.shape[1])
+    block = dynamic_block(x.shape[1], preferred)
     references = [x @ w.T for w in weights]
     norms = [max(float(np.sum(np.square(r, dtype=np.float64))), 1e-30) for r in references]
 

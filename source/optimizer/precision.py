@@ -150,8 +150,10 @@ def to_quantized(sg: Subgraph, precision: str, dynamic: bool = False) -> Subgrap
     quantized where a quantized consumer reads them). With ``dynamic`` (a
     device whose Description lists "dynamic" activation quantization), the
     Gemms in ``sg.dynamic`` run as ai.nnhal DynamicQuantizeGemm: float in
-    and out, each row quantized at run time with its own scale per block of
-    ``quantize.BLOCK`` columns (weights per output channel and block).
+    and out, each row quantized at run time with its own scale per
+    ``sg.dynamic_block`` columns (weights per output channel and block; 0
+    whole rows, None ``quantize.BLOCK``; NNHAL_DYNAMIC_BLOCK wins,
+    ``quantize.dynamic_block``).
     """
     from nnhal.optimizer.quantize import per_channel_int8
 
@@ -201,9 +203,9 @@ def to_quantized(sg: Subgraph, precision: str, dynamic: bool = False) -> Subgrap
         if node.name in skipped:
             continue
         if dynamic and node.name in sg.dynamic and node.name not in keep:
-            lowered_dynamic = _lower_dynamic(node, g)
+            lowered_dynamic = _lower_dynamic(node, g, sg.dynamic_block)
             if lowered_dynamic is not None:
-                x, wq, ws, bias, matrix, block = lowered_dynamic
+                x, wq, ws, bias, matrix, node_block = lowered_dynamic
                 base = f"{node.name}::"
                 ins = [floated(x), const(base + "w", wq), const(base + "w_scale", ws.astype(np.float32)),
                        "" if bias is None else const(base + "bias", bias.astype(np.float32))]
@@ -211,7 +213,7 @@ def to_quantized(sg: Subgraph, precision: str, dynamic: bool = False) -> Subgrap
                 if columns:
                     ins.append(const(base + "w_float", np.ascontiguousarray(matrix[columns], np.float32)))
                 nodes.append(make_node(node.name + "::dynamic", "DynamicQuantizeGemm", ins, [node.outputs[0]],
-                                       {"activation": precision, "float_columns": columns, "block": block},
+                                       {"activation": precision, "float_columns": columns, "block": node_block},
                                        opset, "ai.nnhal"))
                 floats.add(node.outputs[0])
                 continue
@@ -324,7 +326,7 @@ def _lower_integer(node: Node, g: Graph, quantizable, floats: set[str], keep: fr
     return None
 
 
-def _lower_dynamic(node: Node, g: Graph):
+def _lower_dynamic(node: Node, g: Graph, preferred: int | None):
     """(x, int8 W [N, K], scales [N] or [N, K / block], bias or None, float W [N, K], block) of a
     Gemm(x, constant W, constant bias) with alpha = beta = 1."""
     from nnhal.optimizer.quantize import dynamic_block, per_block_int8
@@ -343,7 +345,7 @@ def _lower_dynamic(node: Node, g: Graph):
         if not c.is_constant or c.value.size not in (1, matrix.shape[0]):
             return None
         bias = np.broadcast_to(c.value.reshape(-1), (matrix.shape[0],))
-    block = dynamic_block(matrix.shape[1])
+    block = dynamic_block(matrix.shape[1], preferred)
     wq, ws = per_block_int8(matrix, block)
     return node.inputs[0], wq, ws, bias, matrix, block
 

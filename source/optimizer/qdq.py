@@ -5,7 +5,8 @@ DequantizeLinear into float constants).
 
 ``fuse_qdq`` turns DequantizeLinear -> Conv / MatMul -> QuantizeLinear into
 QLinearConv / QLinearMatMul so the integer kernels run them exactly, the way
-onnxruntime executes such models; the rest of the graph keeps its explicit
+onnxruntime executes such models (and quantize_dynamic's MatMulInteger chains
+into MatMulIntegerToFloat, qchains.py); the rest of the graph keeps its explicit
 Q/DQ nodes (DequantizeLinear -> MaxPool -> QuantizeLinear with equal
 parameters is exact in float anyway).
 """
@@ -28,7 +29,56 @@ def _per_tensor(graph: Graph, node: Node) -> bool:
 
 
 def fuse_qdq(graph: Graph) -> int:
-    """Fuse DQ -> Conv/MatMul -> Q into QLinearConv/QLinearMatMul; returns the number fused."""
+    """Fuse DQ -> Conv/MatMul -> Q into QLinearConv/QLinearMatMul, and onnxruntime's dynamic quantization
+    chains into MatMulIntegerToFloat (qchains.py); returns the number fused."""
+    from nnhal.optimizer.qchains import fuse_integer_chains
+
+    return _fuse_qlinear(graph) + _fuse_float_output(graph) + fuse_integer_chains(graph)
+
+
+def _fuse_float_output(graph: Graph) -> int:
+    """DQ(x) -> MatMul(., DQ(constant W)) with a float output (no QuantizeLinear after it: before a Softmax,
+    a LayerNormalization or a float Add) as com.microsoft MatMulIntegerToFloat: the exact integer sum times
+    x_scale * w_scale (per tensor or per column); the number fused."""
+    from nnhal.optimizer.precision import make_node
+
+    producers = graph.producers()
+    replaced: dict[str, Node] = {}
+    eight_bit = (np.dtype(np.uint8), np.dtype(np.int8))
+    for node in graph.nodes:
+        if node.domain or node.op_type != "MatMul":
+            continue
+        dqx, dqw = producers.get(node.inputs[0]), producers.get(node.inputs[1])
+        if not (dqx and dqw) or dqx.op_type != "DequantizeLinear" or dqw.op_type != "DequantizeLinear" \
+                or dqx.domain or dqw.domain or not _per_tensor(graph, dqx) or dqx.attrs.get("block_size", 0) \
+                or dqw.attrs.get("block_size", 0):
+            continue
+        w = graph.tensors[dqw.inputs[0]]
+        x_z = dqx.inputs[2] if len(dqx.inputs) > 2 else ""
+        w_z = dqw.inputs[2] if len(dqw.inputs) > 2 else ""
+        scale = graph.tensors[dqw.inputs[1]]
+        if not w.is_constant or w.value.ndim != 2 or w.value.dtype not in eight_bit or not scale.is_constant \
+                or scale.value.dtype != np.float32 or graph.tensors[dqx.inputs[1]].value.dtype != np.float32:
+            continue
+        n = w.value.shape[1]
+        per_column = scale.value.size == n and dqw.attrs.get("axis", 1) in (1, -1)
+        if scale.value.size != 1 and not per_column:
+            continue
+        if w_z and (not graph.tensors[w_z].is_constant or graph.tensors[w_z].value.size not in (1, n)):
+            continue
+        if not x_z or graph.tensors[x_z].value.dtype not in eight_bit:
+            continue
+        replaced[node.name] = make_node(node.name + "::to_float", "MatMulIntegerToFloat",
+                                        [dqx.inputs[0], dqw.inputs[0], dqx.inputs[1], dqw.inputs[1], x_z, w_z],
+                                        [node.outputs[0]], {}, graph.opsets.get("", 17), "com.microsoft")
+    if replaced:
+        graph.opsets.setdefault("com.microsoft", 1)
+        graph.nodes = [replaced.get(n.name, n) for n in graph.nodes]
+    return len(replaced)
+
+
+def _fuse_qlinear(graph: Graph) -> int:
+    """DQ -> Conv/MatMul -> Q as QLinearConv/QLinearMatMul; the number fused."""
     from nnhal.optimizer.precision import make_node
 
     producers = graph.producers()
@@ -131,3 +181,47 @@ def fold_qdq(graph: Graph) -> int:
         n.implicit_inputs = [alias.get(i, i) for i in n.implicit_inputs]
     graph.nodes = kept
     return len(clips)
+
+
+def _dq_source(graph: Graph, producers: dict[str, Node], name: str) -> tuple[str, str, str] | None:
+    """(8-bit tensor, scale, zero point) when ``name`` is a per-tensor DequantizeLinear's output with constant
+    parameters and a zero point."""
+    dq = producers.get(name)
+    if dq is None or dq.domain or dq.op_type != "DequantizeLinear" or len(dq.inputs) < 3 or not dq.inputs[2] \
+            or not _per_tensor(graph, dq) or dq.attrs.get("block_size", 0):
+        return None
+    return dq.inputs[0], dq.inputs[1], dq.inputs[2]
+
+
+def fuse_qdq_elementwise(graph: Graph) -> int:
+    """Static QDQ models after inference: DQ(a), DQ(b) -> Add / Mul -> Q becomes com.microsoft QLinearAdd /
+    QLinearMul (the same float32 arithmetic: bit-equal), then every element-wise chain between 8-bit tensors
+    becomes a lookup table (qtables.py: DQ -> Relu -> Q, a SiLU's DQ -> Sigmoid -> Q -> DQ -> Mul -> Q, the
+    new QLinearAdd -> DQ -> Relu -> Q); returns the number of nodes fused. A DequantizeLinear left unread
+    goes with the dead nodes (passes.PASSES runs this pass before remove_dead_nodes)."""
+    from nnhal.optimizer.precision import make_node
+    from nnhal.optimizer.qtables import fuse_code_tables
+
+    producers = graph.producers()
+    readers = graph.consumers()
+    replaced: dict[str, Node] = {}
+    removed: set[str] = set()
+    for node in graph.nodes:
+        if node.domain or node.op_type not in ("Add", "Mul") or len(node.inputs) != 2:
+            continue
+        a, b = (_dq_source(graph, producers, i) for i in node.inputs)
+        q = _single_reader(graph, readers, node.outputs[0])
+        if a is None or b is None or q is None or q.op_type != "QuantizeLinear" or len(q.inputs) < 3 \
+                or not q.inputs[2] or not _per_tensor(graph, q):
+            continue
+        dtypes = {graph.tensors[a[0]].dtype, graph.tensors[b[0]].dtype, graph.tensors[q.inputs[2]].dtype}
+        if len(dtypes) != 1 or dtypes.pop() not in (np.dtype(np.uint8), np.dtype(np.int8)):
+            continue
+        replaced[node.name] = make_node(node.name + "::qlinear", "QLinear" + node.op_type,
+                                        [*a, *b, q.inputs[1], q.inputs[2]], [q.outputs[0]], {},
+                                        graph.opsets.get("", 17), "com.microsoft")
+        removed.add(q.name)
+    if replaced:
+        graph.opsets.setdefault("com.microsoft", 1)
+        graph.nodes = [replaced.get(n.name, n) for n in graph.nodes if n.name not in removed]
+    return len(replaced) + fuse_code_tables(graph)

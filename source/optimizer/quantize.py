@@ -119,22 +119,23 @@ def per_channel_int8(w: np.ndarray, levels: int = 127) -> tuple[np.ndarray, np.n
 BLOCK = 8
 
 
-def block_setting() -> int:
-    """The dynamic products' block size: BLOCK, or NNHAL_DYNAMIC_BLOCK (0: whole rows, one scale per token;
-    the cpu device then runs them on its integer GEMM, int8 sums over the whole depth, about 3x the
-    per-node error of blocks of 8; see docs/int8.md)."""
+def block_setting(preferred: int | None = None) -> int:
+    """The dynamic products' block size: NNHAL_DYNAMIC_BLOCK when set, else ``preferred`` (the devices'
+    Description.dynamic_block: 0 whole rows, one scale per token, which the cpu device declares where its
+    integer GEMM runs; int8 sums over the whole depth, about 3x the per-node error of blocks of 8, see
+    docs/int8.md), else BLOCK."""
     text = os.environ.get("NNHAL_DYNAMIC_BLOCK", "")
     if not text:
-        return BLOCK
+        return BLOCK if preferred is None else preferred
     if not text.isdigit():
         raise OptionsError(f"NNHAL_DYNAMIC_BLOCK={text!r}: wanted a block size along K (0 for whole rows)")
     return int(text)
 
 
-def dynamic_block(k: int) -> int:
-    """The block size along K of a dynamic product of depth ``k``: the block setting when it divides k, else
-    0 (whole rows, one scale per token and per output channel)."""
-    block = block_setting()
+def dynamic_block(k: int, preferred: int | None = None) -> int:
+    """The block size along K of a dynamic product of depth ``k``: the block setting (``block_setting``)
+    when it divides k, else 0 (whole rows, one scale per token and per output channel)."""
+    block = block_setting(preferred)
     return block if block and k % block == 0 and k > block else 0
 
 

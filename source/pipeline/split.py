@@ -30,5 +30,5 @@ def split(graph: Graph, placed: Placed, plan: Int8Plan | None, options: Options)
             else "fp32"
         sg.keep_fp32 = options.keep_fp32
         if plan is not None:
-            sg.higher, sg.dynamic = frozenset(plan.higher), dict(plan.dynamic)
+            sg.higher, sg.dynamic, sg.dynamic_block = frozenset(plan.higher), dict(plan.dynamic), plan.block
     return Split(graph, subgraphs)

@@ -30,6 +30,7 @@ from nnhal.graph.subgraph import Subgraph
 from nnhal.hostkernels.graphrun import tensor_info
 from nnhal.hostkernels.table import DOMAINS
 from nnhal.optimizer.precision import to_quantized
+from nnhal.optimizer.qtables import fuse_code_tables
 
 
 def cpu_pre_run(device: Device, subgraph: Subgraph, options) -> None:
@@ -107,6 +108,12 @@ def _integer_state() -> str:
     return f"{'on' if status.available else 'off'}: {status.reason}"
 
 
+def dynamic_block() -> int | None:
+    """Whole rows (0, one scale per token) where the integer GEMM runs the dynamic products, which sums
+    int8 over the whole depth; else None, the core's per-block default, run dequantized in float32."""
+    return 0 if qnative.available() else None
+
+
 def cpu_describe(device: Device) -> Description:
     return Description(
         ops=frozenset(op for table in DOMAINS.values() for op in table),
@@ -118,6 +125,7 @@ def cpu_describe(device: Device) -> Description:
         compute={"fp16": COMPUTE},
         reentrant=True,         # a plan's run takes its own arena from a pool (plan.py)
         activation_quantization=("static", "dynamic"),
+        dynamic_block=dynamic_block(),
         memory=HOST_MEMORY,     # its memory is the host's: a boundary tensor is the numpy array itself
     )
 
@@ -138,11 +146,16 @@ def cpu_optimize_graph(subgraph: Subgraph, precision: str) -> Subgraph:
     """fp16: float16 weights and boundaries, float32 compute (fp16.py); int8/uint8: QLinearConv for
     convolutions and matrix products, QLinear ops for add, mul, concat and average pools, integers
     through data movement and max pooling, float elsewhere (optimizer/precision.py); the token products the
-    core marked dynamic take per-token activation scales (DynamicQuantizeGemm)."""
+    core marked dynamic take per-token activation scales (DynamicQuantizeGemm; whole rows on the integer
+    GEMM where it runs, as ``dynamic_block`` declares and the core resolves into ``subgraph.dynamic_block``);
+    element-wise chains between 8-bit tensors (a quantized SiLU) then become lookup tables (optimizer/qtables.py)."""
     if precision == "fp16":
         return to_fp16_storage(subgraph)
     if precision in ("int8", "uint8"):
-        return to_quantized(subgraph, precision, dynamic=True)
+        lowered = to_quantized(subgraph, precision, dynamic=True)
+        if fuse_code_tables(lowered.graph):
+            lowered.nodes = lowered.graph.nodes
+        return lowered
     return subgraph
 
 

@@ -8,6 +8,8 @@ which pack the constant weights once at prepare:
   GEMM packs it (int8 symmetric or uint8 asymmetric, per token), dequantized with the bias in the GEMM's
   epilogue (``float_columns`` still run in float32 beside it);
 * ``MatMulInteger`` with a constant 2-D B: int32 out;
+* com.microsoft ``MatMulIntegerToFloat`` with a constant 2-D B (what qchains.py makes of onnxruntime's
+  dynamic-quantization chains): dequantized with the bias in the epilogue, bit-equal to its numpy kernel;
 * ``QLinearMatMul`` with a constant 2-D B and constant scales and zero points: requantized in the
   epilogue exactly as ONNX defines it (the float32 factor applied in double, rounded half to even);
 * ``QLinearConv`` (2-D, group 1 or depthwise, constant weights, scales and zero points): an implicit GEMM
@@ -137,6 +139,61 @@ class MatMulIntegerKernel(Kernel):
         return run
 
 
+def _scalar(info) -> bool:
+    """One value (constant or computed at run time, as DynamicQuantizeLinear's scale and zero point)."""
+    return info is not None and info.shape is not None and int(np.prod(info.shape)) == 1
+
+
+class MatMulIntegerToFloatKernel(Kernel):
+    """com.microsoft MatMulIntegerToFloat with constant B, b_scale and b_zero (per tensor or per column) and a
+    constant bias: the integer GEMM dequantizing in its epilogue, ``float32(sum) * (a_scale * b_scale[n]) +
+    bias[n]`` in float32 in that order (no contraction), as the op's numpy kernel computes it: bit-equal. The
+    activations' scale and zero point may be computed at run time (a DynamicQuantizeLinear's)."""
+
+    op_type = "MatMulIntegerToFloat"
+    domain = "com.microsoft"
+    name = "int8 gemm"
+
+    def score(self, node, ins, outs) -> int:
+        b = _matrix_b(ins, 1)
+        if b is None or not _a_ok(ins[0], b.shape[0]) or not _scalar(ins[2]) or ins[2].dtype != np.float32:
+            return 0
+        b_scale = _const(ins[3])
+        if b_scale is None or b_scale.dtype != np.float32 or b_scale.size not in (1, b.shape[1]):
+            return 0
+        za = ins[4] if len(ins) > 4 else None
+        if za is not None and (not _scalar(za) or za.dtype != ins[0].dtype):
+            return 0
+        zb = ins[5] if len(ins) > 5 else None
+        if zb is not None and (_const(zb) is None or np.size(_const(zb)) not in (1, b.shape[1])):
+            return 0
+        bias = ins[6] if len(ins) > 6 else None
+        if bias is not None and (_const(bias) is None or _const(bias).dtype != np.float32
+                                 or np.size(_const(bias)) != b.shape[1]):
+            return 0
+        return 10
+
+    def prepare(self, node, ins, outs) -> RunFn:
+        q = qnative.kernels()
+        b = _matrix_b(ins, 1)
+        k, n = b.shape
+        packed = q.pack_b(np.ascontiguousarray(b), k, n, _zero(_const(ins[5]) if len(ins) > 5 else None, b.dtype), 0)
+        b_scale = np.broadcast_to(_const(ins[3]).reshape(-1), (n,)).astype(np.float32)
+        bias = _const(ins[6]) if len(ins) > 6 else None
+        bias = None if bias is None else np.ascontiguousarray(bias, np.float32).reshape(-1)
+
+        def run(inputs: list, outputs: list):
+            a = np.ascontiguousarray(inputs[0])
+            za = inputs[4] if len(inputs) > 4 and inputs[4] is not None else None
+            scale = np.ascontiguousarray(np.asarray(inputs[2], np.float32).reshape(()) * b_scale, np.float32)
+            out = _out(outputs, a.shape[:-1] + (n,), np.float32)
+            q.gemm(a, None if za is None else np.ascontiguousarray(za).reshape(1), packed, out, bias, scale, 0,
+                   -_INF, _INF, 0, _threads())
+            return (out,)
+
+        return run
+
+
 class QLinearMatMulKernel(Kernel):
     """QLinearMatMul with constant B, scales and zero points: requantized in the GEMM's epilogue."""
 
@@ -242,7 +299,8 @@ class QLinearConvKernel(Kernel):
 
 
 _KERNELS = {(getattr(k, "domain", ""), k.op_type): k()
-            for k in (DynamicQuantizeGemmInteger, MatMulIntegerKernel, QLinearMatMulKernel, QLinearConvKernel)}
+            for k in (DynamicQuantizeGemmInteger, MatMulIntegerKernel, MatMulIntegerToFloatKernel,
+                      QLinearMatMulKernel, QLinearConvKernel)}
 
 
 def use_integer_kernels(chosen: list[Chosen]) -> list[Chosen]:

@@ -69,6 +69,10 @@ def cases():
     yield "cast_half rounding", native.cast_half, lambda: [arr(4, 5), arr(4, 5)], [("in", tiny), ("out", tiny)]
     yield "fake_quantize_blocks", native.fake_quantize_blocks, lambda: [arr(3, 16), arr(3, 16), 8, 1], \
         [("in", np.zeros((1, 3), F)), ("out", tiny), "int", "int"]
+    yield "quantize_linear", native.quantize_linear, lambda: [arr(4, 5), arr(4, 5, dtype=np.uint8), 0.05, 128], \
+        [("in", None), ("out", np.zeros(1, np.uint8)), "float", "int"]
+    yield "dequantize_linear", native.dequantize_linear, lambda: [arr(4, 5, dtype=np.uint8), arr(4, 5), 0.05, 128], \
+        [("in", None), ("out", tiny), "float", "int"]
     yield "layernorm", native.layernorm, lambda: [arr(3, 8), arr(3, 8), arr(8), arr(8), 1e-5, 2], \
         [("in", None), ("out", tiny), ("opt", tiny), ("opt", tiny), "float", "int"]
     yield "group_norm", native.group_norm, lambda: [arr(2, 4, 3, 3), arr(2, 4, 3, 3), arr(4), arr(4), 4, 2, 1e-5, act(),

@@ -28,6 +28,8 @@ from nnhal.device.cpu.kernels import (
     matmul,
     pad,
     pool,
+    qdq,
+    qlinear_tables,
     quantized,
     recurrent,
     resize,
@@ -44,8 +46,8 @@ from nnhal.hostkernels.select import select as host_select
 from nnhal.operator.base import Info
 
 MODULES = (add, attention, batch_normalization, cast, concat, control, conv, conv1d, conv_transpose, gates, gather,
-           gelu, gemm, instance_norm, layer_normalization, lrn, matmul, pad, pool, quantized, recurrent, resize,
-           softmax, split, transpose)
+           gelu, gemm, instance_norm, layer_normalization, lrn, matmul, pad, pool, qdq, qlinear_tables, quantized,
+           recurrent, resize, softmax, split, transpose)
 
 
 def _table() -> KernelTable:

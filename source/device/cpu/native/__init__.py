@@ -18,6 +18,8 @@ never a crash. They release the GIL around their loops. What they compute:
 * :class:`Pool2d`: a prepared 2-D MaxPool or AveragePool, channels last (the output may be a channel slice of
   a wider tensor); :func:`global_pool`: GlobalAveragePool and GlobalMaxPool;
 * :func:`fake_quantize_blocks`: per-block dynamic int8/uint8 quantization of activations, dequantized;
+* :func:`quantize_linear` / :func:`dequantize_linear`: QuantizeLinear / DequantizeLinear with one scale and
+  zero point (nn_qdq.h);
 * :func:`gather_last` / :func:`shuffle_last`: Gather along the last axis of 4-byte elements, the channel
   shuffle's permutation by interleaving stores;
 * :func:`add_act`: a + b with a fused activation in one pass; :func:`layernorm`: LayerNormalization;
@@ -129,6 +131,8 @@ if _k is not None:
     resize_nhwc = _k.resize_nhwc                # (x, y, hidx, hw, widx, ww, parts)
     cast_half = _k.cast_half                    # (x, y): f32 -> f16, f16 -> f32, or f32 -> f32 through f16
     fake_quantize_blocks = _k.fake_quantize_blocks  # (x, y, block, signed)
+    quantize_linear = _k.quantize_linear        # (x, y, scale, zero): float32 -> uint8 / int8, per tensor
+    dequantize_linear = _k.dequantize_linear    # (x, y, scale, zero): uint8 / int8 -> float32, per tensor
     layernorm = _k.layernorm                    # (x, y, scale, bias, eps, parts)
     group_norm = _k.group_norm                  # (x, y, scale, bias, channels, groups, eps, act, parts)
     softmax = _k.softmax                        # (x, y, parts)

@@ -2952,6 +2952,7 @@ static PyObject *nn_py_blas_set_threads(PyObject *module, PyObject *const *args,
 #include "nn_norm.h"
 #include "nn_concat.h"
 #include "nn_relayout.h"
+#include "nn_qdq.h"
 
 static PyObject *nn_py_blas_info(PyObject *module, PyObject *unused) {
     (void)module;
@@ -2979,6 +2980,10 @@ static PyMethodDef nn_methods[] = {
      "resize_nhwc(x, y, hidx, hw, widx, ww, parts): separable Resize of a channels-last image by tap tables"},
     {"cast_half", (PyCFunction)(void (*)(void))nn_py_cast_half, METH_FASTCALL,
      "cast_half(x, y): float32 -> float16, float16 -> float32, or float32 -> float32 rounded through float16"},
+    {"quantize_linear", (PyCFunction)(void (*)(void))nn_py_quantize_linear, METH_FASTCALL,
+     "quantize_linear(x, y, scale, zero): y uint8/int8 = QuantizeLinear of float32 x, one scale and zero point"},
+    {"dequantize_linear", (PyCFunction)(void (*)(void))nn_py_dequantize_linear, METH_FASTCALL,
+     "dequantize_linear(x, y, scale, zero): y float32 = DequantizeLinear of uint8/int8 x, one scale and zero point"},
     {"fake_quantize_blocks", (PyCFunction)(void (*)(void))nn_py_fake_quantize, METH_FASTCALL,
      "fake_quantize_blocks(x, y, block, signed): x (m, k) quantized per row and block, dequantized into y"},
     {"layernorm", (PyCFunction)(void (*)(void))nn_py_layernorm, METH_FASTCALL,

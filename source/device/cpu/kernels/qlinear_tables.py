@@ -1,0 +1,168 @@
+"""The com.microsoft element-wise quantized ops with constant per-tensor parameters as lookup tables on the cpu
+device: QLinearAdd / QLinearMul (a 256 x 256 table over the pair of input codes) and QLinearConcat's
+requantized inputs (256 entries each); and ai.nnhal CodeTable, the chains optimizer/qtables.py fuses.
+
+Each table is the op's numpy reference kernel (hostkernels/ms_*.py: dequantize, compute and requantize in
+float32) evaluated once at prepare on every possible input code, so a run returns exactly what the reference
+returns for each element, in one gather of 8-bit codes where the reference makes six float32 passes. The
+quantized CNNs the int8 precision pass writes run their SiLU's product as QLinearMul, their residuals as
+QLinearAdd and their neck concatenations as QLinearConcat.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from nnhal.hostkernels.base import Kernel, RunFn
+from nnhal.hostkernels.ms_qlinear_add import QLinearAddKernel
+from nnhal.hostkernels.ms_qlinear_concat import QLinearConcatKernel
+from nnhal.hostkernels.ms_qlinear_mul import QLinearMulKernel
+
+EIGHT_BIT = (np.dtype(np.uint8), np.dtype(np.int8))
+MS = "com.microsoft"
+
+
+def _codes(dtype: np.dtype) -> np.ndarray:
+    """Every value of an 8-bit type, ordered by its bit pattern (index i holds the value whose byte is i)."""
+    return np.arange(256, dtype=np.uint8).view(dtype)
+
+
+def _per_tensor(ins: list, indices) -> bool:
+    """The inputs at ``indices`` are constant single values (an absent optional one counts)."""
+    for i in indices:
+        info = ins[i] if i < len(ins) else None
+        if info is None:
+            continue
+        if info.value is None or np.size(info.value) != 1:
+            return False
+    return True
+
+
+def _value(ins: list, i: int) -> np.ndarray | None:
+    info = ins[i] if i < len(ins) else None
+    return None if info is None else np.asarray(info.value)
+
+
+def _bytes(x: np.ndarray) -> np.ndarray:
+    return x.view(np.uint8) if x.dtype != np.uint8 else x
+
+
+class QLinearBinaryTable(Kernel):
+    """QLinearAdd / QLinearMul: y = table[a_code, b_code] (numpy broadcasting of a and b)."""
+
+    domain = MS
+    name = "table"
+    reference: Kernel
+
+    def score(self, node, ins, outs) -> int:
+        a, b = ins[0], ins[3] if len(ins) > 3 else None
+        if a is None or b is None or a.dtype not in EIGHT_BIT or b.dtype != a.dtype:
+            return 0
+        return 5 if _per_tensor(ins, (1, 2, 4, 5, 6, 7)) else 0
+
+    def prepare(self, node, ins, outs) -> RunFn:
+        dtype = np.dtype(ins[0].dtype)
+        codes = _codes(dtype)
+        a_all, b_all = np.repeat(codes, 256), np.tile(codes, 256)
+        params = [_value(ins, i) for i in range(8)]
+        table = np.ascontiguousarray(self.reference.compute(node, a_all, params[1], params[2], b_all, params[4],
+                                                            params[5], params[6], params[7]), dtype)
+
+        def run(inputs: list, outputs: list):
+            a, b = inputs[0], inputs[3]
+            if a.shape == np.broadcast_shapes(a.shape, b.shape):
+                index = _bytes(a).astype(np.uint16)
+                index <<= 8
+                index |= _bytes(b)
+            else:
+                index = np.bitwise_or(np.left_shift(_bytes(a), 8, dtype=np.uint16), _bytes(b), dtype=np.uint16)
+            out = outputs[0] if outputs and outputs[0] is not None and outputs[0].shape == index.shape \
+                and outputs[0].dtype == dtype else np.empty(index.shape, dtype)
+            np.take(table, index, out=out)
+            return (out,)
+
+        return run
+
+
+class QLinearAddTable(QLinearBinaryTable):
+    op_type = "QLinearAdd"
+    reference = QLinearAddKernel()
+
+
+class QLinearMulTable(QLinearBinaryTable):
+    op_type = "QLinearMul"
+    reference = QLinearMulKernel()
+
+
+class QLinearConcatTables(Kernel):
+    """QLinearConcat: each input whose parameters differ from the output's through its 256-entry table (the
+    reference's own requantization of every code), the others copied; one concatenate."""
+
+    op_type = "QLinearConcat"
+    domain = MS
+    name = "table"
+
+    def score(self, node, ins, outs) -> int:
+        xs = ins[2::3]
+        if not xs or any(x is None or x.dtype not in EIGHT_BIT or x.dtype != xs[0].dtype for x in xs):
+            return 0
+        params = [0, 1] + [i for j in range(2, len(ins), 3) for i in (j + 1, j + 2)]
+        return 5 if _per_tensor(ins, params) else 0
+
+    def prepare(self, node, ins, outs) -> RunFn:
+        reference = QLinearConcatKernel()
+        dtype = np.dtype(ins[2].dtype)
+        codes = _codes(dtype)
+        y_scale, y_zero = _value(ins, 0), _value(ins, 1)
+        tables = []
+        for j in range(2, len(ins), 3):
+            scale, zero = _value(ins, j + 1), _value(ins, j + 2)
+            same = np.array_equal(scale, y_scale) and np.array_equal(zero, y_zero)
+            tables.append(None if same else reference.compute(_Axis0(), y_scale, y_zero, codes, scale, zero))
+        axis = node.attrs["axis"]
+
+        def run(inputs: list, outputs: list):
+            parts = [x if t is None else np.take(t, _bytes(x)) for x, t in zip(inputs[2::3], tables)]
+            shape = parts[0].shape[:axis % parts[0].ndim] + (sum(p.shape[axis] for p in parts),) \
+                + parts[0].shape[axis % parts[0].ndim + 1:]
+            out = outputs[0] if outputs else None
+            if out is None or out.shape != shape or out.dtype != dtype:
+                out = np.empty(shape, dtype)
+            np.concatenate(parts, axis=axis, out=out)
+            return (out,)
+
+        return run
+
+
+class CodeTableGather(Kernel):
+    """ai.nnhal CodeTable (optimizer/qtables.py's fused element-wise chains): one gather into the planned
+    output buffer."""
+
+    op_type = "CodeTable"
+    domain = "ai.nnhal"
+    name = "table"
+
+    def score(self, node, ins, outs) -> int:
+        return 5 if ins[0] is not None and ins[0].dtype in EIGHT_BIT and ins[1] is not None \
+            and ins[1].value is not None else 0
+
+    def prepare(self, node, ins, outs) -> RunFn:
+        table = np.ascontiguousarray(ins[1].value)
+
+        def run(inputs: list, outputs: list):
+            x = inputs[0]
+            out = outputs[0] if outputs and outputs[0] is not None and outputs[0].shape == x.shape \
+                and outputs[0].dtype == table.dtype else np.empty(x.shape, table.dtype)
+            np.take(table, _bytes(x), out=out)
+            return (out,)
+
+        return run
+
+
+class _Axis0:
+    """The node handed to QLinearConcat's reference when it requantizes one 1-D table."""
+
+    attrs = {"axis": 0}
+
+
+DOMAINS = {MS: (QLinearAddTable, QLinearMulTable, QLinearConcatTables), "ai.nnhal": (CodeTableGather,)}
+IMPLEMENTATIONS = ()

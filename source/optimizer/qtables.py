@@ -1,0 +1,143 @@
+"""Element-wise chains between 8-bit tensors as one lookup table (ai.nnhal CodeTable).
+
+A quantized model's activations often go through a chain of element-wise ops that reads one 8-bit tensor and
+constants only and writes an 8-bit tensor: the int8 precision pass lowers a SiLU ``x * sigmoid(x)`` after a
+quantized convolution to DequantizeLinear -> Sigmoid -> QuantizeLinear -> QLinearMul(x, .). Such a chain has
+at most 256 different inputs, so ``fuse_code_tables`` evaluates it once on every code of x (with the host
+kernels, the numpy reference of each op) and puts one CodeTable(x, table) in its place: one gather a run
+where the chain made four passes, two of them in float32. The table is the chain's reference result on each
+code, so the fused graph computes what the chain's reference computes, element for element.
+
+A chain qualifies when every node is element-wise (ELEMENTWISE) with its other inputs constant single values,
+every tensor inside it is read only inside it (not a graph output), and it ends in an 8-bit tensor of x's
+shape. A device calls it on its own quantized subgraph (the cpu device: after optimizer/precision.py).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from nnhal.graph.graph import Graph
+from nnhal.graph.node import Node
+from nnhal.graph.tensor import Tensor, constant
+
+EIGHT_BIT = (np.dtype(np.uint8), np.dtype(np.int8))
+# element-wise ops whose output element depends on the same input element only (other inputs: single values)
+ELEMENTWISE = {("", op) for op in ("DequantizeLinear", "QuantizeLinear", "Sigmoid", "Tanh", "Relu", "LeakyRelu",
+                                   "HardSigmoid", "HardSwish", "Clip", "Exp", "Neg", "Abs", "Erf", "Softplus",
+                                   "Elu", "Selu", "Mul", "Add", "Sub", "Div", "Gelu", "Mish")} \
+    | {("com.microsoft", "QLinearMul"), ("com.microsoft", "QLinearAdd")}
+
+
+def _scalar_constant(graph: Graph, name: str) -> bool:
+    t = graph.tensors.get(name)
+    return t is not None and t.is_constant and t.value is not None and t.value.size == 1
+
+
+def _elementwise(graph: Graph, node: Node) -> bool:
+    if (node.domain, node.op_type) not in ELEMENTWISE or len([o for o in node.outputs if o]) != 1:
+        return False
+    if node.op_type in ("QuantizeLinear", "DequantizeLinear") and node.attrs.get("block_size", 0):
+        return False
+    return not node.implicit_inputs
+
+
+def _region(graph: Graph, x: str, readers: dict[str, list[Node]]) -> list[Node]:
+    """The element-wise nodes computed from ``x`` and single-value constants only, in graph order."""
+    inside: set[str] = {x}
+    nodes: list[Node] = []
+    position = {n.name: i for i, n in enumerate(graph.nodes)}
+    frontier = list(readers.get(x, []))
+    seen: set[str] = set()
+    while frontier:
+        frontier.sort(key=lambda n: position[n.name])
+        node = frontier.pop(0)
+        if node.name in seen:
+            continue
+        if not _elementwise(graph, node) or not all(
+                not i or i in inside or _scalar_constant(graph, i) for i in node.inputs):
+            continue
+        if not any(i in inside for i in node.inputs if i):
+            continue
+        seen.add(node.name)
+        nodes.append(node)
+        inside.update(o for o in node.outputs if o)
+        for o in node.outputs:
+            frontier.extend(r for r in readers.get(o, []) if r.name not in seen)
+    return sorted(nodes, key=lambda n: position[n.name])
+
+
+def _chain_to(graph: Graph, region: list[Node], y: str, x: str, readers: dict[str, list[Node]]) -> list[Node] | None:
+    """The region's nodes ``y`` depends on, when every tensor they make but ``y`` is read only by them."""
+    by_output = {o: n for n in region for o in n.outputs if o}
+    chain: dict[str, Node] = {}
+    stack = [y]
+    while stack:
+        node = by_output.get(stack.pop())
+        if node is None or node.name in chain:
+            continue
+        chain[node.name] = node
+        stack.extend(i for i in node.inputs if i and i != x)
+    for node in chain.values():
+        for o in node.outputs:
+            if o and o != y and (o in graph.outputs or any(r.name not in chain for r in readers.get(o, []))):
+                return None
+    return [n for n in region if n.name in chain]
+
+
+def _evaluate(graph: Graph, chain: list[Node], x: str, y: str) -> np.ndarray:
+    """The chain's output for every code of ``x`` (its host kernels on a [256] input)."""
+    from nnhal.hostkernels.graphrun import interpret
+    from nnhal.optimizer.infer import infer_graph
+
+    dtype = graph.tensors[x].dtype
+    names = {n for node in chain for n in node.inputs + node.outputs if n}
+    tensors = {n: replace(graph.tensors[n]) if graph.tensors[n].is_constant else Tensor(n) for n in names}
+    tensors[x] = Tensor(x, dtype, (256,))
+    nodes = [replace(n, inputs=list(n.inputs), outputs=list(n.outputs), attrs=dict(n.attrs)) for n in chain]
+    small = Graph(f"{graph.name}::table", tensors, nodes, [x], [y], dict(graph.opsets), None)
+    infer_graph(small, fold=False, check_types=False)
+    values = {x: np.arange(256, dtype=np.uint8).view(dtype)}
+    interpret(small, small.nodes, [x], [y]).run(values)
+    return np.ascontiguousarray(values[y])
+
+
+def fuse_code_tables(graph: Graph) -> int:
+    """Replace each qualifying chain (see the module doc) by a CodeTable node; the number replaced."""
+    from nnhal.optimizer.precision import make_node
+
+    fused = 0
+    for x, t in list(graph.tensors.items()):
+        if t.is_constant or t.dtype not in EIGHT_BIT or t.shape is None:
+            continue
+        readers = graph.consumers()
+        region = _region(graph, x, readers)
+        if len(region) < 2:
+            continue
+        best = None
+        for node in reversed(region):
+            y = node.outputs[0]
+            yt = graph.tensors.get(y)
+            if yt is None or yt.dtype not in EIGHT_BIT or yt.shape != t.shape:
+                continue
+            chain = _chain_to(graph, region, y, x, readers)
+            if chain is not None and len(chain) >= 2 and (best is None or len(chain) > len(best[1])):
+                best = (y, chain)
+        if best is None:
+            continue
+        y, chain = best
+        table = f"{y}::table"
+        graph.tensors[table] = constant(table, _evaluate(graph, chain, x, y))
+        sink = chain[-1]
+        node = make_node(sink.name + "::table", "CodeTable", [x, table], [y], {}, graph.opsets.get("", 17),
+                         "ai.nnhal")
+        drop = {n.name for n in chain}
+        graph.nodes = [node if n.name == sink.name else n for n in graph.nodes if n.name not in drop or
+                       n.name == sink.name]
+        for n in chain:
+            for o in n.outputs:
+                if o and o != y:
+                    graph.tensors.pop(o, None)
+        fused += 1
+    return fused

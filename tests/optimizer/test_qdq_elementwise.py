@@ -1,0 +1,72 @@
+"""Static QDQ graphs (optimizer/qdq.py fuse_qdq_elementwise): DQ, DQ -> Add / Mul -> Q becomes QLinearAdd /
+QLinearMul and the element-wise chains after it lookup tables; results equal onnx.reference on both plan paths,
+including a DequantizeLinear read by two consumers and a computed scale (not fused)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+import nnhal
+
+U8 = TensorProto.UINT8
+
+
+def _model(op, live_scale=False, shared_dq=False):
+    """a, b uint8 -> DQ, DQ -> op -> Q -> DQ -> Relu -> Q -> y; ``shared_dq``: DQ(a) also feeds a float output;
+    ``live_scale``: b's scale is a graph input."""
+    inits = {"sa": np.array(0.04, np.float32), "za": np.array(120, np.uint8), "sb": np.array(0.03, np.float32),
+             "zb": np.array(131, np.uint8), "sy": np.array(0.05, np.float32), "zy": np.array(128, np.uint8),
+             "sr": np.array(0.02, np.float32), "zr": np.array(0, np.uint8)}
+    inputs = [helper.make_tensor_value_info(n, U8, [2, 3, 5]) for n in ("a", "b")]
+    if live_scale:
+        del inits["sb"]
+        inputs.append(helper.make_tensor_value_info("sb", TensorProto.FLOAT, []))
+    nodes = [helper.make_node("DequantizeLinear", ["a", "sa", "za"], ["af"]),
+             helper.make_node("DequantizeLinear", ["b", "sb", "zb"], ["bf"]),
+             helper.make_node(op, ["af", "bf"], ["s"]),
+             helper.make_node("QuantizeLinear", ["s", "sy", "zy"], ["sq"]),
+             helper.make_node("DequantizeLinear", ["sq", "sy", "zy"], ["sf"]),
+             helper.make_node("Relu", ["sf"], ["r"]),
+             helper.make_node("QuantizeLinear", ["r", "sr", "zr"], ["y"])]
+    outputs = [helper.make_tensor_value_info("y", U8, None)]
+    if shared_dq:
+        nodes.append(helper.make_node("Neg", ["af"], ["neg"]))
+        outputs.append(helper.make_tensor_value_info("neg", TensorProto.FLOAT, None))
+    graph = helper.make_graph(nodes, "g", inputs, outputs, [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)], ir_version=9)
+
+
+def _run(model, feeds, check, monkeypatch):
+    monkeypatch.setenv("NNHAL_CHECK", check)
+    with nnhal.Session(model, devices=["cpu"]) as s:
+        got = s.run(feeds)
+        ops = [st.node.op_type for sg in s.graph.execution.subgraphs for st in sg.device_graph.steps]
+    return got, ops
+
+
+@pytest.mark.parametrize("check", ["0", "1"])
+@pytest.mark.parametrize("shared_dq", [False, True])
+@pytest.mark.parametrize("op", ["Add", "Mul"])
+def test_qdq_add_and_mul_become_integer_ops_and_tables(op, shared_dq, check, monkeypatch):
+    rng = np.random.default_rng(3)
+    feeds = {n: rng.integers(0, 256, (2, 3, 5), dtype=np.uint8) for n in "ab"}
+    model = _model(op, shared_dq=shared_dq)
+    got, ops = _run(model, feeds, check, monkeypatch)
+    assert f"QLinear{op}" in ops and "CodeTable" in ops and "Relu" not in ops and op not in ops, ops
+    want = ReferenceEvaluator(model).run(None, feeds)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+
+
+def test_a_computed_scale_is_not_fused_and_stays_correct(monkeypatch):
+    rng = np.random.default_rng(4)
+    feeds = {n: rng.integers(0, 256, (2, 3, 5), dtype=np.uint8) for n in "ab"}
+    feeds["sb"] = np.array(0.03, np.float32)
+    model = _model("Add", live_scale=True)
+    got, ops = _run(model, feeds, "0", monkeypatch)
+    assert "QLinearAdd" not in ops and "Add" in ops, ops
+    want = ReferenceEvaluator(model).run(None, feeds)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)

@@ -1,0 +1,104 @@
+"""optimizer/qtables.py: an element-wise chain between 8-bit tensors becomes one ai.nnhal CodeTable whose
+result equals the chain's host kernels element for element; chains that read another activation, a
+non-scalar constant, or whose inner tensors are read elsewhere stay as they are; the cpu device's int8
+lowering of a convolution with SiLU runs the table."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import nnhal
+from nnhal.hostkernels.graphrun import interpret
+from nnhal.optimizer.infer import infer_graph
+from nnhal.optimizer.qtables import fuse_code_tables
+from nnhal.serializer.onnx_import import load_onnx
+
+TYPES = {np.dtype(np.uint8): TensorProto.UINT8, np.dtype(np.int8): TensorProto.INT8}
+
+
+def _silu_graph(dtype, extra_reader=False, vector_scale=False):
+    """x (8-bit) -> DequantizeLinear -> Sigmoid -> QuantizeLinear -> QLinearMul(x, .) -> y; with
+    ``extra_reader`` the Sigmoid's output is a graph output too; with ``vector_scale`` the QuantizeLinear's
+    scale has one value per channel."""
+    zero = np.array(3 if dtype == np.uint8 else -2, dtype)
+    inits = {"sx": np.array(0.05, np.float32), "zx": zero, "ss": np.array(1 / 255, np.float32),
+             "zs": np.array(0, dtype), "sy": np.array(0.03, np.float32), "zy": zero}
+    q_params = ["ss", "zs"]
+    if vector_scale:
+        inits["ssv"] = np.full(4, 1 / 255, np.float32)
+        inits["zsv"] = np.zeros(4, dtype)
+        q_params = ["ssv", "zsv"]
+    nodes = [helper.make_node("DequantizeLinear", ["x", "sx", "zx"], ["xf"]),
+             helper.make_node("Sigmoid", ["xf"], ["sig"]),
+             helper.make_node("QuantizeLinear", ["sig", *q_params], ["sq"], axis=1),
+             helper.make_node("QLinearMul", ["x", "sx", "zx", "sq", "ss", "zs", "sy", "zy"], ["y"],
+                              domain="com.microsoft")]
+    outputs = [helper.make_tensor_value_info("y", TYPES[np.dtype(dtype)], None)]
+    if extra_reader:
+        outputs.append(helper.make_tensor_value_info("sig", TensorProto.FLOAT, None))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TYPES[np.dtype(dtype)], [2, 4, 3, 3])],
+                              outputs, [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19),
+                                                    helper.make_opsetid("com.microsoft", 1)], ir_version=9)
+    g = load_onnx(model)
+    infer_graph(g, fold=False)
+    return g
+
+
+def _run(g, x):
+    values = {"x": x}
+    interpret(g, g.nodes, ["x"], list(g.outputs)).run(values)
+    return [values[o] for o in g.outputs]
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_a_quantized_silu_is_one_table_equal_to_the_chain(dtype):
+    g = _silu_graph(dtype)
+    x = np.arange(256, dtype=np.uint8).view(dtype).reshape(1, 256)
+    x = np.resize(x, (2, 4, 3, 3)).astype(dtype)
+    x.reshape(-1)[:] = np.random.default_rng(0).permutation(np.resize(np.arange(256, dtype=np.uint8).view(dtype),
+                                                                      x.size))
+    want = _run(g, x)
+    assert fuse_code_tables(g) == 1
+    assert [n.op_type for n in g.nodes] == ["CodeTable"]
+    for got, w in zip(_run(g, x), want):
+        np.testing.assert_array_equal(got, w)
+
+
+@pytest.mark.parametrize("case", ["an inner tensor read elsewhere", "a per-channel scale"])
+def test_chains_that_do_not_qualify_stay(case):
+    g = _silu_graph(np.uint8, extra_reader=case == "an inner tensor read elsewhere",
+                    vector_scale=case == "a per-channel scale")
+    before = [n.op_type for n in g.nodes]
+    x = np.random.default_rng(1).integers(0, 256, (2, 4, 3, 3), dtype=np.uint8)
+    want = _run(g, x)
+    fuse_code_tables(g)
+    assert "QLinearMul" in [n.op_type for n in g.nodes] and "Sigmoid" in [n.op_type for n in g.nodes], before
+    for got, w in zip(_run(g, x), want):
+        np.testing.assert_array_equal(got, w)
+
+
+@pytest.mark.parametrize("check", ["0", "1"])
+def test_the_cpu_int8_lowering_runs_a_conv_silu_as_a_table(check, monkeypatch):
+    monkeypatch.setenv("NNHAL_CHECK", check)
+    rng = np.random.default_rng(2)
+    w = rng.standard_normal((8, 3, 3, 3)).astype(np.float32) * 0.3
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["m"]),
+             helper.make_node("Conv", ["m", "w2"], ["y"], pads=[1, 1, 1, 1])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(w, "w"),
+                               numpy_helper.from_array(rng.standard_normal((4, 8, 3, 3)).astype(np.float32) * 0.3,
+                                                       "w2")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    x = rng.standard_normal((1, 3, 8, 8)).astype(np.float32)
+    with nnhal.Session(model) as s:
+        (ref,) = s.run({"x": x})
+    with nnhal.Session(model, devices=["cpu"], precision="int8") as s:
+        (got,) = s.run({"x": x})
+        ops = [st.node.op_type for sg in s.graph.execution.subgraphs for st in sg.device_graph.steps]
+    assert "CodeTable" in ops and "Sigmoid" not in ops, ops
+    cos = float(np.sum(got * ref) / (np.linalg.norm(got) * np.linalg.norm(ref)))
+    assert cos > 0.99, cos
