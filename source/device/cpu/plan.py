@@ -16,8 +16,8 @@ import numpy as np
 
 from nnhal.device.cpu.castfuse import fuse_half_round_trips, fuse_relayout_casts
 from nnhal.device.cpu.fusions import Chosen, fuse_activations, fuse_channel_shuffle, fuse_gelu, fuse_matmul
-from nnhal.device.cpu.groupnorm import fuse_group_norm
 from nnhal.device.cpu.gelu_tanh import fuse_gelu_tanh
+from nnhal.device.cpu.groupnorm import fuse_group_norm
 from nnhal.device.cpu.integer import use_integer_kernels
 from nnhal.device.cpu.kernels import control, select
 from nnhal.device.cpu.layout import Layouts, assign_layouts
