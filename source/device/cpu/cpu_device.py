@@ -108,10 +108,19 @@ def _integer_state() -> str:
     return f"{'on' if status.available else 'off'}: {status.reason}"
 
 
+# Instruction sets whose integer GEMM beats float32 BLAS on the dynamic products (bytes multiplied at full rate).
+# Without VNNI the exact AVX2 path widens bytes to 16 bits (vpmaddwd): measured on a quiet 2-core AVX2 EPYC,
+# MiniLM b1x128, whole rows on it took 42.7 ms against 30.5 for blocks of 8 in float32 (fp32: 25.5 ms;
+# benchmarks/int8.py), so there the per-block float path stays the default (NNHAL_DYNAMIC_BLOCK=0 still
+# asks for whole rows).
+WHOLE_ROW_ISAS = frozenset({"avx512vnni", "avxvnni"})
+
+
 def dynamic_block() -> int | None:
-    """Whole rows (0, one scale per token) where the integer GEMM runs the dynamic products, which sums
-    int8 over the whole depth; else None, the core's per-block default, run dequantized in float32."""
-    return 0 if qnative.available() else None
+    """Whole rows (0, one scale per token) where the integer GEMM runs the dynamic products faster than
+    float32 (WHOLE_ROW_ISAS), which sums int8 over the whole depth; else None, the core's per-block default,
+    run dequantized in float32."""
+    return 0 if qnative.available() and qnative.status().isa in WHOLE_ROW_ISAS else None
 
 
 def cpu_describe(device: Device) -> Description:
