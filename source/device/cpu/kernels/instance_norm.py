@@ -20,7 +20,7 @@ from nnhal.operator._nn import STASH_TYPES
 
 def _f32_vector(info, size: int) -> bool:
     return info is not None and info.dtype == np.float32 and info.shape is not None \
-        and int(np.prod(info.shape, dtype=np.int64)) == size
+        and all(isinstance(d, int) for d in info.shape) and int(np.prod(info.shape, dtype=np.int64)) == size
 
 
 def _runner(node, ins, channels: int, groups: int, params: tuple) -> RunFn:
