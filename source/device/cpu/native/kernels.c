@@ -1138,6 +1138,37 @@ static void nn_pool_task(const void *args, int64_t part, int64_t parts) {
 }
 
 
+/* The mean of row xr (width floats) and 1 / sqrt(variance + eps), the variance as the mean of the squared
+ * deviations: two passes, each summed in float32 over 16 lanes (numpy's path sums pairwise: the two agree to
+ * float32 rounding). A row of width 0 has mean 0 and variance 0. LayerNormalization and Instance/GroupNormalization
+ * (nn_norm.h) share it. */
+static inline void nn_row_moments(const float *xr, int64_t width, float eps, float *mean_out, float *inv_out) {
+    float acc[16] = {0};
+    int64_t j = 0;
+    for (; j + 16 <= width; j += 16)
+        for (int l = 0; l < 16; l++) acc[l] += xr[j + l];
+    float sum = 0.0f;
+    for (int l = 0; l < 16; l++) sum += acc[l];
+    for (; j < width; j++) sum += xr[j];
+    const float mean = width ? sum / (float)width : 0.0f;
+    float sq[16] = {0};
+    j = 0;
+    for (; j + 16 <= width; j += 16)
+        for (int l = 0; l < 16; l++) {
+            const float d = xr[j + l] - mean;
+            sq[l] += d * d;
+        }
+    float ss = 0.0f;
+    for (int l = 0; l < 16; l++) ss += sq[l];
+    for (; j < width; j++) {
+        const float d = xr[j] - mean;
+        ss += d * d;
+    }
+    *mean_out = mean;
+    *inv_out = 1.0f / sqrtf((width ? ss / (float)width : 0.0f) + eps);
+}
+
+
 /* LayerNormalization over the last axis, rows [r0, r1) of x (rows, width) C-contiguous into y (may be x):
  * the row's mean, the mean of its squared deviations, then (x - mean) / sqrt(var + eps) * scale + bias
  * (scale and bias of width, either may be NULL), each row while it is in L1. Sums in float32 over 16
@@ -1147,28 +1178,9 @@ NN_API NN_CLONES void nn_layernorm_f32(const float *x, float *y, int64_t width, 
     for (int64_t r = r0; r < r1; r++) {
         const float *xr = x + r * width;
         float *yr = y + r * width;
-        float acc[16] = {0};
-        int64_t j = 0;
-        for (; j + 16 <= width; j += 16)
-            for (int l = 0; l < 16; l++) acc[l] += xr[j + l];
-        float sum = 0.0f;
-        for (int l = 0; l < 16; l++) sum += acc[l];
-        for (; j < width; j++) sum += xr[j];
-        const float mean = sum / (float)width;
-        float sq[16] = {0};
-        j = 0;
-        for (; j + 16 <= width; j += 16)
-            for (int l = 0; l < 16; l++) {
-                const float d = xr[j + l] - mean;
-                sq[l] += d * d;
-            }
-        float ss = 0.0f;
-        for (int l = 0; l < 16; l++) ss += sq[l];
-        for (; j < width; j++) {
-            const float d = xr[j] - mean;
-            ss += d * d;
-        }
-        const float inv = 1.0f / sqrtf(ss / (float)width + eps);
+        float mean, inv;
+        nn_row_moments(xr, width, eps, &mean, &inv);
+        int64_t j;
         for (j = 0; j < width; j++) {
             float v = (xr[j] - mean) * inv;
             if (scale) v *= scale[j];

@@ -20,28 +20,8 @@ NN_API NN_CLONES void nn_groupnorm_f32(const float *x, float *y, int64_t groups,
     for (int64_t r = r0; r < r1; r++) {
         const float *xr = x + r * width;
         float *yr = y + r * width;
-        float acc[16] = {0};
-        int64_t j = 0;
-        for (; j + 16 <= width; j += 16)
-            for (int l = 0; l < 16; l++) acc[l] += xr[j + l];
-        float sum = 0.0f;
-        for (int l = 0; l < 16; l++) sum += acc[l];
-        for (; j < width; j++) sum += xr[j];
-        const float mean = width ? sum / (float)width : 0.0f;
-        float sq[16] = {0};
-        j = 0;
-        for (; j + 16 <= width; j += 16)
-            for (int l = 0; l < 16; l++) {
-                const float d = xr[j + l] - mean;
-                sq[l] += d * d;
-            }
-        float ss = 0.0f;
-        for (int l = 0; l < 16; l++) ss += sq[l];
-        for (; j < width; j++) {
-            const float d = xr[j] - mean;
-            ss += d * d;
-        }
-        const float inv = 1.0f / sqrtf((width ? ss / (float)width : 0.0f) + eps);
+        float mean, inv;
+        nn_row_moments(xr, width, eps, &mean, &inv);
         const int64_t c0 = (r % groups) * cpg;
         for (int64_t c = 0; c < cpg; c++) {
             const float a = scale ? inv * scale[c0 + c] : inv;
