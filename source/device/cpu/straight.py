@@ -74,19 +74,19 @@ def generate(steps: Sequence, slots: Sequence, outputs: Sequence[tuple[str, int]
 
 def _aliases(step) -> bool:
     """Whether the generated code runs ``step`` as a binding of its input (Identity: its output is its input; a
-    static view, kernels/view.py: its input reshaped; either a per-run copy when it is a graph output), so its
-    planned buffer, if it has one, is never written."""
+    static view, kernels/view.py: its input, or a block of it, reshaped; either a per-run copy when it is a graph
+    output), so its planned buffer, if it has one, is never written."""
     return (type(step.kernel) is IdentityKernel and len(step.ins) == 1 and step.outs[0] != 1) \
-        or _view_shape(step) is not None
+        or _view_of(step) is not None
 
 
-def _view_shape(step) -> tuple[int, ...] | None:
-    """The shape a static view step reshapes its input to (its run function's ``view_shape``), or None."""
-    shape = getattr(step.run, "view_shape", None)
-    if shape is None or not step.ins or step.ins[0] == 0 or len(step.outs) != 1 or step.outs[0] == 1 \
+def _view_of(step) -> tuple | None:
+    """(shape, start, stop) of a static view step (its run function's ``view_of``, kernels/view.py), or None."""
+    view = getattr(step.run, "view_of", None)
+    if view is None or not step.ins or step.ins[0] == 0 or len(step.outs) != 1 or step.outs[0] == 1 \
             or not step.logical:
         return None
-    return shape
+    return view
 
 
 def _segments(steps: Sequence, slots: Sequence, arena: np.ndarray) -> dict[int, tuple[int, object]]:
@@ -157,11 +157,12 @@ def _chunk(steps: Sequence, slots: Sequence, first: int, stop: int, last_read: d
             # NOTE: Identity is its input (a declared view), a static view its input reshaped: no call; into a
             # graph output, one C-order copy
             src = name(step.ins[0])
-            shape = _view_shape(step)
-            if shape is not None:
-                env[f"v{k}"] = shape
+            view = _view_of(step)
+            if view is not None:
+                env[f"v{k}"] = view[0]
                 bound.append(f"v{k}")
-                src = f"{src}.reshape(v{k})"
+                part = "" if view[1] is None else f".reshape(-1)[{int(view[1])}:{int(view[2])}]"
+                src = f"{src}{part}.reshape(v{k})"
             defined.add(step.outs[0])
             body.append(f"    s{step.outs[0]} = _copy({src}, order='C')" if step.fresh else
                         f"    s{step.outs[0]} = {src}")
