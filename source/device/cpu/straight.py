@@ -72,7 +72,7 @@ def generate(steps: Sequence, slots: Sequence, outputs: Sequence[tuple[str, int]
     return chunks
 
 
-def _aliases(step) -> bool:
+def binds_input(step) -> bool:
     """Whether the generated code runs ``step`` as a binding of its input (Identity: its output is its input; a
     static view, kernels/view.py: its input, or a block of it, reshaped; either a per-run copy when it is a graph
     output), so its planned buffer, if it has one, is never written."""
@@ -93,7 +93,7 @@ def _segments(steps: Sequence, slots: Sequence, arena: np.ndarray) -> dict[int, 
     """first step -> (stop, Builder) of each run of steps a native step program takes (never across a chunk)."""
     arena_of: dict[int, int] = {}       # slots always written into their arena buffer
     for step in steps:
-        if _aliases(step):
+        if binds_input(step):
             continue        # the generated line binds its input: its template buffer is never written
         fresh = {p for p, _, _ in step.fresh}
         for p, (idx, buf) in enumerate(zip(step.outs, step.buffers)):
@@ -153,7 +153,7 @@ def _chunk(steps: Sequence, slots: Sequence, first: int, stop: int, last_read: d
         if k < segment_end:
             body.append("    pass")
             continue
-        if _aliases(step):
+        if binds_input(step):
             # NOTE: Identity is its input (a declared view), a static view its input reshaped: no call; into a
             # graph output, one C-order copy
             src = name(step.ins[0])
