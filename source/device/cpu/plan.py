@@ -23,7 +23,7 @@ from nnhal.device.cpu.kernels import control, select
 from nnhal.device.cpu.layout import Layouts, assign_layouts
 from nnhal.device.cpu.planner import MemoryPlan, arena_views, plan_memory
 from nnhal.device.cpu.scale_fold import fold_operand_scales
-from nnhal.device.cpu.straight import Chunk, failing_step, generate
+from nnhal.device.cpu.straight import Chunk, binds_input, failing_step, generate
 from nnhal.errors import DeviceError, NnhalError, where, wrapped
 from nnhal.graph.graph import Graph
 from nnhal.graph.node import Node
@@ -239,7 +239,9 @@ class Plan:
                                   f"{type(exc).__name__}: {exc}") from exc
             for pos, (idx, r) in enumerate(zip(step.outs, result)):
                 buf = bufs[pos]
-                if buf is not None and r is not buf:
+                # NOTE: a view bound to its input (straight.py binds_input) leaves its planned buffer unwritten on
+                # this path too (a view of a graph input has one): the profile times what a run does
+                if buf is not None and r is not buf and (step.fresh or not binds_input(step)):
                     np.copyto(buf, r, casting="unsafe")
                     r = buf
                 slots[idx] = r

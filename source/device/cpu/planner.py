@@ -103,8 +103,11 @@ def plan_memory(steps: list[tuple[list[str], list[str], dict[int, int], dict[int
             # never in place over a member of a slice group (its buffer is a part of the group's); over the
             # group's own tensor (a Concat output) only when the whole group dies here (ShuffleNet's Relu
             # after its Concat)
+            # nor over a view of a part of its root (a Gather's block, kernels/view.py): the output would sit at
+            # the root's offset, not at the part's
             if src and src in root and (root[src] not in tops or root[src] == src) and group_last[root[src]] == i \
-                    and sizes.get(src) == sizes[name] and sum(1 for n in ins if n == src) == 1:
+                    and sizes.get(src) == sizes[name] and sum(1 for n in ins if n == src) == 1 \
+                    and (src not in views or sizes.get(root[src]) == sizes[name]):
                 r = root[src]
                 root[name] = r
                 group_last[r] = max(group_last[r], group_last.pop(name))

@@ -72,17 +72,28 @@ def generate(steps: Sequence, slots: Sequence, outputs: Sequence[tuple[str, int]
     return chunks
 
 
-def _aliases(step) -> bool:
-    """Whether the generated code runs ``step`` as a binding of its input (Identity: its output is its input, or a
-    per-run copy when it is a graph output), so its planned buffer, if it has one, is never written."""
-    return type(step.kernel) is IdentityKernel and len(step.ins) == 1 and step.outs[0] != 1
+def binds_input(step) -> bool:
+    """Whether the generated code runs ``step`` as a binding of its input (Identity: its output is its input; a
+    static view, kernels/view.py: its input, or a block of it, reshaped; either a per-run copy when it is a graph
+    output), so its planned buffer, if it has one, is never written."""
+    return (type(step.kernel) is IdentityKernel and len(step.ins) == 1 and step.outs[0] != 1) \
+        or _view_of(step) is not None
+
+
+def _view_of(step) -> tuple | None:
+    """(shape, start, stop) of a static view step (its run function's ``view_of``, kernels/view.py), or None."""
+    view = getattr(step.run, "view_of", None)
+    if view is None or not step.ins or step.ins[0] == 0 or len(step.outs) != 1 or step.outs[0] == 1 \
+            or not step.logical:
+        return None
+    return view
 
 
 def _segments(steps: Sequence, slots: Sequence, arena: np.ndarray) -> dict[int, tuple[int, object]]:
     """first step -> (stop, Builder) of each run of steps a native step program takes (never across a chunk)."""
     arena_of: dict[int, int] = {}       # slots always written into their arena buffer
     for step in steps:
-        if _aliases(step):
+        if binds_input(step):
             continue        # the generated line binds its input: its template buffer is never written
         fresh = {p for p, _, _ in step.fresh}
         for p, (idx, buf) in enumerate(zip(step.outs, step.buffers)):
@@ -142,9 +153,16 @@ def _chunk(steps: Sequence, slots: Sequence, first: int, stop: int, last_read: d
         if k < segment_end:
             body.append("    pass")
             continue
-        if _aliases(step):
-            # NOTE: Identity is its input (a declared view): no call; into a graph output, one C-order copy
+        if binds_input(step):
+            # NOTE: Identity is its input (a declared view), a static view its input reshaped: no call; into a
+            # graph output, one C-order copy
             src = name(step.ins[0])
+            view = _view_of(step)
+            if view is not None:
+                env[f"v{k}"] = view[0]
+                bound.append(f"v{k}")
+                part = "" if view[1] is None else f".reshape(-1)[{int(view[1])}:{int(view[2])}]"
+                src = f"{src}{part}.reshape(v{k})"
             defined.add(step.outs[0])
             body.append(f"    s{step.outs[0]} = _copy({src}, order='C')" if step.fresh else
                         f"    s{step.outs[0]} = {src}")

@@ -37,6 +37,7 @@ from nnhal.device.cpu.kernels import (
     split,
     step_gemm,
     transpose,
+    view,
 )
 from nnhal.graph.node import Node
 from nnhal.hostkernels.base import Kernel
@@ -47,7 +48,7 @@ from nnhal.operator.base import Info
 
 MODULES = (add, attention, batch_normalization, cast, concat, control, conv, conv1d, conv_transpose, gates, gather,
            gelu, gemm, instance_norm, layer_normalization, lrn, matmul, pad, pool, qdq, qlinear_tables, quantized,
-           recurrent, resize, softmax, split, transpose)
+           recurrent, resize, softmax, split, transpose, view)
 
 
 def _table() -> KernelTable:

@@ -14,6 +14,7 @@ import numpy as np
 
 from nnhal.device.cpu import native, parallel
 from nnhal.device.cpu.kernels._io import contiguous_io
+from nnhal.device.cpu.kernels.view import view_run
 from nnhal.hostkernels.base import Kernel, RunFn
 from nnhal.operator.op_transpose import permutation
 
@@ -63,12 +64,7 @@ class TransposeReshape(Kernel):
         return 4 if moved == sorted(moved) else 0
 
     def prepare(self, node, ins, outs) -> RunFn:
-        shape = tuple(ins[0].shape[p] for p in permutation(node, len(ins[0].shape)))
-
-        def run(inputs, outputs):
-            return (inputs[0].reshape(shape),)
-
-        return run
+        return view_run(tuple(ins[0].shape[p] for p in permutation(node, len(ins[0].shape))))
 
 
 class TransposeSwap(Kernel):
