@@ -38,8 +38,11 @@ def cpu_pre_run(device: Device, subgraph: Subgraph, options) -> None:
     subgraph.device_graph = compile_nodes(subgraph.graph, subgraph.nodes, subgraph.inputs, subgraph.outputs)
     subgraph.stats["arena_bytes"] = subgraph.device_graph.memory.arena_bytes
     subgraph.stats["kernels"] = subgraph.device_graph.kernels
-    subgraph.stats["num_thread"] = getattr(options, "num_thread", 0)
-    subgraph.stats["thread_pool"] = control.iterates(subgraph.nodes) or parallel.choose(_median_product(subgraph))
+    median = _median_product(subgraph)
+    iterates = control.iterates(subgraph.nodes)
+    # a plan of tiny products runs on one thread (parallel.serial), whatever num_thread allows
+    subgraph.stats["num_thread"] = 1 if not iterates and parallel.serial(median) else getattr(options, "num_thread", 0)
+    subgraph.stats["thread_pool"] = iterates or parallel.choose(median)
 
 
 # the nodes whose output size says whether a plan's work is large enough for the thread pools

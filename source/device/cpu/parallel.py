@@ -83,6 +83,20 @@ POOL_MIN_MEDIAN_OUTPUT = 16 * 1024
 POOL_MIN_MEDIAN_OUTPUT_NO_AVX512 = 1024
 
 
+# Below this median output a plan runs on one thread: its products are GEMVs and tiny GEMMs of a few
+# microseconds, where handing work to a second thread (BLAS's or the pools') costs more than it saves. A
+# decoder's one-token step with a KV cache (the corpus's gpt_kv, median output 256) took 6.30 ms a run on 2
+# threads against 1.30 ms on one, onnxruntime 0.92 ms on 2 (A/B in one process, min of 5 blocks, AVX2 EPYC,
+# one other job running).
+SERIAL_MAX_MEDIAN_OUTPUT = 512
+
+
+def serial(median_output: float) -> bool:
+    """Whether a plan whose GEMM-like nodes have this median output size runs on one thread (never when
+    NNHAL_CPU_POOL=1 forces the pools, or for a plan with no product: median 0)."""
+    return 0 < median_output < SERIAL_MAX_MEDIAN_OUTPUT and os.environ.get("NNHAL_CPU_POOL") != "1"
+
+
 @functools.cache
 def avx512() -> bool:
     """Whether this CPU has AVX-512 (numpy's dispatch table; False when numpy does not say)."""
