@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import nnhal
 from nnhal.conformance.tolerance import assert_within_bound, matmul_bound
 from nnhal.device.cpu import native
 
@@ -48,3 +49,19 @@ def test_a_row_strided_b_a_transposed_b_and_a_large_product():
     _check(64, 192, 1, False, wide[:, :192])                 # rows of b 300 floats apart
     _check(64, 192, 1, False, np.ascontiguousarray(wide[:, :192].T).T)     # transposed: the BLAS
     _check(512, 256, 1, False, rng.standard_normal((512, 256)).astype(np.float32))   # above NN_GEMV_MAX
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
+@pytest.mark.parametrize("direction", ["forward", "bidirectional"])
+def test_a_recurrent_layer_of_one_row_projects_by_dot_products(op, direction, monkeypatch):
+    """One step at batch 1 (a Loop body's LSTM): the layer projects X W^T row by row in C (kernels.c
+    nn_rnn_project), on the pool, against the reference kernel."""
+    from tests.device.cpu import test_native_recurrent as rec
+
+    monkeypatch.setattr(rec, "T", 1)
+    monkeypatch.setenv("NNHAL_CPU_POOL", "1")
+    model, feeds = rec._model(op, direction, batch=1, hidden=19, states=True)
+    with nnhal.Session(model, devices=["cpu"], num_thread=2) as s:
+        got = s.run(feeds)
+        assert s.subgraphs[0].stats["kernels"][s.subgraphs[0].nodes[0].name] == "native"
+    rec._check(got, rec._reference(model, feeds, monkeypatch), op)

@@ -1640,6 +1640,20 @@ static void nn_rnn_project(const nn_rnn_args *a, int64_t r0, int64_t r1, int64_t
     const nn_rnn_params *p = a->p;
     const int64_t ld = p->dirs * p->gates * p->hidden;
     if (a->projected || r1 <= r0 || c1 <= c0) return;
+    if (r1 - r0 == 1 && p->input * (c1 - c0) <= NN_GEMV_MAX) {
+        /* one row (a control-flow body's LSTM step at batch 1): dot products with the rows of W read in place;
+         * the BLAS packs W at every call (nn_gemv.h's note) */
+        const float *xr = a->x + r0 * p->input;
+        float *row = a->xw + r0 * ld;
+        for (int64_t j = c0; j < c1; j++) {
+            const float *wj = p->w + j * p->input;
+            float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+            for (int64_t i = 0; i < p->input; i++) s += xr[i] * wj[i];
+            row[j] = s + p->bias[j];
+        }
+        return;
+    }
     float *out = a->xw + r0 * ld + c0;
     scipy_cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)(r1 - r0), (blasint)(c1 - c0),
                       (blasint)p->input, 1.0f, a->x + r0 * p->input, (blasint)p->input, p->w + c0 * p->input,
