@@ -11,6 +11,20 @@ from nnhal.hostkernels.graphrun import Compiler
 
 _TRUE, _FALSE = np.array(True), np.array(False)
 _TRUE.flags.writeable = _FALSE.flags.writeable = False
+_COUNTED = 4096
+_COUNTERS: list[np.ndarray] = []    # read-only iteration numbers 0, 1, ... made once, shared by every Loop
+
+
+def _counters(trips: int | None) -> list[np.ndarray]:
+    """The shared iteration numbers, extended to ``trips`` when known (at most _COUNTED; later ones are made per
+    iteration).
+    NOTE: extended under the GIL by appends only, so a concurrent run reads a list that is only ever longer."""
+    want = len(_COUNTERS) if trips is None else min(trips, _COUNTED)
+    for i in range(len(_COUNTERS), want):
+        counter = np.array(i, np.int64)
+        counter.flags.writeable = False
+        _COUNTERS.append(counter)
+    return _COUNTERS
 
 
 class LoopKernel(Kernel):
@@ -38,11 +52,14 @@ class LoopKernel(Kernel):
             scans = [Stacked(node, o, count) for o in outputs[n:]]
             check = checking()
             call = runner.call
+            counters = _counters(trips)
+            counted = len(counters)
             i = 0
-            # NOTE: per iteration only the counter is a new array: the body never writes its inputs, so the
-            # condition is one of two read-only constants
+            # NOTE: per iteration no new array: the body never writes its inputs, so the counter and the
+            # condition are shared read-only constants
             while go and (trips is None or i < trips):
-                results = call([np.array(i, np.int64), _TRUE if go else _FALSE, *state, *implicit], check)
+                counter = counters[i] if i < counted else np.array(i, np.int64)
+                results = call([counter, _TRUE if go else _FALSE, *state, *implicit], check)
                 if has_cond:
                     go = check_bool(node, results[0], "the body's cond output")
                 state = results[1:1 + n]

@@ -47,10 +47,7 @@ class ScanKernel(Kernel):
             check = checking()
             implicit = [outer[name] for name in runner.implicit]
             call = runner.call
-            for t in range(steps):
-                # NOTE: a slice of axis 0 is a view (the body never writes its inputs); other axes are copied
-                slices = [(x[steps - 1 - t if d else t] if a == 0 else np.take(x, steps - 1 - t if d else t, axis=a))
-                          for x, a, d in zip(seqs, axes, in_dirs)]
+            for slices in _steps(seqs, axes, in_dirs, steps):
                 results = call([*states, *slices, *implicit], check)
                 states = results[:n]
                 for acc, r in zip(collected, results[n:]):
@@ -72,6 +69,15 @@ class ScanKernel(Kernel):
             return tuple(store(r, o, d) for r, o, d in zip(finals, outputs, dtypes))
 
         return run
+
+
+def _steps(seqs: list, axes: list, dirs: list, steps: int):
+    """Per step, the slices of the scan inputs in order: views of axis 0 (the body never writes its inputs), made
+    for every step at once when every input scans axis 0; a slice of another axis is copied."""
+    if all(a == 0 for a in axes):
+        return zip(*[list(x[:steps][::-1] if d else x[:steps]) for x, d in zip(seqs, dirs)])
+    return ([(x[steps - 1 - t if d else t] if a == 0 else np.take(x, steps - 1 - t if d else t, axis=a))
+             for x, a, d in zip(seqs, axes, dirs)] for t in range(steps))
 
 
 def _batched(scan, lens, states: list, seqs: list, outer: dict, n: int, k: int) -> list[np.ndarray]:

@@ -255,9 +255,12 @@ class Plan:
             values[name] = slots[idx]
 
 
-def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: list[str], body: bool = False) -> Plan:
+def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: list[str], body: bool = False,
+                  borrowed: bool = False) -> Plan:
     """Build the plan for ``nodes`` of ``graph`` reading ``inputs`` and producing ``outputs`` (``body``: a
-    control-flow body's, which may choose the kernels of one step's small products, kernels/step_gemm.py)."""
+    control-flow body's, which may choose the kernels of one step's small products, kernels/step_gemm.py;
+    ``borrowed``: a Loop or Scan body's, whose outputs may be its inputs as they are, see
+    control.plan_iteration_body)."""
     index: dict[str, int] = {"": 0}
     slots: list = [None, None]  # 0: absent input (None); 1: sink for absent outputs
 
@@ -322,9 +325,10 @@ def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: l
                      passthrough=(MemoryError,)):
             run = kernel.prepare(node, ins, outs)
         buffers, fresh = first.per_step[len(steps)], []
+        passes = borrowed and control.passes_input(node, kernel, inputs)
         for pos, name in enumerate(node.outputs):
             t = graph.tensors.get(name) if name else None
-            if name in external and t is not None and t.static:
+            if name in external and t is not None and t.static and not passes:
                 fresh.append((pos, t.shape, t.dtype))
         expect = tuple(physical.get(name, o) if name else o for name, o in zip(node.outputs, outs))
         steps.append(Step(node, kernel.name, run, tuple(slot(n) if n else 0 for n in node.all_inputs),

@@ -6,7 +6,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 import nnhal
-from nnhal.device.cpu.kernels.control import plan_body
+from nnhal.device.cpu.kernels.control import plan_iteration_body
 from nnhal.device.cpu.plan import Plan
 from tests.conftest import make_model, vinfo
 
@@ -59,8 +59,9 @@ def test_a_fixed_body_compiles_once_across_runs():
             np.testing.assert_array_equal(y, np.full((1, 4), k + 100, np.float32))
         (runner,) = runners(s)
         assert runner.compiles == 1
-        # the body was compiled by the cpu device's own plan, passed to the Loop kernel (no global hook)
-        assert runner.compiler is plan_body
+        # the body was compiled by the cpu device's own plan (a Loop's: inputs passed through as they are),
+        # passed to the Loop kernel (no global hook)
+        assert runner.compiler is plan_iteration_body
         assert all(isinstance(plan, Plan) for plan in runner.cache.values())
 
 

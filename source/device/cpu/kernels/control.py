@@ -10,6 +10,7 @@ from nnhal.graph.graph import Graph
 from nnhal.graph.node import Node
 from nnhal.graph.tensor import TensorKind
 from nnhal.hostkernels.graphrun import Compiler, Runnable
+from nnhal.hostkernels.op_identity import IdentityKernel
 from nnhal.hostkernels.op_if import IfKernel
 from nnhal.hostkernels.op_loop import LoopKernel
 from nnhal.hostkernels.op_scan import ScanKernel
@@ -31,6 +32,25 @@ def plan_body(graph: Graph, nodes: list[Node], inputs: list[str], outputs: list[
     return _body_compiler[0](graph, nodes, inputs, outputs)
 
 
+def plan_iteration_body(graph: Graph, nodes: list[Node], inputs: list[str], outputs: list[str]) -> Runnable:
+    """A Loop or Scan body's cpu plan, run once per iteration: an Identity of a body input (a carried state or
+    condition passed through, an outer-scope tensor) is that input, not a per-iteration copy.
+
+    NOTE: safe because the Loop and Scan drivers (hostkernels/op_loop.py, op_scan.py) copy whatever they keep
+    of a body's outputs: a carried state is only read by the next iteration, the final states are copied (own)
+    or stored into the node's outputs, and a scan output is copied into its row or stacked. An If branch's
+    outputs become the node's outputs as they are, so its branches keep the per-run copy (plan_body)."""
+    if not _body_compiler:
+        raise InternalError("the cpu device's body compiler is not installed (import nnhal.device.cpu.plan first)")
+    return _body_compiler[0](graph, nodes, inputs, outputs, borrowed=True)
+
+
+def passes_input(node: Node, kernel, inputs: list[str]) -> bool:
+    """Whether ``node`` run by ``kernel`` passes one of a plan's ``inputs`` through as it is (an Identity)."""
+    return type(kernel) is IdentityKernel and node.op_type == "Identity" and not node.domain \
+        and len(node.inputs) == 1 and node.inputs[0] in inputs
+
+
 class _Planned:
     """Before the host kernel: the same run, its bodies planned by the cpu device."""
 
@@ -46,11 +66,15 @@ class IfPlanned(_Planned, IfKernel):
 
 
 class LoopPlanned(_Planned, LoopKernel):
-    """Loop, body planned by the cpu device."""
+    """Loop, body planned by the cpu device (passed-through inputs not copied per iteration)."""
+
+    compiler = staticmethod(plan_iteration_body)
 
 
 class ScanPlanned(_Planned, ScanKernel):
-    """Scan, body planned by the cpu device."""
+    """Scan, body planned by the cpu device (passed-through inputs not copied per iteration)."""
+
+    compiler = staticmethod(plan_iteration_body)
 
 
 def iterates(nodes: list[Node]) -> bool:

@@ -26,6 +26,8 @@ from nnhal.hostkernels._qrc import _NEEDS
 from nnhal.hostkernels.base import Kernel, RunFn
 from nnhal.hostkernels.ms_dynamic_quantize_lstm import float_infos
 
+_F32 = np.dtype(np.float32)
+
 
 class FastLSTMKernel(Kernel):
     """Packed weights, one GEMM for the input projection of every step and direction, in-place gates
@@ -123,17 +125,11 @@ def _activations(node: Node, defaults: tuple[str, ...], directions: int) -> tupl
 
 
 def _operand(inputs: list, i: int, dtype) -> np.ndarray | None:
-    """Input ``i`` as a C-contiguous array of ``dtype`` (None when absent)."""
+    """Input ``i`` as a C-contiguous array of ``dtype`` (None when absent; as it is when it already is one)."""
     v = inputs[i] if len(inputs) > i else None
-    return None if v is None else np.ascontiguousarray(v, dtype=dtype)
-
-
-def _buffer(outputs: list, k: int, shape: tuple) -> np.ndarray:
-    """The planned output ``k`` when the kernel can write it in place (float32, C-contiguous), else a new one."""
-    out = outputs[k] if k < len(outputs) else None
-    if out is None or out.dtype != np.float32 or not out.flags.c_contiguous or out.shape != shape:
-        out = np.empty(shape, np.float32)
-    return out
+    if v is None or (type(v) is np.ndarray and v.dtype == dtype and v.flags.c_contiguous):
+        return v
+    return np.ascontiguousarray(v, dtype=dtype)
 
 
 def _store(result: np.ndarray | None, outputs: list, k: int, dtype: np.dtype) -> np.ndarray | None:
@@ -222,20 +218,30 @@ class _NativeRecurrent(Kernel):
             parts = parallel.native_parts(work, directions if directions == 2 else steps * batch) if pool else 1
             return shapes, parts
 
+        made = [k for k in range(1 + n_states) if k < len(wanted) and wanted[k]]   # outputs the node writes
+        stored = range(len(wanted))
+
         def run(inputs, outputs):
+            # NOTE: a body's LSTM runs once per iteration on one step, so this wrapper is as lean as it goes:
+            # the geometry is computed once per shape, and operands already float32 and C-contiguous (the
+            # usual case) and planned outputs the kernel writes in place are taken without a call each
             x = inputs[0]
-            if x.dtype != np.float32 or not x.flags.c_contiguous:
+            if x.dtype != _F32 or not x.flags.c_contiguous:
                 x = np.ascontiguousarray(x, dtype=np.float32)
-            # NOTE: a body's LSTM runs once per iteration on one step: its geometry is computed once per shape
             pool = parallel.native_pool()
             key = (x.shape, inputs[2].shape[2], pool, parallel.threads())
             found = geometries.get(key)
             if found is None:
                 found = geometries[key] = geometry(x, key[1], pool)
             shapes, parts = found
-            results = [_buffer(outputs, k, shapes[k]) if k < len(wanted) and wanted[k] else None
-                       for k in range(1 + n_states)]
-            states = [_operand(inputs, i, np.float32) for i in self.states] + [None] * (2 - n_states)
+            results: list = [None, None, None]
+            planned = len(outputs)
+            for k in made:
+                out = outputs[k] if k < planned else None
+                if out is None or out.shape != shapes[k] or out.dtype != _F32 or not out.flags.c_contiguous:
+                    out = np.empty(shapes[k], np.float32)
+                results[k] = out
+            h0, c0 = [_operand(inputs, i, np.float32) for i in self.states] + [None] * (2 - n_states)
             layer, wt, bias = packed or self.pack(node, inputs)
             xw = None
             if not pool:
@@ -245,8 +251,10 @@ class _NativeRecurrent(Kernel):
                 # cpu device's other native GEMMs leave the pool-off case to numpy
                 xw = parallel.matmul(x.reshape(-1, x.shape[2]), wt)
                 xw += bias
-            layer.run(x, xw, *results, *([None] * (2 - n_states)), *states, _operand(inputs, 4, np.int32), parts)
-            return tuple(_store(results[k], outputs, k, dtypes[k]) for k in range(len(wanted)))
+            layer.run(x, xw, results[0], results[1], results[2], h0, c0,
+                      _operand(inputs, 4, np.int32), parts)
+            return tuple([results[k] if k < planned and outputs[k] is results[k]
+                          else _store(results[k], outputs, k, dtypes[k]) for k in stored])
 
         return run
 

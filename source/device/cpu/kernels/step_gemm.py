@@ -82,7 +82,7 @@ class MatMulStep(MatMulFast):
         bias = _bias(node, ins, w.shape[1])
         if bias is False:
             return super().prepare(node, ins, outs)
-        gemm = native.Gemm(w, bias, _act(node))
+        gemm = native.Gemm(np.ascontiguousarray(w), bias, _act(node))     # row major: see GemmStep
         return _run(gemm, w.shape[0], w.shape[1], _static(outs[0]))
 
 
@@ -132,8 +132,9 @@ class GemmStep(GemmPooled):
         if operands is None:        # the plan's passes changed the node since its score
             return super().prepare(node, ins, outs)
         w, bias = operands
-        gemm = native.Gemm(w if w.flags.c_contiguous or w.flags.f_contiguous else np.ascontiguousarray(w), bias,
-                           _act(node))
+        # NOTE: B row major (a transposed B copied once here): a one-row product then runs as the native GEMV
+        # (nn_gemv.h), not as a BLAS sgemm that packs B at every step
+        gemm = native.Gemm(np.ascontiguousarray(w), bias, _act(node))
         return _run(gemm, w.shape[0], w.shape[1], _static(outs[0]))
 
 

@@ -582,6 +582,8 @@ NN_INLINE void nn_epilogue(float *c, int64_t ldc, int64_t m, int64_t n, const fl
     if (act->kind != NN_ACT_NONE && ldc == n) nn_activation_f32(c, c, m * n, act);
 }
 
+#include "nn_gemv.h"
+
 /* A GEMM with its epilogue, split by rows of C (a multiple of row_align each), or by columns when
  * by_cols (few rows). */
 typedef struct {
@@ -599,11 +601,18 @@ static NN_CLONES void nn_gemm_task(const void *args, int64_t p, int64_t parts) {
     if (g->by_cols) {
         nn_split(g->n, 16, p, parts, &lo, &hi);
         const float *b = g->trans_b ? g->b + lo * g->ldb : g->b + lo;
-        nn_sgemm(g->a, g->lda, b, g->ldb, g->trans_b, g->c + lo, g->ldc, g->m, hi - lo, g->k);
+        if (nn_gemv_fits(g->m, hi - lo, g->k, g->trans_b))
+            nn_gemv_f32(g->a, b, g->ldb, g->c + lo, hi - lo, g->k);
+        else
+            nn_sgemm(g->a, g->lda, b, g->ldb, g->trans_b, g->c + lo, g->ldc, g->m, hi - lo, g->k);
         nn_epilogue(g->c + lo, g->ldc, g->m, hi - lo, g->bias ? g->bias + lo : NULL, &g->act);
     } else {
         nn_split(g->m, g->row_align, p, parts, &lo, &hi);
-        nn_sgemm(g->a + lo * g->lda, g->lda, g->b, g->ldb, g->trans_b, g->c + lo * g->ldc, g->ldc, hi - lo, g->n, g->k);
+        if (nn_gemv_fits(hi - lo, g->n, g->k, g->trans_b))
+            nn_gemv_f32(g->a + lo * g->lda, g->b, g->ldb, g->c + lo * g->ldc, g->n, g->k);
+        else
+            nn_sgemm(g->a + lo * g->lda, g->lda, g->b, g->ldb, g->trans_b, g->c + lo * g->ldc, g->ldc, hi - lo, g->n,
+                     g->k);
         nn_epilogue(g->c + lo * g->ldc, g->ldc, hi - lo, g->n, g->bias, &g->act);
     }
 }
@@ -1643,6 +1652,20 @@ static void nn_rnn_project(const nn_rnn_args *a, int64_t r0, int64_t r1, int64_t
     const nn_rnn_params *p = a->p;
     const int64_t ld = p->dirs * p->gates * p->hidden;
     if (a->projected || r1 <= r0 || c1 <= c0) return;
+    if (r1 - r0 == 1 && p->input * (c1 - c0) <= NN_GEMV_MAX) {
+        /* one row (a control-flow body's LSTM step at batch 1): dot products with the rows of W read in place;
+         * the BLAS packs W at every call (nn_gemv.h's note) */
+        const float *xr = a->x + r0 * p->input;
+        float *row = a->xw + r0 * ld;
+        for (int64_t j = c0; j < c1; j++) {
+            const float *wj = p->w + j * p->input;
+            float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+            for (int64_t i = 0; i < p->input; i++) s += xr[i] * wj[i];
+            row[j] = s + p->bias[j];
+        }
+        return;
+    }
     float *out = a->xw + r0 * ld + c0;
     scipy_cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)(r1 - r0), (blasint)(c1 - c0),
                       (blasint)p->input, 1.0f, a->x + r0 * p->input, (blasint)p->input, p->w + c0 * p->input,

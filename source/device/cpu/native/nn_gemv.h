@@ -1,0 +1,38 @@
+/* A one-row product c (1, n) = a (1, k) @ b (k, n), b row major: the GEMV of a control-flow body's step (a
+ * recurrent cell's projections at batch 1). Included once by kernels.c, inlined into its target clones.
+ *
+ * The linked BLAS packs b for every sgemm call, whatever m is: a (1, 64) @ (64, 192) step took 4 us there
+ * and 0.6 us with n = 1 (so about 3.4 us of work and packing for 12k multiply-adds). Here each block of up to
+ * NN_GEMV_BLOCK columns of c is summed in registers over the rows of b, read once in order; the products of a
+ * column are summed in the order of k (not BLAS's), which the callers' tolerances allow. */
+
+#define NN_GEMV_BLOCK 64
+/* at most this many multiply-adds (k * n): larger ones go to the BLAS, whose GEMV blocks for the caches */
+#define NN_GEMV_MAX (1 << 15)
+
+NN_INLINE int nn_gemv_fits(int64_t m, int64_t n, int64_t k, int trans_b) {
+    return m == 1 && !trans_b && n > 0 && k > 0 && n * k <= NN_GEMV_MAX;
+}
+
+NN_INLINE void nn_gemv_f32(const float *a, const float *b, int64_t ldb, float *c, int64_t n, int64_t k) {
+    int64_t j0 = 0;
+    for (; j0 + NN_GEMV_BLOCK <= n; j0 += NN_GEMV_BLOCK) {
+        float acc[NN_GEMV_BLOCK] = {0};
+        for (int64_t p = 0; p < k; p++) {
+            const float s = a[p];
+            const float *row = b + p * ldb + j0;
+            for (int j = 0; j < NN_GEMV_BLOCK; j++) acc[j] += s * row[j];
+        }
+        for (int j = 0; j < NN_GEMV_BLOCK; j++) c[j0 + j] = acc[j];
+    }
+    if (j0 < n) {
+        const int64_t w = n - j0;
+        float acc[NN_GEMV_BLOCK] = {0};
+        for (int64_t p = 0; p < k; p++) {
+            const float s = a[p];
+            const float *row = b + p * ldb + j0;
+            for (int64_t j = 0; j < w; j++) acc[j] += s * row[j];
+        }
+        for (int64_t j = 0; j < w; j++) c[j0 + j] = acc[j];
+    }
+}

@@ -1,0 +1,67 @@
+"""The native one-row GEMM (nn_gemv.h: c (1, n) = a (1, k) @ b (k, n), b row major), which a prepared native Gemm
+runs instead of the BLAS for a small product, against a float64 product: column blocks full and partial, split by
+columns over parts, a strided row of b, the bias and activation epilogue; a transposed b or a large product still
+goes to the BLAS (the same bound holds)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import nnhal
+from nnhal.conformance.tolerance import assert_within_bound, matmul_bound
+from nnhal.device.cpu import native
+
+pytestmark = pytest.mark.skipif(not native.available(), reason="the native kernels are not built")
+
+
+def _check(k: int, n: int, parts: int, by_cols: bool, b: np.ndarray, relu: bool = False, seed: int = 0) -> None:
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((1, k)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    gemm = native.Gemm(b, bias, native.make_act("relu" if relu else None))
+    y = np.full((1, n), np.nan, np.float32)
+    gemm.run(a, y, parts, 1, by_cols)
+    want = a.astype(np.float64) @ b.astype(np.float64) + bias
+    # the bias adds one more rounding: the bound of a product with one more term, |bias| its magnitude
+    bound = matmul_bound(np.concatenate([a, np.ones((1, 1), np.float32)], axis=1),
+                         np.concatenate([b, bias[None]], axis=0))
+    if relu:
+        want = np.maximum(want, 0)      # 1-Lipschitz: the bound holds
+    assert_within_bound(y, want, bound)
+
+
+@pytest.mark.parametrize("k", [1, 40, 64])
+@pytest.mark.parametrize("n", [1, 7, 63, 64, 65, 192])
+def test_one_row_products_match_float64(k, n):
+    b = np.random.default_rng(k * 1000 + n).standard_normal((k, n)).astype(np.float32)
+    _check(k, n, 1, False, b)
+
+
+@pytest.mark.parametrize("parts", [2, 3])
+def test_one_row_products_split_by_columns(parts):
+    b = np.random.default_rng(parts).standard_normal((40, 200)).astype(np.float32)
+    _check(40, 200, parts, True, b, relu=True)
+
+
+def test_a_row_strided_b_a_transposed_b_and_a_large_product():
+    rng = np.random.default_rng(3)
+    wide = rng.standard_normal((64, 300)).astype(np.float32)
+    _check(64, 192, 1, False, wide[:, :192])                 # rows of b 300 floats apart
+    _check(64, 192, 1, False, np.ascontiguousarray(wide[:, :192].T).T)     # transposed: the BLAS
+    _check(512, 256, 1, False, rng.standard_normal((512, 256)).astype(np.float32))   # above NN_GEMV_MAX
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
+@pytest.mark.parametrize("direction", ["forward", "bidirectional"])
+def test_a_recurrent_layer_of_one_row_projects_by_dot_products(op, direction, monkeypatch):
+    """One step at batch 1 (a Loop body's LSTM): the layer projects X W^T row by row in C (kernels.c
+    nn_rnn_project), on the pool, against the reference kernel."""
+    from tests.device.cpu import test_native_recurrent as rec
+
+    monkeypatch.setattr(rec, "T", 1)
+    monkeypatch.setenv("NNHAL_CPU_POOL", "1")
+    model, feeds = rec._model(op, direction, batch=1, hidden=19, states=True)
+    with nnhal.Session(model, devices=["cpu"], num_thread=2) as s:
+        got = s.run(feeds)
+        assert s.subgraphs[0].stats["kernels"][s.subgraphs[0].nodes[0].name] == "native"
+    rec._check(got, rec._reference(model, feeds, monkeypatch), op)
