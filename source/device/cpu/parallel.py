@@ -84,10 +84,11 @@ POOL_MIN_MEDIAN_OUTPUT_NO_AVX512 = 1024
 
 
 # Below this median output a plan runs on one thread: its products are GEMVs and tiny GEMMs of a few
-# microseconds, where handing work to a second thread (BLAS's or the pools') costs more than it saves. A
-# decoder's one-token step with a KV cache (the corpus's gpt_kv, median output 256) took 6.30 ms a run on 2
-# threads against 1.30 ms on one, onnxruntime 0.92 ms on 2 (A/B in one process, min of 5 blocks, AVX2 EPYC,
-# one other job running).
+# microseconds, where a second thread (BLAS's or the pools') gains little and, when another process holds a
+# core, costs far more than it saves. A decoder's one-token step with a KV cache (the corpus's gpt_kv,
+# median output 256), A/B in one process on the 2-core AVX2 EPYC: with one other job running, 6.30 ms a run
+# on 2 threads against 1.30 ms on one; on the quiet machine 1.64-2.56 ms against 1.84-2.80 (min of 6 blocks,
+# two runs; medians 2.33 / 2.20 and 2.89 / 2.92): within the noise there, 5x better under load.
 SERIAL_MAX_MEDIAN_OUTPUT = 512
 
 
