@@ -23,6 +23,12 @@ def _f32_vector(info, size: int) -> bool:
         and all(isinstance(d, int) for d in info.shape) and int(np.prod(info.shape, dtype=np.int64)) == size
 
 
+def _images(x) -> bool:
+    """Whether the native kernel takes input ``x``: float32 (N, C, ...) of static, non-empty shape."""
+    return native.available() and x is not None and x.dtype == np.float32 and x.static and len(x.shape) >= 3 \
+        and 0 not in x.shape
+
+
 def _runner(node, ins, channels: int, groups: int, params: tuple) -> RunFn:
     """The run function of a native group_norm over ``groups`` rows an image, with the activation fused into
     ``node``; ``params`` maps the run's (scale, bias) inputs to per-channel float32 vectors."""
@@ -66,8 +72,7 @@ class InstanceNormalizationNative(Kernel):
 
     def score(self, node, ins, outs) -> int:
         x = ins[0]
-        if not native.available() or x is None or x.dtype != np.float32 or not x.static or len(x.shape) < 3 \
-                or 0 in x.shape:
+        if not _images(x):
             return 0
         return 10 if all(_f32_vector(p, x.shape[1]) for p in ins[1:3]) and len(ins) == 3 else 0
 
@@ -87,8 +92,7 @@ class GroupNormalizationNative(Kernel):
 
     def score(self, node, ins, outs) -> int:
         x = ins[0]
-        if not native.available() or x is None or x.dtype != np.float32 or not x.static or len(x.shape) < 3 \
-                or 0 in x.shape or STASH_TYPES.get(int(node.attrs.get("stash_type", 1))) != np.float32:
+        if not _images(x) or STASH_TYPES.get(int(node.attrs.get("stash_type", 1))) != np.float32:
             return 0
         groups = int(node.attrs["num_groups"])
         if groups < 1 or x.shape[1] % groups:
