@@ -97,6 +97,15 @@ def _matrix_b(ins, index: int) -> np.ndarray | None:
     return b if b is not None and b.ndim == 2 and b.dtype in (np.uint8, np.int8) else None
 
 
+def _packed_b(q, ins, index: int, zero_index: int):
+    """(K, N and the integer GEMM's packing) of the constant 8-bit matrix ins[index] with its zero point
+    ins[zero_index] (absent or all zero: none)."""
+    b = _matrix_b(ins, index)
+    k, n = b.shape
+    zero = _const(ins[zero_index]) if len(ins) > zero_index else None
+    return k, n, q.pack_b(np.ascontiguousarray(b), k, n, _zero(zero, b.dtype), 0)
+
+
 def _a_ok(info, k: int) -> bool:
     return info is not None and info.dtype in (np.uint8, np.int8) and info.shape is not None \
         and len(info.shape) >= 2 and info.shape[-1] == k
@@ -123,10 +132,7 @@ class MatMulIntegerKernel(Kernel):
 
     def prepare(self, node, ins, outs) -> RunFn:
         q = qnative.kernels()
-        b = _matrix_b(ins, 1)
-        k, n = b.shape
-        zb = _zero(_const(ins[3]) if len(ins) > 3 else None, b.dtype)
-        packed = q.pack_b(np.ascontiguousarray(b), k, n, zb, 0)
+        k, n, packed = _packed_b(q, ins, 1, 3)
 
         def run(inputs: list, outputs: list):
             a = np.ascontiguousarray(inputs[0])
@@ -175,9 +181,7 @@ class MatMulIntegerToFloatKernel(Kernel):
 
     def prepare(self, node, ins, outs) -> RunFn:
         q = qnative.kernels()
-        b = _matrix_b(ins, 1)
-        k, n = b.shape
-        packed = q.pack_b(np.ascontiguousarray(b), k, n, _zero(_const(ins[5]) if len(ins) > 5 else None, b.dtype), 0)
+        k, n, packed = _packed_b(q, ins, 1, 5)
         b_scale = np.broadcast_to(_const(ins[3]).reshape(-1), (n,)).astype(np.float32)
         bias = _const(ins[6]) if len(ins) > 6 else None
         bias = None if bias is None else np.ascontiguousarray(bias, np.float32).reshape(-1)
@@ -210,9 +214,7 @@ class QLinearMatMulKernel(Kernel):
 
     def prepare(self, node, ins, outs) -> RunFn:
         q = qnative.kernels()
-        b = _matrix_b(ins, 3)
-        k, n = b.shape
-        packed = q.pack_b(np.ascontiguousarray(b), k, n, _zero(_const(ins[5]), b.dtype), 0)
+        k, n, packed = _packed_b(q, ins, 3, 5)
         za = _zero(_const(ins[2]), ins[0].dtype)
         # NOTE: the factor in the scales' own type (float32), as ONNX forms it; the kernel applies it in double
         factor = np.ascontiguousarray(np.broadcast_to(

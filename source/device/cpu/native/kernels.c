@@ -1892,6 +1892,19 @@ static int nn_get_parts(PyObject *obj, const char *kernel, int64_t *parts) {
     return nn_int(obj, kernel, "parts", 1, 1 << 16, parts);     /* more parts than threads run inline */
 }
 
+/* x (float32, at least one axis) as rows of its last axis: *width is that axis's length; -1 with the
+ * typed error set otherwise (Softmax, LayerNormalization, channel_affine). */
+static int nn_get_rows(nn_arg *b, PyObject *obj, const char *kernel, int64_t *width) {
+    if (nn_get(b, obj, kernel, "x", NN_F32, 0)) return -1;
+    if (b->view.ndim < 1) {
+        nn_value_error(kernel, "x", "must have at least one axis");
+        return -1;
+    }
+    *width = b->view.shape[b->view.ndim - 1];
+    return 0;
+}
+
+
 /* ---- activation(x, y, act, parts): y = act(x), y may be x */
 static PyObject *nn_py_activation(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
@@ -1926,12 +1939,8 @@ static PyObject *nn_py_channel_affine(PyObject *module, PyObject *const *args, P
     const nn_act *act;
     if (nn_nargs(nargs, 6, k) || (act = nn_get_act(args[4], k)) == NULL || nn_get_parts(args[5], k, &parts))
         return NULL;
-    if (nn_get(&b[0], args[0], k, "x", NN_F32, 0)) goto fail;
-    if (b[0].view.ndim < 1) {
-        nn_value_error(k, "x", "must have at least one axis");
-        goto fail;
-    }
-    const int64_t c = b[0].view.shape[b[0].view.ndim - 1];
+    int64_t c;
+    if (nn_get_rows(&b[0], args[0], k, &c)) goto fail;
     if (nn_get(&b[1], args[1], k, "y", NN_F32, NN_OUT) || nn_need(&b[1], k, "y", b[0].items) ||
         nn_get(&b[2], args[2], k, "scale", NN_F32, 0) || nn_need(&b[2], k, "scale", c) ||
         nn_get(&b[3], args[3], k, "shift", NN_F32, 0) || nn_need(&b[3], k, "shift", c) ||
@@ -2143,12 +2152,8 @@ static PyObject *nn_py_layernorm(PyObject *module, PyObject *const *args, Py_ssi
     if (nn_nargs(nargs, 6, k) || nn_get_parts(args[5], k, &parts)) return NULL;
     const double eps = PyFloat_AsDouble(args[4]);
     if (eps == -1.0 && PyErr_Occurred()) return NULL;
-    if (nn_get(&b[0], args[0], k, "x", NN_F32, 0)) goto fail;
-    if (b[0].view.ndim < 1) {
-        nn_value_error(k, "x", "must have at least one axis");
-        goto fail;
-    }
-    const int64_t width = b[0].view.shape[b[0].view.ndim - 1];
+    int64_t width;
+    if (nn_get_rows(&b[0], args[0], k, &width)) goto fail;
     if (nn_get(&b[1], args[1], k, "y", NN_F32, NN_OUT) || nn_need(&b[1], k, "y", b[0].items) ||
         nn_get(&b[2], args[2], k, "scale", NN_F32, NN_NONE_OK) || nn_need(&b[2], k, "scale", width) ||
         nn_get(&b[3], args[3], k, "bias", NN_F32, NN_NONE_OK) || nn_need(&b[3], k, "bias", width) ||

@@ -58,12 +58,8 @@ static PyObject *nn_py_softmax(PyObject *module, PyObject *const *args, Py_ssize
     nn_arg b[2] = {{.held = 0}, {.held = 0}};
     int64_t parts;
     if (nn_nargs(nargs, 3, k) || nn_get_parts(args[2], k, &parts)) return NULL;
-    if (nn_get(&b[0], args[0], k, "x", NN_F32, 0)) goto fail;
-    if (b[0].view.ndim < 1) {
-        nn_value_error(k, "x", "must have at least one axis");
-        goto fail;
-    }
-    const int64_t width = b[0].view.shape[b[0].view.ndim - 1];
+    int64_t width;
+    if (nn_get_rows(&b[0], args[0], k, &width)) goto fail;
     if (nn_get(&b[1], args[1], k, "y", NN_F32, NN_OUT) || nn_need(&b[1], k, "y", b[0].items) ||
         nn_disjoint(&b[1], &b[0], k, "y", "x", 1))
         goto fail;
