@@ -13,9 +13,11 @@ which pack the constant weights once at prepare:
 * ``QLinearMatMul`` with a constant 2-D B and constant scales and zero points: requantized in the
   epilogue exactly as ONNX defines it (the float32 factor applied in double, rounded half to even);
 * ``QLinearConv`` (2-D, group 1 or depthwise, constant weights, scales and zero points): an implicit GEMM
-  (or the depthwise kernel) on channels-last integers, the input and output transposed around it; its
+  (or the depthwise kernel) on channels-last integers, in the layout pass's NHWC regions (qlayout.py) or
+  with the input and output transposed around it; its
   rescale in float32, as onnxruntime's and nnhal's numpy QLinearConv (pre-quantized models match
-  onnxruntime bit for bit; ONNX's reference rescales in double and may differ by one step on a tie).
+  onnxruntime bit for bit; ONNX's reference rescales in double and may differ by one step on a tie);
+* ``ConvInteger`` (2-D, group 1 or depthwise, constant weights and zero points): the same kernels, int32 out.
 
 Per-block dynamic quantization (``block`` > 0, the precision passes' default, quantize.BLOCK) stays on
 its float32 path: block scales vary along K, so no integer sum spans more than a block.
@@ -231,78 +233,162 @@ class QLinearMatMulKernel(Kernel):
         return run
 
 
-class QLinearConvKernel(Kernel):
-    """2-D QLinearConv (group 1 or depthwise) on the integer kernels in channels-last, with the bias and the
-    ONNX requantization fused; the NCHW input and output are transposed around the kernel."""
+def _conv_shape_ok(node, x, w) -> bool:
+    """A 2-D convolution of a 4-D 8-bit input by constant 8-bit weights, group 1 or depthwise, K within the
+    integer GEMM's exact range."""
+    eight_bit = (np.uint8, np.int8)
+    if w is None or w.ndim != 4 or w.dtype not in eight_bit or x is None or x.dtype not in eight_bit:
+        return False
+    if x.shape is None or len(x.shape) != 4:
+        return False
+    group = node.attrs["group"]
+    if group != 1 and not (group > 1 and w.shape[1] == 1 and w.shape[0] == group):
+        return False
+    return w.shape[1] * w.shape[2] * w.shape[3] <= qnative.kernels().MAX_K
 
-    op_type = "QLinearConv"
-    name = "int8 conv"
 
-    def score(self, node, ins, outs) -> int:
-        w = _const(ins[3])
-        if w is None or w.ndim != 4 or w.dtype != np.int8 or ins[0] is None or ins[0].dtype not in (np.uint8, np.int8):
-            return 0
-        if ins[0].shape is None or len(ins[0].shape) != 4 or any(_const(ins[i]) is None for i in (1, 2, 4, 5, 6, 7)):
-            return 0
-        if len(ins) > 8 and ins[8] is not None and _const(ins[8]) is None:
-            return 0
-        group = node.attrs["group"]
-        depthwise = group > 1 and w.shape[1] == 1 and w.shape[0] == group
-        if group != 1 and not depthwise:
-            return 0
-        if np.size(_const(ins[2])) != 1 or np.size(_const(ins[6])) != 1 or np.size(_const(ins[7])) != 1:
-            return 0
-        if w.shape[1] * w.shape[2] * w.shape[3] > qnative.kernels().MAX_K:
-            return 0
-        return 10
+class _IntegerConv(Kernel):
+    """The convolutions on the integer kernels (implicit GEMM in NHWC, or the depthwise kernel): subclasses
+    give the weights' and zero points' positions and the epilogue. NCHW input and output are transposed
+    around the kernel, unless the layout pass places the node in a channels-last region (``channels_last``:
+    the NHWC subclass reads and writes (N, H, W, C) storage)."""
+
+    nhwc = False
+    nhwc_kernel: Kernel | None = None
+    w_index = 1
+    w_zero_index = 3
+
+    def channels_last(self, node, ins, outs) -> Kernel | None:
+        """The NHWC form of this kernel for the layout pass (layout.py, qlayout.py): the same node, its input 0
+        and output 0 stored (N, H, W, C); only for a static input shape."""
+        ok = not self.nhwc and ins[0].static and self.score(node, ins, outs) > 0
+        return type(self).nhwc_kernel if ok else None
+
+    def epilogue(self, ins, m: int) -> tuple:
+        """(output dtype, int32 bias or None, float32 factor or None, output zero point) for ``m`` channels."""
+        raise NotImplementedError
 
     def prepare(self, node, ins, outs) -> RunFn:
         q = qnative.kernels()
-        w = _const(ins[3])
+        w = _const(ins[self.w_index])
         m = w.shape[0]
-        depthwise = node.attrs["group"] > 1
-        w_zero = np.broadcast_to(_const(ins[5]).reshape(-1), (m,)).astype(np.int32)
-        if depthwise:
+        w_zero_value = _const(ins[self.w_zero_index]) if len(ins) > self.w_zero_index else None
+        if node.attrs["group"] > 1:
+            w_zero = np.zeros(m, np.int32) if w_zero_value is None \
+                else np.broadcast_to(w_zero_value.reshape(-1), (m,)).astype(np.int32)
             taps = np.ascontiguousarray((w[:, 0].astype(np.int32) - w_zero[:, None, None]).transpose(1, 2, 0),
                                         np.int16)
             packed = None
         else:
             taps = None
             packed = q.pack_b(np.ascontiguousarray(w.transpose(0, 2, 3, 1)), int(np.prod(w.shape[1:])), m,
-                              _zero(_const(ins[5]), np.int8), 1)
-        x_zero = _zero(_const(ins[2]), ins[0].dtype)
+                              _zero(w_zero_value, w.dtype), 1)
+        x_zero = _zero(_const(ins[2]) if len(ins) > 2 else None, ins[0].dtype)
+        dtype, bias, factor, yz = self.epilogue(ins, m)
+        geometry = get_prototype("", "Conv").geometry
+
+        def conv(xt, n, c, h, wd, out):
+            g = geometry(node, (n, c, h, wd), w.shape)
+            (kh, kw), (sh, sw), (dh, dw), pads = g["kernel"], g["strides"], g["dilations"], g["pads"]
+            oh = (h + pads[0] + pads[2] - dh * (kh - 1) - 1) // sh + 1
+            ow = (wd + pads[1] + pads[3] - dw * (kw - 1) - 1) // sw + 1
+            geo = (n, h, wd, c, oh, ow, kh, kw, sh, sw, dh, dw, pads[0], pads[1])
+            yt = out((n, oh, ow, m))
+            if packed is None:
+                q.dwconv(xt, x_zero, taps, geo, yt, bias, factor, yz, -_INF, _INF, 1, _threads())
+            else:
+                q.conv(xt, x_zero, packed, geo, yt, bias, factor, yz, -_INF, _INF, 1, _threads())
+            return yt
+
+        def run_nhwc(inputs: list, outputs: list):
+            x = np.ascontiguousarray(inputs[0])
+            n, h, wd, c = x.shape
+            return (conv(x, n, c, h, wd, lambda shape: _out(outputs, shape, dtype)),)
+
+        def run_nchw(inputs: list, outputs: list):
+            x = inputs[0]
+            n, c, h, wd = x.shape
+            yt = conv(np.ascontiguousarray(x.transpose(0, 2, 3, 1)), n, c, h, wd, lambda shape: np.empty(shape, dtype))
+            out = _out(outputs, (n, yt.shape[3], yt.shape[1], yt.shape[2]), dtype)
+            np.copyto(out, yt.transpose(0, 3, 1, 2))
+            return (out,)
+
+        return run_nhwc if self.nhwc else run_nchw
+
+
+class QLinearConvKernel(_IntegerConv):
+    """2-D QLinearConv (group 1 or depthwise, int8 weights) with the bias and the ONNX requantization fused."""
+
+    op_type = "QLinearConv"
+    name = "int8 conv"
+    w_index = 3
+    w_zero_index = 5
+
+    def score(self, node, ins, outs) -> int:
+        w = _const(ins[3])
+        if not _conv_shape_ok(node, ins[0], w) or w.dtype != np.int8:
+            return 0
+        if any(_const(ins[i]) is None for i in (1, 2, 4, 5, 6, 7)):
+            return 0
+        if len(ins) > 8 and ins[8] is not None and _const(ins[8]) is None:
+            return 0
+        if np.size(_const(ins[2])) != 1 or np.size(_const(ins[6])) != 1 or np.size(_const(ins[7])) != 1:
+            return 0
+        return 10
+
+    def epilogue(self, ins, m: int) -> tuple:
         factor = np.ascontiguousarray(np.broadcast_to(
             _const(ins[1]).reshape(()) * _const(ins[4]).reshape(-1) / _const(ins[6]).reshape(()), (m,)), np.float32)
         bias = _const(ins[8]) if len(ins) > 8 else None
         bias = None if bias is None else np.ascontiguousarray(bias, np.int32)
         y_zero = _const(ins[7])
-        dtype, yz = y_zero.dtype, int(y_zero.reshape(()))
-        geometry = get_prototype("", "Conv").geometry
+        return y_zero.dtype, bias, factor, int(y_zero.reshape(()))
 
-        def run(inputs: list, outputs: list):
-            x = inputs[0]
-            n, c, h, wd = x.shape
-            g = geometry(node, x.shape, w.shape)
-            (kh, kw), (sh, sw), (dh, dw), pads = g["kernel"], g["strides"], g["dilations"], g["pads"]
-            oh = (h + pads[0] + pads[2] - dh * (kh - 1) - 1) // sh + 1
-            ow = (wd + pads[1] + pads[3] - dw * (kw - 1) - 1) // sw + 1
-            geo = (n, h, wd, c, oh, ow, kh, kw, sh, sw, dh, dw, pads[0], pads[1])
-            xt = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
-            yt = np.empty((n, oh, ow, m), dtype)
-            if packed is None:
-                q.dwconv(xt, x_zero, taps, geo, yt, bias, factor, yz, -_INF, _INF, 1, _threads())
-            else:
-                q.conv(xt, x_zero, packed, geo, yt, bias, factor, yz, -_INF, _INF, 1, _threads())
-            out = _out(outputs, (n, m, oh, ow), dtype)
-            np.copyto(out, yt.transpose(0, 3, 1, 2))
-            return (out,)
 
-        return run
+class ConvIntegerKernel(_IntegerConv):
+    """2-D ConvInteger (group 1 or depthwise, constant 8-bit weights and zero points): exact int32 sums."""
 
+    op_type = "ConvInteger"
+    name = "int8 conv"
+
+    def score(self, node, ins, outs) -> int:
+        w = _const(ins[1])
+        if not _conv_shape_ok(node, ins[0], w):
+            return 0
+        x_zero = ins[2] if len(ins) > 2 else None
+        if x_zero is not None and (_const(x_zero) is None or np.size(_const(x_zero)) != 1):
+            return 0
+        w_zero = ins[3] if len(ins) > 3 else None
+        if w_zero is not None and (_const(w_zero) is None or np.size(_const(w_zero)) not in (1, w.shape[0])):
+            return 0
+        return 10
+
+    def epilogue(self, ins, m: int) -> tuple:
+        return np.dtype(np.int32), None, None, 0
+
+
+class QLinearConvNHWC(QLinearConvKernel):
+    """QLinearConv in a channels-last region: input 0 and output 0 stored NHWC, no transposes."""
+
+    name = "int8 conv nhwc"
+    layout = "NHWC"
+    nhwc = True
+
+
+class ConvIntegerNHWC(ConvIntegerKernel):
+    """ConvInteger in a channels-last region: input 0 and output 0 stored NHWC, no transposes."""
+
+    name = "int8 conv nhwc"
+    layout = "NHWC"
+    nhwc = True
+
+
+QLinearConvKernel.nhwc_kernel = QLinearConvNHWC()
+ConvIntegerKernel.nhwc_kernel = ConvIntegerNHWC()
 
 _KERNELS = {(getattr(k, "domain", ""), k.op_type): k()
             for k in (DynamicQuantizeGemmInteger, MatMulIntegerKernel, MatMulIntegerToFloatKernel,
-                      QLinearMatMulKernel, QLinearConvKernel)}
+                      QLinearMatMulKernel, QLinearConvKernel, ConvIntegerKernel)}
 
 
 def use_integer_kernels(chosen: list[Chosen]) -> list[Chosen]:

@@ -37,7 +37,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from nnhal.device.cpu import native, parallel
+from nnhal.device.cpu import native, parallel, qlayout
 from nnhal.device.cpu.fusions import Chosen
 from nnhal.device.cpu.kernels import select
 from nnhal.errors import NnhalError
@@ -159,13 +159,15 @@ def _permuted(info: Info, perm=TO_NHWC) -> Info:
 
 
 def _image(info: Info | None) -> bool:
-    """A 4-D float tensor with a static shape, not a constant: a candidate for NHWC."""
-    return info is not None and info.value is None and info.dtype is not None and info.dtype.kind == "f" \
-        and info.static and len(info.shape) == 4
+    """A 4-D float or 8-bit tensor with a static shape, not a constant: a candidate for NHWC (qlayout.py)."""
+    return info is not None and info.value is None and info.dtype is not None \
+        and (info.dtype.kind == "f" or qlayout.eight_bit(info)) and info.static and len(info.shape) == 4
 
 
 def _layout_free(node: Node, ins: list, outs: list) -> bool:
     """Whether ``node`` runs unchanged (or with its axis moved: Concat, Gather, Split) on NHWC tensors."""
+    if qlayout.quantized_free(node, ins, outs, _image):
+        return True
     live = [o for o, name in zip(outs, node.outputs) if name]
     if node.op_type == "Split" and not node.domain and live and not node.implicit_inputs:
         # channel parts (YOLO's C2f blocks): NHWC parts are copies of channel slices, not round trips
@@ -213,6 +215,9 @@ def _alias_transpose(node: Node, ins: list, outs: list, external: set[str]) -> s
 
 
 def _channels_last_kernel(node: Node, kernel: Kernel, ins: list, outs: list) -> Kernel | None:
+    own = getattr(kernel, "channels_last", None)     # a kernel's own NHWC variant (qlayout.py)
+    if own is not None:
+        return own(node, ins, outs) if ins and _image(ins[0]) and outs and _image(outs[0]) else None
     if node.op_type not in CHANNELS_LAST or node.domain or not ins or not _image(ins[0]) or not outs \
             or not _image(outs[0]) or any(o for o in node.outputs[1:]):
         return None
@@ -356,7 +361,7 @@ def assign_layouts(chosen: list[Chosen], external: set[str]) -> tuple[list[Chose
             for k, (name, info) in enumerate(zip(node.inputs, ins)):
                 if node.op_type in ("Gather", "Split") and k == 1:
                     pass                                   # the indices or sizes: not an image operand
-                elif info is not None and info.value is not None and name:
+                elif info is not None and info.value is not None and name and not qlayout.keeps_constants(node):
                     v = info.value
                     if v.ndim == 4 or node.op_type not in ("Clip", "Dropout") or k == 0:
                         v4 = v.reshape((1,) * (4 - v.ndim) + v.shape)

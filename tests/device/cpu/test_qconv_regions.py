@@ -1,0 +1,154 @@
+"""Quantized convolution networks run channels-last on the integer kernels (device/cpu/qlayout.py, integer.py):
+QLinearConv, per-tensor QuantizeLinear / DequantizeLinear, the fused QLinearAdd and a float MaxPool between
+them share one NHWC region, so the plan converts only at its edges; the results equal the numpy reference
+kernels' (NNHAL_CPU_REFERENCE=1) bit for bit, on both plan paths and every integer instruction set this CPU
+has. ConvInteger runs the integer kernels and equals onnx.reference exactly (int32 sums)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+import nnhal
+from nnhal.device.cpu import qnative
+
+pytestmark = pytest.mark.skipif(not qnative.status().available,
+                                reason=f"integer kernels not loaded: {qnative.status().reason}")
+
+
+def _steps(session):
+    return [st for sg in session.graph.execution.subgraphs for st in sg.device_graph.steps]
+
+
+def _qconv(rng, name, x, c, m, k, group=1, pads=None, **attrs):
+    """QLinearConv nodes' inputs (uint8 activations, per-channel int8 weights) as initializers."""
+    w = rng.integers(-127, 128, (m, c // group, k, k), dtype=np.int8)
+    inits = {f"{name}_w": w, f"{name}_ws": rng.uniform(0.002, 0.01, m).astype(np.float32),
+             f"{name}_wz": np.zeros(m, np.int8), f"{name}_ys": np.array(0.05, np.float32),
+             f"{name}_yz": np.array(int(rng.integers(0, 40)), np.uint8),
+             f"{name}_b": rng.integers(-2000, 2000, m).astype(np.int32)}
+    node = helper.make_node("QLinearConv", [x, f"{x}_s", f"{x}_z", f"{name}_w", f"{name}_ws", f"{name}_wz",
+                                            f"{name}_ys", f"{name}_yz", f"{name}_b"], [name], group=group,
+                            pads=pads or [k // 2] * 4, **attrs)
+    return node, inits
+
+
+def _residual_model(shape=(2, 8, 13, 11)):
+    """x -> Q -> conv a (1x1) -> conv b (3x3) -> DQ(a) + DQ(b) -> Q -> DQ -> MaxPool -> Q -> depthwise conv c
+    (stride 2) -> conv d (3x3, odd pads) -> DQ -> y: the float Add and MaxPool in QDQ form, as quantizers write."""
+    rng = np.random.default_rng(7)
+    inits = {"x_s": np.array(0.03, np.float32), "x_z": np.array(128, np.uint8)}
+    nodes = [helper.make_node("QuantizeLinear", ["x", "x_s", "x_z"], ["xq"])]
+    inits["xq_s"], inits["xq_z"] = inits["x_s"], inits["x_z"]
+    for spec in (("a", "xq", 8, 16, 1, 1), ("b", "a", 16, 16, 3, 1)):
+        node, more = _qconv(rng, *spec[:5], group=spec[5])
+        nodes.append(node)
+        inits.update(more)
+        inits[f"{spec[0]}_s"], inits[f"{spec[0]}_z"] = more[f"{spec[0]}_ys"], more[f"{spec[0]}_yz"]
+    inits.update({"s_s": np.array(0.08, np.float32), "s_z": np.array(20, np.uint8)})
+    nodes += [helper.make_node("DequantizeLinear", ["a", "a_s", "a_z"], ["af"]),
+              helper.make_node("DequantizeLinear", ["b", "b_s", "b_z"], ["bf"]),
+              helper.make_node("Add", ["af", "bf"], ["sum"]),
+              helper.make_node("QuantizeLinear", ["sum", "s_s", "s_z"], ["s"]),
+              helper.make_node("DequantizeLinear", ["s", "s_s", "s_z"], ["sf"]),
+              helper.make_node("MaxPool", ["sf"], ["pf"], kernel_shape=[2, 2], strides=[1, 1]),
+              helper.make_node("QuantizeLinear", ["pf", "s_s", "s_z"], ["p"])]
+    inits["p_s"], inits["p_z"] = inits["s_s"], inits["s_z"]
+    for spec in (("c", "p", 16, 16, 3, 16, [1, 1, 1, 1], {"strides": [2, 2]}),
+                 ("d", "c", 16, 24, 3, 1, [0, 1, 2, 0], {})):
+        node, more = _qconv(rng, *spec[:5], group=spec[5], pads=spec[6], **spec[7])
+        nodes.append(node)
+        inits.update(more)
+        inits[f"{spec[0]}_s"], inits[f"{spec[0]}_z"] = more[f"{spec[0]}_ys"], more[f"{spec[0]}_yz"]
+    nodes.append(helper.make_node("DequantizeLinear", ["d", "d_s", "d_z"], ["y"]))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)], ir_version=9)
+    x = np.random.default_rng(8).uniform(-3, 3, shape).astype(np.float32)
+    return model, x
+
+
+def test_regions_run_the_quantized_chain_channels_last():
+    model, x = _residual_model()
+    session = nnhal.Session(model, devices=["cpu"])
+    session.run({"x": x})
+    steps = _steps(session)
+    convs = [st.kernel_name for st in steps if st.node.op_type == "QLinearConv"]
+    assert convs == ["int8 conv nhwc"] * 4
+    # one conversion into the region (the quantized image) and one out of it (the last DequantizeLinear's)
+    assert [st.kernel_name for st in steps if st.node.op_type == "Transpose"] == ["to-nhwc", "to-nchw"]
+    assert any(st.node.op_type == "QLinearAdd" for st in steps)      # the fused residual, inside the region
+
+
+@pytest.mark.parametrize("checked", ["0", "1"])
+def test_regions_equal_the_reference_kernels_bit_for_bit(checked, monkeypatch):
+    model, x = _residual_model()
+    monkeypatch.setenv("NNHAL_CHECK", checked)
+    (got,) = nnhal.Session(model, devices=["cpu"]).run({"x": x})
+    monkeypatch.setenv("NNHAL_CPU_REFERENCE", "1")
+    (want,) = nnhal.Session(model, devices=["cpu"]).run({"x": x})
+    np.testing.assert_array_equal(got, want)
+
+
+def test_regions_with_one_image_and_batch_one(monkeypatch):
+    model, x = _residual_model((1, 8, 7, 9))
+    (got,) = nnhal.Session(model, devices=["cpu"]).run({"x": x})
+    monkeypatch.setenv("NNHAL_CPU_REFERENCE", "1")
+    np.testing.assert_array_equal(got, nnhal.Session(model, devices=["cpu"]).run({"x": x})[0])
+
+
+@pytest.mark.parametrize("isa", ["portable", "avx2", "avxvnni", "avx512vnni"])
+def test_isa_path(isa):
+    """This file's graph tests again with NNHAL_QGEMM_ISA=isa, in a fresh process."""
+    if os.environ.get("NNHAL_QGEMM_ISA"):
+        pytest.skip("already inside a forced-ISA run")
+    if isa not in qnative.kernels().available():
+        pytest.skip(f"this CPU lacks {isa} (it has {', '.join(qnative.kernels().available())})")
+    env = dict(os.environ, NNHAL_QGEMM_ISA=isa)
+    run = subprocess.run([sys.executable, "-m", "pytest", __file__, "-q", "-x", "-p", "no:cacheprovider",
+                          "-k", "not isa_path"], env=env, check=False, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    assert " passed" in run.stdout and "failed" not in run.stdout
+
+
+TYPES = {np.uint8: TensorProto.UINT8, np.int8: TensorProto.INT8}
+CONV_INTEGER = [  # (x shape, weight shape, group, attributes)
+    ((2, 5, 9, 7), (6, 5, 3, 3), 1, {"pads": [1, 0, 2, 1], "strides": [2, 1]}),
+    ((1, 3, 10, 10), (7, 3, 2, 3), 1, {"dilations": [2, 1]}),
+    ((1, 8, 6, 5), (8, 1, 3, 3), 8, {"pads": [1, 1, 1, 1]}),
+]
+
+
+@pytest.mark.parametrize("xdt,wdt", [(np.uint8, np.int8), (np.int8, np.int8), (np.uint8, np.uint8)])
+@pytest.mark.parametrize("case", range(len(CONV_INTEGER)))
+@pytest.mark.parametrize("extreme", [False, True])
+def test_conv_integer_equals_onnx_reference(xdt, wdt, case, extreme):
+    x_shape, w_shape, group, attrs = CONV_INTEGER[case]
+    rng = np.random.default_rng(case)
+    lo_x, hi_x = np.iinfo(xdt).min, np.iinfo(xdt).max
+    lo_w, hi_w = np.iinfo(wdt).min, np.iinfo(wdt).max
+    if extreme:      # every product at its largest magnitude: the AVX2 path's exactness
+        x = np.full(x_shape, lo_x if xdt == np.int8 else hi_x, xdt)
+        w = np.full(w_shape, lo_w, wdt)
+        zx, zw = np.array(hi_x, xdt), np.full(w_shape[0], hi_w, wdt)
+    else:
+        x = rng.integers(lo_x, hi_x + 1, x_shape, dtype=xdt)
+        w = rng.integers(lo_w, hi_w + 1, w_shape, dtype=wdt)
+        zx, zw = np.array(rng.integers(lo_x, hi_x + 1), xdt), rng.integers(lo_w, hi_w + 1, w_shape[0]).astype(wdt)
+    node = helper.make_node("ConvInteger", ["x", "w", "zx", "zw"], ["y"], group=group, **attrs)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TYPES[xdt], x_shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.INT32, None)],
+                              [numpy_helper.from_array(v, k) for k, v in (("w", w), ("zx", zx), ("zw", zw))])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)], ir_version=9)
+    session = nnhal.Session(model, devices=["cpu"])
+    (got,) = session.run({"x": x})
+    assert [st.kernel_name for st in _steps(session)] == ["int8 conv"]
+    (want,) = ReferenceEvaluator(model).run(None, {"x": x})
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, want)
