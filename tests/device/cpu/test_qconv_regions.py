@@ -152,3 +152,32 @@ def test_conv_integer_equals_onnx_reference(xdt, wdt, case, extreme):
     (want,) = ReferenceEvaluator(model).run(None, {"x": x})
     assert got.dtype == np.int32
     np.testing.assert_array_equal(got, want)
+
+
+def test_integer_kernels_split_over_the_cpu_device_pool():
+    """With the native kernels built, the integer kernels run their parts on the cpu device's pool (qkernels.c
+    imports nn_pool_api.h's capsule); a split the pool cannot take (more parts than its workers + 1) runs on
+    the kernels' own threads. Every split gives the same bits."""
+    from nnhal.device.cpu import native
+
+    q = qnative.kernels()
+    with pytest.raises(TypeError):
+        q.uses_pool(1)
+    if not native.available():
+        assert not q.uses_pool()
+        pytest.skip(f"native kernels not loaded: {native.status().reason}")
+    assert q.uses_pool()
+    native.pool_set_threads(2)
+    rng = np.random.default_rng(11)
+    x = rng.integers(0, 256, (2, 15, 13, 40), dtype=np.uint8)
+    w = rng.integers(-128, 128, (70, 3, 3, 40), dtype=np.int8)
+    packed = q.pack_b(np.ascontiguousarray(w), 360, 70, np.full(1, 3, np.int8), 1)
+    geo = (2, 15, 13, 40, 15, 13, 3, 3, 1, 1, 1, 1, 1, 1)
+    factor = rng.uniform(1e-4, 1e-3, 70).astype(np.float32)
+    outs = []
+    for threads in (1, 2, 5):           # one part; the pool (two parts); own threads (five parts)
+        y = np.empty((2, 15, 13, 70), np.uint8)
+        q.conv(x, np.full(1, 9, np.uint8), packed, geo, y, None, factor, 4, -np.inf, np.inf, 1, threads)
+        outs.append(y)
+    np.testing.assert_array_equal(outs[0], outs[1])
+    np.testing.assert_array_equal(outs[0], outs[2])

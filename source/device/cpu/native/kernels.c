@@ -553,6 +553,9 @@ NN_API void nn_pool_run(nn_task fn, const void *args, int64_t parts) {
 
 NN_API void nn_pool_set_spin(int64_t spin_ns) { nn_pool.spin_ns = spin_ns; }
 
+#define NN_POOL_API_PROVIDER
+#include "nn_pool_api.h"
+
 /* [lo, hi) of part p of n parts over ``total`` units, boundaries multiples of ``align`` */
 NN_INLINE void nn_split(int64_t total, int64_t align, int64_t p, int64_t n, int64_t *lo, int64_t *hi) {
     const int64_t units = (total + align - 1) / align;
@@ -3077,7 +3080,7 @@ PyMODINIT_FUNC PyInit__kernels(void) {
             return NULL;
         }
     }
-    if (PyModule_AddIntConstant(m, "MAX_PARTS", NN_MAX_WORKERS + 1) < 0) {
+    if (PyModule_AddIntConstant(m, "MAX_PARTS", NN_MAX_WORKERS + 1) < 0 || nn_pool_api_export(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -30,8 +30,11 @@
  * exact in int32 for K <= MAX_K (checked).
  *
  * Threads: every kernel takes a thread count; the rows (or, for few rows, the column panels) are split
- * into that many parts, part 0 on the calling thread and the others on short-lived pthreads, all with
- * the GIL released. The cpu device passes its own thread count (hostkernels/parallel.threads()).
+ * into that many parts, all with the GIL released, run on the cpu device's persistent thread pool (the
+ * native kernels' nn_pool_run, imported at load through the capsule of ../native/nn_pool_api.h) when it has
+ * the workers, else part 0 on the calling thread and the others on short-lived pthreads (the native kernels
+ * not built, or the pool smaller than the split). The cpu device passes its own thread count
+ * (parallel.threads()), the pool's size.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -40,6 +43,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "../native/nn_pool_api.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #define NNQ_X86 1
@@ -839,10 +844,44 @@ static void *part_thread(void *arg)
     return NULL;
 }
 
-/* run parts 1..parts-1 on pthreads and part 0 here (the GIL released by the caller); a part whose thread
-   cannot start runs here after part 0 */
+/* the cpu device's thread pool (kernels.c through its capsule), or NULL: short-lived threads */
+static const nn_pool_api *g_pool;
+
+typedef struct {
+    part_fn fn;
+    const void *job;
+} pool_job_t;
+
+static void pool_part(const void *args, int64_t part, int64_t parts)
+{
+    const pool_job_t *p = args;
+    (void)parts;
+    p->fn(p->job, (int)part);
+}
+
+/* at load: the pool of the native kernels, when they are built and their API is this one's */
+static void import_pool(void)
+{
+    PyObject *native = PyImport_ImportModule("nnhal.device.cpu.native._kernels");
+    const nn_pool_api *api = native ? PyCapsule_Import(NN_POOL_API_CAPSULE, 0) : NULL;
+    Py_XDECREF(native);
+    if (api == NULL) {
+        PyErr_Clear();
+        return;
+    }
+    if (api->version == NN_POOL_API_VERSION && api->size == (int32_t)sizeof(nn_pool_api))
+        g_pool = api;
+}
+
+/* every part (the GIL released by the caller): on the pool when it has the workers; else parts 1..parts-1
+   on pthreads and part 0 here, a part whose thread cannot start here after part 0 */
 static void run_parts(part_fn fn, const void *job, int parts)
 {
+    if (parts > 1 && g_pool != NULL && g_pool->workers() >= parts - 1) {
+        pool_job_t p = {fn, job};
+        g_pool->run(pool_part, &p, parts);
+        return;
+    }
     pthread_t th[MAX_THREADS];
     part_t ps[MAX_THREADS];
     int started[MAX_THREADS] = {0};
@@ -1554,11 +1593,20 @@ static PyObject *qk_describe(PyObject *mod, PyObject *unused)
     return PyUnicode_FromString(ISA_DESCRIBE[g_isa]);
 }
 
+static PyObject *qk_uses_pool(PyObject *mod, PyObject *unused)
+{
+    (void)mod;
+    (void)unused;
+    return PyBool_FromLong(g_pool != NULL);
+}
+
 static PyMethodDef qk_methods[] = {
     {"isa", qk_isa, METH_NOARGS, "The instruction set the kernels run (RuntimeError if NNHAL_QGEMM_ISA forced one "
                                  "this CPU lacks)."},
     {"available", qk_available, METH_NOARGS, "The instruction sets this CPU runs, best first."},
     {"describe", qk_describe, METH_NOARGS, "How the chosen instruction set multiplies 8-bit values."},
+    {"uses_pool", qk_uses_pool, METH_NOARGS, "Whether the kernels split their parts over the cpu device's thread "
+                                             "pool (the native kernels' capsule loaded), else over their own threads."},
     {"pack_b", (PyCFunction)(void (*)(void))qk_pack_b, METH_FASTCALL,
      "pack_b(b, k, n, b_zero, trans) -> PackedB"},
     {"gemm", (PyCFunction)(void (*)(void))qk_gemm, METH_FASTCALL,
@@ -1580,6 +1628,7 @@ static struct PyModuleDef qk_module = {
 PyMODINIT_FUNC PyInit__qkernels(void)
 {
     select_isa();
+    import_pool();
     if (PyType_Ready(&PackedBType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&qk_module);
