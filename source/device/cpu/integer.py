@@ -30,6 +30,7 @@ import numpy as np
 from nnhal.device.cpu import parallel, qnative
 from nnhal.device.cpu.fusions import Chosen
 from nnhal.hostkernels.base import Kernel, RunFn
+from nnhal.hostkernels.fused import Activation, activation_of, fuse
 from nnhal.operator.table import get_prototype
 
 _INF = float("inf")
@@ -285,6 +286,9 @@ class _IntegerConv(Kernel):
                               _zero(w_zero_value, w.dtype), 1)
         x_zero = _zero(_const(ins[2]) if len(ins) > 2 else None, ins[0].dtype)
         dtype, bias, factor, yz = self.epilogue(ins, m)
+        act = activation_of(node)           # a clamp of the output codes (fuse_code_clamps)
+        lo = -_INF if act is None or act.lo is None else float(act.lo)
+        hi = _INF if act is None or act.hi is None else float(act.hi)
         geometry = get_prototype("", "Conv").geometry
 
         def conv(xt, n, c, h, wd, out):
@@ -295,9 +299,9 @@ class _IntegerConv(Kernel):
             geo = (n, h, wd, c, oh, ow, kh, kw, sh, sw, dh, dw, pads[0], pads[1])
             yt = out((n, oh, ow, m))
             if packed is None:
-                q.dwconv(xt, x_zero, taps, geo, yt, bias, factor, yz, -_INF, _INF, 1, _threads())
+                q.dwconv(xt, x_zero, taps, geo, yt, bias, factor, yz, lo, hi, 1, _threads())
             else:
-                q.conv(xt, x_zero, packed, geo, yt, bias, factor, yz, -_INF, _INF, 1, _threads())
+                q.conv(xt, x_zero, packed, geo, yt, bias, factor, yz, lo, hi, 1, _threads())
             return yt
 
         def run_nhwc(inputs: list, outputs: list):
@@ -403,3 +407,45 @@ def use_integer_kernels(chosen: list[Chosen]) -> list[Chosen]:
             entry = entry._replace(kernel=kernel)
         out.append(entry)
     return out
+
+
+def _clamp_table(entry: Chosen) -> tuple[int, int] | None:
+    """(lo, hi) when ``entry`` is an ai.nnhal CodeTable that clamps every code to [lo, hi] (a Relu or Relu6
+    whose input and output share scale and zero point, as optimizer/qtables.py writes it), else None."""
+    node, ins = entry.node, entry.ins
+    if node.op_type != "CodeTable" or node.domain != "ai.nnhal" or len(ins) != 2 or ins[1] is None \
+            or ins[1].value is None or ins[0] is None or ins[0].dtype not in (np.uint8, np.int8):
+        return None
+    table = np.asarray(ins[1].value)
+    codes = np.arange(256, dtype=np.uint8).view(ins[0].dtype)      # index i: the value whose byte is i
+    if table.shape != (256,) or table.dtype != codes.dtype:
+        return None
+    lo, hi = int(table.min()), int(table.max())
+    return (lo, hi) if np.array_equal(table, np.clip(codes, lo, hi)) else None
+
+
+def fuse_code_clamps(chosen: list[Chosen], external: set[str]) -> list[Chosen]:
+    """Each QLinearConv on the integer kernels whose only reader is a clamping CodeTable (``_clamp_table``) with
+    the table folded into the requantization's clamp: the same codes, one pass over the output fewer."""
+    reads: dict[str, int] = {}
+    for entry in chosen:
+        for name in entry.node.all_inputs:
+            reads[name] = reads.get(name, 0) + 1
+    producer = {entry.node.outputs[0]: pos for pos, entry in enumerate(chosen)
+                if entry.node.outputs and isinstance(entry.kernel, _IntegerConv) and entry.node.op_type == "QLinearConv"
+                and activation_of(entry.node) is None}
+    out, dropped = list(chosen), set()
+    for pos, entry in enumerate(chosen):
+        src = entry.node.inputs[0] if entry.node.inputs else ""
+        if src not in producer or src in external or reads.get(src) != 1:
+            continue
+        bounds = _clamp_table(entry)
+        if bounds is None:
+            continue
+        conv = chosen[producer[src]]
+        dtype = entry.ins[0].dtype
+        act = Activation("clip", np.asarray(bounds[0], dtype), np.asarray(bounds[1], dtype))
+        node = fuse(conv.node, entry.node, outputs=list(entry.node.outputs), activation=act)
+        out[producer[src]] = conv._replace(node=node, outs=entry.outs)
+        dropped.add(pos)
+    return [entry for pos, entry in enumerate(out) if pos not in dropped]

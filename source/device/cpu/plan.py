@@ -18,7 +18,7 @@ from nnhal.device.cpu.castfuse import fuse_half_round_trips, fuse_relayout_casts
 from nnhal.device.cpu.fusions import Chosen, fuse_activations, fuse_channel_shuffle, fuse_gelu, fuse_matmul
 from nnhal.device.cpu.gelu_tanh import fuse_gelu_tanh
 from nnhal.device.cpu.groupnorm import fuse_group_norm
-from nnhal.device.cpu.integer import use_integer_kernels
+from nnhal.device.cpu.integer import fuse_code_clamps, use_integer_kernels
 from nnhal.device.cpu.kernels import control, select
 from nnhal.device.cpu.layout import Layouts, assign_layouts
 from nnhal.device.cpu.planner import MemoryPlan, arena_views, plan_memory
@@ -286,6 +286,7 @@ def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: l
         chosen.append(Chosen(node, kernel, ins, outs))
     if not reference_forced():
         chosen = use_integer_kernels(chosen)
+        chosen = fuse_code_clamps(chosen, external)
         chosen = fuse_half_round_trips(chosen, external)
         chosen = fuse_gelu(chosen, external)
         chosen = fuse_gelu_tanh(chosen, external)

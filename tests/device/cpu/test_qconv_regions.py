@@ -181,3 +181,34 @@ def test_integer_kernels_split_over_the_cpu_device_pool():
         outs.append(y)
     np.testing.assert_array_equal(outs[0], outs[1])
     np.testing.assert_array_equal(outs[0], outs[2])
+
+
+@pytest.mark.parametrize("tail,fused", [("relu", True), ("relu6", True), ("relu rescaled", False)])
+@pytest.mark.parametrize("group", [1, 12])
+def test_clamping_code_table_folds_into_the_convolution(tail, fused, group, monkeypatch):
+    """QLinearConv -> DQ -> Relu (or Clip 0..6) -> Q with the conv's own output parameters: qtables.py makes the
+    tail a CodeTable that only clamps codes, and the plan folds it into the conv's requantization clamp
+    (integer.fuse_code_clamps); a tail that also rescales stays a table. Bit-equal to the reference kernels."""
+    rng = np.random.default_rng(12)
+    x = rng.integers(0, 256, (2, 12, 9, 7), dtype=np.uint8)
+    node, inits = _qconv(rng, "c", "x", 12, 12, 3, group=group)
+    inits.update({"x_s": np.array(0.04, np.float32), "x_z": np.array(100, np.uint8),
+                  "c_yz": np.array(120, np.uint8), "six": np.array(6.0, np.float32), "zero": np.array(0.0, np.float32)})
+    inits["o_s"] = np.array(0.05 if tail != "relu rescaled" else 0.07, np.float32)
+    inits["o_z"] = inits["c_yz"]
+    act = helper.make_node("Clip", ["f", "zero", "six"], ["r"]) if tail == "relu6" \
+        else helper.make_node("Relu", ["f"], ["r"])
+    nodes = [node, helper.make_node("DequantizeLinear", ["c", "c_ys", "c_yz"], ["f"]), act,
+             helper.make_node("QuantizeLinear", ["r", "o_s", "o_z"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.UINT8, x.shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.UINT8, None)],
+                              [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)], ir_version=9)
+    session = nnhal.Session(model, devices=["cpu"])
+    (got,) = session.run({"x": x})
+    ops = [st.node.op_type for st in _steps(session)]
+    assert ("CodeTable" not in ops) == fused, ops
+    monkeypatch.setenv("NNHAL_CPU_REFERENCE", "1")
+    (want,) = nnhal.Session(model, devices=["cpu"]).run({"x": x})
+    np.testing.assert_array_equal(got, want)
+    assert 0 < np.count_nonzero(got == 120) < got.size           # the clamp bit: some codes, not all
