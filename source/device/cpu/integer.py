@@ -19,6 +19,10 @@ which pack the constant weights once at prepare:
   onnxruntime bit for bit; ONNX's reference rescales in double and may differ by one step on a tie);
 * ``ConvInteger`` (2-D, group 1 or depthwise, constant weights and zero points): the same kernels, int32 out.
 
+:func:`fuse_code_clamps` then folds a CodeTable that only clamps codes (a Relu / Relu6 at the conv's own
+output parameters) into the QLinearConv before it. The integer kernels split their work over the cpu
+device's own thread pool (qkernels.c, native/nn_pool_api.h).
+
 Per-block dynamic quantization (``block`` > 0, the precision passes' default, quantize.BLOCK) stays on
 its float32 path: block scales vary along K, so no integer sum spans more than a block.
 ``NNHAL_INTEGER=0`` keeps every node on its numpy kernel (qnative/__init__.py).
