@@ -185,7 +185,8 @@ def test_integer_kernels_split_over_the_cpu_device_pool():
 
 @pytest.mark.parametrize("tail,fused", [("relu", True), ("relu6", True), ("relu rescaled", False)])
 @pytest.mark.parametrize("group", [1, 12])
-def test_clamping_code_table_folds_into_the_convolution(tail, fused, group, monkeypatch):
+@pytest.mark.parametrize("checked", ["0", "1"])
+def test_clamping_code_table_folds_into_the_convolution(tail, fused, group, checked, monkeypatch):
     """QLinearConv -> DQ -> Relu (or Clip 0..6) -> Q with the conv's own output parameters: qtables.py makes the
     tail a CodeTable that only clamps codes, and the plan folds it into the conv's requantization clamp
     (integer.fuse_code_clamps); a tail that also rescales stays a table. Bit-equal to the reference kernels."""
@@ -204,6 +205,7 @@ def test_clamping_code_table_folds_into_the_convolution(tail, fused, group, monk
                               [helper.make_tensor_value_info("y", TensorProto.UINT8, None)],
                               [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)], ir_version=9)
+    monkeypatch.setenv("NNHAL_CHECK", checked)
     session = nnhal.Session(model, devices=["cpu"])
     (got,) = session.run({"x": x})
     ops = [st.node.op_type for st in _steps(session)]
