@@ -203,7 +203,7 @@ def _float32_rescale(x, wt, x_zero, bias, factor, y_zero, geometry):
 @pytest.mark.parametrize("xdt", [np.uint8, np.int8])
 @pytest.mark.parametrize("case", [(1, 3, 7, 9, 5, 3, 3, 1, 1, 1), (2, 8, 6, 6, 33, 3, 3, 2, 1, 1),
                                   (1, 5, 9, 8, 16, 1, 1, 1, 0, 1), (1, 4, 10, 10, 7, 3, 3, 1, 2, 2),
-                                  (1, 17, 5, 5, 40, 5, 5, 1, 2, 1)])
+                                  (1, 17, 5, 5, 40, 5, 5, 1, 2, 1), (1, 3, 20, 17, 8, 7, 7, 2, 3, 1)])
 def test_kernels_qlinear_conv_equals_onnx_reference(xdt, case):
     rng = np.random.default_rng(sum(case))
     x, wt, x_zero, y_zero, bias, factor, geometry, want = _conv_case(rng, xdt, *case)

@@ -1056,6 +1056,16 @@ static inline __attribute__((always_inline)) void pack_dynamic_body(const job_t 
 
 /* implicit GEMM: row m is the output pixel (n, oy, ox); its K = kh * kw * c taps in (ky, kx, c) order, a
    tap outside the image reads the zero point (contributes nothing) */
+/* n bytes from src to dst, each xor flip (0x80: int8 codes to the unsigned domain) */
+static inline __attribute__((always_inline)) void copy_flip(uint8_t *dst, const uint8_t *src, int64_t n, uint8_t flip)
+{
+    if (flip)
+        for (int64_t k = 0; k < n; k++)
+            dst[k] = src[k] ^ flip;
+    else
+        memcpy(dst, src, (size_t)n);
+}
+
 static inline __attribute__((always_inline)) void pack_conv_body(const job_t *j, int64_t m0, int mr,
                                                           uint8_t *apack)
 {
@@ -1069,21 +1079,28 @@ static inline __attribute__((always_inline)) void pack_conv_body(const job_t *j,
         int64_t m = m0 + i;
         int64_t ox = m % j->ow, oy = (m / j->ow) % j->oh, img = m / (j->ow * j->oh);
         uint8_t *dst = apack + i * kp;
-        int64_t pos = 0;
+        int64_t pos = 0, x0 = ox * j->sw - j->pl;
         for (int64_t ky = 0; ky < j->kh; ky++) {
             int64_t iy = oy * j->sh - j->pt + ky * j->dh;
+            if (iy < 0 || iy >= j->h) {
+                memset(dst + pos, pad, j->kw * c);
+                pos += j->kw * c;
+                continue;
+            }
+            const uint8_t *row = (const uint8_t *)j->a + (img * j->h + iy) * j->w * c;
+            if (j->dw == 1 && x0 >= 0 && x0 + j->kw <= j->w) {
+                /* the kernel row's taps are adjacent pixels: one copy of kw * c bytes (a 7x7 stem on 3
+                   channels: 7 copies of 21 bytes per row instead of 49 of 3) */
+                copy_flip(dst + pos, row + x0 * c, j->kw * c, flip);
+                pos += j->kw * c;
+                continue;
+            }
             for (int64_t kx = 0; kx < j->kw; kx++, pos += c) {
-                int64_t ix = ox * j->sw - j->pl + kx * j->dw;
-                if (iy < 0 || iy >= j->h || ix < 0 || ix >= j->w) {
+                int64_t ix = x0 + kx * j->dw;
+                if (ix < 0 || ix >= j->w)
                     memset(dst + pos, pad, c);
-                    continue;
-                }
-                const uint8_t *src = (const uint8_t *)j->a + ((img * j->h + iy) * j->w + ix) * c;
-                if (flip)
-                    for (int64_t cc = 0; cc < c; cc++)
-                        dst[pos + cc] = src[cc] ^ flip;
                 else
-                    memcpy(dst + pos, src, c);
+                    copy_flip(dst + pos, row + ix * c, c, flip);
             }
         }
         int32_t sum = 0;
