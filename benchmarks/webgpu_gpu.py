@@ -30,6 +30,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -74,8 +75,7 @@ def drive(args) -> int:
     start = time.monotonic()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    scratch = out / "jobs"
-    scratch.mkdir(exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="webgpu_gpu-"))   # per-job records; DIR keeps only the merged ones
     results: list[dict] = []
 
     def spawn(argv: list[str], budget: float, name: str) -> None:
