@@ -258,8 +258,10 @@ def run_job(job: str, record: str, quick: bool) -> None:
     want = sess.run(None, feeds)
     rec.put(ort_ms=_median_ms(lambda: sess.run(None, feeds), 1, cpu_reps), threads=_threads())
 
+    import nnhal
     from nnhal.device.manager import find_device
 
+    nnhal.init()   # registers the devices (a Session would do it too, but the record is asked first)
     desc = find_device("webgpu").describe()
     if desc.ops:
         webgpu_times(rec, model, feeds, want, gpu_reps, "fp16" in desc.precisions)
