@@ -116,16 +116,16 @@ def _fmt(v, spec: str = ".2f") -> str:
 
 
 def render(results: list[dict]) -> str:
-    rows = ["| model | batch | webgpu fp32 ms | again | 64x64 tiles ms | webgpu fp16 ms | torch eager ms "
+    rows = ["| model | batch | webgpu fp32 ms | again | webgpu fp16 ms | torch eager ms "
             "| torch graph ms | nnhal cpu ms | ort cpu ms | dispatches | GPU busy ms | prepare s | rel err fp32 "
             "| rel err fp16 | torch rel err |",
-            "|" + "---|" * 16]
+            "|" + "---|" * 15]
     for r in results:
         if "model" not in r or r["model"] == "overhead":
             continue
         rows.append("| " + " | ".join([
             r["model"], str(r.get("batch", 1)), _fmt(r.get("webgpu_ms")), _fmt(r.get("webgpu_again_ms")),
-            _fmt(r.get("webgpu_fixed_tiles_ms")), _fmt(r.get("webgpu_fp16_ms")),
+            _fmt(r.get("webgpu_fp16_ms")),
             _fmt(r.get("torch_eager_ms")), _fmt(r.get("torch_graph_ms")), _fmt(r.get("cpu_ms")),
             _fmt(r.get("ort_ms")), _fmt(r.get("dispatches"), "d"), _fmt(r.get("gpu_busy_ms")),
             _fmt(r.get("prepare_s")), _fmt(r.get("rel_fp32"), ".1e"), _fmt(r.get("rel_fp16"), ".1e"),
@@ -294,16 +294,6 @@ def webgpu_times(rec: Record, model, feeds: dict, want: list, reps: int, fp16: b
             nodes_on_gpu=f"{sum(len(sg.nodes) for sg in sgs if sg.device == 'webgpu')}/"
                          f"{sum(len(sg.nodes) for sg in sgs)}")
     rec.put(webgpu_ms=_median_ms(lambda: gpu.run(feeds), 3, reps))
-    from nnhal.device.webgpu.kernels import _gemm
-
-    keep, _gemm.MIN_GROUPS = _gemm.MIN_GROUPS, 0   # A/B: the tiled GEMM's tiles before the grid-size rule
-    try:
-        fixed = _nnhal_session(model, feeds, ["webgpu", "cpu"])
-        rec.put(rel_fixed_tiles=_rel(fixed.run(feeds), want))
-        rec.put(webgpu_fixed_tiles_ms=_median_ms(lambda: fixed.run(feeds), 3, reps))
-        fixed.close()
-    finally:
-        _gemm.MIN_GROUPS = keep
     rec.put(webgpu_again_ms=_median_ms(lambda: gpu.run(feeds), 3, reps))   # the spread of the first number
     profile = gpu.profile(feeds, runs=1)
     busy = [n for n in profile.nodes if n.device == "webgpu"]

@@ -67,27 +67,3 @@ def test_resize_with_constant_scales(webgpu, mode, ctm):
     scales = np.array([1, 1, 2.0, 0.6], np.float32)
     node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode=mode, coordinate_transformation_mode=ctm)
     _compare(_model([node], [("x", x.shape)], {"scales": scales}, opset=19), {"x": x})
-
-
-def test_tiled_gemm_tiles_shrink_to_fill_the_grid():
-    """ResNet-50 at batch 1 on an H200 (docs/webgpu.md): 64x64 tiles gave its late convolutions 16-64 workgroups.
-    The tiled GEMM halves its tiles, larger side first and not below 16, until the grid has MIN_GROUPS."""
-    from nnhal.device.webgpu.kernels._gemm import MIN_GROUPS, tiles
-
-    assert tiles(2048, 49, 64) == (64, 64)      # a full grid keeps the largest tiles
-    assert tiles(2048, 49, 1) == (32, 16)
-    assert tiles(8, 8, 1) == (16, 16)
-    for m, n, b in [(2048, 49, 1), (1024, 196, 1), (256, 3136, 1), (1000, 1, 1), (64, 12544, 1)]:
-        tm, tn = tiles(m, n, b)
-        assert min(tm, tn) >= 16
-        assert -(-m // tm) * -(-n // tn) * b >= MIN_GROUPS or (tm, tn) == (16, 16)
-
-
-def test_tiled_gemm_with_rectangular_shrunk_tiles(webgpu):
-    """A small-grid MatMul whose tiles shrink to 32x16 (M=1024, N=196), with a fused bias + Relu epilogue."""
-    a = RNG.standard_normal((1, 1024, 40)).astype(np.float32)
-    w = RNG.standard_normal((40, 196)).astype(np.float32)
-    c = RNG.standard_normal(196).astype(np.float32)
-    nodes = [helper.make_node("MatMul", ["a", "w"], ["m"]), helper.make_node("Add", ["m", "c"], ["s"]),
-             helper.make_node("Relu", ["s"], ["y"])]
-    _compare(_model(nodes, [("a", a.shape)], {"w": w, "c": c}), {"a": a}, "tiled")

@@ -36,25 +36,8 @@ class GemmSpec:
     label: str = "gemm"
 
 
-# NOTE: measured on an NVIDIA H200 (docs/webgpu.md): with 64x64 tiles ResNet-50's late convolutions at batch 1
-# (M = 512..2048 channels, N = 49 or 196 pixels) launch 16-64 workgroups on a GPU of 132 multiprocessors, and the
-# GEMMs ran at 0.3 TFLOP/s. Tiles are halved (the larger side first, down to 16) until a launch has MIN_GROUPS.
-MIN_GROUPS = 256
-
-
 def _tile(extent: int) -> int:
     return 64 if extent >= 48 else 32 if extent >= 24 else 16
-
-
-def tiles(m: int, n: int, batch: int) -> tuple[int, int]:
-    """(TM, TN) of the tiled GEMM: as large as the extents allow, halved while the grid has < MIN_GROUPS."""
-    tm, tn = _tile(m), _tile(n)
-    while math.ceil(m / tm) * math.ceil(n / tn) * batch < MIN_GROUPS and max(tm, tn) > 16:
-        if tn >= tm:
-            tn //= 2
-        else:
-            tm //= 2
-    return tm, tn
 
 
 def _prelude(spec: GemmSpec, output: str, make_epilogue: EpilogueMaker | None, em) -> tuple[str, tuple[str, ...]]:
@@ -85,7 +68,7 @@ fn store(b: u32, m: u32, n: u32, acc: f32) {{
 def gemm_launch(spec: GemmSpec, output: str, make_epilogue: EpilogueMaker | None, em) -> Launch:
     if em.direct_gemm:
         return direct_launch(spec, output, make_epilogue, em, 8 if spec.m >= 64 else 4, 4)
-    tm, tn = tiles(spec.m, spec.n, spec.batch)
+    tm, tn = _tile(spec.m), _tile(spec.n)
     wx, wy = tn // RN, tm // RM
     nt = wx * wy
     head, tensors = _prelude(spec, output, make_epilogue, em)
