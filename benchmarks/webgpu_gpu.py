@@ -101,7 +101,8 @@ def drive(args) -> int:
 
     spawn(["--info"], 90, "info")
     for job in [j for j in args.jobs.split(",") if j]:
-        spawn(["--job", job], args.job_timeout * (2 if "@" in job else 1), job)
+        spawn(["--job", job] + (["--variants"] if args.variants else []),
+              args.job_timeout * (2 if "@" in job else 1), job)
     table = render(results)
     (out / "table.md").write_text(table)
     print(table, flush=True)
@@ -130,6 +131,12 @@ def render(results: list[dict]) -> str:
             _fmt(r.get("ort_ms")), _fmt(r.get("dispatches"), "d"), _fmt(r.get("gpu_busy_ms")),
             _fmt(r.get("prepare_s")), _fmt(r.get("rel_fp32"), ".1e"), _fmt(r.get("rel_fp16"), ".1e"),
             _fmt(r.get("torch_rel"), ".1e")]) + " |")
+    for r in results:
+        if "tk16_ms" in r or "tk16_error" in r:
+            cells = [f"{v}: {_fmt(r.get(f'{v}_ms'))} ms (busy {_fmt(r.get(f'{v}_busy_ms'))}, err "
+                     f"{_fmt(r.get(f'{v}_rel'), '.1e')})" if f"{v}_ms" in r else f"{v}: {r.get(f'{v}_error')}"
+                     for v in GEMM_VARIANTS]
+            rows.append(f"{r['job']}: " + "; ".join(cells))
     over = next((r for r in results if r.get("job") == "overhead" and "floor_ms" in r), None)
     if over:
         rows.append(f"\nwebgpu per-run floor (1 dispatch, write + submit + map): {over['floor_ms']:.3f} ms; "
@@ -181,11 +188,12 @@ def _threads() -> int:
     return min(os.cpu_count() or 1, 16)
 
 
-def _nnhal_session(model, feeds, devices, precision="fp32"):
+def _nnhal_session(model, feeds, devices, precision="fp32", options=None):
     import nnhal
     from nnhal import api
 
-    s = nnhal.Session(model, devices=devices, num_thread=_threads(), strict=True, precision=precision)
+    s = nnhal.Session(model, devices=devices, num_thread=_threads(), strict=True, precision=precision,
+                      device_options=options)
     for k, v in feeds.items():
         api.set_graph_input(s.graph, k, v)
     api.prerun_graph(s.graph, s.options)
@@ -245,7 +253,7 @@ def _torch():
         return None
 
 
-def run_job(job: str, record: str, quick: bool) -> None:
+def run_job(job: str, record: str, quick: bool, variants: bool = False) -> None:
     name, _, b = job.partition("@")
     batch = int(b or 1)
     if quick:
@@ -253,6 +261,8 @@ def run_job(job: str, record: str, quick: bool) -> None:
     rec = Record(record, job=job, model=name, batch=batch)
     if name == "overhead":
         return overhead(rec, quick)
+    if variants:
+        return gemm_variants(rec, name, batch, quick)
     import onnxruntime as ort
 
     model, feeds, module, torch_inputs = _load(name, batch)
@@ -305,6 +315,36 @@ def webgpu_times(rec: Record, model, feeds: dict, want: list, reps: int, fp16: b
         rec.put(rel_fp16=_rel(half.run(feeds), want))
         rec.put(webgpu_fp16_ms=_median_ms(lambda: half.run(feeds), 3, reps))
         half.close()
+
+
+GEMM_VARIANTS = {"tk16": ({"gemm": "tiled"}, 16), "tk32": ({"gemm": "tiled"}, 32), "tk64": ({"gemm": "tiled"}, 64),
+                 "direct": ({"gemm": "direct"}, 16)}
+
+
+def gemm_variants(rec: Record, name: str, batch: int, quick: bool) -> None:
+    """webgpu fp32 with the tiled GEMM's K step (TK) at 16 (shipped), 32 and 64, and the register-only GEMM:
+    error against onnxruntime, median latency and GPU busy time of each, in one process."""
+    import onnxruntime as ort
+
+    from nnhal.device.webgpu.kernels import _gemm
+
+    model, feeds, _, _ = _load(name, batch)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    reps = 3 if quick else (10 if batch > 8 else 30)
+    keep = _gemm.TK
+    for label, (options, tk) in GEMM_VARIANTS.items():
+        _gemm.TK = tk   # NOTE: read when a launch's WGSL is written, i.e. in prerun
+        try:
+            s = _nnhal_session(model, feeds, ["webgpu", "cpu"], options={"webgpu": options})
+            got = s.run(feeds)
+            ms = _median_ms(lambda s=s: s.run(feeds), 3, reps)
+            busy = sum(n.ms for n in s.profile(feeds, runs=1).nodes if n.device == "webgpu")
+            s.close()
+            rec.put(**{f"{label}_ms": ms, f"{label}_busy_ms": busy, f"{label}_rel": _rel(got, want)})
+        except Exception as exc:   # one variant failing must not hide the others
+            rec.put(**{f"{label}_error": f"{type(exc).__name__}: {exc}"})
+        finally:
+            _gemm.TK = keep
 
 
 def torch_times(rec: Record, module, inputs: list, want, quick: bool, heavy: bool) -> None:
@@ -468,6 +508,8 @@ def main() -> int:
     p.add_argument("--deadline-s", type=float, default=330.0, help="start no job that could end after this")
     p.add_argument("--job-timeout", type=float, default=100.0, help="seconds per job (twice that at a batch)")
     p.add_argument("--quick", action="store_true", help="few repeats (a rehearsal on lavapipe)")
+    p.add_argument("--variants", action="store_true",
+                   help="only webgpu fp32 with GEMM variants (TK 16/32/64, direct) per job")
     p.add_argument("--info", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--job", help=argparse.SUPPRESS)
     p.add_argument("--record", help=argparse.SUPPRESS)
@@ -483,7 +525,7 @@ def main() -> int:
         import faulthandler
 
         faulthandler.dump_traceback_later(args.job_timeout * 3, exit=True)   # backstop: the driver's timeout is first
-        run_job(args.job, args.record, args.quick)
+        run_job(args.job, args.record, args.quick, args.variants)
         return 0
     return drive(args)
 
