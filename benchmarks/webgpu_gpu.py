@@ -21,6 +21,13 @@ shader-f16) against onnxruntime CPU fp32; median latency of webgpu (numpy in, nu
 readback), PyTorch eager fp32 and CUDA-graph replay (device-resident input and output, CUDA events, TF32 off), the
 cpu device and onnxruntime CPU (all cores); dispatches per run and the GPU's own time for them (timestamp queries,
 one profiled run). Results: DIR/results.json (one record per job, partial records kept when a job dies), DIR/table.md.
+--variants times only webgpu fp32 with the tiled GEMM's K step at 16/32/64 and the register-only GEMM.
+
+On a machine with no package index (the 2026-11-28 H200 run): carry the wheels wgpu, cffi, pycparser, sniffio,
+rendercanvas (cp312, manylinux) and Debian's libvulkan1 + libglvnd debs; there, `dpkg -x` the debs to /, ldconfig,
+export VK_DRIVER_FILES=<the NVIDIA ICD json>, `pip install --no-index --no-deps --target /tmp/site` the wheels,
+`pip install --no-index --no-build-isolation --no-deps --upgrade --target /tmp/nn <this tree>`, then run this
+script with PYTHONPATH=/tmp/nn:/tmp/site under `timeout`, --deadline-s a little under it.
 """
 from __future__ import annotations
 
