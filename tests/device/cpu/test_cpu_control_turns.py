@@ -45,7 +45,8 @@ def swapping_loop(has_m: bool):
          vinfo("y_a", _F), vinfo("y_x", _F)], inits)
     loop = helper.make_node("Loop", ["m" if has_m else "", "" if has_m else "c", "a0", "b0"],
                             ["an", "bn", "rs", "ys_a", "ys_x"], body=body)
-    nodes = [loop, helper.make_node("Sub", ["an", "a0"], ["after_a"]), helper.make_node("Add", ["bn", "b0"], ["after_b"])]
+    nodes = [loop, helper.make_node("Sub", ["an", "a0"], ["after_a"]),
+             helper.make_node("Add", ["bn", "b0"], ["after_b"])]
     inputs = [vinfo("m", [], TensorProto.INT64) if has_m else vinfo("c", [], TensorProto.BOOL)]
     inputs += [vinfo(n, _F) for n in ("a0", "b0", "x")]
     outputs = [vinfo("an", _F), vinfo("bn", _F), vinfo("rs", [None, 6]), vinfo("ys_a", [None, *_F]),
