@@ -159,6 +159,14 @@ class Plan:
             values = {name: a for (name, _), a in zip(self.inputs, arrays)}
             self.execute(values, check, buffers)
             return [values[name] for name, _ in self.outputs]
+        call = self.chunks[0].call
+        if call is not None:            # one chunk: its positional function
+            try:
+                return call(arrays, buffers.per_step, buffers.arena)
+            except (NnhalError, MemoryError):
+                raise
+            except Exception as exc:
+                self._explain_failure(exc, {name: a for (name, _), a in zip(self.inputs, arrays)}, buffers)
         slots = list(self.slots)
         for idx, a in zip(self.in_slots, arrays):
             slots[idx] = a
@@ -219,15 +227,19 @@ class Plan:
         except (NnhalError, MemoryError):   # out of memory: the caller turns it into a LimitError
             raise
         except Exception as exc:
-            # NOTE: the straight-line code keeps tensors in locals: run the plan again step by step, where
-            # the failing step's operands are at hand for the prototype to explain (kernels are pure)
-            self._run({name: slots[idx] for name, idx in self.inputs}, per_step, False, None)
-            k = failing_step(exc, self.chunks)
-            if k is None:
-                raise DeviceError(f"cpu: a plan's run failed: {type(exc).__name__}: {exc}") from exc
-            step = self.steps[k]
-            raise DeviceError(f"{where(step.node, 'cpu')}: kernel '{step.kernel_name}' failed: "
-                              f"{type(exc).__name__}: {exc}") from exc
+            self._explain_failure(exc, {name: slots[idx] for name, idx in self.inputs}, buffers)
+
+    def _explain_failure(self, exc: Exception, values: dict[str, np.ndarray], buffers: Buffers) -> None:
+        """Raise the typed error of a straight-line run that failed with ``exc`` on the inputs ``values``."""
+        # NOTE: the straight-line code keeps tensors in locals: run the plan again step by step, where
+        # the failing step's operands are at hand for the prototype to explain (kernels are pure)
+        self._run(values, buffers.per_step, False, None)
+        k = failing_step(exc, self.chunks)
+        if k is None:
+            raise DeviceError(f"cpu: a plan's run failed: {type(exc).__name__}: {exc}") from exc
+        step = self.steps[k]
+        raise DeviceError(f"{where(step.node, 'cpu')}: kernel '{step.kernel_name}' failed: "
+                          f"{type(exc).__name__}: {exc}") from exc
 
     def _run(self, values: dict[str, np.ndarray], per_step: list[list], check: bool,
              timings: list[float] | None) -> None:
@@ -381,7 +393,7 @@ def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: l
     in_slots = [(n, slot(n)) for n in inputs]
     out_slots = [(n, slot(n)) for n in outputs]
     return Plan(steps, slots, in_slots, out_slots, memory, kernels, layout=layout, pool=[first],
-                chunks=generate(steps, slots, out_slots, first.arena))
+                chunks=generate(steps, slots, out_slots, first.arena, in_slots))
 
 
 def concat_slices(graph: Graph, chosen: list, sizes: dict[str, int], physical: dict[str, Info] | None = None) \
