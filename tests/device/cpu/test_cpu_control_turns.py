@@ -105,3 +105,30 @@ def test_an_iteration_copies_only_an_output_in_the_other_buffer_set():
         np.testing.assert_array_equal(b2, np.full(_F, 2.5, np.float32))
     finally:
         iteration.close()
+
+
+def gather_loop():
+    """frame = frames[i] (a row view per iteration), s += relu(frame); the trip count may pass the rows."""
+    body = helper.make_graph(
+        [helper.make_node("Gather", ["frames", "i"], ["frame"], axis=0, name="frame_of_i"),
+         helper.make_node("Relu", ["frame"], ["r"]),
+         helper.make_node("Add", ["s_in", "r"], ["s_out"]),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        "body", [vinfo("i", [], TensorProto.INT64), vinfo("cond_in", [], TensorProto.BOOL), vinfo("s_in", [3])],
+        [vinfo("cond_out", [], TensorProto.BOOL), vinfo("s_out", [3])])
+    return make_model([helper.make_node("Loop", ["m", "", "s0"], ["sn"], body=body)],
+                      [vinfo("m", [], TensorProto.INT64), vinfo("s0", [3]), vinfo("frames", [4, 3])],
+                      [vinfo("sn", [3])])
+
+
+def test_a_body_runs_by_its_positional_entry_and_a_failing_kernel_in_it_is_named():
+    frames = np.arange(12, dtype=np.float32).reshape(4, 3) - 5
+    feeds = {"m": np.array(4, np.int64), "s0": np.zeros(3, np.float32), "frames": frames}
+    with nnhal.Session(gather_loop(), devices=["cpu"]) as s:
+        got = s.run(feeds)[0]
+        (runner,) = runners(s)
+        (plan,) = runner.cache.values()
+        assert len(plan.chunks) == 1 and plan.chunks[0].call is not None
+        np.testing.assert_array_equal(got, np.maximum(frames, 0).sum(axis=0))
+        with pytest.raises(nnhal.NnhalError, match="frame_of_i"):
+            s.run(feeds | {"m": np.array(6, np.int64)})        # frames[4] is out of range
