@@ -310,9 +310,10 @@ class BodyRunner:
             run = generic[1] if generic is not None and _matches(generic[0], key) else self._plan_for(key, arrays)
         return run
 
-    def iterations(self) -> Iterations:
-        """The iterations of one Loop or Scan run (call ``close`` after the last, once its results are kept)."""
-        return Iterations(self)
+    def iterations(self, turns: int = 2) -> Iterations:
+        """The iterations of one Loop or Scan run (call ``close`` after the last, once its results are kept);
+        ``turns=1``: an If's one run of a branch, whose outputs the node copies before ``close``."""
+        return Iterations(self, turns)
 
     def _plan_for(self, key: tuple, arrays: list[np.ndarray]):
         ranks = tuple(len(shape) for shape in key)
@@ -353,13 +354,14 @@ class BodyRunner:
 
 
 class Iterations:
-    """One Loop or Scan run's iterations of a body. A plan that holds its buffers across iterations (its
-    ``iterate()``: the cpu plan's Iteration, two buffer sets taken in turn) runs them that way, so its outputs
-    may be its own buffers rather than per-iteration copies; any other plan runs as :meth:`BodyRunner.call`.
-    Every output is valid until the iteration after next: the driver copies what it keeps longer."""
+    """One Loop or Scan run's iterations of a body (or an If's one run of a branch). A plan that holds its buffers
+    across iterations (its ``iterate()``: the cpu plan's Iteration, two buffer sets taken in turn, one for a
+    branch) runs them that way, so its outputs may be its own buffers rather than per-iteration copies; any other
+    plan runs as :meth:`BodyRunner.call`. Every output is valid until the iteration after next (a branch's: until
+    ``close``): the driver copies what it keeps longer."""
 
-    def __init__(self, runner: BodyRunner):
-        self.runner = runner
+    def __init__(self, runner: BodyRunner, turns: int = 2):
+        self.runner, self.turns = runner, turns
         self.key: tuple | None = None
         self.run: Callable | None = None
         self.held: dict[int, object] = {}      # id(plan) -> its iteration, for the plans used in this run
@@ -378,7 +380,7 @@ class Iterations:
             return run
         held = self.held.get(id(plan))
         if held is None:
-            held = self.held[id(plan)] = iterate()
+            held = self.held[id(plan)] = iterate(self.turns)
         return held.call
 
     def close(self) -> None:

@@ -191,9 +191,10 @@ class Plan:
         except IndexError:
             return Buffers.lay_out(self.memory, self.layout)
 
-    def iterate(self) -> Iteration:
-        """Two buffer sets held for the iterations of one Loop or Scan run, taken in turn (see Iteration)."""
-        return Iteration(self, (self.take(), self.take()))
+    def iterate(self, turns: int = 2) -> Iteration:
+        """Buffer sets held for the iterations of one Loop or Scan run, two taken in turn (see Iteration); one for
+        an If's branch, run once, whose outputs its node copies before ``close``."""
+        return Iteration(self, tuple(self.take() for _ in range(turns)))
 
     def execute(self, values: dict[str, np.ndarray], check: bool, buffers: Buffers) -> None:
         """One run on ``buffers``: straight-line, or step by step when checking or timed (profiling)."""
@@ -292,11 +293,13 @@ class Iteration:
     copied. The driver copies what it keeps after the last iteration (final states, scan rows) before
     ``close`` gives the sets back to the plan's pool."""
 
-    def __init__(self, plan: Plan, sets: tuple[Buffers, Buffers]):
+    def __init__(self, plan: Plan, sets: tuple[Buffers, ...]):
         self.plan, self.sets, self.turn = plan, sets, 0
 
     def call(self, arrays: Sequence[np.ndarray], check: bool = False) -> list[np.ndarray]:
         """One iteration (:meth:`Plan.call` on this turn's buffer set)."""
+        if len(self.sets) == 1:
+            return self.plan.call_on(arrays, check, self.sets[0])
         turn = self.turn
         self.turn = 1 - turn
         results = self.plan.call_on(arrays, check, self.sets[turn])

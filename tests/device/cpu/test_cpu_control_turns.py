@@ -132,3 +132,44 @@ def test_a_body_runs_by_its_positional_entry_and_a_failing_kernel_in_it_is_named
         np.testing.assert_array_equal(got, np.maximum(frames, 0).sum(axis=0))
         with pytest.raises(nnhal.NnhalError, match="frame_of_i"):
             s.run(feeds | {"m": np.array(6, np.int64)})        # frames[4] is out of range
+
+
+def if_model():
+    """Each branch gives a tensor it computes (through an Identity and as a reshaped view), an outer tensor through
+    an Identity and a constant; the If's outputs are the graph's."""
+    def branch(tag: str, op: str):
+        const = numpy_helper.from_array(np.full(_F, 7.0 if tag == "then" else -7.0, np.float32), f"{tag}_k")
+        return helper.make_graph(
+            [helper.make_node(op, ["x", "x"], [f"{tag}_v"]),
+             helper.make_node("Identity", [f"{tag}_v"], [f"{tag}_a"]),
+             helper.make_node("Reshape", [f"{tag}_v", "flat"], [f"{tag}_r"]),
+             helper.make_node("Identity", ["x"], [f"{tag}_x"]),
+             helper.make_node("Identity", [f"{tag}_k"], [f"{tag}_c"])],
+            tag, [], [vinfo(f"{tag}_a", _F), vinfo(f"{tag}_r", [6]), vinfo(f"{tag}_x", _F), vinfo(f"{tag}_c", _F)],
+            [const])
+    node = helper.make_node("If", ["c"], ["a", "r", "xo", "k"], then_branch=branch("then", "Add"),
+                            else_branch=branch("else", "Mul"))
+    return make_model([node], [vinfo("c", [], TensorProto.BOOL), vinfo("x", _F)],
+                      [vinfo("a", _F), vinfo("r", [6]), vinfo("xo", _F), vinfo("k", _F)],
+                      [numpy_helper.from_array(np.array([6], np.int64), "flat")])
+
+
+@pytest.mark.usefixtures("path")
+def test_an_if_copies_its_branch_outputs_once_into_its_own():
+    x = np.random.default_rng(3).standard_normal(_F).astype(np.float32)
+    with nnhal.Session(if_model(), devices=["cpu"]) as s:
+        first = s.run({"c": np.array(True), "x": x})
+        kept = [a.copy() for a in first]
+        second = s.run({"c": np.array(True), "x": x * 2})
+        other = s.run({"c": np.array(False), "x": x})
+    for got, want in zip(first, kept):
+        np.testing.assert_array_equal(got, want)        # a later run wrote none of the arrays a run returned
+    np.testing.assert_array_equal(first[0], x + x)
+    np.testing.assert_array_equal(first[1], (x + x).reshape(6))
+    np.testing.assert_array_equal(second[0], 4 * x)
+    np.testing.assert_array_equal(other[0], x * x)
+    np.testing.assert_array_equal(other[3], np.full(_F, -7.0, np.float32))
+    for run in (first, second, other):
+        assert not any(np.shares_memory(g, x) for g in run)
+        assert not any(np.shares_memory(g, h) for k, g in enumerate(run) for h in run[k + 1:])
+    assert not any(np.shares_memory(g, h) for g in first for h in second)
