@@ -396,7 +396,7 @@ def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: l
     in_slots = [(n, slot(n)) for n in inputs]
     out_slots = [(n, slot(n)) for n in outputs]
     return Plan(steps, slots, in_slots, out_slots, memory, kernels, layout=layout, pool=[first],
-                chunks=generate(steps, slots, out_slots, first.arena, in_slots))
+                chunks=generate(steps, slots, out_slots, first.arena, in_slots if body else None))
 
 
 def concat_slices(graph: Graph, chosen: list, sizes: dict[str, int], physical: dict[str, Info] | None = None) \

@@ -62,10 +62,10 @@ def generate(steps: Sequence, slots: Sequence, outputs: Sequence[tuple[str, int]
     chunk as ``chunk.run(S, per_step, arena)`` in order and reads its outputs from ``S``.
 
     ``steps``: the plan's steps (run, ins, outs, buffers, fresh); ``slots``: the slot template (constants
-    filled); ``arena``: the arena of the template buffers (None: no native step programs); ``inputs``: the
-    plan's, for the positional entry of a plan of one chunk (Chunk.call). Which outputs have
-    a preallocated buffer, and where in the arena, is read from the steps' template buffers: every per-run
-    buffer set has the same layout."""
+    filled); ``arena``: the arena of the template buffers (None: no native step programs); ``inputs``: a
+    control-flow body plan's, for the positional entry of a plan of one chunk (Chunk.call; None: none). Which
+    outputs have a preallocated buffer, and where in the arena, is read from the steps' template buffers: every
+    per-run buffer set has the same layout."""
     last_read = {idx: len(steps) for _, idx in outputs}   # graph outputs are read after every step
     for k, step in enumerate(steps):
         for i in step.ins:
