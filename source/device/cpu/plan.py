@@ -291,7 +291,8 @@ class Iteration:
     other set while it reads this one's outputs as its inputs. An output found in the other set's arena is an
     input passed through from the iteration before, which the next iteration would overwrite: it alone is
     copied. The driver copies what it keeps after the last iteration (final states, scan rows) before
-    ``close`` gives the sets back to the plan's pool."""
+    ``close`` gives the sets back to the plan's pool. An If holds one set for its one run of a branch, and
+    stores or copies the branch's outputs before ``close``."""
 
     def __init__(self, plan: Plan, sets: tuple[Buffers, ...]):
         self.plan, self.sets, self.turn = plan, sets, 0
@@ -307,7 +308,7 @@ class Iteration:
         return [np.array(r) if getattr(r, "base", None) is other else r for r in results]
 
     def close(self) -> None:
-        """Give both buffer sets back to the plan's pool."""
+        """Give the buffer sets back to the plan's pool."""
         self.plan.pool.extend(self.sets)
 
 
@@ -315,8 +316,8 @@ def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: l
                   borrowed: bool = False) -> Plan:
     """Build the plan for ``nodes`` of ``graph`` reading ``inputs`` and producing ``outputs`` (``body``: a
     control-flow body's, which may choose the kernels of one step's small products, kernels/step_gemm.py;
-    ``borrowed``: a Loop or Scan body's, run through :class:`Iteration`, whose outputs may be its inputs or its
-    steps' outputs as they are, see control.plan_iteration_body)."""
+    ``borrowed``: a Loop or Scan body's or an If branch's, run through :class:`Iteration`, whose outputs may be its
+    inputs or its steps' outputs as they are, see control.plan_iteration_body)."""
     index: dict[str, int] = {"": 0}
     slots: list = [None, None]  # 0: absent input (None); 1: sink for absent outputs
 
