@@ -298,10 +298,22 @@ class BodyRunner:
         key = tuple([a.shape for a in arrays])
         run = self.calls.get(key)
         if run is None:
+            run = self.run_for(key, arrays)
+        return run(arrays, check)
+
+    def run_for(self, key: tuple, arrays: list[np.ndarray]) -> Callable:
+        """The positional run of the plan for input shapes ``key`` (of ``arrays``), compiled when new."""
+        run = self.calls.get(key)
+        if run is None:
             # a state that changes shape every iteration: its generic plan, found without the lock
             generic = self.generic_runs.get(tuple([len(shape) for shape in key]))
             run = generic[1] if generic is not None and _matches(generic[0], key) else self._plan_for(key, arrays)
-        return run(arrays, check)
+        return run
+
+    def iterations(self, turns: int = 2) -> Iterations:
+        """The iterations of one Loop or Scan run (call ``close`` after the last, once its results are kept);
+        ``turns=1``: an If's one run of a branch, whose outputs the node copies before ``close``."""
+        return Iterations(self, turns)
 
     def _plan_for(self, key: tuple, arrays: list[np.ndarray]):
         ranks = tuple(len(shape) for shape in key)
@@ -339,6 +351,43 @@ class BodyRunner:
         infer_body_graph(graph)
         self.compiles += 1
         return self.compiler(graph, graph.nodes, self.names, graph.outputs)
+
+
+class Iterations:
+    """One Loop or Scan run's iterations of a body (or an If's one run of a branch). A plan that holds its buffers
+    across iterations (its ``iterate()``: the cpu plan's Iteration, two buffer sets taken in turn, one for a
+    branch) runs them that way, so its outputs may be its own buffers rather than per-iteration copies; any other
+    plan runs as :meth:`BodyRunner.call`. Every output is valid until the iteration after next (a branch's: until
+    ``close``): the driver copies what it keeps longer."""
+
+    def __init__(self, runner: BodyRunner, turns: int = 2):
+        self.runner, self.turns = runner, turns
+        self.key: tuple | None = None
+        self.run: Callable | None = None
+        self.held: dict[int, object] = {}      # id(plan) -> its iteration, for the plans used in this run
+
+    def call(self, arrays: list[np.ndarray], check: bool = False) -> list[np.ndarray]:
+        """One iteration: the body's outputs for ``arrays`` (body inputs, then the implicit ones)."""
+        key = tuple([a.shape for a in arrays])
+        if key != self.key:
+            self.key, self.run = key, self._turns(self.runner.run_for(key, arrays))
+        return self.run(arrays, check)
+
+    def _turns(self, run: Callable) -> Callable:
+        plan = getattr(run, "__self__", None)        # a plan's bound ``call`` (see _positional)
+        iterate = getattr(plan, "iterate", None)
+        if iterate is None:
+            return run
+        held = self.held.get(id(plan))
+        if held is None:
+            held = self.held[id(plan)] = iterate(self.turns)
+        return held.call
+
+    def close(self) -> None:
+        """Release what the plans held for this run."""
+        for held in self.held.values():
+            held.close()
+        self.held.clear()
 
 
 def _positional(plan, names: list[str], outputs: list[str]):
@@ -388,7 +437,7 @@ class Stacked:
         rows = self.rows
         if rows is None:
             if self.count is None:
-                self.parts.append(r)
+                self.parts.append(own(r))     # a body output lives until the iteration after next
                 self.n += 1
                 return
             rows = self._open(np.asarray(r))

@@ -20,9 +20,15 @@ class IfKernel(Kernel):
 
         def run(inputs, outputs):
             taken = branches[check_bool(node, inputs[0], "cond")]
-            results = taken.run([], outer_values(node, inputs), checking())
-            return tuple(store(r if o is not None else own(r), o, d)
-                         for r, o, d in zip(results, outputs, dtypes))
+            outer = outer_values(node, inputs)
+            held = taken.iterations(turns=1)
+            try:
+                # the branch's outputs may be its plan's buffers (held until close): stored or copied here
+                results = held.call([outer[n] for n in taken.implicit], checking())
+                return tuple(store(r if o is not None else own(r), o, d)
+                             for r, o, d in zip(results, outputs, dtypes))
+            finally:
+                held.close()
 
         return run
 

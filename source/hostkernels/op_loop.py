@@ -51,22 +51,27 @@ class LoopKernel(Kernel):
             count = trips if has_m and not has_cond else None
             scans = [Stacked(node, o, count) for o in outputs[n:]]
             check = checking()
-            call = runner.call
             counters = _counters(trips)
             counted = len(counters)
+            iterations = runner.iterations()
+            call = iterations.call
             i = 0
-            # NOTE: per iteration no new array: the body never writes its inputs, so the counter and the
-            # condition are shared read-only constants
-            while go and (trips is None or i < trips):
-                counter = counters[i] if i < counted else np.array(i, np.int64)
-                results = call([counter, _TRUE if go else _FALSE, *state, *implicit], check)
-                if has_cond:
-                    go = check_bool(node, results[0], "the body's cond output")
-                state = results[1:1 + n]
-                for acc, r in zip(scans, results[1 + n:]):
-                    acc.add(r)
-                i += 1
-            finals = [own(s) if o is None else s for s, o in zip(state, outputs)]   # store copies into o
+            try:
+                # NOTE: per iteration no new array: the body never writes its inputs, so the counter and the
+                # condition are shared read-only constants
+                while go and (trips is None or i < trips):
+                    counter = counters[i] if i < counted else np.array(i, np.int64)
+                    results = call([counter, _TRUE if go else _FALSE, *state, *implicit], check)
+                    if has_cond:
+                        go = check_bool(node, results[0], "the body's cond output")
+                    state = results[1:1 + n]
+                    for acc, r in zip(scans, results[1 + n:]):
+                        acc.add(r)
+                    i += 1
+                # the body's outputs live in its buffers until close: copies (own) or stores into the outputs
+                finals = [own(s) if o is None else store(s, o, d) for s, o, d in zip(state, outputs, dtypes)]
+            finally:
+                iterations.close()
             finals += [acc.result(shape, dtype) for acc, shape, dtype in zip(scans, empty_shapes, dtypes[n:])]
             return tuple(store(r, o, d) for r, o, d in zip(finals, outputs, dtypes))
 

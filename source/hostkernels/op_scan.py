@@ -46,13 +46,17 @@ class ScanKernel(Kernel):
             collected = [Stacked(node, planned[j], steps, out_axes[j], bool(out_dirs[j])) for j in range(k)]
             check = checking()
             implicit = [outer[name] for name in runner.implicit]
-            call = runner.call
-            for slices in _steps(seqs, axes, in_dirs, steps):
-                results = call([*states, *slices, *implicit], check)
-                states = results[:n]
-                for acc, r in zip(collected, results[n:]):
-                    acc.add(r)
-            finals = [own(s) for s in states]
+            iterations = runner.iterations()
+            call = iterations.call
+            try:
+                for slices in _steps(seqs, axes, in_dirs, steps):
+                    results = call([*states, *slices, *implicit], check)
+                    states = results[:n]
+                    for acc, r in zip(collected, results[n:]):
+                        acc.add(r)
+                finals = [own(s) for s in states]    # the body's outputs live in its buffers until close
+            finally:
+                iterations.close()
             for j, acc in enumerate(collected):
                 shape = outs[n + j].shape
                 finals.append(acc.result((0,) * (len(shape) if shape is not None else 1), dtypes[n + j]))

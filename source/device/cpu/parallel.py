@@ -269,6 +269,12 @@ def native_pool() -> bool:
     return enabled() and native.available()
 
 
+def native_threads() -> int:
+    """The threads of the native pool when kernels hand their parts to it (native_pool), else 0: one call for a
+    kernel run once per iteration of a body."""
+    return _pool.threads if enabled() and native.available() else 0
+
+
 def native_parts(work: int, units: int) -> int:
     """Parts for the native pool: one per thread, fewer when a part would get less than
     MIN_NATIVE_PART_WORK, at most ``units``."""

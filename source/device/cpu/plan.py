@@ -144,35 +144,60 @@ class Plan:
         self.out_slots = tuple(idx for _, idx in self.outputs)
 
     def call(self, arrays: Sequence[np.ndarray], check: bool = False) -> list[np.ndarray]:
-        """Positional run (a control-flow body, once per iteration): ``arrays`` in the order of ``inputs``, the
-        outputs returned in the order of ``outputs``. The straight-line path builds no dict and reads no
-        environment; profiling and checking runs go through :meth:`run`."""
-        if not self.chunks or check or self.timings is not None or NESTED.active:
-            values = {name: a for (name, _), a in zip(self.inputs, arrays)}
-            self.run(values, check)
-            return [values[name] for name, _ in self.outputs]
+        """Positional run (a control-flow body): ``arrays`` in the order of ``inputs``, the outputs returned in
+        the order of ``outputs``."""
+        buffers = self.take()
         try:
-            buffers = self.pool.pop()
-        except IndexError:
-            buffers = Buffers.lay_out(self.memory, self.layout)
-        try:
-            slots = list(self.slots)
-            for idx, a in zip(self.in_slots, arrays):
-                slots[idx] = a
-            self._straight(slots, buffers)
-            return [slots[i] for i in self.out_slots]
+            return self.call_on(arrays, check, buffers)
         finally:
             self.pool.append(buffers)
+
+    def call_on(self, arrays: Sequence[np.ndarray], check: bool, buffers: Buffers) -> list[np.ndarray]:
+        """:meth:`call` on ``buffers``. The straight-line path builds no dict and reads no environment;
+        profiling and checking runs go through :meth:`execute`."""
+        if not self.chunks or check or self.timings is not None or NESTED.active:
+            values = {name: a for (name, _), a in zip(self.inputs, arrays)}
+            self.execute(values, check, buffers)
+            return [values[name] for name, _ in self.outputs]
+        call = self.chunks[0].call
+        if call is not None:            # one chunk: its positional function
+            try:
+                return call(arrays, buffers.per_step, buffers.arena)
+            except (NnhalError, MemoryError):
+                raise
+            except Exception as exc:
+                self._explain_failure(exc, {name: a for (name, _), a in zip(self.inputs, arrays)}, buffers)
+        slots = list(self.slots)
+        for idx, a in zip(self.in_slots, arrays):
+            slots[idx] = a
+        self._straight(slots, buffers)
+        return [slots[i] for i in self.out_slots]
 
     def run(self, values: dict[str, np.ndarray], check: bool | None = None) -> None:
         """Run with ``values`` (inputs in, outputs out); ``check``: verify outputs against inference
         (None: as NNHAL_CHECK says; nested bodies pass their node's reading, once per node run)."""
         if check is None:
             check = checking()
+        buffers = self.take()
         try:
-            buffers = self.pool.pop()         # NOTE: pop/append are atomic: no lock on the run path
+            self.execute(values, check, buffers)
+        finally:
+            self.pool.append(buffers)
+
+    def take(self) -> Buffers:
+        """A free set of buffers from the pool, or a new one (give it back with ``pool.append``)."""
+        try:
+            return self.pool.pop()            # NOTE: pop/append are atomic: no lock on the run path
         except IndexError:
-            buffers = Buffers.lay_out(self.memory, self.layout)
+            return Buffers.lay_out(self.memory, self.layout)
+
+    def iterate(self, turns: int = 2) -> Iteration:
+        """Buffer sets held for the iterations of one Loop or Scan run, two taken in turn (see Iteration); one for
+        an If's branch, run once, whose outputs its node copies before ``close``."""
+        return Iteration(self, tuple(self.take() for _ in range(turns)))
+
+    def execute(self, values: dict[str, np.ndarray], check: bool, buffers: Buffers) -> None:
+        """One run on ``buffers``: straight-line, or step by step when checking or timed (profiling)."""
         timings, owner = self.timings, NESTED.owner
         if timings is not None:
             NESTED.owner = self
@@ -185,7 +210,6 @@ class Plan:
                 self._run(values, buffers.per_step, check, timings)
         finally:
             NESTED.owner = owner
-            self.pool.append(buffers)
 
     def _run_straight(self, values: dict[str, np.ndarray], buffers: Buffers) -> None:
         slots = list(self.slots)
@@ -204,15 +228,19 @@ class Plan:
         except (NnhalError, MemoryError):   # out of memory: the caller turns it into a LimitError
             raise
         except Exception as exc:
-            # NOTE: the straight-line code keeps tensors in locals: run the plan again step by step, where
-            # the failing step's operands are at hand for the prototype to explain (kernels are pure)
-            self._run({name: slots[idx] for name, idx in self.inputs}, per_step, False, None)
-            k = failing_step(exc, self.chunks)
-            if k is None:
-                raise DeviceError(f"cpu: a plan's run failed: {type(exc).__name__}: {exc}") from exc
-            step = self.steps[k]
-            raise DeviceError(f"{where(step.node, 'cpu')}: kernel '{step.kernel_name}' failed: "
-                              f"{type(exc).__name__}: {exc}") from exc
+            self._explain_failure(exc, {name: slots[idx] for name, idx in self.inputs}, buffers)
+
+    def _explain_failure(self, exc: Exception, values: dict[str, np.ndarray], buffers: Buffers) -> None:
+        """Raise the typed error of a straight-line run that failed with ``exc`` on the inputs ``values``."""
+        # NOTE: the straight-line code keeps tensors in locals: run the plan again step by step, where
+        # the failing step's operands are at hand for the prototype to explain (kernels are pure)
+        self._run(values, buffers.per_step, False, None)
+        k = failing_step(exc, self.chunks)
+        if k is None:
+            raise DeviceError(f"cpu: a plan's run failed: {type(exc).__name__}: {exc}") from exc
+        step = self.steps[k]
+        raise DeviceError(f"{where(step.node, 'cpu')}: kernel '{step.kernel_name}' failed: "
+                          f"{type(exc).__name__}: {exc}") from exc
 
     def _run(self, values: dict[str, np.ndarray], per_step: list[list], check: bool,
              timings: list[float] | None) -> None:
@@ -255,12 +283,41 @@ class Plan:
             values[name] = slots[idx]
 
 
+class Iteration:
+    """The iterations of one Loop or Scan run of a body plan compiled ``borrowed`` (control.plan_iteration_body).
+
+    Two buffer sets are held for the whole run and taken in turn, so a body output stays where its step wrote
+    it (an Identity of a step's output is that output, not a per-iteration copy): the next iteration writes the
+    other set while it reads this one's outputs as its inputs. An output found in the other set's arena is an
+    input passed through from the iteration before, which the next iteration would overwrite: it alone is
+    copied. The driver copies what it keeps after the last iteration (final states, scan rows) before
+    ``close`` gives the sets back to the plan's pool. An If holds one set for its one run of a branch, and
+    stores or copies the branch's outputs before ``close``."""
+
+    def __init__(self, plan: Plan, sets: tuple[Buffers, ...]):
+        self.plan, self.sets, self.turn = plan, sets, 0
+
+    def call(self, arrays: Sequence[np.ndarray], check: bool = False) -> list[np.ndarray]:
+        """One iteration (:meth:`Plan.call` on this turn's buffer set)."""
+        if len(self.sets) == 1:
+            return self.plan.call_on(arrays, check, self.sets[0])
+        turn = self.turn
+        self.turn = 1 - turn
+        results = self.plan.call_on(arrays, check, self.sets[turn])
+        other = self.sets[1 - turn].arena
+        return [np.array(r) if getattr(r, "base", None) is other else r for r in results]
+
+    def close(self) -> None:
+        """Give the buffer sets back to the plan's pool."""
+        self.plan.pool.extend(self.sets)
+
+
 def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: list[str], body: bool = False,
                   borrowed: bool = False) -> Plan:
     """Build the plan for ``nodes`` of ``graph`` reading ``inputs`` and producing ``outputs`` (``body``: a
     control-flow body's, which may choose the kernels of one step's small products, kernels/step_gemm.py;
-    ``borrowed``: a Loop or Scan body's, whose outputs may be its inputs as they are, see
-    control.plan_iteration_body)."""
+    ``borrowed``: a Loop or Scan body's or an If branch's, run through :class:`Iteration`, whose outputs may be its
+    inputs or its steps' outputs as they are, see control.plan_iteration_body)."""
     index: dict[str, int] = {"": 0}
     slots: list = [None, None]  # 0: absent input (None); 1: sink for absent outputs
 
@@ -314,8 +371,10 @@ def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: l
                 sizes[name] = t.nbytes
                 shapes[name], dtypes[name] = t.shape, t.dtype
     slices, strided = ({}, {}) if reference_forced() else concat_slices(graph, chosen, sizes, physical)
-    memory = plan_memory([(n.all_inputs, n.outputs, k.inplace, k.view) for n, k, _, _ in chosen], sizes, external,
-                         slices, strided)
+    # NOTE: the outputs are read after the last step: an output that is a view of a planned tensor (a borrowed
+    # body's Identity, a view kernel's result) keeps that tensor's buffer to the end of the run
+    memory = plan_memory([(n.all_inputs, n.outputs, k.inplace, k.view) for n, k, _, _ in chosen]
+                         + [(list(outputs), [], {}, {})], sizes, external, slices, strided)
     layout = (shapes, dtypes, [tuple(node.outputs) for node, _, _, _ in chosen])
     first = Buffers.lay_out(memory, layout)       # the pool's first set; more are laid out while runs overlap
     steps: list[Step] = []
@@ -326,7 +385,7 @@ def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: l
                      passthrough=(MemoryError,)):
             run = kernel.prepare(node, ins, outs)
         buffers, fresh = first.per_step[len(steps)], []
-        passes = borrowed and control.passes_input(node, kernel, inputs)
+        passes = borrowed and control.binds_output(node, kernel, run)
         for pos, name in enumerate(node.outputs):
             t = graph.tensors.get(name) if name else None
             if name in external and t is not None and t.static and not passes:
@@ -339,7 +398,7 @@ def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: l
     in_slots = [(n, slot(n)) for n in inputs]
     out_slots = [(n, slot(n)) for n in outputs]
     return Plan(steps, slots, in_slots, out_slots, memory, kernels, layout=layout, pool=[first],
-                chunks=generate(steps, slots, out_slots, first.arena))
+                chunks=generate(steps, slots, out_slots, first.arena, in_slots if body else None))
 
 
 def concat_slices(graph: Graph, chosen: list, sizes: dict[str, int], physical: dict[str, Info] | None = None) \

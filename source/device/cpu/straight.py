@@ -16,7 +16,7 @@ outputs that steps after the run read.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import CodeType
 
 import numpy as np
@@ -38,6 +38,10 @@ class Chunk:
     first: int
     count: int
     programs: tuple = ()      # the native step programs it calls (steps.py)
+    # a plan of one chunk: the same steps as ``call(arrays, per_step, arena)``, the plan's inputs in order in,
+    # its outputs returned in order (a control-flow body's iteration: no slot list filled or read)
+    call: Callable[[Sequence, list, np.ndarray], list] | None = None
+    call_code: CodeType | None = None
 
 
 def _store(buf: np.ndarray, result) -> np.ndarray:
@@ -53,14 +57,15 @@ def _fresh(bufs: list, fresh: tuple) -> list:
 
 
 def generate(steps: Sequence, slots: Sequence, outputs: Sequence[tuple[str, int]],
-             arena: np.ndarray | None = None) -> list[Chunk]:
+             arena: np.ndarray | None = None, inputs: Sequence[tuple[str, int]] | None = None) -> list[Chunk]:
     """The straight-line chunks of a plan. A run fills ``S = list(slots)`` with its inputs, calls every
     chunk as ``chunk.run(S, per_step, arena)`` in order and reads its outputs from ``S``.
 
     ``steps``: the plan's steps (run, ins, outs, buffers, fresh); ``slots``: the slot template (constants
-    filled); ``arena``: the arena of the template buffers (None: no native step programs). Which outputs have
-    a preallocated buffer, and where in the arena, is read from the steps' template buffers: every per-run
-    buffer set has the same layout."""
+    filled); ``arena``: the arena of the template buffers (None: no native step programs); ``inputs``: a
+    control-flow body plan's, for the positional entry of a plan of one chunk (Chunk.call; None: none). Which
+    outputs have a preallocated buffer, and where in the arena, is read from the steps' template buffers: every
+    per-run buffer set has the same layout."""
     last_read = {idx: len(steps) for _, idx in outputs}   # graph outputs are read after every step
     for k, step in enumerate(steps):
         for i in step.ins:
@@ -69,6 +74,11 @@ def generate(steps: Sequence, slots: Sequence, outputs: Sequence[tuple[str, int]
     chunks = []
     for first in range(0, len(steps), CHUNK):
         chunks.append(_chunk(steps, slots, first, min(first + CHUNK, len(steps)), last_read, segments))
+    if len(chunks) == 1 and inputs is not None:
+        positional = _chunk(steps, slots, 0, len(steps), last_read, segments,
+                            ([idx for _, idx in inputs], [idx for _, idx in outputs]))
+        if positional is not None:
+            chunks[0] = replace(chunks[0], call=positional.run, call_code=positional.code)
     return chunks
 
 
@@ -121,7 +131,10 @@ def _segments(steps: Sequence, slots: Sequence, arena: np.ndarray) -> dict[int, 
 
 
 def _chunk(steps: Sequence, slots: Sequence, first: int, stop: int, last_read: dict[int, int],
-           segments: dict[int, tuple[int, object]]) -> Chunk:
+           segments: dict[int, tuple[int, object]], positional: tuple[list, list] | None = None) -> Chunk | None:
+    """The chunk of steps [first, stop); ``positional`` (input slots, output slots): the whole plan's steps as
+    ``call(A, per_step, arena)`` reading input k from A[k] and returning the outputs (None when a step reads a
+    slot that is not an input)."""
     env: dict[str, object] = {"_store": _store, "_fresh": _fresh, "_empty": np.empty, "_asc": np.ascontiguousarray,
                               "_copy": np.array, "_f32": np.dtype(np.float32)}
     bound: list[str] = []
@@ -190,11 +203,22 @@ def _chunk(steps: Sequence, slots: Sequence, first: int, stop: int, last_read: d
                 parts.append(f"{target} = r[{p}]")
         body.append("    " + "; ".join(parts))
     stores = [i for i in sorted(defined) if i > 1 and last_read.get(i, -1) >= stop]
+    if positional is not None:
+        ins, outs = positional
+        returned = ", ".join(name(i) for i in outs)
+        if any(i not in ins for i in loads):
+            return None
+        source = [f"s{i} = A[{ins.index(i)}]" for i in loads]
+        tail = f"    return [{returned}]"
+    else:
+        source = [f"s{i} = S[{i}]" for i in loads]
+        tail = "    " + "; ".join(f"S[{i}] = s{i}" for i in stores) if stores else ""
     # the bindings and the loads share line 2, so step k sits on line FIRST_STEP_LINE + (k - first)
-    setup = ([f"{', '.join(bound)}, = _bound"] if bound else []) + [f"s{i} = S[{i}]" for i in loads]
-    lines = ["def run(S, per_step, arena):", "    " + "; ".join(setup)] + body
-    if stores:
-        lines.append("    " + "; ".join(f"S[{i}] = s{i}" for i in stores))
+    setup = ([f"{', '.join(bound)}, = _bound"] if bound else []) + source
+    head = "def run(A, per_step, arena):" if positional is not None else "def run(S, per_step, arena):"
+    lines = [head, "    " + "; ".join(setup or ["pass"])] + body
+    if tail:
+        lines.append(tail)
     env["_bound"] = tuple(env[n] for n in bound)
     code = compile("\n".join(lines) + "\n", f"<nnhal cpu plan, steps {first}-{stop - 1}>", "exec")
     exec(code, env)   # noqa: S102 - the source is built above from slot numbers and names nnhal chose
@@ -252,7 +276,7 @@ def _direct_ufunc(step):
 
 def failing_step(exc: BaseException, chunks: Sequence[Chunk]) -> int | None:
     """The step whose line of a generated chunk raised ``exc``, or None when it did not come from one."""
-    codes = {c.code: c for c in chunks}
+    codes = {c.code: c for c in chunks} | {c.call_code: c for c in chunks if c.call_code is not None}
     tb = exc.__traceback__
     found = None
     while tb is not None:

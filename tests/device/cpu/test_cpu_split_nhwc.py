@@ -9,7 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import nnhal
 from nnhal.device.cpu import native
-from nnhal.device.cpu.kernels.split import SplitRows
+from nnhal.device.cpu.kernels.split import SplitRows, SplitView
 from nnhal.graph.node import Node
 from nnhal.operator.base import Info
 
@@ -60,6 +60,22 @@ def test_a_block_split_keeps_the_view_kernel():
     ins = [Info(np.dtype(np.float32), (1, 24, 40, 40)), Info(np.dtype(np.int64), (2,), np.asarray([12, 12]))]
     node = Node("sp", "Split", ["x", "s"], ["a", "b"], {"axis": 1}, opset=13, version=13)
     assert SplitRows().score(node, ins, outs) == 0
+
+
+@pytest.mark.parametrize("parts", [1, 2, 3, 5])
+def test_the_view_kernel_gives_every_block_as_a_view(parts):
+    shape = (1, 1, 4 * parts, 3)
+    outs = [Info(np.dtype(np.float32), (1, 1, 4, 3))] * parts
+    node = Node("sp", "Split", ["x"], [f"y{k}" for k in range(parts)], {"axis": 2}, opset=18, version=18)
+    kernel = SplitView()
+    assert kernel.score(node, [Info(np.dtype(np.float32), shape)], outs) > 0
+    run = kernel.prepare(node, [Info(np.dtype(np.float32), shape)], outs)
+    x = np.random.default_rng(parts).standard_normal(shape).astype(np.float32)
+    got = run([x], [None] * parts)
+    assert type(got) is tuple and len(got) == parts
+    for g, w in zip(got, np.split(x, parts, axis=2)):
+        assert np.shares_memory(g, x)
+        np.testing.assert_array_equal(g, w)
 
 
 def _c2f(variant, opset=17):

@@ -23,7 +23,8 @@ STATES = {"LSTM": ("h0", "c0"), "GRU": ("h0",), "RNN": ("h0",)}
 
 
 def _model(op: str, direction: str = "forward", layout: int = 0, batch: int = 3, hidden: int = 4, lens=None,
-           states: bool = False, peep: bool = False, outputs: tuple[str, ...] | None = None, seed: int = 7, **attrs):
+           states: bool = False, peep: bool = False, outputs: tuple[str, ...] | None = None, seed: int = 7,
+           steps: int = T, **attrs):
     """One recurrent node with constant W, R, B (P, sequence_lens) and X (initial states) as graph inputs."""
     rng = np.random.default_rng(seed)
     g, d = GATES[op], 2 if direction == "bidirectional" else 1
@@ -31,7 +32,7 @@ def _model(op: str, direction: str = "forward", layout: int = 0, batch: int = 3,
     inits = [numpy_helper.from_array((0.4 * rng.standard_normal((d, g * hidden, N_IN))).astype(np.float32), "W"),
              numpy_helper.from_array((0.4 * rng.standard_normal((d, g * hidden, hidden))).astype(np.float32), "R"),
              numpy_helper.from_array((0.4 * rng.standard_normal((d, 2 * g * hidden))).astype(np.float32), "B")]
-    xs, ss = ((batch, T, N_IN), (batch, d, hidden)) if layout else ((T, batch, N_IN), (d, batch, hidden))
+    xs, ss = ((batch, steps, N_IN), (batch, d, hidden)) if layout else ((steps, batch, N_IN), (d, batch, hidden))
     graph_inputs = [helper.make_tensor_value_info("X", TensorProto.FLOAT, xs)]
     feeds = {"X": rng.standard_normal(xs).astype(np.float32)}
     names = ["X", "W", "R", "B", "" if lens is None else "L"]
@@ -173,6 +174,21 @@ def test_projection_in_c_and_by_numpy(op, attrs, pool, monkeypatch):
     monkeypatch.setenv("NNHAL_CPU_POOL", pool)
     for direction, layout in (("forward", 1), ("bidirectional", 0)):
         model, feeds = _model(op, direction, layout, batch=5, hidden=19, lens=[T, 3, 0, 1, T], states=True, **attrs)
+        with nnhal.Session(model, devices=["cpu"], num_thread=2) as s:
+            got = s.run(feeds)
+            assert s.subgraphs[0].stats["kernels"][s.subgraphs[0].nodes[0].name] == "native"
+        _check(got, _reference(model, feeds, monkeypatch), op)
+
+
+@pytest.mark.parametrize("pool", ["0", "1"])
+@pytest.mark.parametrize("hidden", [19, 64])
+@pytest.mark.parametrize("op,attrs", CELLS)
+def test_one_step_at_batch_one_projects_its_row_by_the_packed_gemv(op, attrs, hidden, pool, monkeypatch):
+    # a control-flow body's step: one row of X, projected in C over W^T packed at prepare (nn_rnn_row.h); hidden
+    # 19 leaves a part block of the GEMV, 64 fills whole ones; bidirectional: each direction's columns
+    monkeypatch.setenv("NNHAL_CPU_POOL", pool)
+    for direction in ("forward", "bidirectional"):
+        model, feeds = _model(op, direction, batch=1, hidden=hidden, states=True, steps=1, **attrs)
         with nnhal.Session(model, devices=["cpu"], num_thread=2) as s:
             got = s.run(feeds)
             assert s.subgraphs[0].stats["kernels"][s.subgraphs[0].nodes[0].name] == "native"

@@ -25,56 +25,50 @@ def install_body_compiler(compiler: Compiler) -> None:
     _body_compiler[:] = [compiler]
 
 
-def plan_body(graph: Graph, nodes: list[Node], inputs: list[str], outputs: list[str]) -> Runnable:
-    """A body's cpu plan, by the compiler the cpu plan installed."""
-    if not _body_compiler:
-        raise InternalError("the cpu device's body compiler is not installed (import nnhal.device.cpu.plan first)")
-    return _body_compiler[0](graph, nodes, inputs, outputs)
-
-
 def plan_iteration_body(graph: Graph, nodes: list[Node], inputs: list[str], outputs: list[str]) -> Runnable:
-    """A Loop or Scan body's cpu plan, run once per iteration: an Identity of a body input (a carried state or
-    condition passed through, an outer-scope tensor) is that input, not a per-iteration copy.
+    """A Loop or Scan body's or an If branch's cpu plan (by the compiler the cpu plan installed), run once per
+    iteration: a body output made by an Identity or a static view (of a body input, of a step's output, of an
+    outer-scope tensor) is that tensor, not a per-iteration copy.
 
-    NOTE: safe because the Loop and Scan drivers (hostkernels/op_loop.py, op_scan.py) copy whatever they keep
-    of a body's outputs: a carried state is only read by the next iteration, the final states are copied (own)
-    or stored into the node's outputs, and a scan output is copied into its row or stacked. An If branch's
-    outputs become the node's outputs as they are, so its branches keep the per-run copy (plan_body)."""
+    NOTE: safe because the Loop and Scan drivers (hostkernels/op_loop.py, op_scan.py) run the iterations
+    through the plan's ``iterate()`` (plan.Iteration: two buffer sets taken in turn, an input passed through
+    into the next iteration copied) and copy whatever they keep of a body's outputs: the final states are
+    copied (own) or stored into the node's outputs, and a scan output is copied into its row or kept as a
+    copy. An If runs its branch on one buffer set held until it has stored or copied the branch's outputs into
+    its own (hostkernels/op_if.py)."""
     if not _body_compiler:
         raise InternalError("the cpu device's body compiler is not installed (import nnhal.device.cpu.plan first)")
     return _body_compiler[0](graph, nodes, inputs, outputs, borrowed=True)
 
 
-def passes_input(node: Node, kernel, inputs: list[str]) -> bool:
-    """Whether ``node`` run by ``kernel`` passes one of a plan's ``inputs`` through as it is (an Identity)."""
-    return type(kernel) is IdentityKernel and node.op_type == "Identity" and not node.domain \
-        and len(node.inputs) == 1 and node.inputs[0] in inputs
+def binds_output(node: Node, kernel, run) -> bool:
+    """Whether ``node`` run by ``kernel`` (prepared as ``run``) gives its input as it is (an Identity) or a
+    view of it (kernels/view.py), so a borrowed body's output it makes needs no buffer of its own."""
+    identity = type(kernel) is IdentityKernel and node.op_type == "Identity" and not node.domain \
+        and len(node.inputs) == 1
+    return identity or getattr(run, "view_of", None) is not None
 
 
 class _Planned:
     """Before the host kernel: the same run, its bodies planned by the cpu device."""
 
     name = "planned"
-    compiler = staticmethod(plan_body)
+    compiler = staticmethod(plan_iteration_body)
 
     def score(self, node, ins, outs) -> int:
         return 2
 
 
 class IfPlanned(_Planned, IfKernel):
-    """If, branches planned by the cpu device."""
+    """If, branches planned by the cpu device (outputs not copied in the branch: the node copies them)."""
 
 
 class LoopPlanned(_Planned, LoopKernel):
-    """Loop, body planned by the cpu device (passed-through inputs not copied per iteration)."""
-
-    compiler = staticmethod(plan_iteration_body)
+    """Loop, body planned by the cpu device (its outputs not copied per iteration)."""
 
 
 class ScanPlanned(_Planned, ScanKernel):
-    """Scan, body planned by the cpu device (passed-through inputs not copied per iteration)."""
-
-    compiler = staticmethod(plan_iteration_body)
+    """Scan, body planned by the cpu device (its outputs not copied per iteration)."""
 
 
 def iterates(nodes: list[Node]) -> bool:

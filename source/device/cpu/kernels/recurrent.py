@@ -27,6 +27,7 @@ from nnhal.hostkernels.base import Kernel, RunFn
 from nnhal.hostkernels.ms_dynamic_quantize_lstm import float_infos
 
 _F32 = np.dtype(np.float32)
+_I32 = np.dtype(np.int32)
 
 
 class FastLSTMKernel(Kernel):
@@ -220,20 +221,14 @@ class _NativeRecurrent(Kernel):
 
         made = [k for k in range(1 + n_states) if k < len(wanted) and wanted[k]]   # outputs the node writes
         stored = range(len(wanted))
+        first, second = (self.states + (0,))[:2]       # input indices of h0 and c0 (0: none)
+        # id(outputs) -> (outputs, x's shape, R, pool, threads, results, returned tuple or None, parts): a list of
+        # planned outputs (a plan's buffer set: the same list every run) whose buffers were found to fit, once
+        fitted: dict[int, tuple] = {}
 
-        def run(inputs, outputs):
-            # NOTE: a body's LSTM runs once per iteration on one step, so this wrapper is as lean as it goes:
-            # the geometry is computed once per shape, and operands already float32 and C-contiguous (the
-            # usual case) and planned outputs the kernel writes in place are taken without a call each
-            x = inputs[0]
-            if x.dtype != _F32 or not x.flags.c_contiguous:
-                x = np.ascontiguousarray(x, dtype=np.float32)
-            pool = parallel.native_pool()
-            key = (x.shape, inputs[2].shape[2], pool, parallel.threads())
-            found = geometries.get(key)
-            if found is None:
-                found = geometries[key] = geometry(x, key[1], pool)
-            shapes, parts = found
+        def outputs_for(outputs: list, shapes: list) -> tuple[list, tuple | None]:
+            """The arrays the kernel writes (planned outputs that fit, else new ones) and, when every output
+            is a planned one written in place, the tuple the run returns."""
             results: list = [None, None, None]
             planned = len(outputs)
             for k in made:
@@ -241,7 +236,38 @@ class _NativeRecurrent(Kernel):
                 if out is None or out.shape != shapes[k] or out.dtype != _F32 or not out.flags.c_contiguous:
                     out = np.empty(shapes[k], np.float32)
                 results[k] = out
-            h0, c0 = [_operand(inputs, i, np.float32) for i in self.states] + [None] * (2 - n_states)
+            direct = all(k < planned and outputs[k] is results[k] for k in stored)
+            return results, (tuple(results[k] for k in stored) if direct else None)
+
+        def setup(x: np.ndarray, outputs: list, r: np.ndarray, pool: bool, threads: int) -> tuple:
+            """The entry of ``fitted`` for this run (stored when its outputs are planned ones that fit)."""
+            key = (x.shape, r.shape[2], pool, threads)
+            found = geometries.get(key)
+            if found is None:
+                found = geometries[key] = geometry(x, key[1], pool)
+            shapes, parts = found
+            results, direct = outputs_for(outputs, shapes)
+            entry = (outputs, x.shape, r, pool, threads, results, direct, parts)
+            if direct is not None:
+                if len(fitted) >= 8:
+                    fitted.clear()
+                fitted[id(outputs)] = entry     # holds the list: its id stays its own while cached
+            return entry
+
+        def run(inputs, outputs):
+            # NOTE: a body's LSTM runs once per iteration on one step, so this wrapper is as lean as it goes:
+            # the geometry and the planned outputs are checked once per buffer set and shapes, and operands
+            # already float32 and C-contiguous (the usual case) are taken as they are
+            x = inputs[0]
+            if x.dtype != _F32 or not x.flags.c_contiguous:
+                x = np.ascontiguousarray(x, dtype=np.float32)
+            threads = parallel.native_threads()
+            pool = threads > 0
+            entry = fitted.get(id(outputs))
+            if entry is None or entry[0] is not outputs or entry[1] != x.shape or entry[2] is not inputs[2] \
+                    or entry[4] != threads:
+                entry = setup(x, outputs, inputs[2], pool, threads)
+            results, direct, parts = entry[5], entry[6], entry[7]
             layer, wt, bias = packed or self.pack(node, inputs)
             xw = None
             if not pool:
@@ -251,8 +277,13 @@ class _NativeRecurrent(Kernel):
                 # cpu device's other native GEMMs leave the pool-off case to numpy
                 xw = parallel.matmul(x.reshape(-1, x.shape[2]), wt)
                 xw += bias
-            layer.run(x, xw, results[0], results[1], results[2], h0, c0,
-                      _operand(inputs, 4, np.int32), parts)
+            h0 = _operand(inputs, first, _F32) if first else None
+            c0 = _operand(inputs, second, _F32) if second else None
+            lens = _operand(inputs, 4, _I32) if len(inputs) > 4 and inputs[4] is not None else None
+            layer.run(x, xw, results[0], results[1], results[2], h0, c0, lens, parts)
+            if direct is not None:
+                return direct
+            planned = len(outputs)
             return tuple([results[k] if k < planned and outputs[k] is results[k]
                           else _store(results[k], outputs, k, dtypes[k]) for k in stored])
 

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 from itertools import pairwise
+from operator import itemgetter
 
 import numpy as np
 
@@ -48,10 +49,19 @@ class SplitView(Kernel):
         width = outs[0].shape[axis]
         head = (slice(None),) * axis
         slices = tuple(head + (slice(k * width, (k + 1) * width),) for k in range(len(outs)))
+        if len(slices) == 1:
+            only = slices[0]
+
+            def run(inputs, outputs):
+                return (inputs[0][only],)
+
+            return run
+        # NOTE: one C call makes every part (a GRU cell's step splits two projections per iteration: 0.6 us
+        # against 3.0 for a generator of the slices, on a loaded machine)
+        parts = itemgetter(*slices)
 
         def run(inputs, outputs):
-            x = inputs[0]
-            return tuple(x[sl] for sl in slices)
+            return parts(inputs[0])
 
         return run
 

@@ -6,7 +6,7 @@ two, and the framework around it (the pool's split decision, the BLAS-matrix che
 activation as separate calls) took ten. These kernels prepare a ``native.Gemm`` of the constant B with its
 bias and fused activation once and run it directly, unsplit: act(A @ B + bias) in one native call.
 
-Only a body's plan chooses them (kernels.select with ``body=True``; control.plan_body): a main graph's
+Only a body's plan chooses them (kernels.select with ``body=True``; control.plan_iteration_body): a main graph's
 products keep the pooled kernels, whose thread choice the plan makes (cpu_device.cpu_pre_run).
 """
 from __future__ import annotations

@@ -1488,6 +1488,7 @@ typedef struct {
     int64_t input, hidden, gates;       /* gates: 4 LSTM, 3 GRU, 1 RNN */
     float clip;                         /* INFINITY: no clip */
     const float *w;                     /* (D * G * H, I): W of every direction, rows as in ONNX */
+    const float *wt;                    /* (I, D * G * H): W^T for a one-row projection (nn_rnn_row.h), or NULL */
     const float *bias;                  /* (D * G * H,): the bias folded into the projection */
     const float *rt;                    /* (D, H, G * H): R^T per direction */
     const float *rbh;                   /* (D, H) GRU's recurrent h bias when linear_before_reset, else NULL */
@@ -1638,6 +1639,8 @@ NN_INLINE void nn_rnn_product(const float *h, int64_t rows, int64_t k, const flo
     for (; b < rows; b++) nn_rnn_gemv(h + b * k, k, rt, ldr, n, g + b * ldg);
 }
 
+#include "nn_rnn_row.h"
+
 /* One run's operands: the projection (xw), the caller's arrays and per-direction scratch. */
 typedef struct {
     const nn_rnn_params *p;
@@ -1655,6 +1658,10 @@ static void nn_rnn_project(const nn_rnn_args *a, int64_t r0, int64_t r1, int64_t
     const nn_rnn_params *p = a->p;
     const int64_t ld = p->dirs * p->gates * p->hidden;
     if (a->projected || r1 <= r0 || c1 <= c0) return;
+    if (r1 - r0 == 1 && p->wt) {
+        nn_rnn_project_row(p, a->x + r0 * p->input, a->xw + r0 * ld, c0, c1);
+        return;
+    }
     if (r1 - r0 == 1 && p->input * (c1 - c0) <= NN_GEMV_MAX) {
         /* one row (a control-flow body's LSTM step at batch 1): dot products with the rows of W read in place;
          * the BLAS packs W at every call (nn_gemv.h's note) */
@@ -2728,9 +2735,11 @@ typedef struct {
     PyObject_HEAD
     nn_rnn_params p;
     nn_arg w, bias, rt, rbh, peep;
+    float *wt;                          /* owned: p.wt */
 } nn_rnn_object;
 
 static void nn_rnn_dealloc(nn_rnn_object *self) {
+    PyMem_Free(self->wt);
     nn_release(&self->w, 1);
     nn_release(&self->bias, 1);
     nn_release(&self->rt, 1);
@@ -2837,6 +2846,7 @@ static PyObject *nn_rnn_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
     }
     p.w = self->w.view.buf, p.bias = self->bias.view.buf, p.rt = self->rt.view.buf;
     p.rbh = self->rbh.view.buf, p.peep = self->peep.view.buf;
+    if (nn_rnn_pack_wt(&p, &self->wt)) goto fail;
     self->p = p;
     return (PyObject *)self;
 fail:
