@@ -19,6 +19,7 @@ reshape (kernels/transpose.py ``reshape``: a view already) is left alone.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import fields
 
 import numpy as np
@@ -32,19 +33,21 @@ from nnhal.operator.base import Info
 from nnhal.operator.op_transpose import permutation
 
 _F32 = np.dtype(np.float32)
+View = Callable[[np.ndarray], np.ndarray]      # an operand as the MatMul reads it, from the array it is given
 
 
 class MatMulViews(Kernel):
-    """A MatMul kernel run on transposed views: input k is ``inputs[k].transpose(perms[k])`` (the folded
-    Transpose's input, seen as its output), and with ``out_perm`` the product is written through
-    ``outputs[0].transpose(inverse of out_perm)`` (the folded Transpose's output buffer). ``inner`` gets the
-    node and the infos the MatMul had before the fold, so it prepares exactly as it would have."""
+    """A MatMul kernel run on views: input k is ``views[k](inputs[k])`` (the folded Transposes' input seen as
+    their output, or a row gather's data seen as the gather reshaped), and with ``out_perm`` the product is
+    written through ``outputs[0].transpose(inverse of out_perm)`` (the folded Transpose's output buffer).
+    ``inner`` gets the node and the infos the MatMul had before the fold, so it prepares exactly as it would
+    have."""
 
     op_type = "MatMul"
 
-    def __init__(self, inner: Kernel, perms: dict[int, tuple[int, ...]], ins: list[Info | None],
+    def __init__(self, inner: Kernel, views: dict[int, View], ins: list[Info | None],
                  out_perm: tuple[int, ...] | None, outs: list[Info]):
-        self.inner, self.perms, self.inner_ins = inner, dict(perms), list(ins)
+        self.inner, self.views, self.inner_ins = inner, dict(views), list(ins)
         self.out_perm, self.inner_outs = out_perm, list(outs)
         self.name = f"{inner.name}, views"
 
@@ -52,12 +55,12 @@ class MatMulViews(Kernel):
         """The inner kernel's run function prepared for the pre-fold infos, its operands and product mapped
         through the views."""
         run = self.inner.prepare(node, self.inner_ins, self.inner_outs)
-        perms = tuple(self.perms.items())
+        views = tuple(self.views.items())
         if self.out_perm is None:
             def run_views(inputs, outputs):
                 inputs = list(inputs)
-                for k, perm in perms:
-                    inputs[k] = inputs[k].transpose(perm)
+                for k, view in views:
+                    inputs[k] = view(inputs[k])
                 return run(inputs, outputs)
 
             return run_views
@@ -67,8 +70,8 @@ class MatMulViews(Kernel):
 
         def run_merged(inputs, outputs):
             inputs = list(inputs)
-            for k, p in perms:
-                inputs[k] = inputs[k].transpose(p)
+            for k, operand_view in views:
+                inputs[k] = operand_view(inputs[k])
             out = outputs[0] if outputs[0] is not None else np.empty(shape, dtype)
             view = out.transpose(inverse)
             y = run(inputs, [view])[0]
@@ -80,8 +83,8 @@ class MatMulViews(Kernel):
 
 
 def _chain(chosen: list[Chosen], j: int, producer: dict[str, int], external: set[str]) \
-        -> tuple[tuple[int, ...], list[int]] | None:
-    """(perm, positions) of the Transpose at ``j`` composed with the Transposes before it that feed it
+        -> tuple[View, list[int]] | None:
+    """(view, positions) of the Transpose at ``j`` composed with the Transposes before it that feed it
     (a head split then a k transpose: one view of the head split's input), when the composed perm is one
     BLAS reads in place (the input's last axis lands on one of the output's last two); positions from ``j``
     back to the chain's first Transpose."""
@@ -97,7 +100,72 @@ def _chain(chosen: list[Chosen], j: int, producer: dict[str, int], external: set
             break
         perm = tuple(before[p] for p in perm)
         links.append(i)
-    return (perm, links) if len(perm) - 1 in perm[-2:] else None
+    if len(perm) - 1 not in perm[-2:]:
+        return None
+    return (lambda x: x.transpose(perm)), links
+
+
+def _operand(chosen: list[Chosen], j: int, producer: dict[str, int], external: set[str], reads) \
+        -> tuple[View, list[int]] | None:
+    """(view, positions) of the operand produced at ``j``: a chain of Transposes (_chain), possibly of a row
+    gather's Reshape read by nothing else (_rows: the view is then the transposed strided one), or that
+    Reshape alone."""
+    found = _chain(chosen, j, producer, external)
+    if found is None:
+        return _rows(chosen, j, producer, external, reads)
+    transpose, links = found
+    src = chosen[links[-1]].node.inputs[0]
+    r = producer.get(src)
+    rows = _rows(chosen, r, producer, external, reads) if r is not None and src not in external \
+        and reads[src] == 1 else None
+    if rows is None:
+        return found
+    strided, more = rows
+    return (lambda x: transpose(strided(x))), links + more
+
+
+def _rows(chosen: list[Chosen], j: int, producer: dict[str, int], external: set[str], reads) \
+        -> tuple[View, list[int]] | None:
+    """(view, positions) of a Reshape view at ``j`` of a Gather of constant rows (axis 0) of a matrix (R, C),
+    the sole reader of the gather (optimizer/movement.py's collapsed head split: q, k or v of a fused
+    projection, rows t * 3H + h), when the rows, laid out as the Reshape's leading axes, are an affine grid
+    with non-negative steps: the result is then the matrix seen with strides (no copy), its last axis the
+    rows' C elements; positions: the Reshape, the Gather."""
+    node, kernel, ins, outs = chosen[j]
+    if node.op_type != "Reshape" or kernel.name != "view" or outs[0].dtype != _F32 or not _static(outs[0]):
+        return None
+    data = node.inputs[0]
+    g = producer.get(data)
+    if g is None or data in external or reads[data] != 1:
+        return None
+    gnode, gkernel, gins, _ = chosen[g]
+    if gnode.op_type != "Gather" or gnode.domain or gkernel.name != "constant-indices" \
+            or gnode.attrs.get("axis", 0) != 0 or len(gins) != 2 or gins[1] is None or gins[1].value is None \
+            or not _static(gins[0]) or len(gins[0].shape) != 2 or gins[0].dtype != _F32:
+        return None
+    rows, c = gins[0].shape
+    shape = tuple(outs[0].shape)
+    idx = np.asarray(gins[1].value).astype(np.int64).reshape(-1)
+    if len(shape) < 2 or shape[-1] != c or idx.size != int(np.prod(shape[:-1])) or idx.size == 0 \
+            or idx.min() < -rows or idx.max() >= rows:
+        return None
+    grid = np.where(idx < 0, idx + rows, idx).reshape(shape[:-1])
+    base = int(grid.flat[0])
+    steps = [int(grid[(0,) * d + (1,) + (0,) * (grid.ndim - d - 1)]) - base if shape[d] > 1 else 0
+             for d in range(grid.ndim)]
+    if any(st < 0 for st in steps) or (shape[-2] > 1 and steps[-1] < 1):
+        return None
+    if not np.array_equal(grid, base + sum(np.indices(grid.shape)[d] * steps[d] for d in range(grid.ndim))):
+        return None
+    strides = tuple(st * c * 4 for st in steps) + (4,)
+    start = base * c
+
+    def view(x: np.ndarray) -> np.ndarray:
+        if x.shape == (rows, c) and x.flags.c_contiguous:
+            return np.lib.stride_tricks.as_strided(x.reshape(-1)[start:], shape, strides, writeable=False)
+        return np.take(x, grid.reshape(-1), axis=0).reshape(shape)      # the gather's own copy
+
+    return view, [j, g]
 
 
 def _product_perm(entry: Chosen) -> tuple[int, ...] | None:
@@ -147,19 +215,19 @@ def fold_transposes(chosen: list[Chosen], external: set[str]) -> list[Chosen]:
         if not _foldable(entry):
             continue
         node, kernel, ins, outs = entry
-        perms: dict[int, tuple[int, ...]] = {}
+        views: dict[int, View] = {}
         inputs, new_ins, absorbed = list(node.inputs), list(ins), []
         for k in (0, 1):
             name = node.inputs[k] if k < len(node.inputs) else ""
             j = producer.get(name)
             if not name or name in external or j is None or j in dropped:
                 continue
-            chain = _chain(chosen, j, producer, external)
+            found = _operand(chosen, j, producer, external, reads)
             # every reader a foldable MatMul taking it as operand 0 or 1 only (those readers fold it too)
-            if chain is None or not all(_foldable(chosen[r]) and name not in chosen[r].node.inputs[2:]
+            if found is None or not all(_foldable(chosen[r]) and name not in chosen[r].node.inputs[2:]
                                         for r in readers.get(name, ())):
                 continue
-            perms[k], links = chain
+            views[k], links = found
             first = chosen[links[-1]]
             inputs[k], new_ins[k] = first.node.inputs[0], first.ins[0]
             absorbed += [chosen[i].node.name for i in links]
@@ -177,7 +245,7 @@ def fold_transposes(chosen: list[Chosen], external: set[str]) -> list[Chosen]:
             continue
         base = {**{f.name: getattr(node, f.name) for f in fields(Node)}, "inputs": inputs, "outputs": outputs}
         fused = FusedNode(**base, epilogue=epilogue_of(node), absorbed=getattr(node, "absorbed", ()) + tuple(absorbed))
-        chosen[pos] = Chosen(fused, MatMulViews(kernel, perms, ins, out_perm, outs), new_ins, new_outs)
+        chosen[pos] = Chosen(fused, MatMulViews(kernel, views, ins, out_perm, outs), new_ins, new_outs)
     for j in sorted(folded, reverse=True):       # a chain's last Transpose first: it may read the one before
         still_read = {n for pos, e in enumerate(chosen) if pos not in dropped for n in e.node.all_inputs if n}
         if chosen[j].node.outputs[0] not in still_read:

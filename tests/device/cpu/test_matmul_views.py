@@ -116,3 +116,41 @@ def test_a_transpose_read_elsewhere_or_not_blas_readable_stays(path):
     assert_within_bound(s, feeds["q"].astype(np.float64) @ kt, matmul_bound(feeds["q"], kt))
     np.testing.assert_array_equal(twice, kt + kt)
     assert_within_bound(u, wt.astype(np.float64) @ feeds["r"], matmul_bound(wt, feeds["r"]))
+
+
+def rows_model(seq, heads, dim, q_rows, k_rows):
+    """A fused projection's output x (seq, 3 * heads * dim) split into q and k as optimizer/movement.py
+    leaves a collapsed head split: Reshape to rows of ``dim``, Gather of constant rows, Reshape to
+    (1, heads, seq, dim); k then transposed; the scores q k^T."""
+    nodes = [helper.make_node("Reshape", ["x", "rows_shape"], ["m"])]
+    for name, rows in (("q", q_rows), ("k", k_rows)):
+        nodes += [helper.make_node("Gather", ["m", f"{name}_rows"], [f"{name}_g"], axis=0),
+                  helper.make_node("Reshape", [f"{name}_g", "head_shape"], [f"{name}h"])]
+    nodes += [helper.make_node("Transpose", ["kh"], ["kt"], perm=[0, 1, 3, 2]),
+              helper.make_node("MatMul", ["qh", "kt"], ["y"])]
+    inits = [numpy_helper.from_array(np.array([seq * 3 * heads, dim], np.int64), "rows_shape"),
+             numpy_helper.from_array(np.array([1, heads, seq, dim], np.int64), "head_shape"),
+             numpy_helper.from_array(np.asarray(q_rows, np.int64), "q_rows"),
+             numpy_helper.from_array(np.asarray(k_rows, np.int64), "k_rows")]
+    return make_model(nodes, [vinfo("x", [seq, 3 * heads * dim])], [vinfo("y", [1, heads, seq, seq])], inits)
+
+
+@pytest.mark.parametrize("affine", [True, False])
+def test_a_row_gather_head_split_is_read_as_a_strided_view(path, affine):
+    """q rows t * 3H + h and k rows t * 3H + H + h (a head split of a fused q/k/v projection) are affine
+    grids: the MatMul reads the projection with strides, no Gather is left. Shuffled rows are not: the
+    Gathers stay. Both against float64."""
+    seq, heads, dim = 10, 3, 8
+    rng = np.random.default_rng(11)
+    grid = np.array([[t * 3 * heads + h for t in range(seq)] for h in range(heads)]).reshape(-1)
+    q_rows, k_rows = grid, grid + heads
+    if not affine:
+        q_rows = rng.permutation(grid)
+    x = rng.standard_normal((seq, 3 * heads * dim), dtype=np.float32)
+    (got,), steps = run(rows_model(seq, heads, dim, q_rows, k_rows), {"x": x})
+    ops = [op for op, _ in steps]
+    assert ops.count("Gather") == (0 if affine else 1) and "Transpose" not in ops, steps
+    m = x.reshape(-1, dim)
+    q, k = (m[r].reshape(1, heads, seq, dim) for r in (q_rows, k_rows))
+    kt = k.transpose(0, 1, 3, 2)
+    assert_within_bound(got, q.astype(np.float64) @ kt, matmul_bound(q, kt))
