@@ -222,7 +222,8 @@ def fold_transposes(chosen: list[Chosen], external: set[str]) -> list[Chosen]:
             j = producer.get(name)
             if not name or name in external or j is None or j in dropped:
                 continue
-            found = _operand(chosen, j, producer, external, reads)
+            # a Transpose whose input's MatMul now writes its output (dropped) ends a chain: its input is gone
+            found = _operand(chosen, j, producer, external | {chosen[d].node.outputs[0] for d in dropped}, reads)
             # every reader a foldable MatMul taking it as operand 0 or 1 only (those readers fold it too)
             if found is None or not all(_foldable(chosen[r]) and name not in chosen[r].node.inputs[2:]
                                         for r in readers.get(name, ())):

@@ -154,3 +154,28 @@ def test_a_row_gather_head_split_is_read_as_a_strided_view(path, affine):
     q, k = (m[r].reshape(1, heads, seq, dim) for r in (q_rows, k_rows))
     kt = k.transpose(0, 1, 3, 2)
     assert_within_bound(got, q.astype(np.float64) @ kt, matmul_bound(q, kt))
+
+
+def test_a_merge_written_through_a_view_is_then_read_through_one(path):
+    """p = a @ b merged by Transpose (0, 2, 1, 3) (the first MatMul writes the merged tensor), then read
+    transposed by a second MatMul: the second reads the merged tensor, not p (which no longer exists)."""
+    heads, seq, dim = 3, 6, 5
+    rng = np.random.default_rng(4)
+    nodes = [helper.make_node("MatMul", ["a", "b"], ["p"]),
+             helper.make_node("Transpose", ["p"], ["m"], perm=[0, 2, 1, 3]),
+             helper.make_node("Transpose", ["m"], ["t"], perm=[0, 2, 3, 1]),
+             helper.make_node("MatMul", ["q", "t"], ["y"])]
+    model = make_model(nodes, [vinfo("a", [1, heads, seq, dim]), vinfo("b", [1, heads, dim, dim]),
+                               vinfo("q", [1, heads, seq, dim])], [vinfo("y", [1, heads, seq, seq])])
+    feeds = {n: rng.standard_normal(s, dtype=np.float32) for n, s in
+             (("a", (1, heads, seq, dim)), ("b", (1, heads, dim, dim)), ("q", (1, heads, seq, dim)))}
+    (got,), steps = run(model, feeds)
+    assert [op for op, _ in steps] == ["MatMul", "MatMul"], steps
+    p = feeds["a"].astype(np.float64) @ feeds["b"]
+    t = p.transpose(0, 1, 3, 2)                 # (0, 2, 1, 3) then (0, 2, 3, 1)
+    want = feeds["q"] @ t
+    # p carries its own float32 rounding into the second product: the chain's bound plus |q| @ (bound of p)
+    p_bound = matmul_bound(feeds["a"], feeds["b"])
+    bound = matmul_bound(feeds["q"], t.astype(np.float32)) + np.abs(feeds["q"].astype(np.float64)) @ \
+        p_bound.transpose(0, 1, 3, 2) * (1 + 4 * unit_roundoff())
+    assert_within_bound(got, want, bound)
