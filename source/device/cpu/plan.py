@@ -21,6 +21,7 @@ from nnhal.device.cpu.groupnorm import fuse_group_norm
 from nnhal.device.cpu.integer import fuse_code_clamps, use_integer_kernels
 from nnhal.device.cpu.kernels import control, select
 from nnhal.device.cpu.layout import Layouts, assign_layouts
+from nnhal.device.cpu.matmul_views import fold_transposes
 from nnhal.device.cpu.planner import MemoryPlan, arena_views, plan_memory
 from nnhal.device.cpu.scale_fold import fold_operand_scales
 from nnhal.device.cpu.straight import Chunk, binds_input, failing_step, generate
@@ -352,6 +353,7 @@ def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: l
         chosen = fuse_group_norm(chosen, external, constants)
         chosen = fuse_activations(chosen, external)
         chosen = fuse_channel_shuffle(chosen, external, constants)
+        chosen = fold_transposes(chosen, external)
         chosen, layouts = assign_layouts(chosen, external)
         chosen = fuse_relayout_casts(chosen, external)
         constants.update(layouts.constants)

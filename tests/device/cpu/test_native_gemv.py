@@ -65,3 +65,56 @@ def test_a_recurrent_layer_of_one_row_projects_by_dot_products(op, direction, mo
         got = s.run(feeds)
         assert s.subgraphs[0].stats["kernels"][s.subgraphs[0].nodes[0].name] == "native"
     rec._check(got, rec._reference(model, feeds, monkeypatch), op)
+
+
+@pytest.mark.parametrize("rows", [1, 2])
+@pytest.mark.parametrize("transposed", [False, True])
+@pytest.mark.parametrize("parts", [1, 2])
+def test_a_few_rows_above_the_register_gemv_run_as_blas_gemvs(rows, transposed, parts):
+    """rows <= NN_GEMV_ROWS of a product too large for nn_gemv_f32, split by columns: one BLAS GEMV per row
+    (b row major or read transposed) and the bias and activation, within the reordered-sum bound."""
+    rng = np.random.default_rng(rows * 10 + parts)
+    k, n = 256, 520
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    if transposed:
+        b = np.ascontiguousarray(b.T).T
+    a = rng.standard_normal((rows, k)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    y = np.full((rows, n), np.nan, np.float32)
+    native.Gemm(b, bias, native.make_act("relu")).run(a, y, parts, 1, 1)
+    want = np.maximum(a.astype(np.float64) @ b.astype(np.float64) + bias, 0)
+    bound = matmul_bound(np.concatenate([a, np.ones((rows, 1), np.float32)], axis=1),
+                         np.concatenate([b, bias[None]], axis=0))
+    assert_within_bound(y, want, bound)
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3])
+@pytest.mark.parametrize("check", ["0", "1"])
+def test_a_decoder_steps_projection_with_bias_and_residual(rows, check, monkeypatch):
+    """MatMul + bias + residual Add of a few rows (a decoder step's output projection): the prepared native
+    GEMVs with the bias, then the residual; more rows take the MatMul's own path. Both plan paths."""
+    from onnx import helper, numpy_helper
+
+    from tests.conftest import make_model, vinfo
+
+    monkeypatch.setenv("NNHAL_CHECK", check)
+    rng = np.random.default_rng(rows)
+    k, n = 1024, 256
+    w = (rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["p"]), helper.make_node("Add", ["bias", "p"], ["h"]),
+             helper.make_node("Add", ["h", "res"], ["y"])]
+    model = make_model(nodes, [vinfo("x", [1, rows, k]), vinfo("res", [1, rows, n])], [vinfo("y", [1, rows, n])],
+                       [numpy_helper.from_array(w, "w"), numpy_helper.from_array(bias, "bias")])
+    x = rng.standard_normal((1, rows, k)).astype(np.float32)
+    res = rng.standard_normal((1, rows, n)).astype(np.float32)
+    with nnhal.Session(model, devices=["cpu"], num_thread=2) as s:
+        (got,) = s.run({"x": x, "res": res})
+        assert len(s.subgraphs[0].device_graph.steps) == 1            # the Adds fused into the MatMul
+    ones = np.ones((1, rows, 2), np.float32)
+    a = np.concatenate([x, ones], axis=-1)
+    b = np.concatenate([w, bias[None], np.zeros((1, n), np.float32)], axis=0)
+    want = x.astype(np.float64) @ w.astype(np.float64) + bias + res
+    # the bias and the residual: one more term and one more rounding of the residual's magnitude
+    bound = matmul_bound(a, b) + 2 * np.finfo(np.float32).eps * np.abs(res)
+    assert_within_bound(got, want, bound)

@@ -17,6 +17,7 @@ from nnhal.device.cpu.kernels import (
     control,
     conv,
     conv1d,
+    conv_patch,
     conv_transpose,
     gates,
     gather,
@@ -46,9 +47,9 @@ from nnhal.hostkernels.select import implementations as host_implementations
 from nnhal.hostkernels.select import select as host_select
 from nnhal.operator.base import Info
 
-MODULES = (add, attention, batch_normalization, cast, concat, control, conv, conv1d, conv_transpose, gates, gather,
-           gelu, gemm, instance_norm, layer_normalization, lrn, matmul, pad, pool, qdq, qlinear_tables, quantized,
-           recurrent, resize, softmax, split, transpose, view)
+MODULES = (add, attention, batch_normalization, cast, concat, control, conv, conv1d, conv_patch, conv_transpose, gates,
+           gather, gelu, gemm, instance_norm, layer_normalization, lrn, matmul, pad, pool, qdq, qlinear_tables,
+           quantized, recurrent, resize, softmax, split, transpose, view)
 
 
 def _table() -> KernelTable:

@@ -68,25 +68,28 @@ def _native_first(run: RunFn, ops, ins, out_info, act: str | None) -> RunFn:
     its rows' product, bias and ``act`` while in cache) when the epilogue is at most a constant bias of
     the product's width and the operands are float32 matrices it can read (a stacked A times a matrix B
     flattened to one), or as GEMVs (_gemv_rows) when A has at most GEMV_ROWS rows; ``run`` itself otherwise."""
-    if out_info.dtype != np.float32 or out_info.shape is None or not out_info.shape or len(ops) > 1:
+    if out_info.dtype != np.float32 or out_info.shape is None or not out_info.shape:
         return run
     width = out_info.shape[-1]
-    bias = None
+    bias, rest = None, ops
     if ops:
         ufunc, k = ops[0]
         v = ins[k].value if ins[k] is not None else None
-        if ufunc is not np.add or v is None or v.size != width or v.shape[-1] != width or v.dtype != np.float32:
-            return run
-        bias = np.ascontiguousarray(v.reshape(-1))
+        if ufunc is np.add and v is not None and v.size == width and v.shape[-1] == width and v.dtype == np.float32:
+            bias, rest = np.ascontiguousarray(v.reshape(-1)), ops[1:]
+    if len(rest) > 1 or (rest and act is not None):
+        return run
     w = ins[1].value if len(ins) > 1 and ins[1] is not None else None
-    return gemm_first(run, w, bias, tuple(out_info.shape), act, False)
+    return gemm_first(run, w, bias, tuple(out_info.shape), act, False, rest)
 
 
 def gemm_first(run: RunFn, w: np.ndarray | None, bias: np.ndarray | None, shape: tuple, act: str | None,
-               fixed_b: bool) -> RunFn:
+               fixed_b: bool, rest: tuple = ()) -> RunFn:
     """``run`` preceded by act(A @ B + bias) into the float32 output of ``shape``, A = inputs[0] flattened to
     a matrix: GEMVs for a few rows, else the native pool's GEMM (prepared once when B is the constant ``w``).
-    ``fixed_b``: B is always ``w`` (a Gemm's packed weight), else inputs[1]."""
+    ``fixed_b``: B is always ``w`` (a Gemm's packed weight), else inputs[1]. ``rest``: one more epilogue step
+    (ufunc, input) after the bias (a residual add), applied on the few rows' product; with it, more rows run
+    ``run``."""
     width = shape[-1]
     record = native.make_act(act)
     # a constant float32 B: its GEMM prepared once (the buffers of B and the bias held and checked now)
@@ -98,14 +101,32 @@ def gemm_first(run: RunFn, w: np.ndarray | None, bias: np.ndarray | None, shape:
         if b.ndim == 2 and a.ndim >= 2 and y is not None and y.flags.c_contiguous and y.shape == shape:
             a2, y2 = a.reshape(-1, a.shape[-1]), y.reshape(-1, width)
             if a2.shape[0] <= GEMV_ROWS and (act is None or record is not None):
-                _gemv_rows(a2, b, y2, bias, record)
+                if prepared is not None and b is w and _native_rows(a2):
+                    # NOTE: one native call for the GEMVs (kernels.c nn_gemm_task by columns), bias and
+                    # activation: numpy's GEMV per row and the bias add were 3 calls of a few us each
+                    prepared.run(a2, y2, _gemv_parts(y2.size * a2.shape[1], y2.shape[1]), 1, 1)
+                else:
+                    _gemv_rows(a2, b, y2, bias, record)
+                for ufunc, k in rest:
+                    ufunc(y, inputs[k], out=y)
                 return (y,)
-            if np.shares_memory(a2, a) and parallel.gemm(a2, b, y2, bias, record,
-                                                         prepared=prepared if b is w else None):
+            if not rest and np.shares_memory(a2, a) and parallel.gemm(a2, b, y2, bias, record,
+                                                                      prepared=prepared if b is w else None):
                 return (y,)
         return run(inputs, outputs)
 
     return run_native
+
+
+def _native_rows(a: np.ndarray) -> bool:
+    """``a`` is a float32 matrix the native GEMM reads in place: unit stride along its rows, rows apart."""
+    return a.dtype == np.float32 and a.strides[1] == 4 and (a.shape[0] <= 1 or a.strides[0] >= 4 * a.shape[1])
+
+
+def _gemv_parts(macs: int, n: int) -> int:
+    """Parts (column ranges) of a few rows' GEMVs on the native pool: one when the pool is off (a serial
+    plan), else as parallel.native_parts gives for the multiply-adds, in columns of at least 64."""
+    return parallel.native_parts(parallel.gemm_work(macs), n // 64) if parallel.native_pool() else 1
 
 
 def _gemv_rows(a: np.ndarray, b: np.ndarray, y: np.ndarray, bias: np.ndarray | None, record) -> None:

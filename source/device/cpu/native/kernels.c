@@ -606,6 +606,8 @@ static NN_CLONES void nn_gemm_task(const void *args, int64_t p, int64_t parts) {
         const float *b = g->trans_b ? g->b + lo * g->ldb : g->b + lo;
         if (nn_gemv_fits(g->m, hi - lo, g->k, g->trans_b))
             nn_gemv_f32(g->a, b, g->ldb, g->c + lo, hi - lo, g->k);
+        else if (g->m <= NN_GEMV_ROWS)
+            nn_gemv_rows_blas(g->a, g->lda, b, g->ldb, g->trans_b, g->c + lo, g->ldc, g->m, hi - lo, g->k);
         else
             nn_sgemm(g->a, g->lda, b, g->ldb, g->trans_b, g->c + lo, g->ldc, g->m, hi - lo, g->k);
         nn_epilogue(g->c + lo, g->ldc, g->m, hi - lo, g->bias ? g->bias + lo : NULL, &g->act);

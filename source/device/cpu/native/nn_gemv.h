@@ -36,3 +36,24 @@ NN_INLINE void nn_gemv_f32(const float *a, const float *b, int64_t ldb, float *c
         for (int64_t j = 0; j < w; j++) c[j0 + j] = acc[j];
     }
 }
+
+/* At most this many rows of a product split by columns run as one BLAS GEMV per row (nn_gemm_task) when
+ * nn_gemv_fits does not take them: a decoder step's projection (1, 256) @ (256, 1024) has no rows for
+ * sgemm to block over, and sgemm packs the whole column slice of b for its one row (matmul.py's GEMV_ROWS
+ * note: 3-4x a GEMV's time on one row, ~1.5x on two). */
+#define NN_GEMV_ROWS 2
+
+/* c (m, n) = a (m, k) @ b for m <= NN_GEMV_ROWS: b (k, n) row major, or (n, k) read transposed when
+ * trans_b; one GEMV per row, summed in the BLAS's order. */
+NN_INLINE void nn_gemv_rows_blas(const float *a, int64_t lda, const float *b, int64_t ldb, int trans_b, float *c,
+                                 int64_t ldc, int64_t m, int64_t n, int64_t k) {
+    /* the binding checked that every size and leading dimension fits a blasint */
+    for (int64_t r = 0; r < m; r++) {
+        if (trans_b)
+            scipy_cblas_sgemv(CblasRowMajor, CblasNoTrans, (blasint)n, (blasint)k, 1.0f, b, (blasint)ldb,
+                              a + r * lda, 1, 0.0f, c + r * ldc, 1);
+        else
+            scipy_cblas_sgemv(CblasRowMajor, CblasTrans, (blasint)k, (blasint)n, 1.0f, b, (blasint)ldb,
+                              a + r * lda, 1, 0.0f, c + r * ldc, 1);
+    }
+}
