@@ -24,6 +24,10 @@ layout per tensor:
   leave the region for their channels-last LayerNorm and MLP without a copy;
 * every other use of a tensor needs ONNX's NCHW.
 
+A channels-last op whose input is NHWC and whose output is needed NCHW (a graph output, no channels-last
+reader) runs the kernel's ``nchw_output`` variant when it has one (the native Resize: a segmentation mask
+upsampled straight into NCHW) instead of a conversion of its output.
+
 Tensors joined by layout-free ops form groups that share one layout. A group
 is stored NHWC when it touches a channels-last op, no other op, and no
 subgraph input or output. A channels-last op next to an NCHW group converts
@@ -225,6 +229,13 @@ def _channels_last_kernel(node: Node, kernel: Kernel, ins: list, outs: list) -> 
     return chosen
 
 
+def _nchw_output(kernel: Kernel, node: Node, ins: list, outs: list) -> Kernel | None:
+    """The variant of a channels-last kernel that reads its NHWC input and writes its output NCHW (the
+    optional kernel hook ``nchw_output(node, ins, outs) -> Kernel | None``), or None."""
+    hook = getattr(kernel, "nchw_output", None)
+    return None if hook is None else hook(node, ins, outs)
+
+
 def assign_layouts(chosen: list[Chosen], external: set[str]) -> tuple[list[Chosen], Layouts]:
     """Rewrite ``chosen`` so the convolutional regions run NHWC.
 
@@ -292,6 +303,8 @@ def assign_layouts(chosen: list[Chosen], external: set[str]) -> tuple[list[Chose
     for name in external:
         blocked.add(find(name))
     stored = {g for g in wanted if g not in blocked}
+    # tensors a channels-last op (or a dropped Transpose to NHWC) reads as its image
+    read_last = {node.inputs[0] for pos, (node, _, _, _) in enumerate(chosen) if roles[pos] in ("last", "to-last")}
 
     def is_nhwc(name: str) -> bool:
         return bool(name) and find(name) in stored
@@ -336,9 +349,14 @@ def assign_layouts(chosen: list[Chosen], external: set[str]) -> tuple[list[Chose
             inputs, outputs = list(node.inputs), list(node.outputs)
             if not x_nhwc:
                 inputs[0] = convert(node.inputs[0], ins[0], TO_NHWC, result)
+            direct = _nchw_output(nhwc_kernels[pos], node, ins, outs) \
+                if x_nhwc and not y_nhwc and node.outputs[0] not in read_last else None
             if y_nhwc:
                 physical[outputs[0]] = _permuted(outs[0])
                 result.append(Chosen(replace(node, inputs=inputs), nhwc_kernels[pos], ins, outs))
+            elif direct is not None:
+                # the region's last op writes ONNX's layout itself: no conversion pass over its output
+                result.append(Chosen(replace(node, inputs=inputs), direct, ins, outs))
             else:
                 tmp = f"{node.outputs[0]}#nhwc"
                 physical[tmp] = _permuted(outs[0])

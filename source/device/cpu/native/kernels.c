@@ -21,7 +21,8 @@
  *   BatchNormalization, channels last, with its activation).
  * - transpose_blocks: y (outer, b, a, inner) from x (outer, a, b, inner), 4-byte elements, cache tiles: the
  *   NCHW <-> NHWC conversions of the layout pass and every Transpose that is a swap of two axis groups.
- * - resize_nhwc: Resize (nearest, linear, cubic) of a channels-last image by per-axis tap tables, H then W.
+ * - resize_nhwc: Resize (nearest, linear, cubic) of a channels-last image by per-axis tap tables, H then W;
+ *   resize_to_nchw from a channels-last image to NCHW, W then H (nn_resize_nchw.h).
  * - cast_half: float32 <-> float16 (IEEE binary16, round to nearest even), and float32 rounded through float16
  *   in one pass: fp16 storage's conversions (F16C's vcvtps2ph / vcvtph2ps in the x86-64-v3 and v4 clones).
  * - layernorm: LayerNormalization over the last axis.
@@ -1068,6 +1069,8 @@ static void nn_resize_task(const void *args, int64_t part, int64_t parts) {
     free(row);
 }
 
+#include "nn_resize_nchw.h"
+
 /* ---- float16 storage: IEEE binary16 <-> float32. GCC's _Float16 conversions round to nearest even (as numpy's
  * astype) and saturate to inf beyond 65504 + half an ulp, NaN stays NaN; the x86-64-v3 / v4 clones compile them
  * to F16C's vcvtps2ph / vcvtph2ps (8 or 16 lanes), the baseline to libgcc's scalar conversion. numpy's own
@@ -1999,9 +2002,8 @@ static int nn_resize_taps(nn_arg *idx, nn_arg *wts, int64_t out, int64_t limit, 
     return 0;
 }
 
-static PyObject *nn_py_resize_nhwc(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    (void)module;
-    const char *k = "resize_nhwc";
+/* resize_nhwc (y (n, oh, ow, c)) and resize_to_nchw (y (n, c, oh, ow)): one argument check, two tasks */
+static PyObject *nn_resize_entry(PyObject *const *args, Py_ssize_t nargs, const char *k, int nchw) {
     nn_arg b[6] = {{.held = 0}, {.held = 0}, {.held = 0}, {.held = 0}, {.held = 0}, {.held = 0}};
     int64_t parts, th, tw;
     if (nn_nargs(nargs, 7, k) || nn_get_parts(args[6], k, &parts)) return NULL;
@@ -2011,20 +2013,21 @@ static PyObject *nn_py_resize_nhwc(PyObject *module, PyObject *const *args, Py_s
         nn_get(&b[4], args[4], k, "widx", NN_I32, 0) || nn_get(&b[5], args[5], k, "ww", NN_F32, 0))
         goto fail;
     const Py_ssize_t *xs = b[0].view.shape, *ys = b[1].view.shape;
-    if (ys[0] != xs[0] || ys[3] != xs[3]) {
+    const Py_ssize_t yc = ys[nchw ? 1 : 3], yh = ys[nchw ? 2 : 1], yw = ys[nchw ? 3 : 2];
+    if (ys[0] != xs[0] || yc != xs[3]) {
         nn_value_error(k, "y", "must have x's batch and channels");
         goto fail;
     }
-    if (nn_resize_taps(&b[2], &b[3], ys[1], xs[1], k, "hidx", "hw", &th) ||
-        nn_resize_taps(&b[4], &b[5], ys[2], xs[2], k, "widx", "ww", &tw))
+    if (nn_resize_taps(&b[2], &b[3], yh, xs[1], k, "hidx", "hw", &th) ||
+        nn_resize_taps(&b[4], &b[5], yw, xs[2], k, "widx", "ww", &tw))
         goto fail;
     for (int i = 0; i < 6; i++)
         if (i != 1 && nn_disjoint(&b[1], &b[i], k, "y", i == 0 ? "x" : "a tap table", 0)) goto fail;
     int failed = 0;
     nn_resize_args a = {b[0].view.buf, b[1].view.buf, b[2].view.buf, b[4].view.buf, b[3].view.buf, b[5].view.buf,
-                        xs[0], xs[1], xs[2], xs[3], ys[1], ys[2], th, tw, &failed};
+                        xs[0], xs[1], xs[2], xs[3], yh, yw, th, tw, &failed};
     Py_BEGIN_ALLOW_THREADS
-    nn_pool_run(nn_resize_task, &a, parts);
+    nn_pool_run(nchw ? nn_resize_nchw_task : nn_resize_task, &a, parts);
     Py_END_ALLOW_THREADS
     if (failed) {
         PyErr_NoMemory();
@@ -2033,6 +2036,16 @@ static PyObject *nn_py_resize_nhwc(PyObject *module, PyObject *const *args, Py_s
     return nn_finish(b, 6, 1);
 fail:
     return nn_finish(b, 6, 0);
+}
+
+static PyObject *nn_py_resize_nhwc(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    return nn_resize_entry(args, nargs, "resize_nhwc", 0);
+}
+
+static PyObject *nn_py_resize_to_nchw(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    return nn_resize_entry(args, nargs, "resize_to_nchw", 1);
 }
 
 /* ---- cast_half(x, y): float32 -> float16, float16 -> float32, or float32 -> float32 rounded through float16
@@ -3018,6 +3031,8 @@ static PyMethodDef nn_methods[] = {
      "transpose_round(x, y, outer, a, b, parts): y (outer, b, a) from float32 x (outer, a, b), rounded to float16"},
     {"resize_nhwc", (PyCFunction)(void (*)(void))nn_py_resize_nhwc, METH_FASTCALL,
      "resize_nhwc(x, y, hidx, hw, widx, ww, parts): separable Resize of a channels-last image by tap tables"},
+    {"resize_to_nchw", (PyCFunction)(void (*)(void))nn_py_resize_to_nchw, METH_FASTCALL,
+     "resize_to_nchw(x, y, hidx, hw, widx, ww, parts): resize_nhwc writing y (n, c, oh, ow)"},
     {"cast_half", (PyCFunction)(void (*)(void))nn_py_cast_half, METH_FASTCALL,
      "cast_half(x, y): float32 -> float16, float16 -> float32, or float32 -> float32 rounded through float16"},
     {"quantize_linear", (PyCFunction)(void (*)(void))nn_py_quantize_linear, METH_FASTCALL,
