@@ -89,6 +89,10 @@ class Relayout(Kernel):
         self.round_half = round_half
         self.name = "to-nhwc" if perm == TO_NHWC else "to-nchw"
 
+    def rounding(self) -> Kernel:
+        """This conversion with fp16 storage's rounding of its float32 output folded in (castfuse.py)."""
+        return Relayout(self.perm, round_half=True)
+
     def prepare(self, node, ins, outs) -> RunFn:
         perm = self.perm
         to_last = perm == TO_NHWC

@@ -103,6 +103,14 @@ def test_fp16_storage(monkeypatch, checked):
     model, feeds = _model(CASES["linear-align-corners"])
     (got,), steps = _steps(model, feeds, precision="fp16")
     assert ("Resize", "nhwc-to-nchw") in steps, steps
+    # fp16 storage's rounding of the output is folded into the Resize (castfuse.py): no separate pass
+    assert ("Cast", "round-half") not in steps[steps.index(("Resize", "nhwc-to-nchw")):], steps
+    # bit-equal to the Resize followed by its own rounding step
+    from nnhal.device.cpu import castfuse
+    monkeypatch.setattr(castfuse, "_rounding", lambda relayout, c: False)
+    (separate,), unfolded = _steps(model, feeds, precision="fp16")
+    assert ("Cast", "round-half") in unfolded[unfolded.index(("Resize", "nhwc-to-nchw")):], unfolded
+    np.testing.assert_array_equal(got, separate)
     want = ReferenceEvaluator(model).run(None, feeds)[0]
     (magnitude,) = _magnitudes(model, feeds)
     # float16 storage rounds the input, the weights, the conv's output and the graph output (2^-11 relative

@@ -122,18 +122,26 @@ class ResizeToNCHW(ResizeNHWCNative):
 
     name = "nhwc-to-nchw"
 
+    def __init__(self, round_half: bool = False):
+        self.round_half = round_half
+
+    def rounding(self) -> Kernel:
+        """This kernel with fp16 storage's rounding of its float32 output folded in (castfuse.py): each output
+        row rounded through float16 while in L1, bit-equal to the RoundHalf step after it."""
+        return ResizeToNCHW(round_half=True)
+
     def prepare(self, node, ins, outs) -> RunFn:
         (hidx, hw), (widx, ww) = _tables(node, ins)
         n, c = ins[0].shape[0], ins[0].shape[1]
         oshape = (n, c, hidx.shape[0], widx.shape[0])          # NCHW
         rows = n * c * hidx.shape[0]
         work = rows * widx.shape[0] * hidx.shape[1] + n * ins[0].shape[H_AXIS] * widx.shape[0] * c * widx.shape[1]
-        resize = native.resize_to_nchw
+        resize, round_half = native.resize_to_nchw, int(self.round_half)
 
         def run(inputs, outputs):
             x, y = contiguous_io(inputs, outputs, oshape, np.float32)
             parts = parallel.native_parts(work, rows) if parallel.native_pool() else 1
-            resize(x, y, hidx, hw, widx, ww, parts)
+            resize(x, y, hidx, hw, widx, ww, parts, round_half)
             return (y,)
 
         return run

@@ -130,7 +130,7 @@ if _k is not None:
     copy_rows = _k.copy_rows    # (x, y, rows, width, x_stride, x_offset, y_stride, y_offset, parts): uint8 views
     transpose_round = _k.transpose_round        # (x, y, outer, a, b, parts): float32, rounded via float16
     resize_nhwc = _k.resize_nhwc                # (x, y, hidx, hw, widx, ww, parts)
-    resize_to_nchw = _k.resize_to_nchw          # (x, y (n, c, oh, ow), hidx, hw, widx, ww, parts)
+    resize_to_nchw = _k.resize_to_nchw          # (x, y (n, c, oh, ow), hidx, hw, widx, ww, parts, round_half)
     cast_half = _k.cast_half                    # (x, y): f32 -> f16, f16 -> f32, or f32 -> f32 through f16
     fake_quantize_blocks = _k.fake_quantize_blocks  # (x, y, block, signed)
     quantize_linear = _k.quantize_linear        # (x, y, scale, zero): float32 -> uint8 / int8, per tensor

@@ -1081,6 +1081,7 @@ typedef struct {
     const float *hw, *ww;
     int64_t n, h, w, c, oh, ow, th, tw;
     int *failed;            /* set when a part's scratch row could not be allocated */
+    int round_half;         /* resize_to_nchw: each output rounded through float16 (fp16 storage, nn_resize_nchw.h) */
 } nn_resize_args;
 
 NN_INLINE int nn_resize_copies(int64_t taps, const float *weights) { return taps == 1 && weights[0] == 1.0f; }
@@ -1141,8 +1142,6 @@ static void nn_resize_task(const void *args, int64_t part, int64_t parts) {
     free(row);
 }
 
-#include "nn_resize_nchw.h"
-
 /* ---- float16 storage: IEEE binary16 <-> float32. GCC's _Float16 conversions round to nearest even (as numpy's
  * astype) and saturate to inf beyond 65504 + half an ulp, NaN stays NaN; the x86-64-v3 / v4 clones compile them
  * to F16C's vcvtps2ph / vcvtph2ps (8 or 16 lanes), the baseline to libgcc's scalar conversion. numpy's own
@@ -1173,6 +1172,8 @@ NN_API NN_CLONES void nn_cast_half(const void *x, void *y, int64_t n, int mode) 
 #else
 #define NN_HAVE_F16 0
 #endif
+
+#include "nn_resize_nchw.h"
 
 /* y[i] = act(a[i] + b[i]) for i in [i0, i1), all three C-contiguous float32 of one size (y may be a or b): the
  * sum and its activation while a chunk is in L1 (numpy makes a pass for each). Relu and Clip keep numpy's
@@ -2077,8 +2078,10 @@ static int nn_resize_taps(nn_arg *idx, nn_arg *wts, int64_t out, int64_t limit, 
 /* resize_nhwc (y (n, oh, ow, c)) and resize_to_nchw (y (n, c, oh, ow)): one argument check, two tasks */
 static PyObject *nn_resize_entry(PyObject *const *args, Py_ssize_t nargs, const char *k, int nchw) {
     nn_arg b[6] = {{.held = 0}, {.held = 0}, {.held = 0}, {.held = 0}, {.held = 0}, {.held = 0}};
-    int64_t parts, th, tw;
-    if (nn_nargs(nargs, 7, k) || nn_get_parts(args[6], k, &parts)) return NULL;
+    int64_t parts, th, tw, round_half = 0;
+    if (nn_nargs(nargs, nchw ? 8 : 7, k) || nn_get_parts(args[6], k, &parts) ||
+        (nchw && nn_int(args[7], k, "round_half", 0, NN_HAVE_F16, &round_half)))
+        return NULL;
     if (nn_get(&b[0], args[0], k, "x", NN_F32, 0) || nn_ndim(&b[0], k, "x", 4) ||
         nn_get(&b[1], args[1], k, "y", NN_F32, NN_OUT) || nn_ndim(&b[1], k, "y", 4) ||
         nn_get(&b[2], args[2], k, "hidx", NN_I32, 0) || nn_get(&b[3], args[3], k, "hw", NN_F32, 0) ||
@@ -2097,7 +2100,7 @@ static PyObject *nn_resize_entry(PyObject *const *args, Py_ssize_t nargs, const 
         if (i != 1 && nn_disjoint(&b[1], &b[i], k, "y", i == 0 ? "x" : "a tap table", 0)) goto fail;
     int failed = 0;
     nn_resize_args a = {b[0].view.buf, b[1].view.buf, b[2].view.buf, b[4].view.buf, b[3].view.buf, b[5].view.buf,
-                        xs[0], xs[1], xs[2], xs[3], yh, yw, th, tw, &failed};
+                        xs[0], xs[1], xs[2], xs[3], yh, yw, th, tw, &failed, (int)round_half};
     Py_BEGIN_ALLOW_THREADS
     nn_pool_run(nchw ? nn_resize_nchw_task : nn_resize_task, &a, parts);
     Py_END_ALLOW_THREADS
@@ -3104,7 +3107,8 @@ static PyMethodDef nn_methods[] = {
     {"resize_nhwc", (PyCFunction)(void (*)(void))nn_py_resize_nhwc, METH_FASTCALL,
      "resize_nhwc(x, y, hidx, hw, widx, ww, parts): separable Resize of a channels-last image by tap tables"},
     {"resize_to_nchw", (PyCFunction)(void (*)(void))nn_py_resize_to_nchw, METH_FASTCALL,
-     "resize_to_nchw(x, y, hidx, hw, widx, ww, parts): resize_nhwc writing y (n, c, oh, ow)"},
+     "resize_to_nchw(x, y, hidx, hw, widx, ww, parts, round_half): resize_nhwc writing y (n, c, oh, ow), W then H; "
+     "round_half 1: each output rounded through float16"},
     {"cast_half", (PyCFunction)(void (*)(void))nn_py_cast_half, METH_FASTCALL,
      "cast_half(x, y): float32 -> float16, float16 -> float32, or float32 -> float32 rounded through float16"},
     {"quantize_linear", (PyCFunction)(void (*)(void))nn_py_quantize_linear, METH_FASTCALL,

@@ -12,8 +12,10 @@
  * the H-then-W order (an (ow, c) row stored transposed; taps gathered from a transposed line) both cost more
  * than resize_nhwc plus the separate conversion (8 x 32 x 32 -> 256 x 256: 0.57 and 0.72 ms against 0.44).
  * The layout pass takes it for upsampling only (h <= oh): the W pass then costs at most a pass over y.
+ * round_half folds fp16 storage's rounding of the output in (castfuse.py), each row rounded while in L1, as
+ * transpose_round does for the conversion this kernel replaces.
  *
- * Included once from kernels.c, right after nn_resize_task (nn_resize_args, nn_resize_copies).
+ * Included once from kernels.c, after nn_resize_args, nn_resize_copies and NN_HAVE_F16 / nn_f16.
  */
 #ifndef NN_RESIZE_NCHW_H
 #define NN_RESIZE_NCHW_H
@@ -46,16 +48,22 @@ NN_API NN_CLONES void nn_resize_nchw_rows(const nn_resize_args *a, int64_t r0, i
         const float *t0 = tmp + (int64_t)hi[0] * ow;
         if (nn_resize_copies(th, hv)) {
             memcpy(o, t0, (size_t)ow * sizeof(float));
-            continue;
-        }
-        const float v0 = hv[0];
+        } else {
+            const float v0 = hv[0];
 #pragma omp simd
-        for (int64_t j = 0; j < ow; j++) o[j] = t0[j] * v0;
-        for (int64_t k = 1; k < th; k++) {
-            const float *tk = tmp + (int64_t)hi[k] * ow, vk = hv[k];
+            for (int64_t j = 0; j < ow; j++) o[j] = t0[j] * v0;
+            for (int64_t k = 1; k < th; k++) {
+                const float *tk = tmp + (int64_t)hi[k] * ow, vk = hv[k];
 #pragma omp simd
-            for (int64_t j = 0; j < ow; j++) o[j] += tk[j] * vk;
+                for (int64_t j = 0; j < ow; j++) o[j] += tk[j] * vk;
+            }
         }
+#if NN_HAVE_F16
+        if (a->round_half) {
+#pragma omp simd
+            for (int64_t j = 0; j < ow; j++) o[j] = (float)(nn_f16)o[j];
+        }
+#endif
     }
 }
 
