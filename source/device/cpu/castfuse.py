@@ -33,7 +33,7 @@ def _float_cast(c: Chosen) -> bool:
 
 def _rounding(relayout: Chosen, c: Chosen) -> bool:
     """``c`` is fp16 storage's RoundHalf of the float32 tensor ``relayout`` converts into (layout.py's
-    Relayout then rounds in the same pass: native transpose_round)."""
+    Relayout then rounds in the same pass: native transpose_round; ResizeToNCHW each row as it is written)."""
     return isinstance(c.kernel, RoundHalf) and len(c.node.outputs) == 1 and bool(relayout.outs) \
         and relayout.ins[0] is not None and np.dtype(relayout.ins[0].dtype) == np.dtype(np.float32) \
         and np.dtype(relayout.outs[0].dtype) == np.dtype(np.float32) and native.available()
@@ -86,14 +86,17 @@ def fuse_relayout_casts(chosen: list[Chosen], external: set[str]) -> list[Chosen
     for pos, c in enumerate(chosen):
         if pos in dropped:
             continue
-        if isinstance(c.kernel, Relayout) and not c.kernel.round_half:
+        if getattr(c.kernel, "round_half", None) is False:
+            # a layout conversion or the Resize writing NCHW (kernels/resize.py ResizeToNCHW): ``rounding()``
             nxt = only_reader(c.node.outputs[0])
             if nxt is not None and nxt not in dropped and _rounding(c, chosen[nxt]):
                 # fp16 storage's rounding after the conversion (a segmentation mask): one rounding pass
                 node = fuse(c.node, chosen[nxt].node, outputs=list(chosen[nxt].node.outputs))
-                result.append(Chosen(node, Relayout(c.kernel.perm, round_half=True), c.ins, c.outs))
+                result.append(Chosen(node, c.kernel.rounding(), c.ins, c.outs))
                 dropped.add(nxt)
                 continue
+        if isinstance(c.kernel, Relayout) and not c.kernel.round_half:
+            nxt = only_reader(c.node.outputs[0])
             if nxt is not None and nxt not in dropped and _float_cast(chosen[nxt]):
                 cast = chosen[nxt]
                 node = fuse(c.node, cast.node, outputs=list(cast.node.outputs))

@@ -24,6 +24,10 @@ layout per tensor:
   leave the region for their channels-last LayerNorm and MLP without a copy;
 * every other use of a tensor needs ONNX's NCHW.
 
+A channels-last op whose input is NHWC and whose output is needed NCHW (a graph output, no channels-last
+reader) runs the kernel's ``nchw_output`` variant when it has one (the native Resize: a segmentation mask
+upsampled straight into NCHW) instead of a conversion of its output.
+
 Tensors joined by layout-free ops form groups that share one layout. A group
 is stored NHWC when it touches a channels-last op, no other op, and no
 subgraph input or output. A channels-last op next to an NCHW group converts
@@ -49,8 +53,8 @@ from nnhal.operator.base import Info
 NHWC = "NHWC"
 TO_NHWC = (0, 2, 3, 1)
 TO_NCHW = (0, 3, 1, 2)
-# conversions to NHWC of at most this many channels copy channel by channel ((1, 6, 256, 256): 327 us against
-# the tiles' 745; 8 channels: 791 against 659)
+# without the native kernels, conversions to NHWC of at most this many channels copy channel by channel
+# ((1, 6, 256, 256): 327 us against numpy's transposing copy's 745)
 FEW_CHANNELS = 6
 # ops whose input 0 and output 0 are NHWC when a channels-last kernel takes them
 CHANNELS_LAST = frozenset({"Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
@@ -74,8 +78,8 @@ class Layouts:
 class Relayout(Kernel):
     """The inserted conversion between NCHW and NHWC: the native tiled transpose (kernels.c transpose_blocks:
     (N, C, HW) <-> (N, HW, C)) for 4-byte elements, with a float32 <-> float16 Cast folded in (castfuse.py) as
-    the transpose and the native cast_half, one strided copy per channel to NHWC for at most FEW_CHANNELS
-    channels, else numpy's transposing copy. ``round_half``: fp16 storage's rounding of a float32 tensor
+    the transpose and the native cast_half; without them one strided copy per channel to NHWC for at most
+    FEW_CHANNELS channels, else numpy's transposing copy. ``round_half``: fp16 storage's rounding of a float32 tensor
     folded in (castfuse.py), by the native transpose_round in the same pass."""
 
     op_type = "Transpose"
@@ -84,6 +88,10 @@ class Relayout(Kernel):
         self.perm = perm
         self.round_half = round_half
         self.name = "to-nhwc" if perm == TO_NHWC else "to-nchw"
+
+    def rounding(self) -> Kernel:
+        """This conversion with fp16 storage's rounding of its float32 output folded in (castfuse.py)."""
+        return Relayout(self.perm, round_half=True)
 
     def prepare(self, node, ins, outs) -> RunFn:
         perm = self.perm
@@ -94,27 +102,31 @@ class Relayout(Kernel):
         dtype = outs[0].dtype      # may differ from the input's: a float Cast folded in (castfuse.py)
         src = None if ins[0].dtype is None else np.dtype(ins[0].dtype)
         # NOTE: (1, 64, 56, 56) to NHWC took 547 us natively against numpy's 651, (1, 3136, 64) back 228 against
-        # 558 (one thread, AVX2 EPYC, loaded machine); few channels go per channel to NHWC (below); back to NCHW
-        # the tiles win at every channel count: (1, 256, 256, 8) in 239 us against 847 per channel
+        # 558 (one thread, AVX2 EPYC, loaded machine); at most 8 channels to NHWC and 4 back run unrolled loops
+        # (kernels.c nn_transpose_few, nn_transpose_cols); back to NCHW the tiles beat copies per channel at
+        # every count: (1, 256, 256, 8) in 239 us against 847
         # a folded Cast between float32 and float16: transpose the float32 side, cast_half the other (8
         # channels of 256 x 256 to NCHW float16: 857 us against 4.7 ms by per-channel casting copies)
         half = native.available() and {src, np.dtype(dtype)} == {np.dtype(np.float32), np.dtype(np.float16)}
         a, b = (channels, pixels) if to_last else (pixels, channels)
-        work, units = n * channels * pixels, n * ((b + 15) // 16)
+        # parts: tiles of 16 columns of (a, b), or rows of a when b is at most 4 (kernels.c nn_transpose_task)
+        work, units = n * channels * pixels, n * (a if b <= 4 < a else (b + 15) // 16)
         few = to_last and channels <= FEW_CHANNELS
         if self.round_half:
             return self._rounding(n, a, b, shape, work, units)
 
         def move(x, y):
-            if few:
-                # one strided copy per channel: an image's 3 colour planes to NHWC in 43 us where one
-                # transposing copy takes 216 (its inner loop runs over 3 elements) and the native tiles 443
-                for c in range(channels):
-                    y[..., c] = x[:, c]
-            elif native.available() and x.dtype == y.dtype and x.dtype.itemsize == 4 and x.flags.c_contiguous \
+            if native.available() and x.dtype == y.dtype and x.dtype.itemsize == 4 and x.flags.c_contiguous \
                     and y.flags.c_contiguous:
+                # up to 8 colour planes go by kernels.c's loops unrolled for their count ((1, 3, 256, 256): 30 us
+                # against 71 for the copies per channel below; one thread, loaded machine)
                 parts = parallel.native_parts(work, units) if parallel.native_pool() else 1
                 native.transpose_blocks(x, y, n, a, b, 1, parts)
+            elif few:
+                # one strided copy per channel: an image's 3 colour planes to NHWC in 43 us where one
+                # transposing copy takes 216 (its inner loop runs over 3 elements)
+                for c in range(channels):
+                    y[..., c] = x[:, c]
             else:
                 np.copyto(y, x.transpose(perm))
 
@@ -230,6 +242,13 @@ def _channels_last_kernel(node: Node, kernel: Kernel, ins: list, outs: list) -> 
     return chosen
 
 
+def _nchw_output(kernel: Kernel, node: Node, ins: list, outs: list) -> Kernel | None:
+    """The variant of a channels-last kernel that reads its NHWC input and writes its output NCHW (the
+    optional kernel hook ``nchw_output(node, ins, outs) -> Kernel | None``), or None."""
+    hook = getattr(kernel, "nchw_output", None)
+    return None if hook is None else hook(node, ins, outs)
+
+
 def assign_layouts(chosen: list[Chosen], external: set[str]) -> tuple[list[Chosen], Layouts]:
     """Rewrite ``chosen`` so the convolutional regions run NHWC.
 
@@ -297,6 +316,8 @@ def assign_layouts(chosen: list[Chosen], external: set[str]) -> tuple[list[Chose
     for name in external:
         blocked.add(find(name))
     stored = {g for g in wanted if g not in blocked}
+    # tensors a channels-last op (or a dropped Transpose to NHWC) reads as its image
+    read_last = {node.inputs[0] for pos, (node, _, _, _) in enumerate(chosen) if roles[pos] in ("last", "to-last")}
 
     def is_nhwc(name: str) -> bool:
         return bool(name) and find(name) in stored
@@ -341,9 +362,14 @@ def assign_layouts(chosen: list[Chosen], external: set[str]) -> tuple[list[Chose
             inputs, outputs = list(node.inputs), list(node.outputs)
             if not x_nhwc:
                 inputs[0] = convert(node.inputs[0], ins[0], TO_NHWC, result)
+            direct = _nchw_output(nhwc_kernels[pos], node, ins, outs) \
+                if x_nhwc and not y_nhwc and node.outputs[0] not in read_last else None
             if y_nhwc:
                 physical[outputs[0]] = _permuted(outs[0])
                 result.append(Chosen(replace(node, inputs=inputs), nhwc_kernels[pos], ins, outs))
+            elif direct is not None:
+                # the region's last op writes ONNX's layout itself: no conversion pass over its output
+                result.append(Chosen(replace(node, inputs=inputs), direct, ins, outs))
             else:
                 tmp = f"{node.outputs[0]}#nhwc"
                 physical[tmp] = _permuted(outs[0])

@@ -64,6 +64,11 @@ def cases():
                  arr(10, 2), 2], \
         [("in", np.zeros((1, 1, 1, 1), F)), ("out", np.zeros((1, 1, 1, 1), F)), ("in", np.zeros((1, 2), np.int32)),
          ("in", np.zeros((1, 2), F)), ("in", np.zeros((1, 2), np.int32)), ("in", np.zeros((1, 2), F)), "int"]
+    yield "resize_to_nchw", native.resize_to_nchw, \
+        lambda: [arr(2, 4, 5, 3), arr(2, 3, 8, 10), arr(8, 2, dtype=np.int32), arr(8, 2), arr(10, 2, dtype=np.int32),
+                 arr(10, 2), 2, 1], \
+        [("in", np.zeros((1, 1, 1, 1), F)), ("out", np.zeros((1, 1, 1, 1), F)), ("in", np.zeros((1, 2), np.int32)),
+         ("in", np.zeros((1, 2), F)), ("in", np.zeros((1, 2), np.int32)), ("in", np.zeros((1, 2), F)), "int", "int"]
     yield "cast_half to float16", native.cast_half, lambda: [arr(4, 5), arr(4, 5, dtype=np.float16)], \
         [("in", tiny), ("out", np.zeros(1, np.float16))]
     yield "cast_half rounding", native.cast_half, lambda: [arr(4, 5), arr(4, 5)], [("in", tiny), ("out", tiny)]

@@ -79,3 +79,18 @@ def test_layout_conversions_run_on_the_tiles(monkeypatch):
     with nnhal.Session(model, devices=["cpu"]) as s:
         (want,) = s.run({"x": x})
     np.testing.assert_array_equal(y, want)
+
+
+@pytest.mark.parametrize("parts", [1, 2, 3])
+def test_few_rows_or_columns_run_unrolled_and_stay_exact(parts):
+    # kernels.c nn_transpose_few (a <= 8: colour planes to NHWC) and nn_transpose_cols (b <= 4: a mask's few
+    # classes back to NCHW, split by rows of x), each count, odd lengths, several outer blocks and parts
+    # splitting inside and across them; the ones and nines on either side run on the tiles
+    rng = np.random.default_rng(7)
+    for few in range(1, 10):
+        for outer, many in ((1, 1), (2, 37), (3, 515)):
+            for a, b in ((few, many), (many, few)):
+                x = rng.integers(-2 ** 31, 2 ** 31 - 1, (outer, a, b), dtype=np.int64).astype(np.int32)
+                y = np.full((outer, b, a), 5, np.int32)
+                native.transpose_blocks(x, y, outer, a, b, 1, parts)
+                np.testing.assert_array_equal(y, x.transpose(0, 2, 1), err_msg=f"{(outer, a, b)}")

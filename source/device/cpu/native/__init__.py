@@ -30,6 +30,7 @@ never a crash. They release the GIL around their loops. What they compute:
   a Split output out of its slice of the input (any dtype);
 * :func:`transpose_round`: transpose_blocks of float32 with fp16 storage's rounding in the same pass;
 * :func:`resize_nhwc`: Resize of a channels-last image by per-axis tap tables (nearest, linear, cubic);
+  :func:`resize_to_nchw` the same writing NCHW (a channels-last region's last Resize into a graph output);
 * :func:`cast_half`: float32 <-> float16 and float32 rounded through float16 (fp16 storage's conversions);
 * :class:`Gemm`: a prepared GEMM (constant B, its bias and activation), made once at prepare;
 * :class:`Program`: a prepared run of small element-wise float32 steps executed by one call (nn_steps.h; the
@@ -129,6 +130,7 @@ if _k is not None:
     copy_rows = _k.copy_rows    # (x, y, rows, width, x_stride, x_offset, y_stride, y_offset, parts): uint8 views
     transpose_round = _k.transpose_round        # (x, y, outer, a, b, parts): float32, rounded via float16
     resize_nhwc = _k.resize_nhwc                # (x, y, hidx, hw, widx, ww, parts)
+    resize_to_nchw = _k.resize_to_nchw          # (x, y (n, c, oh, ow), hidx, hw, widx, ww, parts, round_half)
     cast_half = _k.cast_half                    # (x, y): f32 -> f16, f16 -> f32, or f32 -> f32 through f16
     fake_quantize_blocks = _k.fake_quantize_blocks  # (x, y, block, signed)
     quantize_linear = _k.quantize_linear        # (x, y, scale, zero): float32 -> uint8 / int8, per tensor
