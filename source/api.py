@@ -37,7 +37,7 @@ from nnhal.errors import (
     StateError,
     wrapped,
 )
-from nnhal.graph.binding import check_input, resolve
+from nnhal.graph.binding import InputChecker, check_input, resolve
 from nnhal.graph.graph import Graph
 from nnhal.optimizer.outliers import Int8Plan
 from nnhal.optimizer.placement import Decision
@@ -117,6 +117,10 @@ class GraphHandle:
     run: Execution | None = None            # the run started by run_graph (its values hold the outputs)
     # runs (Session.run from any thread) share the prepared graph; preparing it again excludes them
     lock: ReadWriteLock = field(default_factory=ReadWriteLock, repr=False)
+    checker: InputChecker = field(init=False, repr=False)     # the feeds' checks, derived once from the model
+
+    def __post_init__(self) -> None:
+        self.checker = InputChecker(self.graph)
 
     @property
     def input_names(self) -> list[str]:
@@ -250,8 +254,10 @@ def execute(g: GraphHandle, feeds: dict[str, Any] | list[Any], options: Options 
     else:
         raise InputError(f"feeds must be a dict of input name -> array or a list of arrays in input order, "
                          f"got {type(feeds).__name__}")
-    arrays = dict(check_input(g.graph, key, value) for key, value in items)
-    missing = [n for n in g.graph.inputs if n not in arrays]
+    check = g.checker
+    arrays = dict(check(key, value) for key, value in items)
+    # every key resolved to one of the graph's inputs: as many names as inputs means none is missing
+    missing = [] if len(arrays) == len(check.names) else [n for n in check.names if n not in arrays]
     if missing:
         raise InputError(f"inputs not given: {missing} (the graph's inputs: {g.graph.inputs})")
     while True:
