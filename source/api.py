@@ -248,14 +248,17 @@ def execute(g: GraphHandle, feeds: dict[str, Any] | list[Any], options: Options 
     yet prepared, or prepared for other input shapes, is prepared (again) first, with ``options``."""
     _alive(g)
     if isinstance(feeds, dict):
-        items = list(feeds.items())
+        items = feeds.items()
     elif isinstance(feeds, (list, tuple)):
-        items = list(enumerate(feeds))
+        items = enumerate(feeds)
     else:
         raise InputError(f"feeds must be a dict of input name -> array or a list of arrays in input order, "
                          f"got {type(feeds).__name__}")
     check = g.checker
-    arrays = dict(check(key, value) for key, value in items)
+    arrays = {}
+    for key, value in items:
+        name, array = check(key, value)
+        arrays[name] = array
     # every key resolved to one of the graph's inputs: as many names as inputs means none is missing
     missing = [] if len(arrays) == len(check.names) else [n for n in check.names if n not in arrays]
     if missing:

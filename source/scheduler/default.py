@@ -158,12 +158,13 @@ def _replace_after_failure(ex: Execution, sg: Subgraph, view: Subgraph, exc: Bas
 def _execute_one(ex: Execution, sg: Subgraph) -> None:
     """:func:`_execute` for a graph of one subgraph: nothing to order or overlap with, so no readiness counts,
     no async start and no polling; the same device lock, output checks, fallback and timing."""
-    held = HeldLocks()
+    held = None                                      # made only for a device that is not reentrant
     start = time.perf_counter() if ex.timings is not None else 0.0
     try:
         while True:
             name = sg.device
             if not ex.is_reentrant(name):
+                held = held or HeldLocks()
                 held.enter(name, blocking=True)
             view = _enter(ex, sg)
             device = ex.devices[name]
@@ -174,11 +175,13 @@ def _execute_one(ex: Execution, sg: Subgraph) -> None:
                 try:
                     _replace_after_failure(ex, sg, view, exc)
                 finally:
-                    held.release_all()
+                    if held is not None:
+                        held.release_all()
                 continue                             # runs again, on the fallback device
             break
     finally:
-        held.release_all()
+        if held is not None:
+            held.release_all()
     if ex.timings is not None:
         ex.timings[sg.index] = ex.timings.get(sg.index, 0.0) + time.perf_counter() - start
     _leave(ex, view)
