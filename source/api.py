@@ -37,7 +37,7 @@ from nnhal.errors import (
     StateError,
     wrapped,
 )
-from nnhal.graph.binding import check_input, resolve
+from nnhal.graph.binding import InputChecker, check_input, resolve
 from nnhal.graph.graph import Graph
 from nnhal.optimizer.outliers import Int8Plan
 from nnhal.optimizer.placement import Decision
@@ -117,6 +117,10 @@ class GraphHandle:
     run: Execution | None = None            # the run started by run_graph (its values hold the outputs)
     # runs (Session.run from any thread) share the prepared graph; preparing it again excludes them
     lock: ReadWriteLock = field(default_factory=ReadWriteLock, repr=False)
+    checker: InputChecker = field(init=False, repr=False)     # the feeds' checks, derived once from the model
+
+    def __post_init__(self) -> None:
+        self.checker = InputChecker(self.graph)
 
     @property
     def input_names(self) -> list[str]:
@@ -244,14 +248,19 @@ def execute(g: GraphHandle, feeds: dict[str, Any] | list[Any], options: Options 
     yet prepared, or prepared for other input shapes, is prepared (again) first, with ``options``."""
     _alive(g)
     if isinstance(feeds, dict):
-        items = list(feeds.items())
+        items = feeds.items()
     elif isinstance(feeds, (list, tuple)):
-        items = list(enumerate(feeds))
+        items = enumerate(feeds)
     else:
         raise InputError(f"feeds must be a dict of input name -> array or a list of arrays in input order, "
                          f"got {type(feeds).__name__}")
-    arrays = dict(check_input(g.graph, key, value) for key, value in items)
-    missing = [n for n in g.graph.inputs if n not in arrays]
+    check = g.checker
+    arrays = {}
+    for key, value in items:
+        name, array = check(key, value)
+        arrays[name] = array
+    # every key resolved to one of the graph's inputs: as many names as inputs means none is missing
+    missing = [] if len(arrays) == len(check.names) else [n for n in check.names if n not in arrays]
     if missing:
         raise InputError(f"inputs not given: {missing} (the graph's inputs: {g.graph.inputs})")
     while True:

@@ -26,7 +26,7 @@ def check_input(graph: Graph, key: str | int, value: Any) -> tuple[str, np.ndarr
     name = resolve(graph.inputs, key, "input")
     t = graph.tensors[name]
     try:
-        array = np.asarray(value)
+        array = value if type(value) is np.ndarray else np.asarray(value)
     except Exception as exc:
         raise InputError(f"input '{name}': cannot make an array of a {type(value).__name__}: {exc}") from exc
     if t.dtype is not None and array.dtype != t.dtype:
@@ -36,4 +36,29 @@ def check_input(graph: Graph, key: str | int, value: Any) -> tuple[str, np.ndarr
         if array.ndim != len(t.shape) or any(d is not None and d != s for d, s in zip(t.shape, array.shape)):
             want = "x".join("?" if d is None else str(d) for d in t.shape) or "scalar"
             raise InputError(f"input '{name}' expects shape [{want}], got {list(array.shape)}")
-    return name, np.require(array, requirements="C")
+    return name, array if array.flags.c_contiguous else np.require(array, requirements="C")
+
+
+class InputChecker:
+    """:func:`check_input` for one graph, with what it checks derived once: each input's dtype and, when every
+    dim is known, its shape as a tuple. A feed that is already a C-contiguous ndarray of the expected dtype and
+    shape is taken as it is (the common case of every run); anything else goes through :func:`check_input`, so
+    every mistake raises the same InputError. Read-only after construction: shared by concurrent runs."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.names = list(graph.inputs)
+        # name -> (dtype, shape) of each input whose dtype and every dim the model gives (the fast path's)
+        self._static: dict[str, tuple[np.dtype, tuple[int, ...]]] = {}
+        for name in self.names:
+            t = graph.tensors[name]
+            if t.dtype is not None and t.shape is not None and all(isinstance(d, int) for d in t.shape):
+                self._static[name] = (np.dtype(t.dtype), tuple(t.shape))
+
+    def __call__(self, key: str | int, value: Any) -> tuple[str, np.ndarray]:
+        """The input's name and ``value`` as a C-contiguous array, as :func:`check_input` returns them."""
+        expected = self._static.get(key) if type(key) is str else None
+        if expected is not None and type(value) is np.ndarray and value.dtype == expected[0] \
+                and value.shape == expected[1] and value.flags.c_contiguous:
+            return key, value
+        return check_input(self.graph, key, value)

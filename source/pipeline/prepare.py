@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -80,11 +81,15 @@ class Prepared:
     def begin(self, feeds: dict[str, np.ndarray]) -> Execution:
         """A run's execution over the prepared graph, its values holding ``feeds`` and constant outputs."""
         ex = self.execution.begin(dict(feeds))
-        for name in self.graph.outputs:
-            t = self.graph.tensors[name]
-            if t.kind is TensorKind.CONSTANT:
-                ex.values[name] = t.value.copy()     # the user's own: changing it must not change the graph
+        for name, t in self._constant_outputs:
+            ex.values[name] = t.value.copy()      # the user's own: changing it must not change the graph
         return ex
+
+    @functools.cached_property
+    def _constant_outputs(self) -> list:
+        """The graph outputs that are constants (folded at prepare), found once."""
+        tensors = self.graph.tensors
+        return [(n, tensors[n]) for n in self.graph.outputs if tensors[n].kind is TensorKind.CONSTANT]
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         """The outputs for ``feeds`` (a blocking run), in graph output order."""

@@ -155,7 +155,42 @@ def _replace_after_failure(ex: Execution, sg: Subgraph, view: Subgraph, exc: Bas
             fall_back(ex, sg, "run", exc)
 
 
+def _execute_one(ex: Execution, sg: Subgraph) -> None:
+    """:func:`_execute` for a graph of one subgraph: nothing to order or overlap with, so no readiness counts,
+    no async start and no polling; the same device lock, output checks, fallback and timing."""
+    held = None                                      # made only for a device that is not reentrant
+    start = time.perf_counter() if ex.timings is not None else 0.0
+    try:
+        while True:
+            name = sg.device
+            if not ex.is_reentrant(name):
+                held = held or HeldLocks()
+                held.enter(name, blocking=True)
+            view = _enter(ex, sg)
+            device = ex.devices[name]
+            try:
+                device.interface.run(device, view)
+                check_outputs(view)
+            except Exception as exc:
+                try:
+                    _replace_after_failure(ex, sg, view, exc)
+                finally:
+                    if held is not None:
+                        held.release_all()
+                continue                             # runs again, on the fallback device
+            break
+    finally:
+        if held is not None:
+            held.release_all()
+    if ex.timings is not None:
+        ex.timings[sg.index] = ex.timings.get(sg.index, 0.0) + time.perf_counter() - start
+    _leave(ex, view)
+
+
 def _execute(ex: Execution) -> None:
+    if len(ex.subgraphs) == 1:
+        _execute_one(ex, ex.subgraphs[0])
+        return
     by_index = {sg.index: sg for sg in ex.subgraphs}
     waiting = {i: len(d) for i, d in ex.dependencies().items()}
     users = ex.users()

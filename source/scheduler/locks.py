@@ -65,13 +65,18 @@ class ReadWriteLock:
     """
 
     def __init__(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
+        self._mutex = threading.Lock()
+        self._cond = threading.Condition(self._mutex)
         self._readers = 0
         self._writer: int | None = None       # the writing thread's ident
         self._depth = 0                       # its nested acquisitions
         self._waiting_writers = 0
 
     def acquire_read(self) -> None:
+        with self._mutex:                     # NOTE: the run path: no writer, no one waiting, no thread id asked
+            if self._writer is None and not self._waiting_writers:
+                self._readers += 1
+                return
         me = threading.get_ident()
         with self._cond:
             if self._writer == me:
@@ -82,9 +87,8 @@ class ReadWriteLock:
             self._readers += 1
 
     def release_read(self) -> None:
-        me = threading.get_ident()
-        with self._cond:
-            if self._writer == me:
+        with self._mutex:                     # the condition's own lock, without its Python-level wrapper
+            if self._writer is not None and self._writer == threading.get_ident():
                 self._depth -= 1
                 return
             self._readers -= 1

@@ -7,7 +7,6 @@ prepared graph is run from many threads at once.
 """
 from __future__ import annotations
 
-import copy
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -51,7 +50,8 @@ class Execution:
         """The execution of one run: shares the prepared part, owns ``values``, ``state`` and ``views``."""
         self.dependencies()
         self.users()
-        run = copy.copy(self)
+        run = object.__new__(Execution)          # a shallow copy, as copy.copy made, without its protocol lookups
+        run.__dict__.update(self.__dict__)
         run.values = values
         run.state = None
         run.views = {}
