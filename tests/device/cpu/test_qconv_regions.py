@@ -276,3 +276,47 @@ def test_an_average_pool_over_the_whole_image_is_a_global_one(checked, monkeypat
     np.testing.assert_array_equal(got, want)
     (ref,) = nnhal.Session(model).run({"x": x})
     np.testing.assert_allclose(got, ref, atol=0.05 * float(np.abs(ref).max()))
+
+
+@pytest.mark.parametrize("shared", [False, True])
+@pytest.mark.parametrize("checked", ["0", "1"])
+def test_a_code_table_after_a_residual_add_is_composed_into_its_table(shared, checked, monkeypatch):
+    """conv a -> conv b -> QLinearAdd(a, b) -> DQ -> Relu -> Q at other parameters (a CodeTable that rescales)
+    -> conv c: the plan composes the CodeTable into the QLinearAdd's 256 x 256 table (integer.fuse_table_tails),
+    inside the NHWC region; with the Add's output read elsewhere too (``shared``) both stay. Bit-equal to the
+    reference kernels on both plan paths."""
+    rng = np.random.default_rng(23)
+    shape = (2, 8, 9, 7)
+    x = rng.integers(0, 256, shape, dtype=np.uint8)
+    inits = {"x_s": np.array(0.04, np.float32), "x_z": np.array(100, np.uint8)}
+    nodes = []
+    for name, src, c, m, k in (("a", "x", 8, 16, 1), ("b", "a", 16, 16, 3), ("c", "r", 16, 8, 3)):
+        node, more = _qconv(rng, name, src, c, m, k)
+        nodes.append(node)
+        inits.update(more)
+        inits[f"{name}_s"], inits[f"{name}_z"] = more[f"{name}_ys"], more[f"{name}_yz"]
+    inits.update({"s_s": np.array(0.09, np.float32), "s_z": np.array(60, np.uint8),
+                  "r_s": np.array(0.07, np.float32), "r_z": np.array(0, np.uint8)})
+    nodes[2:2] = [helper.make_node("QLinearAdd", ["a", "a_s", "a_z", "b", "b_s", "b_z", "s_s", "s_z"], ["s"],
+                                   domain="com.microsoft"),
+                  helper.make_node("DequantizeLinear", ["s", "s_s", "s_z"], ["sf"]),
+                  helper.make_node("Relu", ["sf"], ["rf"]),
+                  helper.make_node("QuantizeLinear", ["rf", "r_s", "r_z"], ["r"])]
+    outputs = [helper.make_tensor_value_info("c", TensorProto.UINT8, None)]
+    if shared:
+        outputs.append(helper.make_tensor_value_info("s", TensorProto.UINT8, None))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.UINT8, shape)], outputs,
+                              [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
+    opsets = [helper.make_opsetid("", 19), helper.make_opsetid("com.microsoft", 1)]
+    model = helper.make_model(graph, opset_imports=opsets, ir_version=9)
+    monkeypatch.setenv("NNHAL_CHECK", checked)
+    session = nnhal.Session(model, devices=["cpu"])
+    got = session.run({"x": x})
+    steps = [(st.node.op_type, st.kernel_name) for st in _steps(session)]
+    assert (("CodeTable", "table") in steps) == shared, steps
+    assert (("QLinearAdd", "table+tail") in steps) == (not shared), steps
+    monkeypatch.setenv("NNHAL_CPU_REFERENCE", "1")
+    want = nnhal.Session(model, devices=["cpu"]).run({"x": x})
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    assert len(np.unique(got[0])) > 5
