@@ -313,7 +313,7 @@ def _lower_integer(node: Node, g: Graph, quantizable, floats: set[str], keep: fr
     if op in ("Add", "Mul") or (op == "Sum" and len(ins) == 2):
         a, b = ins
         return ("QLinearMul" if op == "Mul" else "QLinearAdd"), [("q", a), ("p", a), ("q", b), ("p", b), ("p", out)], {}
-    if op == "GlobalAveragePool":
+    if op == "GlobalAveragePool" or _global_average(node, g):
         return "QLinearGlobalAveragePool", [("q", ins[0]), ("p", ins[0]), ("p", out)], {}
     if op == "AveragePool" and not node.attrs.get("dilations") and not node.attrs.get("ceil_mode", 0):
         attrs = {k: v for k, v in node.attrs.items() if v is not None and k != "dilations"}
@@ -348,6 +348,19 @@ def _lower_dynamic(node: Node, g: Graph, preferred: int | None):
     block = dynamic_block(matrix.shape[1], preferred)
     wq, ws = per_block_int8(matrix, block)
     return node.inputs[0], wq, ws, bias, matrix, block
+
+
+def _global_average(node: Node, g: Graph) -> bool:
+    """An AveragePool whose one window is the whole (static) image, unpadded (ResNet's 7x7 pool): the mean of
+    every pixel, as GlobalAveragePool computes it (QLinearGlobalAveragePool: exact integer sums)."""
+    if node.op_type != "AveragePool":
+        return False
+    shape = g.tensors[node.inputs[0]].shape
+    a = node.attrs
+    return shape is not None and all(isinstance(d, int) for d in shape) and len(shape) >= 3 \
+        and list(a.get("kernel_shape") or []) == list(shape[2:]) and not any(a.get("pads") or []) \
+        and a.get("auto_pad", "NOTSET") in ("NOTSET", "VALID") and not a.get("ceil_mode", 0) \
+        and all(d == 1 for d in a.get("dilations") or [])
 
 
 def _absorbs(node: Node, g: Graph, qdtype: np.dtype) -> bool:

@@ -233,6 +233,7 @@ def quantize_activations(graph: Graph, subgraphs: list[Subgraph], precision: str
             raise InputError(f"precision '{precision}' needs calibration data: set the inputs {missing} before "
                              "prerun_graph (their values calibrate the ranges), or pass Options(calibration=table)")
         table = calibrate_ranges(graph, [feeds], method)
+    shared = clamped_by(graph, targets, table)
     for sg in targets:
         for node in sg.nodes:
             float_outputs = set(node.outputs) if node.name in sg.keep_fp32 else set()
@@ -244,5 +245,29 @@ def quantize_activations(graph: Graph, subgraphs: list[Subgraph], precision: str
                     continue
                 if t.quant is not None:
                     continue        # the model's own parameters (a folded Q/DQ pair) win
-                t.quant = params_for(sg.precision, *table[name])
+                t.quant = params_for(sg.precision, *table[shared.get(name, name)])
     return table
+
+
+CLAMPS = ("Relu", "Clip")
+
+
+def clamped_by(graph: Graph, subgraphs: list[Subgraph], table: Ranges) -> dict[str, str]:
+    """Conv output -> the output of the Relu (or Clip) that is its sole reader, in the same quantized subgraph:
+    the conv's output takes the clamp's parameters, as onnxruntime's quantizer gives it.
+
+    Exact: quantizing is monotone, so quantize(clamp(x)) = clamp(quantize(x)) at the clamp's own parameters;
+    the conv's codes then lose nothing the clamp keeps, and the clamp is a clamp of codes (no rescaling table),
+    which the device may fold into the conv's requantization."""
+    producers, consumers = graph.producers(), graph.consumers()
+    shared: dict[str, str] = {}
+    for sg in subgraphs:
+        names = {node.name for node in sg.nodes} - set(sg.keep_fp32)
+        for node in sg.nodes:
+            src = node.inputs[0] if node.op_type in CLAMPS and node.inputs else ""
+            conv = producers.get(src)
+            if (conv is None or conv.op_type != "Conv" or {conv.name, node.name} - names or src in graph.outputs
+                    or [n.name for n in consumers.get(src, [])] != [node.name] or node.outputs[0] not in table):
+                continue
+            shared[src] = node.outputs[0]
+    return shared

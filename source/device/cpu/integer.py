@@ -33,6 +33,7 @@ import numpy as np
 
 from nnhal.device.cpu import parallel, qnative
 from nnhal.device.cpu.fusions import Chosen
+from nnhal.device.cpu.kernels.qlinear_tables import QLinearAddTable, QLinearMulTable, TailedBinaryTable
 from nnhal.hostkernels.base import Kernel, RunFn
 from nnhal.hostkernels.fused import Activation, activation_of, fuse
 from nnhal.operator.table import get_prototype
@@ -451,5 +452,32 @@ def fuse_code_clamps(chosen: list[Chosen], external: set[str]) -> list[Chosen]:
         act = Activation("clip", np.asarray(bounds[0], dtype), np.asarray(bounds[1], dtype))
         node = fuse(conv.node, entry.node, outputs=list(entry.node.outputs), activation=act)
         out[producer[src]] = conv._replace(node=node, outs=entry.outs)
+        dropped.add(pos)
+    return [entry for pos, entry in enumerate(out) if pos not in dropped]
+
+
+def fuse_table_tails(chosen: list[Chosen], external: set[str]) -> list[Chosen]:
+    """Each QLinearAdd / QLinearMul on its 256 x 256 table (kernels/qlinear_tables.py) whose only reader is an
+    ai.nnhal CodeTable (a Relu after a residual Add that rescales, as the int8 precision pass writes it) with the
+    CodeTable composed into its table: the same codes, one gather over the output fewer. Runs after the layout
+    pass, which chooses the element-wise kernels again for NHWC tensors."""
+    reads: dict[str, int] = {}
+    for entry in chosen:
+        for name in entry.node.all_inputs:
+            reads[name] = reads.get(name, 0) + 1
+    producer = {entry.node.outputs[0]: pos for pos, entry in enumerate(chosen)
+                if len(entry.node.outputs) == 1 and type(entry.kernel) in (QLinearAddTable, QLinearMulTable)
+                and activation_of(entry.node) is None}
+    out, dropped = list(chosen), set()
+    for pos, entry in enumerate(chosen):
+        node, ins = entry.node, entry.ins
+        src = node.inputs[0] if node.inputs else ""
+        if src not in producer or src in external or reads.get(src) != 1 or node.op_type != "CodeTable" \
+                or node.domain != "ai.nnhal" or len(ins) != 2 or ins[1] is None or ins[1].value is None \
+                or np.shape(ins[1].value) != (256,) or ins[0] is None or ins[0].dtype not in (np.uint8, np.int8):
+            continue
+        table = chosen[producer[src]]
+        fused = fuse(table.node, node, outputs=list(node.outputs))
+        out[producer[src]] = Chosen(fused, TailedBinaryTable(table.kernel, ins[1].value), table.ins, entry.outs)
         dropped.add(pos)
     return [entry for pos, entry in enumerate(out) if pos not in dropped]

@@ -18,7 +18,7 @@ from nnhal.device.cpu.castfuse import fuse_half_round_trips, fuse_relayout_casts
 from nnhal.device.cpu.fusions import Chosen, fuse_activations, fuse_channel_shuffle, fuse_gelu, fuse_matmul
 from nnhal.device.cpu.gelu_tanh import fuse_gelu_tanh
 from nnhal.device.cpu.groupnorm import fuse_group_norm
-from nnhal.device.cpu.integer import fuse_code_clamps, use_integer_kernels
+from nnhal.device.cpu.integer import fuse_code_clamps, fuse_table_tails, use_integer_kernels
 from nnhal.device.cpu.kernels import control, select
 from nnhal.device.cpu.layout import Layouts, assign_layouts
 from nnhal.device.cpu.matmul_views import fold_transposes
@@ -355,6 +355,7 @@ def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: l
         chosen = fuse_channel_shuffle(chosen, external, constants)
         chosen = fold_transposes(chosen, external)
         chosen, layouts = assign_layouts(chosen, external)
+        chosen = fuse_table_tails(chosen, external)
         chosen = fuse_relayout_casts(chosen, external)
         constants.update(layouts.constants)
     physical = layouts.physical

@@ -214,3 +214,109 @@ def test_clamping_code_table_folds_into_the_convolution(tail, fused, group, chec
     (want,) = nnhal.Session(model, devices=["cpu"]).run({"x": x})
     np.testing.assert_array_equal(got, want)
     assert 0 < np.count_nonzero(got == 120) < got.size           # the clamp bit: some codes, not all
+
+
+@pytest.mark.parametrize("checked", ["0", "1"])
+def test_a_global_average_pool_keeps_the_region_channels_last(checked, monkeypatch):
+    """QLinearConv -> QLinearGlobalAveragePool (com.microsoft) -> QLinearConv: the pool's channels-last variant
+    (kernels/quantized.py) keeps the three in one NHWC region (one conversion in, one out), with the same codes as
+    the reference kernels' channels-first pool (the same exact integer sums)."""
+    rng = np.random.default_rng(21)
+    shape = (2, 8, 7, 5)
+    x = rng.integers(0, 256, shape, dtype=np.uint8)
+    a, inits = _qconv(rng, "a", "x", 8, 16, 3)
+    b, more = _qconv(rng, "b", "p", 16, 12, 1)
+    inits.update(more)
+    inits.update({"x_s": np.array(0.04, np.float32), "x_z": np.array(100, np.uint8),
+                  "a_s": inits["a_ys"], "a_z": inits["a_yz"], "p_s": np.array(0.01, np.float32),
+                  "p_z": np.array(30, np.uint8)})
+    pool = helper.make_node("QLinearGlobalAveragePool", ["a", "a_s", "a_z", "p_s", "p_z"], ["p"],
+                            domain="com.microsoft")
+    graph = helper.make_graph([a, pool, b], "g", [helper.make_tensor_value_info("x", TensorProto.UINT8, shape)],
+                              [helper.make_tensor_value_info("b", TensorProto.UINT8, None)],
+                              [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
+    opsets = [helper.make_opsetid("", 19), helper.make_opsetid("com.microsoft", 1)]
+    model = helper.make_model(graph, opset_imports=opsets, ir_version=9)
+    monkeypatch.setenv("NNHAL_CHECK", checked)
+    session = nnhal.Session(model, devices=["cpu"])
+    (got,) = session.run({"x": x})
+    steps = [(st.node.op_type, st.kernel_name) for st in _steps(session)]
+    assert ("QLinearGlobalAveragePool", "cpu nhwc") in steps, steps
+    assert [k for op, k in steps if op == "Transpose"] == ["to-nhwc", "to-nchw"], steps
+    monkeypatch.setenv("NNHAL_CPU_REFERENCE", "1")
+    (want,) = nnhal.Session(model, devices=["cpu"]).run({"x": x})
+    np.testing.assert_array_equal(got, want)
+    assert len(np.unique(got)) > 5              # not all saturated
+
+
+@pytest.mark.parametrize("checked", ["0", "1"])
+def test_an_average_pool_over_the_whole_image_is_a_global_one(checked, monkeypatch):
+    """The int8 precision pass lowers an AveragePool whose one window is the whole unpadded image (ResNet's 7x7
+    pool) as QLinearGlobalAveragePool, which runs channels last inside the conv's region; a padded one stays
+    QLinearAveragePool. The codes equal the reference kernels'."""
+    rng = np.random.default_rng(22)
+    w = (rng.standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("AveragePool", ["c"], ["g"], kernel_shape=[7, 5]),
+             helper.make_node("AveragePool", ["c"], ["h"], kernel_shape=[7, 5], pads=[1, 0, 0, 0]),
+             helper.make_node("Add", ["g", "h"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 7, 5])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    x = rng.standard_normal((2, 3, 7, 5)).astype(np.float32)
+    table = nnhal.calibrate(model, [{"x": x}], progress=False)
+    monkeypatch.setenv("NNHAL_CHECK", checked)
+    session = nnhal.Session(model, devices=["cpu"], precision="int8", calibration=table)
+    (got,) = session.run({"x": x})
+    ops = [st.node.op_type for st in _steps(session)]
+    assert ops.count("QLinearGlobalAveragePool") == 1 and ops.count("QLinearAveragePool") == 1, ops
+    monkeypatch.setenv("NNHAL_CPU_REFERENCE", "1")
+    (want,) = nnhal.Session(model, devices=["cpu"], precision="int8", calibration=table).run({"x": x})
+    np.testing.assert_array_equal(got, want)
+    (ref,) = nnhal.Session(model).run({"x": x})
+    np.testing.assert_allclose(got, ref, atol=0.05 * float(np.abs(ref).max()))
+
+
+@pytest.mark.parametrize("shared", [False, True])
+@pytest.mark.parametrize("checked", ["0", "1"])
+def test_a_code_table_after_a_residual_add_is_composed_into_its_table(shared, checked, monkeypatch):
+    """conv a -> conv b -> QLinearAdd(a, b) -> DQ -> Relu -> Q at other parameters (a CodeTable that rescales)
+    -> conv c: the plan composes the CodeTable into the QLinearAdd's 256 x 256 table (integer.fuse_table_tails),
+    inside the NHWC region; with the Add's output read elsewhere too (``shared``) both stay. Bit-equal to the
+    reference kernels on both plan paths."""
+    rng = np.random.default_rng(23)
+    shape = (2, 8, 9, 7)
+    x = rng.integers(0, 256, shape, dtype=np.uint8)
+    inits = {"x_s": np.array(0.04, np.float32), "x_z": np.array(100, np.uint8)}
+    nodes = []
+    for name, src, c, m, k in (("a", "x", 8, 16, 1), ("b", "a", 16, 16, 3), ("c", "r", 16, 8, 3)):
+        node, more = _qconv(rng, name, src, c, m, k)
+        nodes.append(node)
+        inits.update(more)
+        inits[f"{name}_s"], inits[f"{name}_z"] = more[f"{name}_ys"], more[f"{name}_yz"]
+    inits.update({"s_s": np.array(0.09, np.float32), "s_z": np.array(60, np.uint8),
+                  "r_s": np.array(0.07, np.float32), "r_z": np.array(0, np.uint8)})
+    nodes[2:2] = [helper.make_node("QLinearAdd", ["a", "a_s", "a_z", "b", "b_s", "b_z", "s_s", "s_z"], ["s"],
+                                   domain="com.microsoft"),
+                  helper.make_node("DequantizeLinear", ["s", "s_s", "s_z"], ["sf"]),
+                  helper.make_node("Relu", ["sf"], ["rf"]),
+                  helper.make_node("QuantizeLinear", ["rf", "r_s", "r_z"], ["r"])]
+    outputs = [helper.make_tensor_value_info("c", TensorProto.UINT8, None)]
+    if shared:
+        outputs.append(helper.make_tensor_value_info("s", TensorProto.UINT8, None))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.UINT8, shape)], outputs,
+                              [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
+    opsets = [helper.make_opsetid("", 19), helper.make_opsetid("com.microsoft", 1)]
+    model = helper.make_model(graph, opset_imports=opsets, ir_version=9)
+    monkeypatch.setenv("NNHAL_CHECK", checked)
+    session = nnhal.Session(model, devices=["cpu"])
+    got = session.run({"x": x})
+    steps = [(st.node.op_type, st.kernel_name) for st in _steps(session)]
+    assert (("CodeTable", "table") in steps) == shared, steps
+    assert (("QLinearAdd", "table+tail") in steps) == (not shared), steps
+    monkeypatch.setenv("NNHAL_CPU_REFERENCE", "1")
+    want = nnhal.Session(model, devices=["cpu"]).run({"x": x})
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    assert len(np.unique(got[0])) > 5

@@ -59,13 +59,17 @@ class QLinearBinaryTable(Kernel):
             return 0
         return 5 if _per_tensor(ins, (1, 2, 4, 5, 6, 7)) else 0
 
+    def compose(self, table: np.ndarray) -> np.ndarray:
+        """The table a run gathers from, given the op's own (TailedBinaryTable composes a CodeTable in)."""
+        return table
+
     def prepare(self, node, ins, outs) -> RunFn:
-        dtype = np.dtype(ins[0].dtype)
-        codes = _codes(dtype)
+        codes = _codes(np.dtype(ins[0].dtype))
         a_all, b_all = np.repeat(codes, 256), np.tile(codes, 256)
         params = [_value(ins, i) for i in range(8)]
-        table = np.ascontiguousarray(self.reference.compute(node, a_all, params[1], params[2], b_all, params[4],
-                                                            params[5], params[6], params[7]), dtype)
+        table = self.compose(np.ascontiguousarray(self.reference.compute(
+            node, a_all, params[1], params[2], b_all, params[4], params[5], params[6], params[7]), codes.dtype))
+        dtype = table.dtype
 
         def run(inputs: list, outputs: list):
             a, b = inputs[0], inputs[3]
@@ -91,6 +95,19 @@ class QLinearAddTable(QLinearBinaryTable):
 class QLinearMulTable(QLinearBinaryTable):
     op_type = "QLinearMul"
     reference = QLinearMulKernel()
+
+
+class TailedBinaryTable(QLinearBinaryTable):
+    """QLinearAdd / QLinearMul with the ai.nnhal CodeTable that alone reads its output composed into its table
+    (``tail[table]``): ResNet's residual Add and its Relu in one gather (integer.fuse_table_tails)."""
+
+    name = "table+tail"
+
+    def __init__(self, base: QLinearBinaryTable, tail: np.ndarray):
+        self.op_type, self.reference, self.tail = base.op_type, base.reference, np.ascontiguousarray(tail)
+
+    def compose(self, table: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(self.tail[_bytes(table)])
 
 
 class QLinearConcatTables(Kernel):

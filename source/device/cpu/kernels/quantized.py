@@ -1,17 +1,22 @@
 """The integer products in numpy (float BLAS on exact integer values) on the cpu device: the host's kernels
 (hostkernels/op_matmul_integer.py, op_qlinear_matmul.py, op_qlinear_conv.py, ms_qgemm.py,
 ms_matmul_integer_to_float.py, nn_dynamic_quantize_gemm.py) with their products on the pool; the
-per-token quantization of DynamicQuantizeGemm's blocks and its GEMM with the bias by the native kernels.
+per-token quantization of DynamicQuantizeGemm's blocks and its GEMM with the bias by the native kernels;
+QLinearGlobalAveragePool with a channels-last variant for the layout pass's quantized regions (qlayout.py).
 The integer kernels proper (qnative) are integer.py's.
 """
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 
 from nnhal.device.cpu import native, parallel
 from nnhal.device.cpu.kernels._pooled import Pooled
+from nnhal.hostkernels.base import Kernel, RunFn
 from nnhal.hostkernels.ms_matmul_integer_to_float import MatMulIntegerToFloatKernel
 from nnhal.hostkernels.ms_qgemm import QGemmKernel
+from nnhal.hostkernels.ms_qlinear_global_average_pool import QLinearGlobalAveragePoolKernel
 from nnhal.hostkernels.nn_dynamic_quantize_gemm import DynamicQuantizeGemmKernel
 from nnhal.hostkernels.op_matmul_integer import MatMulIntegerKernel
 from nnhal.hostkernels.op_qlinear_conv import PackedQLinearConv
@@ -55,6 +60,34 @@ class DynamicQuantizeGemmNative(Pooled, DynamicQuantizeGemmKernel):
             and parallel.gemm(xq, wt, out, bias, None)
 
 
+class QLinearGlobalAveragePoolCPU(QLinearGlobalAveragePoolKernel):
+    """The host's kernel (exact integer sums, one float32 rescale), which offers the layout pass a channels-last
+    variant: ResNet's last stage then stays NHWC up to its pooled (N, C, 1, 1) codes."""
+
+    name = "cpu"
+
+    def score(self, node, ins, outs) -> int:
+        return 2
+
+    def channels_last(self, node, ins, outs) -> Kernel | None:
+        """The NHWC form for the layout pass (layout.py): a 4-D channels-first node, input 0 and output 0 stored
+        (N, H, W, C) and (N, 1, 1, C)."""
+        four = len(ins[0].shape) == 4 and not node.attrs.get("channels_last", 0)
+        return _GLOBAL_POOL_NHWC if four else None
+
+
+class QLinearGlobalAveragePoolNHWC(QLinearGlobalAveragePoolKernel):
+    """Channels last: the same integer sums over the pixels (axes 1, 2), so the same codes as channels first."""
+
+    name = "cpu nhwc"
+
+    def prepare(self, node, ins, outs) -> RunFn:
+        return super().prepare(replace(node, attrs={**node.attrs, "channels_last": 1}), ins, outs)
+
+
+_GLOBAL_POOL_NHWC = QLinearGlobalAveragePoolNHWC()
+
 IMPLEMENTATIONS = (MatMulIntegerPooled, QLinearMatMulPooled, PackedQLinearConvPooled)
 # the kernels of the other domains' ops, by domain
-DOMAINS = {"com.microsoft": (QGemmPooled, MatMulIntegerToFloatPooled), "ai.nnhal": (DynamicQuantizeGemmNative,)}
+DOMAINS = {"com.microsoft": (QGemmPooled, MatMulIntegerToFloatPooled, QLinearGlobalAveragePoolCPU),
+           "ai.nnhal": (DynamicQuantizeGemmNative,)}
