@@ -687,6 +687,7 @@ typedef struct {
     float *scratch;         /* parts x band_rows * ow * ld floats: each part's columns */
     int64_t n, h, w_in, c, oh, ow, m, kh, kw, sh, sw, dh, dw, pad_top, pad_left, ld, band_rows;
     nn_act act;
+    int64_t ldy;            /* floats from one output pixel to the next: m, or more in a channel slice */
 } nn_conv_args;
 
 static NN_CLONES void nn_conv_task(const void *args, int64_t part, int64_t parts) {
@@ -717,9 +718,9 @@ static NN_CLONES void nn_conv_task(const void *args, int64_t part, int64_t parts
             }
         }
         const int64_t rows = (r1 - r0) * a->ow;
-        float *out = a->y + r0 * a->ow * a->m;
-        nn_sgemm(cols, a->ld, a->w, a->m, 0, out, a->m, rows, a->m, a->ld);
-        nn_epilogue(out, a->m, rows, a->m, a->bias, &a->act);
+        float *out = a->y + r0 * a->ow * a->ldy;
+        nn_sgemm(cols, a->ld, a->w, a->m, 0, out, a->ldy, rows, a->m, a->ld);
+        nn_epilogue(out, a->ldy, rows, a->m, a->bias, &a->act);
     }
 }
 
@@ -2663,7 +2664,8 @@ static PyObject *nn_conv_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
         }
         if (nn_need(&self->w, k, "weights", nn_mul(2, wd)) || nn_need(&self->bias, k, "bias", g[6])) goto fail;
         self->im = (nn_conv_args){NULL, self->w.view.buf, self->bias.view.buf, NULL, NULL, g[0], g[1], g[2], g[3], g[4],
-                                  g[5], g[6], g[7], g[8], g[9], g[10], g[11], g[12], g[13], g[14], g[15], g[16], *act};
+                                  g[5], g[6], g[7], g[8], g[9], g[10], g[11], g[12], g[13], g[14], g[15], g[16], *act,
+                                  g[6]};
     }
     if (self->x_items < 0 || self->y_items < 0) {
         nn_value_error(k, "geometry", "has sizes whose product overflows");
@@ -2676,7 +2678,8 @@ fail:
 }
 
 /* conv.run(x, y, scratch, parts): the whole convolution of x (n, h, w, c) into y (n, oh, ow, m), split by output
- * rows into parts; scratch (im2col only, else None): parts * band_rows * ow * ld floats. */
+ * rows into parts; scratch (im2col only, else None): parts * band_rows * ow * ld floats. im2col's y may also be a
+ * channel slice of a wider channels-last tensor (evenly spaced pixels, unit stride on channels: nn_get_pixels). */
 static PyObject *nn_conv_run(nn_conv_object *self, PyObject *const *args, Py_ssize_t nargs) {
     const char *k = "Conv.run";
     nn_arg b[3] = {{.held = 0}, {.held = 0}, {.held = 0}};
@@ -2685,8 +2688,12 @@ static PyObject *nn_conv_run(nn_conv_object *self, PyObject *const *args, Py_ssi
     const int im2col = self->kind == NN_CONV_IM2COL;
     if (!im2col && args[2] != Py_None) return PyErr_Format(PyExc_ValueError, "native kernel %s: argument 'scratch' "
                                                            "must be None (only im2col takes scratch)", k);
+    int64_t ldy = 0;
     if (nn_get(&b[0], args[0], k, "x", NN_F32, 0) || nn_need(&b[0], k, "x", self->x_items) ||
-        nn_get(&b[1], args[1], k, "y", NN_F32, NN_OUT) || nn_need(&b[1], k, "y", self->y_items) ||
+        (im2col ? nn_get_pixels(&b[1], args[1], k, "y", NN_F32, NN_OUT, self->im.n * self->im.oh * self->im.ow,
+                                self->im.m, &ldy)
+                : nn_get(&b[1], args[1], k, "y", NN_F32, NN_OUT)) ||
+        nn_need(&b[1], k, "y", self->y_items) ||
         nn_get(&b[2], args[2], k, "scratch", NN_F32, NN_OUT | (im2col ? 0 : NN_NONE_OK)) ||
         (im2col && nn_need(&b[2], k, "scratch", self->scratch_per_part * parts)) ||
         nn_disjoint(&b[1], &b[0], k, "y", "x", 0) || nn_disjoint(&b[1], &self->w, k, "y", "weights", 0) ||
@@ -2707,7 +2714,7 @@ static PyObject *nn_conv_run(nn_conv_object *self, PyObject *const *args, Py_ssi
         nn_pool_run(nn_direct_task, &a, parts);
     } else {
         nn_conv_args a = self->im;
-        a.x = x, a.y = y, a.scratch = b[2].view.buf;
+        a.x = x, a.y = y, a.scratch = b[2].view.buf, a.ldy = ldy;
         nn_pool_run(nn_conv_task, &a, parts);
     }
     Py_END_ALLOW_THREADS
