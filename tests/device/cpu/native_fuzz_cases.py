@@ -124,7 +124,7 @@ def cases():
     yield "Conv.run im2col", im.run, lambda: [arr(1, 6, 5, 4), arr(1, 6, 5, 8), arr(2 * 2 * 5 * 36), 2], \
         [("in", tiny), ("out", tiny), ("out", tiny), "int"]
     # outputs written as a channel slice of a wider channels-last tensor (pixels evenly spaced, further apart than
-    # their channels): accepted by the GEMM and the im2col convolution, every other pixel layout refused
+    # their channels): accepted by the GEMM and the im2col and direct convolutions, every other pixel layout refused
     yield "gemm into a slice", native.gemm, \
         lambda: [arr(5, 7), arr(7, 3), np.zeros((5, 8), F)[:, 2:5], arr(3), act(), 2, 1, 0], \
         [("in", np.zeros((1, 1), F)), ("in", np.zeros((1, 1), F)), ("rows", np.zeros((1, 1), F)), ("opt", tiny),
@@ -132,6 +132,9 @@ def cases():
     yield "Conv.run im2col into a slice", im.run, \
         lambda: [arr(1, 6, 5, 4), np.zeros((1, 6, 5, 24), F)[..., 8:16], arr(2 * 2 * 5 * 36), 2], \
         [("in", tiny), ("rows", tiny), ("out", tiny), "int"]
+    yield "Conv.run direct into a slice", direct.run, \
+        lambda: [arr(1, 6, 5, 4), np.zeros((1, 6, 5, 20), F)[..., 4:16], None, 2], \
+        [("in", tiny), ("rows", tiny), "none", "int"]
     yield "Program", native.Program, lambda: [PROGRAM_TENSORS, PROGRAM_STEPS, (arr(8),)], \
         ["tensors", "steps", "constants"]
     program = native.Program(PROGRAM_TENSORS, PROGRAM_STEPS, (arr(8),))

@@ -1,7 +1,7 @@
 """Convolutions writing their channel slice of a channels-last Concat (plan.concat_slices with
-ConvGemmNHWC.strided_output_for): the 1x1 GEMM and the im2col paths write straight into the Concat's output, the
-direct kernel keeps its copy, a conv read by two ops is not placed; both plan paths, one and two threads, against
-onnx.reference within the rigorous bound of the reordered sums."""
+ConvGemmNHWC.strided_output_for): the 1x1 GEMM, im2col and direct paths write straight into the Concat's output,
+the depthwise one keeps its copy, a conv read by two ops is not placed; both plan paths, one and two threads and
+the pools off, against onnx.reference within the rigorous bound of the reordered sums."""
 from __future__ import annotations
 
 import numpy as np
@@ -21,15 +21,15 @@ TAPS = 168 * 9 + 1                  # the longest sum of products (3x3 over 168 
 
 
 def _model(weights=None, reread=False):
-    """Four branches of x into one channel Concat: a 1x1 Conv with bias and Relu, a padded 3x3 Conv (im2col), a
-    3x3 Conv of 8 outputs (direct) and a MaxPool; a 1x1 MaxPool after the Concat keeps it in the channels-last
-    region. ``weights`` replaces the initializers (the magnitude model); ``reread``: the 1x1 Conv is also read
-    by a fifth branch (a 1x1 MaxPool of it)."""
+    """Five branches of x into one channel Concat: a 1x1 Conv with bias and Relu, a padded 3x3 Conv (im2col), a
+    3x3 Conv of 8 outputs (direct), a MaxPool and a depthwise 3x3 Conv; a 1x1 MaxPool after the Concat keeps it
+    in the channels-last region. ``weights`` replaces the initializers (the magnitude model); ``reread``: the 1x1
+    Conv is also read by a sixth branch (a 1x1 MaxPool of it)."""
     rng = np.random.default_rng(5)
     values = weights or {
         "wa": rng.standard_normal((56, 168, 1, 1)) * 0.1, "ba": rng.standard_normal(56),
         "wb": rng.standard_normal((56, 168, 3, 3)) * 0.05, "bb": rng.standard_normal(56),
-        "wc": rng.standard_normal((8, 168, 3, 3)) * 0.05}
+        "wc": rng.standard_normal((8, 168, 3, 3)) * 0.05, "wg": rng.standard_normal((168, 1, 3, 3))}
     inits = [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in values.items()]
     nodes = [
         helper.make_node("Conv", ["x", "wa", "ba"], ["a"]),
@@ -37,12 +37,13 @@ def _model(weights=None, reread=False):
         helper.make_node("Conv", ["x", "wb", "bb"], ["b"], pads=[1, 1, 1, 1]),
         helper.make_node("Conv", ["x", "wc"], ["c"], pads=[1, 1, 1, 1]),
         helper.make_node("MaxPool", ["x"], ["d"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["x", "wg"], ["g"], pads=[1, 1, 1, 1], group=168),
         helper.make_node("MaxPool", ["ar"], ["e"], kernel_shape=[1, 1]),
-        helper.make_node("Concat", ["ar", "b", "c", "d"] + (["e"] if reread else []), ["cat"], axis=1),
+        helper.make_node("Concat", ["ar", "b", "c", "d", "g"] + (["e"] if reread else []), ["cat"], axis=1),
         helper.make_node("MaxPool", ["cat"], ["y"], kernel_shape=[1, 1]),
     ]
     if not reread:
-        del nodes[5]
+        del nodes[6]
     graph = helper.make_graph(nodes, "conv_slices", [helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE)],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
@@ -93,10 +94,10 @@ def test_convolutions_write_their_channel_slice(plan_path, monkeypatch, threads,
     kernels = {st.node.outputs[0]: st.kernel_name for st in plan.steps}
     (concat,) = [st for st in plan.steps if st.node.op_type == "Concat"]
     assert concat.kernel_name == "native"
-    a, b, c, d = concat.node.inputs[:4]
-    assert kernels[a] == kernels[b] == kernels[c] == "nhwc-gemm"
-    placed = {b, d} | ({concat.node.inputs[4]} if reread else {a})
-    assert set(plan.memory.strides) == placed                 # the direct kernel's output keeps its copy
+    a, b, c, d, g = concat.node.inputs[:5]
+    assert kernels[a] == kernels[b] == kernels[c] == kernels[g] == "nhwc-gemm"
+    placed = {b, c, d} | ({concat.node.inputs[5]} if reread else {a})
+    assert set(plan.memory.strides) == placed                 # the depthwise convolution's output keeps its copy
     for name in placed:
         assert plan.memory.tensors[name].root == concat.node.outputs[0]
     assert copied == [concat.node.inputs.index(n) for n in concat.node.inputs if n not in placed]

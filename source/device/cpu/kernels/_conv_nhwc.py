@@ -239,9 +239,10 @@ def native_grouped(s: _conv2d.Conv2d, wv: np.ndarray, bias: np.ndarray | None, a
     return _native_rows_run(s, work, conv)
 
 
-def _native_rows_run(s: _conv2d.Conv2d, work: int, conv) -> RunFn:
+def _native_rows_run(s: _conv2d.Conv2d, work: int, conv, strided: bool = False) -> RunFn:
     """The run of a prepared native convolution (native.Conv) split by output rows: a C-contiguous float32
-    input, a contiguous output (the planned one, else a new array), parts for the native pool."""
+    input, a contiguous output (the planned one, else a new array), parts for the native pool. ``strided``:
+    the kernel also writes a channel slice of a wider tensor (pixel_rows; the direct kernel)."""
     out_shape, rows = (s.n, s.oh, s.ow, s.m), s.n * s.oh
     call = conv.run
 
@@ -250,7 +251,9 @@ def _native_rows_run(s: _conv2d.Conv2d, work: int, conv) -> RunFn:
         if not x.flags.c_contiguous or x.dtype != np.float32:
             x = np.ascontiguousarray(x, dtype=np.float32)
         y = outputs[0]
-        if y is None or not y.flags.c_contiguous:
+        if strided:
+            y = pixel_rows(y, out_shape, np.float32)[0]
+        elif y is None or not y.flags.c_contiguous:
             y = np.empty(out_shape, np.float32)
         call(x, y, None, parallel.native_parts(work, rows) if parallel.native_pool() else 1)
         return (y,)
@@ -463,9 +466,10 @@ class ConvGemmNHWC(Kernel):
         return "1x1" if s.kernel == (1, 1) and not s.padded else "im2col"
 
     def strided_output_for(self, node, ins, outs) -> bool:
-        """The GEMM paths write a channel slice of a wider channels-last tensor in place (their GEMMs take the
-        output's pixel stride as ldc, the epilogue follows it); the depthwise, grouped and direct ones do not."""
-        return self.path(_conv2d.conv2d(node, ins, outs)) in ("1x1", "im2col")
+        """The GEMM and direct paths write a channel slice of a wider channels-last tensor in place (their GEMMs
+        take the output's pixel stride as ldc, the direct kernel stores through it, the epilogue follows it); the
+        depthwise and grouped ones do not."""
+        return self.path(_conv2d.conv2d(node, ins, outs)) in ("1x1", "im2col", "direct")
 
     def prepare(self, node, ins, outs) -> RunFn:
         s = _conv2d.conv2d(node, ins, outs)
@@ -478,7 +482,7 @@ class ConvGemmNHWC(Kernel):
             return native_grouped(s, wv, bias, act)
         if path == "direct":
             work = parallel.gemm_work(s.n * s.oh * s.ow * s.m * s.c * s.kernel[0] * s.kernel[1])
-            return _native_rows_run(s, work, direct_conv.make(s, wv, bias, act_record(act)))
+            return _native_rows_run(s, work, direct_conv.make(s, wv, bias, act_record(act)), strided=True)
         if path == "1x1":
             return nhwc_1x1(s, wv, finish, bias, act)
         return nhwc_im2col(s, wv, finish, bias, act)
