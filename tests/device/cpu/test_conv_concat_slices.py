@@ -10,7 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 import nnhal
-from nnhal.conformance.tolerance import assert_within_bound, gamma
+from nnhal.conformance.tolerance import assert_within_bound, gamma, rounded_within
 from nnhal.device.cpu import native
 from nnhal.device.cpu.kernels import concat as concat_kernel
 
@@ -103,3 +103,21 @@ def test_convolutions_write_their_channel_slice(plan_path, monkeypatch, threads,
     assert copied == [concat.node.inputs.index(n) for n in concat.node.inputs if n not in placed]
     want = ReferenceEvaluator(model).run(None, {"x": x})
     assert_within_bound(got[0], want[0], _bound(values, x, reread))
+
+
+@pytest.mark.skipif(not native.available(), reason="the GEMM paths and the direct kernel are native")
+def test_fp16_storage_places_the_same_slices(plan_path):
+    """fp16 storage computes in float32 inside the subgraph (fp16.py): the same convolutions write their slices,
+    and the output is the float16 rounding of the reference on float16-rounded weights and input."""
+    model, values = _model()
+    x = np.random.default_rng(4).standard_normal(SHAPE).astype(np.float32)
+    with nnhal.Session(model, devices=["cpu"], precision="fp16") as s:
+        got = s.run({"x": x})[0]
+        (plan,) = [sg.device_graph for sg in s.graph.execution.subgraphs]
+    (concat,) = [st for st in plan.steps if st.node.op_type == "Concat"]
+    a, b, c, d = concat.node.inputs[:4]
+    assert set(plan.memory.strides) == {a, b, c, d}
+    half = {k: np.asarray(v, np.float32).astype(np.float16).astype(np.float32) for k, v in values.items()}
+    xh = x.astype(np.float16).astype(np.float32)
+    wide = ReferenceEvaluator(_model(half)[0]).run(None, {"x": xh})[0]
+    assert rounded_within(got, wide, _bound(half, xh, False), np.float16) is None
