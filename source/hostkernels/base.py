@@ -44,7 +44,8 @@ class Kernel:
     view: ClassVar[dict[int, int]] = {}
     # True: the run function writes output 0 correctly into a slice of the last axis of a wider C-contiguous
     # tensor (a channel slice of a channels-last Concat output, (N, H, W, C) with pixels further apart than
-    # C), which the CPU planner then hands it as its preallocated output (plan.concat_slices)
+    # C), which the CPU planner then hands it as its preallocated output (plan.concat_slices); a kernel whose
+    # paths differ by node answers per node with a method strided_output_for(node, ins, outs) instead
     strided_output: ClassVar[bool] = False
     # the memory layout of input 0 and output 0 this implementation runs on: None = the ONNX layout
     # (NCHW); "NHWC" = channels last. A channels-last kernel is chosen only for nodes the CPU layout

@@ -412,18 +412,18 @@ def concat_slices(graph: Graph, chosen: list, sizes: dict[str, int], physical: d
 
     A slice is a contiguous block where all dims before the axis are 1 (as at batch 1, NCHW); otherwise only
     a slice of the last axis (channels of a channels-last output, ``physical`` gives the NHWC shapes), whose
-    view has the output's strides: there the producer's kernel must declare ``strided_output`` and the
-    Concat must be the tensor's only reader. Inputs must be planned, read once by that Concat, produced
+    view has the output's strides: there the producer's kernel must write such a view (strided_writer) and
+    the Concat must be the tensor's only reader. Inputs must be planned, read once by that Concat, produced
     here, not a view of another tensor and not already placed in another Concat. Concats are taken last
     first so nested ones (DenseNet) chain; a strided slice neither holds nor sits in another Concat."""
     physical = physical or {}
-    produced: dict[str, tuple[Node, int, object]] = {}
+    produced: dict[str, tuple[Node, int, object, list, list]] = {}
     reads: Counter = Counter()
-    for node, kernel, _, _ in chosen:
+    for node, kernel, ins, outs in chosen:
         reads.update(n for n in node.all_inputs if n)
         for k, name in enumerate(node.outputs):
             if name:
-                produced[name] = (node, k, kernel)
+                produced[name] = (node, k, kernel, ins, outs)
 
     def shape_of(name: str) -> tuple[tuple | None, np.dtype | None]:
         if name in physical:
@@ -459,12 +459,20 @@ def concat_slices(graph: Graph, chosen: list, sizes: dict[str, int], physical: d
                 and prod[1] not in prod[2].view and idtype == dtype
             if fits and block and sizes[name] == size:
                 slices[name] = (out, off)
-            elif fits and not block and prod[1] == 0 and getattr(prod[2], "strided_output", False) \
-                    and reads[name] == 1 and ishape[:axis] == shape[:axis]:
+            elif fits and not block and prod[1] == 0 and reads[name] == 1 and ishape[:axis] == shape[:axis] \
+                    and strided_writer(prod[2], prod[0], prod[3], prod[4]):
                 slices[name] = (out, off)
                 strided[name] = steps
             off += size
     return slices, strided
+
+
+def strided_writer(kernel, node: Node, ins: list, outs: list) -> bool:
+    """Whether ``kernel`` writes output 0 of ``node`` into a channel slice of a wider channels-last tensor:
+    its ``strided_output_for(node, ins, outs)`` when it has one (the path it takes depends on the node, as
+    the NHWC convolutions' do), else its ``strided_output``."""
+    hook = getattr(kernel, "strided_output_for", None)
+    return bool(hook(node, ins, outs)) if hook is not None else bool(getattr(kernel, "strided_output", False))
 
 
 def _verify(step: Step, result) -> None:

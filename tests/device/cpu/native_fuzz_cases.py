@@ -36,7 +36,8 @@ PROGRAM_STEPS = ((0, 0, 3, 2, 8, 1, 8, 1, None), (9, 1, 0, -1, 0, 0, 0, 0, None)
 
 # kinds of argument: ("in", small) an input array (small: a too-small replacement, None when a smaller input is
 # legal), ("out", small) an output array, ("opt", small) an optional input, "int", "int_any" (every int64 is
-# legal: only non-ints and overflow are spoiled), "geom", "act", "float"; ("optout", small) an output that may be
+# legal: only non-ints and overflow are spoiled), ("rows", small) an output of evenly spaced pixels (a channel
+# slice of a wider tensor: its pixels spoiled too), "geom", "act", "float"; ("optout", small) an output that may be
 # None; "acts" a recurrent layer's activations, "clip" a float or None
 def cases():
     conv_dw = (2, 6, 5, 8, 6, 5, 3, 3, 1, 1, 1, 1, 1, 1)
@@ -122,6 +123,18 @@ def cases():
     im = native.Conv("im2col", conv_i, arr(36, 8), arr(8), act())
     yield "Conv.run im2col", im.run, lambda: [arr(1, 6, 5, 4), arr(1, 6, 5, 8), arr(2 * 2 * 5 * 36), 2], \
         [("in", tiny), ("out", tiny), ("out", tiny), "int"]
+    # outputs written as a channel slice of a wider channels-last tensor (pixels evenly spaced, further apart than
+    # their channels): accepted by the GEMM and the im2col and direct convolutions, every other pixel layout refused
+    yield "gemm into a slice", native.gemm, \
+        lambda: [arr(5, 7), arr(7, 3), np.zeros((5, 8), F)[:, 2:5], arr(3), act(), 2, 1, 0], \
+        [("in", np.zeros((1, 1), F)), ("in", np.zeros((1, 1), F)), ("rows", np.zeros((1, 1), F)), ("opt", tiny),
+         "act", "int", "int", "int"]
+    yield "Conv.run im2col into a slice", im.run, \
+        lambda: [arr(1, 6, 5, 4), np.zeros((1, 6, 5, 24), F)[..., 8:16], arr(2 * 2 * 5 * 36), 2], \
+        [("in", tiny), ("rows", tiny), ("out", tiny), "int"]
+    yield "Conv.run direct into a slice", direct.run, \
+        lambda: [arr(1, 6, 5, 4), np.zeros((1, 6, 5, 20), F)[..., 4:16], None, 2], \
+        [("in", tiny), ("rows", tiny), "none", "int"]
     yield "Program", native.Program, lambda: [PROGRAM_TENSORS, PROGRAM_STEPS, (arr(8),)], \
         ["tensors", "steps", "constants"]
     program = native.Program(PROGRAM_TENSORS, PROGRAM_STEPS, (arr(8),))
@@ -165,7 +178,16 @@ def spoiled(args, i, kind):
             yield "None", put(None)
         if small is not None:
             yield "too small", put(small)
-        if role in ("out", "optout"):
+        if role == "rows":
+            item, cols = value.itemsize, value.shape[-1]
+            if value.ndim > 2:
+                yield "unevenly spaced pixels", put(np.zeros(value.shape[:-2] + (value.shape[-2] + 1, 2 * cols),
+                                                             value.dtype)[..., :value.shape[-2], :cols])
+            step = (cols - 1) * item
+            lead = [int(np.prod(value.shape[d + 1:-1], dtype=np.int64)) * step for d in range(value.ndim - 1)]
+            yield "overlapping pixels", put(np.lib.stride_tricks.as_strided(
+                np.zeros(value.size, value.dtype), value.shape, tuple(lead) + (item,)))
+        if role in ("out", "optout", "rows"):
             frozen = value.copy()
             frozen.flags.writeable = False
             yield "read only", put(frozen)

@@ -68,21 +68,41 @@ WINOGRAD_MIN_OUT = {128: 17, 64: 24, 32: 28, 24: 56}
 
 
 def _epilogue(node: Node, ins: list[Info | None], dtype: np.dtype, row: int) -> Callable[[np.ndarray], None]:
-    """finish(block): bias and the fused activation in place in a contiguous block of whole output rows
-    (``row`` elements each: OW * M); the bias is tiled to a row so the add runs over long rows."""
-    bias = None
+    """finish(block): bias and the fused activation in place in a block of whole output rows (``row``
+    elements each: OW * M); the bias is tiled to a row so the add runs over long rows. A block that is a
+    channel slice of a wider tensor (pixels further apart than M, see strided_output_for) gets the bias
+    per pixel through its own strides."""
+    bias = value = None
     if len(ins) > 2 and ins[2] is not None:
         value = ins[2].value.astype(dtype)
         bias = np.tile(value, row // value.size)
     act = activation_of(node)
 
     def finish(block: np.ndarray) -> None:
+        if not block.flags.c_contiguous:
+            if value is not None:
+                np.add(block, value, out=block)
+            _gates.apply_activation(block, act)
+            return
         if bias is not None:
             rows = block.reshape(-1, row)
             np.add(rows, bias, out=rows)
         _gates.apply_activation(block, act)
 
     return finish
+
+
+def pixel_rows(y: np.ndarray | None, shape: tuple[int, int, int, int], dtype) -> tuple[np.ndarray, np.ndarray]:
+    """The output (N, OH, OW, M) to write and its (N * OH * OW, M) pixel rows as a view of it: the planned
+    output when its pixels are evenly spaced with unit stride on channels (C-contiguous, or a channel slice
+    of a wider channels-last tensor), else a new array (the plan copies a result it did not hand out)."""
+    n, oh, ow, m = shape
+    if y is not None and y.dtype == dtype and y.shape == shape and (y.size == 0 or y.strides[3] == y.itemsize):
+        rows = y.reshape(n * oh * ow, m)
+        if rows.size == 0 or np.may_share_memory(rows, y):
+            return y, rows
+    y = np.empty(shape, dtype)
+    return y, y.reshape(n * oh * ow, m)
 
 
 def _bands(n: int, rows: int, row_bytes: int, budget: int) -> tuple[int, int, list[tuple[int, int, int, int]]]:
@@ -196,14 +216,19 @@ def act_record(act: Activation | None):
 NATIVE_GROUP_MAX_CG = 16
 
 
+def native_grouped_fits(s: _conv2d.Conv2d) -> bool:
+    """Whether native_grouped takes the convolution (see there)."""
+    return native.available() and s.dtype == np.float32 and s.group != 1 and s.cg != 1 \
+        and s.cg <= NATIVE_GROUP_MAX_CG and s.mg % 8 == 0
+
+
 def native_grouped(s: _conv2d.Conv2d, wv: np.ndarray, bias: np.ndarray | None, act: Activation | None) \
         -> RunFn | None:
     """The native grouped convolution (kernels.c nn_gconv_nhwc_f32: per pixel, each group's outputs in
     registers over its taps and channels, no im2col, no zeros multiplied), split by output rows over the
     native pool; None when it does not apply (not built, another dtype, wide groups, MG not a multiple
     of 8): the im2col super-groups run it."""
-    if not native.available() or s.dtype != np.float32 or s.group == 1 or s.cg == 1 \
-            or s.cg > NATIVE_GROUP_MAX_CG or s.mg % 8:
+    if not native_grouped_fits(s):
         return None
     (kh, kw), (sh, sw), (dh, dw) = s.kernel, s.strides, s.dilations
     wk = np.ascontiguousarray(wv.reshape(s.group, s.mg, s.cg, kh, kw).transpose(0, 3, 4, 2, 1), dtype=np.float32)
@@ -214,9 +239,10 @@ def native_grouped(s: _conv2d.Conv2d, wv: np.ndarray, bias: np.ndarray | None, a
     return _native_rows_run(s, work, conv)
 
 
-def _native_rows_run(s: _conv2d.Conv2d, work: int, conv) -> RunFn:
+def _native_rows_run(s: _conv2d.Conv2d, work: int, conv, strided: bool = False) -> RunFn:
     """The run of a prepared native convolution (native.Conv) split by output rows: a C-contiguous float32
-    input, a contiguous output (the planned one, else a new array), parts for the native pool."""
+    input, a contiguous output (the planned one, else a new array), parts for the native pool. ``strided``:
+    the kernel also writes a channel slice of a wider tensor (pixel_rows; the direct kernel)."""
     out_shape, rows = (s.n, s.oh, s.ow, s.m), s.n * s.oh
     call = conv.run
 
@@ -225,7 +251,9 @@ def _native_rows_run(s: _conv2d.Conv2d, work: int, conv) -> RunFn:
         if not x.flags.c_contiguous or x.dtype != np.float32:
             x = np.ascontiguousarray(x, dtype=np.float32)
         y = outputs[0]
-        if y is None or not y.flags.c_contiguous:
+        if strided:
+            y = pixel_rows(y, out_shape, np.float32)[0]
+        elif y is None or not y.flags.c_contiguous:
             y = np.empty(out_shape, np.float32)
         call(x, y, None, parallel.native_parts(work, rows) if parallel.native_pool() else 1)
         return (y,)
@@ -270,12 +298,12 @@ def nhwc_1x1(s: _conv2d.Conv2d, wv: np.ndarray, finish: Callable[[np.ndarray], N
 
     def run_1x1(inputs, outputs):
         x = inputs[0]
-        y = outputs[0] if outputs[0] is not None else np.empty(out_shape, dtype)
+        y, yf = pixel_rows(outputs[0], out_shape, dtype)
         if strided:
             (xs,) = _scratch.scratch(*parts)
             np.copyto(xs, x[:, :(oh - 1) * sh + 1:sh, :(ow - 1) * sw + 1:sw])
             x = xs
-        xf, yf = x.reshape(p, c), y.reshape(p, m)
+        xf = x.reshape(p, c)
         if native_ok and parallel.gemm(xf, wt[0], yf, bias32, record, ow):
             return (y,)
         if group > 1 and parallel.native_pool():
@@ -309,7 +337,8 @@ NATIVE_BAND_BYTES = 1 << 20
 def native_im2col(s: _conv2d.Conv2d, wk: np.ndarray, ld: int, bias: np.ndarray | None, act: Activation | None):
     """run(x, y) -> bool: a group-1 float32 convolution on the native pool (kernels.c nn_conv_task through
     native.Conv("im2col"): each thread gathers its bands of columns, runs their GEMM and the epilogue); None when
-    it does not apply, and run returns False when the pool is off or the input is strided (numpy runs it then)."""
+    it does not apply, and run returns False when the pool is off or the input is strided (numpy runs it then).
+    The output may be a channel slice of a wider channels-last tensor: the GEMM and epilogue take its pixel stride."""
     if s.dtype != np.float32 or s.group != 1 or not native.available():
         return None
     (kh, kw), (sh, sw), (dh, dw) = s.kernel, s.strides, s.dilations
@@ -324,7 +353,8 @@ def native_im2col(s: _conv2d.Conv2d, wk: np.ndarray, ld: int, bias: np.ndarray |
                                   s.pads[1], ld, band_rows), w, b, act_record(act))
 
     def run(x: np.ndarray, y: np.ndarray) -> bool:
-        if not parallel.native_pool() or not x.flags.c_contiguous or not y.flags.c_contiguous:
+        # y: C-contiguous or a channel slice of a wider tensor (pixel_rows): the kernel takes its pixel stride
+        if not parallel.native_pool() or not x.flags.c_contiguous:
             return False
         parts = parallel.native_parts(work, rows)
         (cols,) = _scratch.scratch(((parts * band_rows * s.ow * ld,), np.float32))
@@ -365,7 +395,7 @@ def nhwc_im2col(s: _conv2d.Conv2d, wv: np.ndarray, finish: Callable[[np.ndarray]
 
     def run_im2col(inputs, outputs):
         x = inputs[0]
-        y = outputs[0] if outputs[0] is not None else np.empty(out_shape, dtype)
+        y = pixel_rows(outputs[0], out_shape, dtype)[0]
         if native_run is not None and native_run(x, y):
             return (y,)
         split.run(lambda group: im2col_bands(x, y, group))
@@ -419,26 +449,43 @@ class ConvGemmNHWC(Kernel):
     def score(self, node, ins, outs) -> int:
         return 10 if _conv2d.geometry(node, ins, outs) is not None else 0
 
+    @staticmethod
+    def path(s: _conv2d.Conv2d) -> str:
+        """The branch prepare takes: "depthwise", "grouped" (native), "direct" (native), "1x1" or "im2col"."""
+        # one input channel and group 1 (a grey or spectrogram stem, 1 -> M) is a depthwise convolution of
+        # multiplier M, which only numpy's tap-wise loop runs: the direct kernel takes it (1 -> 32 3x3 at 32x128:
+        # 0.05 ms against 1.0, one thread; device/cpu/native/direct_conv.py)
+        direct = direct_conv.direct_fits(s.n, s.c, s.m, s.kernel, s.group, s.dtype)
+        if s.cg == 1 and not (s.group == 1 and direct):
+            return "depthwise"
+        if native_grouped_fits(s):
+            return "grouped"
+        if direct:
+            # few channels on a side: straight from the input, no im2col (device/cpu/native/direct_conv.py)
+            return "direct"
+        return "1x1" if s.kernel == (1, 1) and not s.padded else "im2col"
+
+    def strided_output_for(self, node, ins, outs) -> bool:
+        """The GEMM and direct paths write a channel slice of a wider channels-last tensor in place (their GEMMs
+        take the output's pixel stride as ldc, the direct kernel stores through it, the epilogue follows it); the
+        depthwise and grouped ones do not."""
+        return self.path(_conv2d.conv2d(node, ins, outs)) in ("1x1", "im2col", "direct")
+
     def prepare(self, node, ins, outs) -> RunFn:
         s = _conv2d.conv2d(node, ins, outs)
         wv, finish = ins[1].value, _epilogue(node, ins, s.dtype, s.ow * s.m)
         bias = ins[2].value if len(ins) > 2 and ins[2] is not None else None
-        # one input channel and group 1 (a grey or spectrogram stem, 1 -> M) is a depthwise convolution of
-        # multiplier M, which only numpy's tap-wise loop runs: the direct kernel takes it (1 -> 32 3x3 at 32x128:
-        # 0.05 ms against 1.0, one thread; device/cpu/native/direct_conv.py)
-        one_channel = s.group == 1 and direct_conv.direct_fits(s.n, s.c, s.m, s.kernel, s.group, s.dtype)
-        if s.cg == 1 and not one_channel:
-            return native_depthwise(s, wv, bias, activation_of(node)) or nhwc_depthwise(s, wv, finish)
-        grouped = native_grouped(s, wv, bias, activation_of(node))
-        if grouped is not None:
-            return grouped
-        if direct_conv.direct_fits(s.n, s.c, s.m, s.kernel, s.group, s.dtype):
-            # few channels on a side: straight from the input, no im2col (device/cpu/native/direct_conv.py)
+        act, path = activation_of(node), self.path(s)
+        if path == "depthwise":
+            return native_depthwise(s, wv, bias, act) or nhwc_depthwise(s, wv, finish)
+        if path == "grouped":
+            return native_grouped(s, wv, bias, act)
+        if path == "direct":
             work = parallel.gemm_work(s.n * s.oh * s.ow * s.m * s.c * s.kernel[0] * s.kernel[1])
-            return _native_rows_run(s, work, direct_conv.make(s, wv, bias, act_record(activation_of(node))))
-        if s.kernel == (1, 1) and not s.padded:
-            return nhwc_1x1(s, wv, finish, bias, activation_of(node))
-        return nhwc_im2col(s, wv, finish, bias, activation_of(node))
+            return _native_rows_run(s, work, direct_conv.make(s, wv, bias, act_record(act)), strided=True)
+        if path == "1x1":
+            return nhwc_1x1(s, wv, finish, bias, act)
+        return nhwc_im2col(s, wv, finish, bias, act)
 
 
 class ConvWinogradNHWC(Kernel):
@@ -449,6 +496,7 @@ class ConvWinogradNHWC(Kernel):
     name = "nhwc-winograd"
     layout = "NHWC"
     fuse_activation = True
+    strided_output = True           # the output tiles are scattered through the output's own strides
 
     def score(self, node, ins, outs) -> int:
         fits = _conv2d.winograd_fits(node, ins, outs)

@@ -687,6 +687,7 @@ typedef struct {
     float *scratch;         /* parts x band_rows * ow * ld floats: each part's columns */
     int64_t n, h, w_in, c, oh, ow, m, kh, kw, sh, sw, dh, dw, pad_top, pad_left, ld, band_rows;
     nn_act act;
+    int64_t ldy;            /* floats from one output pixel to the next: m, or more in a channel slice */
 } nn_conv_args;
 
 static NN_CLONES void nn_conv_task(const void *args, int64_t part, int64_t parts) {
@@ -717,9 +718,9 @@ static NN_CLONES void nn_conv_task(const void *args, int64_t part, int64_t parts
             }
         }
         const int64_t rows = (r1 - r0) * a->ow;
-        float *out = a->y + r0 * a->ow * a->m;
-        nn_sgemm(cols, a->ld, a->w, a->m, 0, out, a->m, rows, a->m, a->ld);
-        nn_epilogue(out, a->m, rows, a->m, a->bias, &a->act);
+        float *out = a->y + r0 * a->ow * a->ldy;
+        nn_sgemm(cols, a->ld, a->w, a->m, 0, out, a->ldy, rows, a->m, a->ld);
+        nn_epilogue(out, a->ldy, rows, a->m, a->bias, &a->act);
     }
 }
 
@@ -1397,6 +1398,7 @@ static void nn_gconv_task(const void *args, int64_t part, int64_t parts) {
 typedef struct {
     int64_t n, h, w, c, oh, ow, m, kh, kw, sh, sw, dh, dw, pad_top, pad_left, mp;
     nn_act act;
+    int64_t ldy;            /* floats from one output pixel to the next: m, or more in a channel slice */
 } nn_direct_params;
 
 #define NN_DIRECT_TILE 6
@@ -1453,7 +1455,7 @@ NN_INLINE void nn_direct_tile(const float *restrict ximg, float *restrict yp, co
     const int64_t keep = p->m - mb;
 #pragma GCC unroll 8
     for (int t = 0; t < T; t++) {
-        float *o = yp + t * p->m;
+        float *o = yp + t * p->ldy;
         if (keep >= 8 * V) {
             *(nn_v8 *)o = acc[t][0];
             if (V > 1) *(nn_v8 *)(o + 8) = acc[t][1];
@@ -1470,7 +1472,7 @@ NN_INLINE void nn_direct_tile(const float *restrict ximg, float *restrict yp, co
 NN_INLINE void nn_direct_block(const float *restrict ximg, float *restrict yrow, const float *restrict wt,
                                const float *restrict b16, const nn_direct_params *p, int64_t ki0, int64_t ki1,
                                int64_t top, int64_t mb, const int V) {
-    const int64_t ow = p->ow, sw = p->sw, m = p->m;
+    const int64_t ow = p->ow, sw = p->sw, m = p->ldy;     /* m: the output's pixel stride */
     /* pixels [jlo, jhi) have every tap of their window inside the row */
     int64_t jlo = (p->pad_left + sw - 1) / sw;
     const int64_t last = p->w - 1 - (p->kw - 1) * p->dw + p->pad_left;    /* largest j * sw inside */
@@ -1502,7 +1504,7 @@ NN_INLINE void nn_direct_block(const float *restrict ximg, float *restrict yrow,
 /* output rows [r0, r1) of the flattened (N * OH) rows */
 NN_API NN_CLONES void nn_direct_nhwc_f32(const float *x, float *y, const float *wt, const float *bias,
                                          const nn_direct_params *p, int64_t r0, int64_t r1) {
-    const int64_t m = p->m, ow = p->ow;
+    const int64_t m = p->m, ow = p->ow, ld = p->ldy;
     for (int64_t r = r0; r < r1; r++) {
         const int64_t b = r / p->oh, i = r % p->oh, top = i * p->sh - p->pad_top;
         /* kernel rows whose input row lies inside: ki0 <= ki < ki1 */
@@ -1510,7 +1512,7 @@ NN_API NN_CLONES void nn_direct_nhwc_f32(const float *x, float *y, const float *
         while (ki0 < ki1 && top + ki0 * p->dh < 0) ki0++;
         while (ki1 > ki0 && top + (ki1 - 1) * p->dh >= p->h) ki1--;
         const float *ximg = x + b * p->h * p->w * p->c;
-        float *yrow = y + r * ow * m;
+        float *yrow = y + r * ow * ld;
         for (int64_t mb = 0; mb < m; mb += 16) {
             float b16[16] __attribute__((aligned(32))) = {0};
             for (int64_t k = mb; k < NN_MIN(m, mb + 16); k++) b16[k - mb] = bias ? bias[k] : 0.0f;
@@ -1519,7 +1521,10 @@ NN_API NN_CLONES void nn_direct_nhwc_f32(const float *x, float *y, const float *
             else
                 nn_direct_block(ximg, yrow, wt, b16, p, ki0, ki1, top, mb, 1);
         }
-        nn_apply(yrow, ow * m, &p->act);
+        if (ld == m)
+            nn_apply(yrow, ow * m, &p->act);
+        else
+            for (int64_t j = 0; j < ow; j++) nn_apply(yrow + j * ld, m, &p->act);
     }
 }
 
@@ -2642,7 +2647,7 @@ static PyObject *nn_conv_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
         if (nn_need(&self->w, k, "weights", nn_mul(5, wd)) || nn_need(&self->bias, k, "bias", g[6])) goto fail;
     } else if (kind == NN_CONV_DIRECT) {
         self->dc = (nn_direct_params){g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8], g[9], g[10], g[11], g[12],
-                                      g[13], g[14], g[15], *act};
+                                      g[13], g[14], g[15], *act, g[6]};
         const int64_t wd[4] = {g[7], g[8], g[3], g[15]}, yd[4] = {g[0], g[4], g[5], g[6]};   /* any shape */
         self->y_items = nn_mul(4, yd);
         if (g[15] % 8 != 0 || g[15] < g[6]) {
@@ -2663,7 +2668,8 @@ static PyObject *nn_conv_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
         }
         if (nn_need(&self->w, k, "weights", nn_mul(2, wd)) || nn_need(&self->bias, k, "bias", g[6])) goto fail;
         self->im = (nn_conv_args){NULL, self->w.view.buf, self->bias.view.buf, NULL, NULL, g[0], g[1], g[2], g[3], g[4],
-                                  g[5], g[6], g[7], g[8], g[9], g[10], g[11], g[12], g[13], g[14], g[15], g[16], *act};
+                                  g[5], g[6], g[7], g[8], g[9], g[10], g[11], g[12], g[13], g[14], g[15], g[16], *act,
+                                  g[6]};
     }
     if (self->x_items < 0 || self->y_items < 0) {
         nn_value_error(k, "geometry", "has sizes whose product overflows");
@@ -2676,7 +2682,9 @@ fail:
 }
 
 /* conv.run(x, y, scratch, parts): the whole convolution of x (n, h, w, c) into y (n, oh, ow, m), split by output
- * rows into parts; scratch (im2col only, else None): parts * band_rows * ow * ld floats. */
+ * rows into parts; scratch (im2col only, else None): parts * band_rows * ow * ld floats. im2col's and direct's
+ * y may also be a channel slice of a wider channels-last tensor (evenly spaced pixels, unit stride on channels:
+ * nn_get_pixels). */
 static PyObject *nn_conv_run(nn_conv_object *self, PyObject *const *args, Py_ssize_t nargs) {
     const char *k = "Conv.run";
     nn_arg b[3] = {{.held = 0}, {.held = 0}, {.held = 0}};
@@ -2685,8 +2693,15 @@ static PyObject *nn_conv_run(nn_conv_object *self, PyObject *const *args, Py_ssi
     const int im2col = self->kind == NN_CONV_IM2COL;
     if (!im2col && args[2] != Py_None) return PyErr_Format(PyExc_ValueError, "native kernel %s: argument 'scratch' "
                                                            "must be None (only im2col takes scratch)", k);
+    /* im2col and direct write y through its pixel stride (a channel slice of a wider tensor): their pixels */
+    const int64_t pixels = im2col ? self->im.n * self->im.oh * self->im.ow
+                                  : self->kind == NN_CONV_DIRECT ? self->dc.n * self->dc.oh * self->dc.ow : 0;
+    const int64_t channels = im2col ? self->im.m : self->dc.m;
+    int64_t ldy = 0;
     if (nn_get(&b[0], args[0], k, "x", NN_F32, 0) || nn_need(&b[0], k, "x", self->x_items) ||
-        nn_get(&b[1], args[1], k, "y", NN_F32, NN_OUT) || nn_need(&b[1], k, "y", self->y_items) ||
+        (pixels ? nn_get_pixels(&b[1], args[1], k, "y", NN_F32, NN_OUT, pixels, channels, &ldy)
+                : nn_get(&b[1], args[1], k, "y", NN_F32, NN_OUT)) ||
+        nn_need(&b[1], k, "y", self->y_items) ||
         nn_get(&b[2], args[2], k, "scratch", NN_F32, NN_OUT | (im2col ? 0 : NN_NONE_OK)) ||
         (im2col && nn_need(&b[2], k, "scratch", self->scratch_per_part * parts)) ||
         nn_disjoint(&b[1], &b[0], k, "y", "x", 0) || nn_disjoint(&b[1], &self->w, k, "y", "weights", 0) ||
@@ -2703,11 +2718,13 @@ static PyObject *nn_conv_run(nn_conv_object *self, PyObject *const *args, Py_ssi
         nn_gconv_args a = {x, w, bias, y, &self->gc};
         nn_pool_run(nn_gconv_task, &a, parts);
     } else if (self->kind == NN_CONV_DIRECT) {
-        nn_direct_args a = {x, w, bias, y, &self->dc};
+        nn_direct_params dc = self->dc;     /* this call's pixel stride: the object is shared between runs */
+        dc.ldy = ldy;
+        nn_direct_args a = {x, w, bias, y, &dc};
         nn_pool_run(nn_direct_task, &a, parts);
     } else {
         nn_conv_args a = self->im;
-        a.x = x, a.y = y, a.scratch = b[2].view.buf;
+        a.x = x, a.y = y, a.scratch = b[2].view.buf, a.ldy = ldy;
         nn_pool_run(nn_conv_task, &a, parts);
     }
     Py_END_ALLOW_THREADS

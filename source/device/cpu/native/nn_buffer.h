@@ -133,6 +133,39 @@ static int nn_get(nn_arg *a, PyObject *obj, const char *kernel, const char *name
     return 0;
 }
 
+/* nn_get for an array of ``rows`` pixels of ``cols`` channels each (an NHWC output), into *ld its pixel stride in
+ * elements: the channels have a unit stride and every axis but the last collapses into one of evenly spaced
+ * pixels ``ld`` >= ``cols`` elements apart (C-contiguous: ld == cols; a channel slice of a wider channels-last
+ * tensor: its total channels), so that no two pixels overlap. Anything else is refused like nn_get. */
+static int nn_get_pixels(nn_arg *a, PyObject *obj, const char *kernel, const char *name, int type, int flags,
+                         int64_t rows, int64_t cols, int64_t *ld) {
+    if (nn_get(a, obj, kernel, name, type, flags | NN_STRIDED)) return -1;
+    *ld = cols;
+    if (a->view.buf == NULL) return 0;
+    const int nd = a->view.ndim;
+    const Py_ssize_t item = a->view.itemsize;
+    if (nd < 1 || a->view.shape[nd - 1] != cols || a->items != rows * cols) {
+        PyErr_Format(PyExc_ValueError, "native kernel %s: argument '%s' must hold %lld pixels of %lld channels",
+                     kernel, name, (long long)rows, (long long)cols);
+        return -1;
+    }
+    if (a->items == 0) return 0;
+    Py_ssize_t step = 0, expect = 0;    /* the pixel stride in bytes, the stride the next outer axis needs */
+    for (int d = nd - 2; d >= 0; d--) {
+        const Py_ssize_t n = a->view.shape[d], s = a->view.strides[d];
+        if (n == 1) continue;
+        if (step == 0) step = expect = s;
+        if (s != expect) return nn_value_error(kernel, name, "must have evenly spaced pixels (its axes but the last "
+                                               "collapse into one)");
+        expect = s * n;
+    }
+    if (step == 0) return 0;            /* one pixel */
+    if (step % item != 0 || step / item < cols)
+        return nn_value_error(kernel, name, "must have pixels at least its channels apart (no overlap)");
+    *ld = step / item;
+    return 0;
+}
+
 /* ``a`` has at least ``items`` elements (items < 0: the geometry was not valid); -1 otherwise. */
 static int nn_need(const nn_arg *a, const char *kernel, const char *name, int64_t items) {
     if (a->view.buf == NULL) return 0;
