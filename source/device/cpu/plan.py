@@ -348,7 +348,7 @@ def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: l
         chosen = fuse_half_round_trips(chosen, external)
         chosen = fuse_gelu(chosen, external)
         chosen = fuse_gelu_tanh(chosen, external)
-        chosen = fold_operand_scales(chosen, external)
+        chosen = fold_operand_scales(chosen, external, constants)
         chosen = fuse_matmul(chosen, external)
         chosen = fuse_group_norm(chosen, external, constants)
         chosen = fuse_activations(chosen, external)

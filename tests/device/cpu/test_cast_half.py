@@ -76,3 +76,23 @@ def test_cast_nodes_run_on_the_native_conversion(to, src):
     want = x.astype(np.float16 if to == TensorProto.FLOAT16 else np.float32)
     assert y.dtype == want.dtype
     np.testing.assert_array_equal(y.view(np.uint8), want.view(np.uint8))
+
+
+@pytest.mark.parametrize("start", [0, 1, 3])
+@pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 15, 16, 17, 31])
+def test_every_length_and_alignment_converts_bit_for_bit(start, n):
+    """nn_half_simd.h converts groups of 8 (unaligned loads) and the scalar loop the rest: each mode bit-equal to
+    numpy on lengths around the group size, starting off the allocation's alignment."""
+    x = _values()[-(n + start):][start:] if n else np.empty(0, np.float32)
+    x = np.ascontiguousarray(np.concatenate([np.ones(start, np.float32), x]))[start:]
+    with np.errstate(over="ignore"):
+        want16 = x.astype(np.float16)
+    h = np.empty(n + start, np.float16)[start:]
+    native.cast_half(x, h)
+    np.testing.assert_array_equal(_bits16(h), _bits16(want16))
+    back = np.empty(n + start, np.float32)[start:]
+    native.cast_half(h, back)
+    np.testing.assert_array_equal(back, want16.astype(np.float32))
+    y = x.copy()
+    native.cast_half(y, y)
+    np.testing.assert_array_equal(y, want16.astype(np.float32))

@@ -1157,22 +1157,28 @@ static void nn_resize_task(const void *args, int64_t part, int64_t parts) {
 typedef _Float16 nn_f16;
 
 /* mode 0: float32 x -> float16 y; 1: float16 x -> float32 y; 2: float32 x -> float32 y rounded through float16 */
+#include "nn_half_simd.h"
+
 NN_API NN_CLONES void nn_cast_half(const void *x, void *y, int64_t n, int mode) {
+    int64_t i0 = 0;     /* the elements the F16C loops converted (nn_half_simd.h) */
+#if NN_HALF_SIMD
+    if (nn_half_simd_ok()) i0 = nn_half_simd(x, y, n, mode);
+#endif
     if (mode == 0) {
         const float *restrict a = x;
         nn_f16 *restrict b = y;
 #pragma omp simd
-        for (int64_t i = 0; i < n; i++) b[i] = (nn_f16)a[i];
+        for (int64_t i = i0; i < n; i++) b[i] = (nn_f16)a[i];
     } else if (mode == 1) {
         const nn_f16 *restrict a = x;
         float *restrict b = y;
 #pragma omp simd
-        for (int64_t i = 0; i < n; i++) b[i] = (float)a[i];
+        for (int64_t i = i0; i < n; i++) b[i] = (float)a[i];
     } else {
         const float *a = x;     /* y may be x: element i is read before it is written */
         float *b = y;
 #pragma omp simd
-        for (int64_t i = 0; i < n; i++) b[i] = (float)(nn_f16)a[i];
+        for (int64_t i = i0; i < n; i++) b[i] = (float)(nn_f16)a[i];
     }
 }
 #else
