@@ -168,7 +168,7 @@ def bench(name: str, batch: int, repeat: int, threads: int) -> None:
     print(f"{'engine':26s} {'median ms':>10s} {'vs nnhal fp32':>14s} {'cosine vs fp32':>15s}")
     for k in engines:
         med = statistics.median(times[k])
-        print(f"{k:26s} {med * 1e3:10.2f} {med / base:13.2f}x {_cosine(outputs[k], outputs['nnhal fp32']):15.4f}")
+        print(f"{k:26s} {med * 1e3:10.2f} {med / base:13.2f}x {_cosine(outputs[k], outputs['nnhal fp32']):15.5f}")
     for k in [k for k in engines if k.startswith("nnhal") and ("int8" in k or " on ort" in k)]:
         for peer in ("ort dynamic int8", "ort static QDQ int8"):
             print(f"{k} / {peer}: {statistics.median(times[k]) / statistics.median(times[peer]):.2f}x")

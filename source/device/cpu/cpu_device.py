@@ -111,12 +111,12 @@ def _integer_state() -> str:
     return f"{'on' if status.available else 'off'}: {status.reason}"
 
 
-# Instruction sets whose integer GEMM beats float32 BLAS on the dynamic products (bytes multiplied at full rate).
-# Without VNNI the exact AVX2 path widens bytes to 16 bits (vpmaddwd): measured on a quiet 2-core AVX2 EPYC,
-# MiniLM b1x128, whole rows on it took 42.7 ms against 30.5 for blocks of 8 in float32 (fp32: 25.5 ms;
-# benchmarks/int8.py), so there the per-block float path stays the default (NNHAL_DYNAMIC_BLOCK=0 still
-# asks for whole rows).
-WHOLE_ROW_ISAS = frozenset({"avx512vnni", "avxvnni"})
+# Instruction sets whose integer GEMM beats float32 BLAS on the dynamic products. With VNNI bytes are multiplied
+# at full rate. The exact AVX2 path widens them to 16 bits (vpmaddwd) and first lost to the float path (42.7 ms
+# against 30.5 for blocks of 8 on a quiet 2-core AVX2 EPYC, MiniLM b1x128); since its parts run on the device's
+# persistent pool it wins there: 18.8 ms whole rows, 26.6 blocks of 8, fp32 23.8 (benchmarks/int8.py,
+# 2026-11-28 05:57, quiet; cosine against fp32 0.9993 and 0.9999). The portable C path keeps the float default.
+WHOLE_ROW_ISAS = frozenset({"avx512vnni", "avxvnni", "avx2"})
 
 
 def dynamic_block() -> int | None:
