@@ -5,10 +5,6 @@ kernels' (NNHAL_CPU_REFERENCE=1) bit for bit, on both plan paths and every integ
 has. ConvInteger runs the integer kernels and equals onnx.reference exactly (int32 sums)."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
@@ -16,6 +12,7 @@ from onnx.reference import ReferenceEvaluator
 
 import nnhal
 from nnhal.device.cpu import qnative
+from tests.device.cpu.isa_rerun import rerun_under_isa
 
 pytestmark = pytest.mark.skipif(not qnative.status().available,
                                 reason=f"integer kernels not loaded: {qnative.status().reason}")
@@ -106,15 +103,7 @@ def test_regions_with_one_image_and_batch_one(monkeypatch):
 @pytest.mark.parametrize("isa", ["portable", "avx2", "avxvnni", "avx512vnni"])
 def test_isa_path(isa):
     """This file's graph tests again with NNHAL_QGEMM_ISA=isa, in a fresh process."""
-    if os.environ.get("NNHAL_QGEMM_ISA"):
-        pytest.skip("already inside a forced-ISA run")
-    if isa not in qnative.kernels().available():
-        pytest.skip(f"this CPU lacks {isa} (it has {', '.join(qnative.kernels().available())})")
-    env = dict(os.environ, NNHAL_QGEMM_ISA=isa)
-    run = subprocess.run([sys.executable, "-m", "pytest", __file__, "-q", "-x", "-p", "no:cacheprovider",
-                          "-k", "not isa_path"], env=env, check=False, capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
-    assert " passed" in run.stdout and "failed" not in run.stdout
+    rerun_under_isa(__file__, isa, qnative.kernels().available(), "not isa_path")
 
 
 TYPES = {np.uint8: TensorProto.UINT8, np.int8: TensorProto.INT8}

@@ -17,6 +17,7 @@ from onnx.reference.ops.op_qlinear_conv import QLinearConv
 from onnx.reference.ops.op_qlinear_matmul import QLinearMatMul
 
 from nnhal.device.cpu import qnative
+from tests.device.cpu.isa_rerun import rerun_under_isa
 
 ISAS = ("avx512vnni", "avxvnni", "avx2", "portable")
 
@@ -251,15 +252,7 @@ def test_kernels_forced_isa_is_used():
 @pytest.mark.parametrize("isa", ISAS)
 def test_isa_path(isa):
     """This file's kernel tests again with NNHAL_QGEMM_ISA=isa, in a fresh process."""
-    if os.environ.get("NNHAL_QGEMM_ISA"):
-        pytest.skip("already inside a forced-ISA run")
-    if isa not in _q().available():
-        pytest.skip(f"this CPU lacks {isa} (it has {', '.join(_q().available())})")
-    env = dict(os.environ, NNHAL_QGEMM_ISA=isa)
-    run = subprocess.run([sys.executable, "-m", "pytest", __file__, "-q", "-x", "-p", "no:cacheprovider",
-                          "-k", "kernels"], env=env, check=False, capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
-    assert " passed" in run.stdout and "failed" not in run.stdout
+    rerun_under_isa(__file__, isa, _q().available(), "kernels")
 
 
 def test_unavailable_forced_isa_is_a_clear_error():
