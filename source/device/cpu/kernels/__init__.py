@@ -33,6 +33,7 @@ from nnhal.device.cpu.kernels import (
     qlinear_tables,
     quantized,
     recurrent,
+    reduce,
     resize,
     softmax,
     split,
@@ -49,7 +50,7 @@ from nnhal.operator.base import Info
 
 MODULES = (add, attention, batch_normalization, cast, concat, control, conv, conv1d, conv_patch, conv_transpose, gates,
            gather, gelu, gemm, instance_norm, layer_normalization, lrn, matmul, pad, pool, qdq, qlinear_tables,
-           quantized, recurrent, resize, softmax, split, transpose, view)
+           quantized, recurrent, reduce, resize, softmax, split, transpose, view)
 
 
 def _table() -> KernelTable:
