@@ -1,6 +1,7 @@
-"""Casts folded into the CPU layout pass's conversions: one pass instead of two at an NHWC region's edge; and a
+"""Casts folded into the CPU layout pass's conversions: one pass instead of two at an NHWC region's edge; a
 Cast to float16 followed by the Cast back to float32 (fp16 storage's rounding of a boundary tensor, fp16.py)
-as one native step.
+as one native step; and the roundings around a Concat whose output leaves the subgraph rounded (a decoder
+step's KV cache: past + new -> present) as one rounding of the Concat's output (fuse_rounded_concats).
 
 Under fp16 storage a graph input arrives as float16, is widened to float32 (a Cast) and then converted to
 channels-last (an inserted ``to-nhwc`` step); at the other edge a ``to-nchw`` step is followed by the Cast
@@ -11,11 +12,15 @@ bit-equal.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from nnhal.device.cpu import native
 from nnhal.device.cpu.fusions import Chosen
+from nnhal.device.cpu.fusions import _readers as fusion_readers
 from nnhal.device.cpu.kernels.cast import RoundHalf
+from nnhal.device.cpu.kernels.concat import ConcatNative, ConcatRounded
 from nnhal.device.cpu.layout import Relayout
 from nnhal.hostkernels.fused import fuse
 from nnhal.operator.base import Info
@@ -114,3 +119,59 @@ def fuse_relayout_casts(chosen: list[Chosen], external: set[str]) -> list[Chosen
                 continue
         result.append(c)
     return result
+
+
+def _rounding_of(c: Chosen) -> bool:
+    """``c`` is a RoundHalf step (fuse_half_round_trips) of one float32 input and output."""
+    return isinstance(c.kernel, RoundHalf) and len(c.node.inputs) == 1 and len(c.node.outputs) == 1
+
+
+def fuse_rounded_concats(chosen: list[Chosen], external: set[str]) -> list[Chosen]:
+    """A float32 Concat (the native kernel) whose output ``o`` is rounded by a RoundHalf into a subgraph output
+    ``p`` (fp16 storage's boundary: a decoder step's present keys or values) writes ``p`` itself and rounds it
+    in place (ConcatRounded); the RoundHalf goes, and the other readers of ``o`` read ``p``. A Concat input that
+    is itself only a RoundHalf's output (the past cache rounded where it entered) is read unrounded: the one
+    rounding of the output rounds it too, as rounding is idempotent. ``p`` is bit-equal to before: round(concat(
+    round(past), new)) = round(concat(past, new)). The other readers now see the new row rounded to float16
+    too, as true fp16 storage would hold it: the KV cache was read twice (the rounded past, the rounded
+    present) and written twice more for one new row."""
+    reads, _, producer = fusion_readers(chosen)
+    rename: dict[str, str] = {}
+    dropped: set[int] = set()
+    replaced: dict[int, Chosen] = {}
+    for pos, c in enumerate(chosen):
+        if not isinstance(c.kernel, ConcatNative) or c.node.domain or len(c.node.outputs) != 1 \
+                or np.dtype(c.outs[0].dtype) != np.dtype(np.float32) or not native.available():
+            continue
+        o = c.node.outputs[0]
+        rounds = [j for j, r in enumerate(chosen) if o in r.node.inputs and _rounding_of(r)
+                  and r.node.outputs[0] in external]
+        if o in external or not rounds or any(o in set(r.node.all_inputs) - set(r.node.inputs) for r in chosen):
+            continue
+        j = rounds[0]
+        p = chosen[j].node.outputs[0]
+        inputs, infos = list(c.node.inputs), list(c.ins)
+        node = c.node
+        for k, name in enumerate(c.node.inputs):
+            q = producer.get(name)
+            if q is not None and q not in dropped and _rounding_of(chosen[q]) and reads[name] == 1 \
+                    and name not in external:
+                inputs[k], infos[k] = chosen[q].node.inputs[0], chosen[q].ins[0]
+                node = fuse(node, chosen[q].node)
+                dropped.add(q)
+        node = fuse(node, chosen[j].node, inputs=inputs, outputs=[p])
+        replaced[pos] = Chosen(node, ConcatRounded(), infos, chosen[j].outs)
+        dropped.add(j)
+        rename[o] = p
+    if not replaced:
+        return chosen
+    result = []
+    for pos, c in enumerate(chosen):
+        if pos in dropped:
+            continue
+        c = replaced.get(pos, c)
+        if any(n in rename for n in c.node.inputs):
+            c = c._replace(node=dataclasses.replace(c.node, inputs=[rename.get(n, n) for n in c.node.inputs]))
+        result.append(c)
+    return result
+

@@ -14,7 +14,7 @@ from functools import partial
 
 import numpy as np
 
-from nnhal.device.cpu.castfuse import fuse_half_round_trips, fuse_relayout_casts
+from nnhal.device.cpu.castfuse import fuse_half_round_trips, fuse_relayout_casts, fuse_rounded_concats
 from nnhal.device.cpu.fusions import Chosen, fuse_activations, fuse_channel_shuffle, fuse_gelu, fuse_matmul
 from nnhal.device.cpu.gelu_tanh import fuse_gelu_tanh
 from nnhal.device.cpu.groupnorm import fuse_group_norm
@@ -346,6 +346,7 @@ def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: l
         chosen = use_integer_kernels(chosen)
         chosen = fuse_code_clamps(chosen, external)
         chosen = fuse_half_round_trips(chosen, external)
+        chosen = fuse_rounded_concats(chosen, external)
         chosen = fuse_gelu(chosen, external)
         chosen = fuse_gelu_tanh(chosen, external)
         chosen = fold_operand_scales(chosen, external, constants)

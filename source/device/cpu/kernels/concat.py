@@ -77,4 +77,27 @@ class ConcatNative(Kernel):
         return run
 
 
+class ConcatRounded(ConcatNative):
+    """A float32 Concat whose whole output is then rounded to float16 values in place (fp16 storage: a
+    KV-cache Concat whose output leaves the subgraph, castfuse.fuse_rounded_concats): the rows copied as
+    ConcatNative copies them, then one native rounding pass over the output while it is in cache. Not in the
+    selection table: the fusion chooses it."""
+
+    name = "native, rounded"
+
+    def prepare(self, node, ins, outs) -> RunFn:
+        copy = super().prepare(node, ins, outs)
+        cast = native.cast_half
+
+        def run(inputs, outputs):
+            (out,) = copy(inputs, outputs)
+            flat = out.reshape(-1) if out.flags.c_contiguous else np.ascontiguousarray(out).reshape(-1)
+            cast(flat, flat)
+            if not np.shares_memory(flat, out):         # a strided output the plan did not lay out so
+                np.copyto(out, flat.reshape(out.shape))
+            return (out,)
+
+        return run
+
+
 IMPLEMENTATIONS = (ConcatNative,)
