@@ -140,8 +140,8 @@ def fuse_rounded_concats(chosen: list[Chosen], external: set[str]) -> list[Chose
     dropped: set[int] = set()
     replaced: dict[int, Chosen] = {}
     for pos, c in enumerate(chosen):
-        if not isinstance(c.kernel, ConcatNative) or c.node.domain or len(c.node.outputs) != 1 \
-                or np.dtype(c.outs[0].dtype) != np.dtype(np.float32) or not native.available():
+        if c.node.op_type != "Concat" or c.node.domain or len(c.node.outputs) != 1 \
+                or not ConcatNative.takes(c.ins, c.outs) or np.dtype(c.outs[0].dtype) != np.dtype(np.float32):
             continue
         o = c.node.outputs[0]
         rounds = [j for j, r in enumerate(chosen) if o in r.node.inputs and _rounding_of(r)

@@ -29,14 +29,20 @@ class ConcatNative(Kernel):
     name = "native"
     writes_in_place = True
 
-    def score(self, node, ins, outs) -> int:
+    @staticmethod
+    def takes(ins, outs) -> bool:
+        """The native kernels are there and the inputs and output are static tensors of one dtype and rank."""
         out = outs[0] if outs else None
         if not native.available() or out is None or not out.static or not out.shape or out.dtype is None \
                 or out.dtype.hasobject:
+            return False
+        return all(i is not None and i.static and i.dtype == out.dtype and len(i.shape) == len(out.shape)
+                   for i in ins)
+
+    def score(self, node, ins, outs) -> int:
+        if not self.takes(ins, outs):
             return 0
-        if any(i is None or not i.static or i.dtype != out.dtype or len(i.shape) != len(out.shape) for i in ins):
-            return 0
-        return 2 if int(np.prod(out.shape, dtype=np.int64)) * out.dtype.itemsize >= MIN_BYTES else 0
+        return 2 if int(np.prod(outs[0].shape, dtype=np.int64)) * outs[0].dtype.itemsize >= MIN_BYTES else 0
 
     def prepare(self, node, ins, outs) -> RunFn:
         shape = tuple(outs[0].shape)
@@ -63,12 +69,16 @@ class ConcatNative(Kernel):
                 np.concatenate(inputs, axis, out=out)
                 return (out,)
             y = out.reshape(-1).view(np.uint8)
-            base = _address(out)
+            base = None
             for k, width, offset in parts_of:
                 x = inputs[k]
-                if _address(x) == base + offset and all(
-                        s == t for s, t, n in zip(x.strides, out.strides, x.shape) if n > 1):
-                    continue                                    # already in place (plan.concat_slices)
+                # NOTE: an input placed inside the output is a view of the same buffer (the arena); the
+                # address (a dict built by __array_interface__, ~1.5 us) is looked up only for such inputs
+                if x.base is not None and (x.base is out.base or x.base is out):
+                    base = _address(out) if base is None else base
+                    if _address(x) == base + offset and all(
+                            s == t for s, t, n in zip(x.strides, out.strides, x.shape) if n > 1):
+                        continue                                # already in place (plan.concat_slices)
                 if not x.flags.c_contiguous:
                     x = np.ascontiguousarray(x)
                 native.copy_rows(x.reshape(-1).view(np.uint8), y, rows, width, width, 0, stride, offset, parts)
@@ -81,7 +91,8 @@ class ConcatRounded(ConcatNative):
     """A float32 Concat whose whole output is then rounded to float16 values in place (fp16 storage: a
     KV-cache Concat whose output leaves the subgraph, castfuse.fuse_rounded_concats): the rows copied as
     ConcatNative copies them, then one native rounding pass over the output while it is in cache. Not in the
-    selection table: the fusion chooses it."""
+    selection table: the fusion chooses it, for a Concat of any size (two rounding steps fewer is worth it
+    on a small cache too)."""
 
     name = "native, rounded"
 
