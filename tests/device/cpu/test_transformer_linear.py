@@ -194,7 +194,7 @@ def test_scalar_scalings_of_attention_operands_move_onto_the_product(monkeypatch
 
 
 @pytest.mark.parametrize("checked", [False, True])
-@pytest.mark.parametrize("shape", [(1, 4, 64, 64), (2, 3, 5, 1000), (7, 1)])
+@pytest.mark.parametrize("shape", [(1, 4, 64, 64), (2, 3, 5, 1000), (7, 1), (6, 5), (1, 2, 13, 13), (5, 150), (7, 9)])
 def test_native_softmax_rows_against_float64_with_masks_and_non_finite_rows(monkeypatch, checked, shape):
     """native/nn_softmax.h through the fast Softmax: a causal -inf mask is exactly 0, a row far below the
     others keeps full precision (its own maximum), and rows with NaN, +inf or only -inf come out as the

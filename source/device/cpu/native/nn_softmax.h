@@ -5,12 +5,101 @@
  * instead of numpy's six over a band. A row whose maximum is not finite (NaN, +inf, all -inf) is computed as
  * the reference does (hostkernels/_reduce.py: the maximum taken as 0, libm's expf, each term divided by the
  * sum), so NaN and infinities come out the same. exp of a difference below -87.3 (a -inf mask entry among
- * them) is 0, not nn_expf's clamped 1e-38, so masked entries are exactly 0. */
+ * them) is 0, not nn_expf's clamped 1e-38, so masked entries are exactly 0. On a CPU with AVX2 and FMA (chosen
+ * at run time, as nn_half_simd.h does) a row of 8 or more runs the same three passes in intrinsics
+ * (nn_softmax_row_avx2). */
+
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+#include <immintrin.h>
+#define NN_SOFTMAX_SIMD 1
+
+/* exp(d) for d in [-87.3, 0] on 8 lanes: nn_expf's range reduction and polynomial, its rounding constant
+ * added by one FMA (k = round(d log2 e) exactly as before but for ties; r = d - k ln 2 then stays in range) */
+__attribute__((target("avx2,fma"))) static inline __m256 nn_softmax_exp8(__m256 d) {
+    const __m256 magic = _mm256_set1_ps(12582912.0f);
+    const __m256 k = _mm256_sub_ps(_mm256_fmadd_ps(d, _mm256_set1_ps(1.44269504088896341f), magic), magic);
+    __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), d);
+    r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+NN_INLINE float nn_softmax_hmax(const float *t) {
+    float m = t[0];
+    for (int j = 1; j < 8; j++) m = NN_MAX(m, t[j]);
+    return m;
+}
+
+/* One row of at least 8 with AVX2 + FMA: 0 when done, -1 (nothing written) for a row with a NaN or a
+ * non-finite maximum, which the caller computes as the reference does. GCC 12 vectorized the scalar loops
+ * below (omp simd) to about 1.3 ns an element on a Zen 3 (150-wide rows); these take about 0.75. */
+__attribute__((target("avx2,fma"))) static int nn_softmax_row_avx2(const float *xr, float *yr, int64_t width) {
+    __m256 top8 = _mm256_loadu_ps(xr), nan8 = _mm256_cmp_ps(top8, top8, _CMP_UNORD_Q);
+    int64_t i = 8;
+    for (; i + 8 <= width; i += 8) {
+        const __m256 v = _mm256_loadu_ps(xr + i);
+        top8 = _mm256_max_ps(top8, v);
+        nan8 = _mm256_or_ps(nan8, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    }
+    float t[8];
+    _mm256_storeu_ps(t, top8);
+    float top = nn_softmax_hmax(t);
+    int bad = _mm256_movemask_ps(nan8) != 0;
+    for (; i < width; i++) {
+        top = NN_MAX(top, xr[i]);
+        bad |= xr[i] != xr[i];
+    }
+    if (bad || !(top > -INFINITY && top < INFINITY)) return -1;
+    const __m256 top_v = _mm256_set1_ps(top), lo = _mm256_set1_ps(-87.3f);
+    __m256 sum8 = _mm256_setzero_ps();
+    for (i = 0; i + 8 <= width; i += 8) {
+        const __m256 d = _mm256_sub_ps(_mm256_loadu_ps(xr + i), top_v);
+        /* below -87.3 (a -inf mask entry among them) exactly 0, as the scalar loop */
+        const __m256 e = _mm256_and_ps(nn_softmax_exp8(_mm256_max_ps(d, lo)), _mm256_cmp_ps(d, lo, _CMP_GE_OQ));
+        _mm256_storeu_ps(yr + i, e);
+        sum8 = _mm256_add_ps(sum8, e);
+    }
+    _mm256_storeu_ps(t, sum8);
+    float sum = ((t[0] + t[4]) + (t[1] + t[5])) + ((t[2] + t[6]) + (t[3] + t[7]));
+    for (; i < width; i++) {
+        const float d = xr[i] - top;
+        const float e = d < -87.3f ? 0.0f : nn_expf(d);
+        yr[i] = e;
+        sum += e;
+    }
+    const __m256 inv = _mm256_set1_ps(1.0f / sum);      /* sum >= 1: the maximum's own term is exp(0) */
+    for (i = 0; i + 8 <= width; i += 8) _mm256_storeu_ps(yr + i, _mm256_mul_ps(_mm256_loadu_ps(yr + i), inv));
+    for (; i < width; i++) yr[i] *= 1.0f / sum;
+    return 0;
+}
+
+/* 1 where the CPU has AVX2 and FMA, checked once */
+static int nn_softmax_simd_ok(void) {
+    static int ok = -1;     /* a benign race: every thread stores the same value */
+    if (ok < 0) ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    return ok;
+}
+#else
+#define NN_SOFTMAX_SIMD 0
+#endif
 
 NN_API NN_CLONES void nn_softmax_f32(const float *x, float *y, int64_t width, int64_t r0, int64_t r1) {
+#if NN_SOFTMAX_SIMD
+    const int simd = width >= 8 && nn_softmax_simd_ok();
+#endif
     for (int64_t r = r0; r < r1; r++) {
         const float *restrict xr = x + r * width;
         float *restrict yr = y + r * width;
+#if NN_SOFTMAX_SIMD
+        if (simd && nn_softmax_row_avx2(xr, yr, width) == 0) continue;
+#endif
         float top = -INFINITY;
         int bad = 0;
 #pragma omp simd reduction(max : top) reduction(| : bad)
