@@ -126,15 +126,17 @@ def _rounding_of(c: Chosen) -> bool:
     return isinstance(c.kernel, RoundHalf) and len(c.node.inputs) == 1 and len(c.node.outputs) == 1
 
 
-def fuse_rounded_concats(chosen: list[Chosen], external: set[str]) -> list[Chosen]:
-    """A float32 Concat (the native kernel) whose output ``o`` is rounded by a RoundHalf into a subgraph output
+def fuse_rounded_concats(chosen: list[Chosen], external: set[str], channels_last: set[str] = frozenset()) \
+        -> list[Chosen]:
+    """A float32 Concat of static tensors whose output ``o`` is rounded by a RoundHalf into a subgraph output
     ``p`` (fp16 storage's boundary: a decoder step's present keys or values) writes ``p`` itself and rounds it
     in place (ConcatRounded); the RoundHalf goes, and the other readers of ``o`` read ``p``. A Concat input that
     is itself only a RoundHalf's output (the past cache rounded where it entered) is read unrounded: the one
     rounding of the output rounds it too, as rounding is idempotent. ``p`` is bit-equal to before: round(concat(
     round(past), new)) = round(concat(past, new)). The other readers now see the new row rounded to float16
     too, as true fp16 storage would hold it: the KV cache was read twice (the rounded past, the rounded
-    present) and written twice more for one new row."""
+    present) and written twice more for one new row. Runs after the layout pass: a Concat of channels-last
+    tensors (``channels_last``: the tensors it laid out so) is left alone."""
     reads, _, producer = fusion_readers(chosen)
     rename: dict[str, str] = {}
     dropped: set[int] = set()
@@ -146,7 +148,8 @@ def fuse_rounded_concats(chosen: list[Chosen], external: set[str]) -> list[Chose
         o = c.node.outputs[0]
         rounds = [j for j, r in enumerate(chosen) if o in r.node.inputs and _rounding_of(r)
                   and r.node.outputs[0] in external]
-        if o in external or not rounds or any(o in set(r.node.all_inputs) - set(r.node.inputs) for r in chosen):
+        if o in external or o in channels_last or not rounds \
+                or any(o in set(r.node.all_inputs) - set(r.node.inputs) for r in chosen):
             continue
         j = rounds[0]
         p = chosen[j].node.outputs[0]

@@ -346,7 +346,6 @@ def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: l
         chosen = use_integer_kernels(chosen)
         chosen = fuse_code_clamps(chosen, external)
         chosen = fuse_half_round_trips(chosen, external)
-        chosen = fuse_rounded_concats(chosen, external)
         chosen = fuse_gelu(chosen, external)
         chosen = fuse_gelu_tanh(chosen, external)
         chosen = fold_operand_scales(chosen, external, constants)
@@ -356,6 +355,8 @@ def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: l
         chosen = fuse_channel_shuffle(chosen, external, constants)
         chosen = fold_transposes(chosen, external)
         chosen, layouts = assign_layouts(chosen, external)
+        # after the layout pass, which chooses a Concat's kernel again for channels-last tensors
+        chosen = fuse_rounded_concats(chosen, external, set(layouts.physical))
         chosen = fuse_table_tails(chosen, external)
         chosen = fuse_relayout_casts(chosen, external)
         constants.update(layouts.constants)

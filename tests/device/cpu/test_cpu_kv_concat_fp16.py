@@ -55,7 +55,7 @@ def _feeds(model: onnx.ModelProto) -> dict[str, np.ndarray]:
 def _run(model, feeds, monkeypatch, fused: bool = True) -> list[tuple[list[np.ndarray], list[str]]]:
     """(outputs, kernel names) on the interpreting and the straight-line path."""
     if not fused:
-        monkeypatch.setattr(plan, "fuse_rounded_concats", lambda chosen, external: chosen)
+        monkeypatch.setattr(plan, "fuse_rounded_concats", lambda chosen, *_: chosen)
     results = []
     for check in ("1", "0"):
         monkeypatch.setenv("NNHAL_CHECK", check)
@@ -115,3 +115,34 @@ def test_fp32_untouched(monkeypatch):
         for got, want in ((present, expected[1]), (scores, expected[0])):     # MatMuls: any summation order
             why = compare(got, want, policy("fp32", case_rtol=1e-4))
             assert why is None, why
+
+
+def test_detector_head_concat_output_rounded(monkeypatch):
+    """A detector head's channel Concat after a channels-last region (the layout pass converts the two heads
+    back to NCHW before it) whose output leaves the graph: the Concat rounds it, the output holds float16
+    values within fp16's tolerance of the reference."""
+    def weight(*shape):
+        return (RNG.standard_normal(shape) * 0.2).astype(np.float32)
+
+    weights = {"w0": weight(16, 3, 3, 3), "w1": weight(16, 16, 3, 3), "wa": weight(8, 16, 1, 1),
+               "wb": weight(4, 16, 1, 1)}
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["c0"], pads=[1, 1, 1, 1], name="stem"),
+             helper.make_node("Relu", ["c0"], ["r0"], name="stem_relu"),
+             helper.make_node("Conv", ["r0", "w1"], ["c1"], pads=[1, 1, 1, 1], name="body"),
+             helper.make_node("Relu", ["c1"], ["r1"], name="body_relu"),
+             helper.make_node("Conv", ["r1", "wa"], ["a"], name="box"),
+             helper.make_node("Conv", ["r1", "wb"], ["b"], name="cls"),
+             helper.make_node("Sigmoid", ["b"], ["bs"], name="cls_sigmoid"),
+             helper.make_node("Concat", ["a", "bs"], ["y"], axis=1, name="head")]
+    graph = helper.make_graph(nodes, "head", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 32, 32])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(v, k) for k, v in weights.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    feeds = _feeds(model)
+    expected = ReferenceEvaluator(model).run(None, feeds)[0]
+    for (y,), kernels in _run(model, feeds, monkeypatch):
+        assert "Concat/native, rounded" in kernels and "Transpose/to-nhwc" in kernels
+        np.testing.assert_array_equal(y, _half(y))
+        why = compare(y, expected, policy("fp16"))
+        assert why is None, why
