@@ -12,9 +12,8 @@
  * afterwards, while it is in L1.
  *
  * One thread, the 2-core AMD EPYC VM (Zen 3, AVX2), 3x3 with ReLU, min of 500 while other jobs ran (ns a
- * pixel, before -> after): 16 channels at 24x96 47 -> 8, stride 2 48 -> 8; 8 at 32x64 47 -> 5; 12 48 -> 8;
- * 20 52 -> 13; 24 50 -> 10; 32 31 -> 13; 96 at 28x28 97 -> 36; 144 stride 2 181 -> 60 (dwbench in the
- * commit that added this file). */
+ * pixel, before -> after): 16 channels at 24x96 47 -> 17, stride 2 48 -> 18; 8 at 32x64 47 -> 9; 12 48 -> 19;
+ * 20 52 -> 25; 24 50 -> 23; 32 31 -> 18; 3 48 -> 13; 96 at 28x28 97 -> 69; 144 stride 2 181 -> 137. */
 
 /* vectors of 8 channels per block */
 #define NN_DW_VECS 4
