@@ -11,9 +11,13 @@
  * of the input, zeros) and only its live lanes are stored. The activation runs over the whole output row
  * afterwards, while it is in L1.
  *
- * One thread, the 2-core AMD EPYC VM (Zen 3, AVX2), 3x3 with ReLU, min of 500 while other jobs ran (ns a
- * pixel, before -> after): 16 channels at 24x96 47 -> 17, stride 2 48 -> 18; 8 at 32x64 47 -> 9; 12 48 -> 19;
- * 20 52 -> 25; 24 50 -> 23; 32 31 -> 18; 3 48 -> 13; 96 at 28x28 97 -> 69; 144 stride 2 181 -> 137. */
+ * Old (one block of 32 channels, the narrower rest in a stack array with a run-time width, the activation per
+ * pixel) against this, both compiled for x86-64-v3 into one C program, interleaved min (us; 3x3 with ReLU, one
+ * thread, the loaded 2-core AMD EPYC VM, Zen 3): 16 channels at 24x96 164 / 37; 8 at 32x64 120 / 17; 12 138 /
+ * 38; 20 156 / 51; 24 137 / 53; 3 at 64x64 393 / 53; 32 at 24x96 stride 2 28 / 18; 64 at 12x48 stride 2 12 /
+ * 7.7; MobileNetV2's 32 at 112^2 598 / 352, 96 at 112^2 stride 2 373 / 301, 144 at 56^2 869 / 696, 192 at 28^2
+ * 230 / 149, 960 at 7^2 65 / 48; 5x5 72 at 28^2 234 / 104. 16 channels run at ~80% of the FMA rate a plain
+ * multiply-add loop reaches on that machine. */
 
 /* vectors of 8 channels per block */
 #define NN_DW_VECS 4
