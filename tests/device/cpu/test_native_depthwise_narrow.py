@@ -80,3 +80,40 @@ def test_depthwise_channels_and_geometries(c, geometry):
 def test_depthwise_in_parts_without_bias(c, parts):
     """Split over the native pool by output rows, no bias, no activation."""
     _run(c, "3x3-s2", bias=False, act=None, batch=2, parts=parts)
+
+
+def _graph(c: int, kernel: tuple[int, int], strides: tuple[int, int], dilations: tuple[int, int], pads: tuple):
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(c)
+    w = rng.standard_normal((c, 1) + kernel).astype(np.float32)
+    b = rng.standard_normal(c).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["y0"], group=c, kernel_shape=list(kernel),
+                              strides=list(strides), dilations=list(dilations), pads=list(pads)),
+             helper.make_node("Relu", ["y0"], ["y"])]
+    graph = helper.make_graph(nodes, "dw", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, c, 11, 21])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), w, b
+
+
+@pytest.mark.parametrize("check", ["0", "1"], ids=["straight", "checked"])
+@pytest.mark.parametrize("c,kernel,strides,dilations,pads", [
+    (12, (3, 3), (2, 1), (1, 1), (1, 1, 1, 1)), (20, (5, 5), (1, 1), (1, 2), (2, 3, 2, 1)),
+    (3, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1)), (40, (3, 3), (2, 2), (1, 1), (0, 1, 2, 0))])
+def test_depthwise_graph_on_both_plan_paths(monkeypatch, check, c, kernel, strides, dilations, pads):
+    """A depthwise Conv + Relu graph through a Session, on the straight-line and the checked plan paths, one and two
+    threads, within the rounding bound of the float64 result."""
+    import nnhal
+
+    monkeypatch.setenv("NNHAL_CHECK", check)
+    model, w, b = _graph(c, kernel, strides, dilations, pads)
+    x = np.random.default_rng(7).standard_normal((2, c, 11, 21)).astype(np.float32)
+    g = (11, 21, kernel, strides, dilations, (pads[0], pads[1], pads[2], pads[3]))
+    expect, mag = _reference(x.transpose(0, 2, 3, 1), w.reshape(c, -1).T.reshape(kernel + (c,)), b, g)
+    expect = np.maximum(expect, 0).transpose(0, 3, 1, 2)
+    bound = reduction_bound(mag, kernel[0] * kernel[1] + 1).transpose(0, 3, 1, 2)
+    for threads in (1, 2):
+        with nnhal.Session(model, num_thread=threads) as s:
+            (got,) = s.run({"x": x})
+        assert_within_bound(got, expect, bound)
