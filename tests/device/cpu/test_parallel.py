@@ -114,6 +114,26 @@ def test_matmul_split_matches_numpy(two_threads, sa, sb):
     assert_within_bound(out, want, bound)
 
 
+@pytest.mark.parametrize("sa,sb,strided", [((32, 1, 128), (128, 384), False), ((16, 1, 128), (128, 96), True),
+                                           ((2, 3, 5, 16), (16, 7), False), ((4, 6, 16), (16, 8), True),
+                                           ((3, 1, 0), (0, 5), False)])
+def test_matmul_of_a_stack_by_a_matrix_is_one_product(sa, sb, strided):
+    """A stack times one matrix, unsplit (the default part sizes): the stack's rows as one product when they are a
+    view (a strided stack, whose rows are not, and an empty K keep numpy's own product); with and without out."""
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal(sa).astype(np.float32), rng.standard_normal(sb).astype(np.float32)
+    if strided:
+        a = np.ascontiguousarray(np.swapaxes(a, 0, -2)).swapaxes(0, -2)     # the same values, rows apart
+    want = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    bound = matmul_bound(a, b)
+    got = parallel.matmul(a, b)
+    assert got.shape == want.shape and got.dtype == np.float32
+    assert_within_bound(got, want, bound)
+    out = np.full(want.shape, np.nan, np.float32)
+    assert parallel.matmul(a, b, out) is out
+    assert_within_bound(out, want, bound)
+
+
 @pytest.mark.parametrize("sa,sb", [((8, 56, 56, 24), (8, 1, 1, 24)), ((1, 56, 56, 24), (24,)), ((64, 100), (1, 100)),
                                    ((3, 4), ()), ((2, 5, 7), (2, 5, 7))])
 def test_elementwise_split(two_threads, sa, sb):

@@ -201,77 +201,10 @@ NN_API NN_CLONES void nn_activation_f32(const float *x, float *y, int64_t len, c
     }
 }
 
-/* Channels per block of the depthwise kernel: a compile-time width so that the accumulator lives in
- * vector registers across the taps (two AVX-512 or four AVX2 registers); the last, narrower block of a
- * channel count that is not a multiple takes the same loop with a run-time width. */
-#define NN_DW_BLOCK 32
-
 /* 8 floats as one value (GCC vector extension); aligned(4) makes a dereference an unaligned load */
 typedef float nn_v8 __attribute__((vector_size(32), aligned(4), may_alias));
 
-/* One pixel's block of ``cb`` <= NN_DW_BLOCK channels at c0: bias, every in-bounds tap, activation, store.
- * A full block (cb == NN_DW_BLOCK, a constant at the inlined call) accumulates in four vector registers;
- * the narrower last block of a channel count that is not a multiple, in a stack array. */
-NN_INLINE void nn_dw_pixel(const float *restrict ximg, float *restrict yp, const float *restrict wt,
-                           const float *restrict bias, const nn_dw_params *p, int64_t top, int64_t left,
-                           int64_t c0, int64_t cb) {
-    const int64_t h = p->h, w = p->w, c = p->c, kh = p->kh, kw = p->kw;
-    const int full = cb == NN_DW_BLOCK;
-    float acc[NN_DW_BLOCK] __attribute__((aligned(64)));
-    nn_v8 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
-    for (int64_t ch = 0; ch < NN_DW_BLOCK; ch++) acc[ch] = bias && ch < cb ? bias[c0 + ch] : 0.0f;
-    for (int64_t ki = 0; ki < kh; ki++) {
-        const int64_t ih = top + ki * p->dh;
-        if (ih < 0 || ih >= h) continue;
-        const float *xr = ximg + ih * w * c + c0;
-        const float *wr = wt + ki * kw * c + c0;
-        for (int64_t kj = 0; kj < kw; kj++) {
-            const int64_t iw = left + kj * p->dw;
-            if (iw < 0 || iw >= w) continue;
-            const float *restrict xs = xr + iw * c;
-            const float *restrict ws = wr + kj * c;
-            if (full) {
-                const nn_v8 *xp = (const nn_v8 *)xs, *wp = (const nn_v8 *)ws;
-                a0 += xp[0] * wp[0];
-                a1 += xp[1] * wp[1];
-                a2 += xp[2] * wp[2];
-                a3 += xp[3] * wp[3];
-            } else {
-#pragma omp simd aligned(acc : 64)
-                for (int64_t ch = 0; ch < cb; ch++) acc[ch] += xs[ch] * ws[ch];
-            }
-        }
-    }
-    if (full) {
-        nn_v8 *ap = (nn_v8 *)acc;
-        ap[0] += a0, ap[1] += a1, ap[2] += a2, ap[3] += a3;
-    }
-    nn_apply(acc, cb, &p->act);
-    memcpy(yp + c0, acc, (size_t)cb * sizeof(float));
-}
-
-/* One output row (image b, row i): every pixel's channels in blocks. */
-NN_INLINE void nn_dw_row(const float *restrict x, float *restrict y, const float *restrict wt,
-                             const float *restrict bias, const nn_dw_params *p, int64_t b, int64_t i) {
-    const int64_t c = p->c, ow = p->ow, full = c - c % NN_DW_BLOCK;
-    float *yrow = y + (b * p->oh + i) * ow * c;
-    const float *ximg = x + b * p->h * p->w * c;
-    const int64_t top = i * p->sh - p->pad_top;
-    for (int64_t j = 0; j < ow; j++) {
-        const int64_t left = j * p->sw - p->pad_left;
-        float *yp = yrow + j * c;
-        for (int64_t c0 = 0; c0 < full; c0 += NN_DW_BLOCK)
-            nn_dw_pixel(ximg, yp, wt, bias, p, top, left, c0, NN_DW_BLOCK);
-        if (full < c) nn_dw_pixel(ximg, yp, wt, bias, p, top, left, full, c - full);
-    }
-}
-
-/* Output rows [r0, r1) of the flattened (N * OH) rows: the caller's thread pool splits a convolution
- * into row ranges. */
-NN_API NN_CLONES void nn_dwconv_nhwc_f32(const float *x, float *y, const float *wt, const float *bias,
-                                         const nn_dw_params *p, int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; r++) nn_dw_row(x, y, wt, bias, p, r / p->oh, r % p->oh);
-}
+#include "nn_dwconv.h"
 
 /* Per-block dynamic quantization of activations, quantized and dequantized in one pass (what the
  * DynamicQuantizeGemm host kernel multiplies by its dequantized weights): x is (m, k) row-major, each row
@@ -2585,6 +2518,7 @@ typedef struct {
     nn_arg w, bias;             /* held for the object's life */
     int64_t x_items, y_items, scratch_per_part;
     nn_dw_params dw;
+    float *dw_pad;              /* depthwise: weights and bias padded to whole vectors (nn_dw_pad) */
     nn_gconv_params gc;
     nn_direct_params dc;
     nn_conv_args im;            /* geometry, weights, bias, activation; x, y, scratch per call */
@@ -2595,6 +2529,7 @@ static PyTypeObject nn_conv_type;
 static void nn_conv_dealloc(nn_conv_object *self) {
     nn_release(&self->w, 1);
     nn_release(&self->bias, 1);
+    PyMem_Free(self->dw_pad);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -2640,6 +2575,16 @@ static PyObject *nn_conv_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
         const int64_t wd[3] = {g[6], g[7], g[3]}, yd[4] = {g[0], g[4], g[5], g[3]};
         self->y_items = nn_mul(4, yd);
         if (nn_need(&self->w, k, "weights", nn_mul(3, wd)) || nn_need(&self->bias, k, "bias", g[3])) goto fail;
+        const int64_t padded[3] = {g[6], g[7], nn_dw_cp(g[3]) + 1};   /* nn_dw_pad's taps * cp + cp floats */
+        if (nn_mul(3, padded) < 0) {
+            nn_value_error(k, "geometry", "has sizes whose product overflows");
+            goto fail;
+        }
+        self->dw_pad = nn_dw_pad(self->w.view.buf, self->bias.view.buf, g[6], g[7], g[3]);
+        if (self->dw_pad == NULL) {
+            PyErr_NoMemory();
+            goto fail;
+        }
     } else if (kind == NN_CONV_GROUPED) {
         self->gc = (nn_gconv_params){g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8], g[9], g[10], g[11], g[12],
                                      g[13], g[14], g[15], g[16], g[17], *act};
@@ -2718,7 +2663,8 @@ static PyObject *nn_conv_run(nn_conv_object *self, PyObject *const *args, Py_ssi
     float *y = b[1].view.buf;
     Py_BEGIN_ALLOW_THREADS
     if (self->kind == NN_CONV_DEPTHWISE) {
-        nn_dw_args a = {x, w, bias, y, &self->dw};
+        const nn_dw_params *p = &self->dw;
+        nn_dw_args a = {x, self->dw_pad, bias ? self->dw_pad + p->kh * p->kw * nn_dw_cp(p->c) : NULL, y, p};
         nn_pool_run(nn_dw_task, &a, parts);
     } else if (self->kind == NN_CONV_GROUPED) {
         nn_gconv_args a = {x, w, bias, y, &self->gc};
