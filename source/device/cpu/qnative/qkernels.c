@@ -1617,6 +1617,8 @@ static PyObject *qk_uses_pool(PyObject *mod, PyObject *unused)
     return PyBool_FromLong(g_pool != NULL);
 }
 
+#include "nq_tables.h"
+
 static PyMethodDef qk_methods[] = {
     {"isa", qk_isa, METH_NOARGS, "The instruction set the kernels run (RuntimeError if NNHAL_QGEMM_ISA forced one "
                                  "this CPU lacks)."},
@@ -1634,6 +1636,10 @@ static PyMethodDef qk_methods[] = {
      "conv(x, x_zero, packed, geometry, out, bias, scale, y_zero, lo, hi, rounding, threads)"},
     {"dwconv", (PyCFunction)(void (*)(void))qk_dwconv, METH_FASTCALL,
      "dwconv(x, x_zero, w, geometry, out, bias, scale, y_zero, lo, hi, rounding, threads)"},
+    {"table1", (PyCFunction)(void (*)(void))qk_table1, METH_FASTCALL,
+     "table1(x, table, out, threads): out[i] = table[x[i]] (256 entries, bytes)"},
+    {"table2", (PyCFunction)(void (*)(void))qk_table2, METH_FASTCALL,
+     "table2(a, b, table, out, threads): out[i] = table[a[i] << 8 | b[i % len(b)]] (65536 entries, bytes)"},
     {NULL, NULL, 0, NULL},
 };
 
