@@ -254,6 +254,9 @@ def test_kernels_tables_gather_by_bytes(shape, b_shape, dtype):
     np.testing.assert_array_equal(out, t1[index])
     _q().table2(a, b, t2, out, 2)
     np.testing.assert_array_equal(out, t2[index << 8 | np.broadcast_to(b, shape).view(np.uint8)])
+    channels = _rand(rng, (shape[-1], 256), dtype)       # one table per channel of the last axis
+    _q().table1(a, channels, out, 2)
+    np.testing.assert_array_equal(out, channels[np.arange(shape[-1]), index])
     _q().table1(a, t1, a, 1)                            # in place
     np.testing.assert_array_equal(a, t1[index])
 
@@ -340,6 +343,7 @@ FUZZ = textwrap.dedent("""
         "table1 out dtype": lambda: q.table1(a, t1, a.astype(np.int8), 1),
         "table1 out table": lambda: q.table1(a[:, :4].copy(), t1, t1[:32], 1),
         "table1 nargs": lambda: q.table1(a, t1, a.copy()),
+        "table1 channels": lambda: q.table1(a, np.zeros((3, 256), np.uint8), a.copy(), 1),
         "table2 b period": lambda: q.table2(a, np.zeros(3, np.uint8), t2, a.copy(), 1),
         "table2 b empty": lambda: q.table2(a, np.zeros(0, np.uint8), t2, a.copy(), 1),
         "table2 out b": lambda: q.table2(a, b8, t2, b8, 1),
@@ -364,4 +368,4 @@ def test_argument_fuzz_gives_typed_errors_never_a_crash():
     run = subprocess.run([sys.executable, "-c", FUZZ], check=False, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "NO ERROR" not in run.stdout, run.stdout
-    assert run.stdout.count("\nok ") + run.stdout.startswith("ok ") == 41, run.stdout
+    assert run.stdout.count("\nok ") + run.stdout.startswith("ok ") == 42, run.stdout

@@ -188,7 +188,7 @@ class QLinearConcatTables(Kernel):
 
 class CodeTableGather(Kernel):
     """ai.nnhal CodeTable (optimizer/qtables.py's fused element-wise chains): one gather into the planned
-    output buffer."""
+    output buffer; a [C, 256] table per channel of the input's last axis."""
 
     op_type = "CodeTable"
     domain = "ai.nnhal"
@@ -200,18 +200,18 @@ class CodeTableGather(Kernel):
 
     def prepare(self, node, ins, outs) -> RunFn:
         table = np.ascontiguousarray(ins[1].value)
-
-        q = _native() if table.dtype in EIGHT_BIT and table.shape == (256,) else None
+        q = _native() if table.dtype in EIGHT_BIT else None
+        rows = np.arange(table.shape[0]) if table.ndim == 2 else None
 
         def run(inputs: list, outputs: list):
             x = inputs[0]
-            if q is not None:
-                out = _output(outputs, x.shape, table.dtype)
+            out = _output(outputs, x.shape, table.dtype)
+            if q is not None and (rows is None or x.shape[-1:] == table.shape[:1]):
                 q.table1(np.ascontiguousarray(x), table, out, parallel.threads())
-                return (out,)
-            out = outputs[0] if outputs and outputs[0] is not None and outputs[0].shape == x.shape \
-                and outputs[0].dtype == table.dtype else np.empty(x.shape, table.dtype)
-            np.take(table, _bytes(x), out=out)
+            elif rows is not None:
+                out[...] = table[rows, _bytes(x)]
+            else:
+                np.take(table, _bytes(x), out=out)
             return (out,)
 
         return run

@@ -1,7 +1,9 @@
 /* nq_tables.h: 8-bit lookup-table gathers for the quantized element-wise ops (included once by qkernels.c,
  * after its argument checks and run_parts).
  *
- *   table1(x, table, out, threads)       out[i] = table[byte(x[i])]              (ai.nnhal CodeTable, 256 entries)
+ *   table1(x, table, out, threads)       out[i] = table[(i % C) * 256 + byte(x[i])]
+ *                                        (ai.nnhal CodeTable: C x 256 entries, one table per channel of x's last
+ *                                        axis; C = 1: one table for every element)
  *   table2(a, b, table, out, threads)    out[i] = table[byte(a[i]) << 8 | byte(b[i % len(b)])]
  *                                        (com.microsoft QLinearAdd / QLinearMul, 65536 entries; b repeats along
  *                                        a: a scalar, or a's trailing axes)
@@ -20,6 +22,7 @@ typedef struct {
     const uint8_t *a, *b, *table;
     uint8_t *out;
     int64_t n, nb;                /* a's elements; b's (0: table1) */
+    int64_t channels;             /* table1: the tables (x's last axis when > 1) */
     int parts;
 } nq_table_job;
 
@@ -29,6 +32,19 @@ static void nq_table_part(const void *job, int part)
     int64_t lo = t->n * part / t->parts, hi = t->n * (part + 1) / t->parts;
     const uint8_t *a = t->a, *table = t->table;
     uint8_t *out = t->out;
+    if (t->nb == 0 && t->channels > 1) {
+        int64_t c = t->channels, j = lo % c;
+        for (int64_t i = lo; i < hi;) {
+            int64_t run = c - j < hi - i ? c - j : hi - i;      /* up to the end of the row */
+            const uint8_t *ar = a + i, *tj = table + (j << 8);
+            uint8_t *yr = out + i;
+            for (int64_t k = 0; k < run; k++)
+                yr[k] = tj[((size_t)k << 8) + ar[k]];
+            i += run;
+            j = 0;
+        }
+        return;
+    }
     if (t->nb == 0) {
         int64_t i = lo;
         for (; i + 4 <= hi; i += 4) {
@@ -76,11 +92,16 @@ static PyObject *nq_table(const char *kernel, PyObject *const *args, Py_ssize_t 
     if (!get_int(kernel, "threads", rest[2], 0, 1 << 20, &threads)
         || !get_array(kernel, binary ? "a" : "x", args[0], &in[0], "Bb", -1, 0, 0)
         || (binary && !get_array(kernel, "b", args[1], &in[1], "Bb", -1, 0, 0))
-        || !get_array(kernel, "table", rest[0], &in[2], "Bb", binary ? 65536 : 256, 0, 0)
+        || !get_array(kernel, "table", rest[0], &in[2], "Bb", binary ? 65536 : -1, 0, 0)
         || !get_array(kernel, "out", rest[1], &out, format_code(&in[2].view) == 'b' ? "b" : "B", in[0].view.len, 1, 0))
         goto done;
     nq_table_job t = {in[0].view.buf, in[1].held ? in[1].view.buf : NULL, in[2].view.buf, out.view.buf,
-                      in[0].view.len, in[1].held ? in[1].view.len : 0, 1};
+                      in[0].view.len, in[1].held ? in[1].view.len : 0, in[2].view.len >> 8, 1};
+    if (!binary && (in[2].view.len == 0 || in[2].view.len % 256 || t.n % t.channels)) {
+        PyErr_Format(PyExc_ValueError, "%s: argument 'table' has %zd elements; wanted C x 256 with C dividing "
+                     "'x''s %lld", kernel, in[2].view.len, (long long)t.n);
+        goto done;
+    }
     if (binary && (t.nb == 0 || t.n % t.nb)) {
         PyErr_Format(PyExc_ValueError, "%s: argument 'b' has %lld elements, which do not repeat evenly along "
                      "'a''s %lld", kernel, (long long)t.nb, (long long)t.n);

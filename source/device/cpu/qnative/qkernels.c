@@ -1637,7 +1637,7 @@ static PyMethodDef qk_methods[] = {
     {"dwconv", (PyCFunction)(void (*)(void))qk_dwconv, METH_FASTCALL,
      "dwconv(x, x_zero, w, geometry, out, bias, scale, y_zero, lo, hi, rounding, threads)"},
     {"table1", (PyCFunction)(void (*)(void))qk_table1, METH_FASTCALL,
-     "table1(x, table, out, threads): out[i] = table[x[i]] (256 entries, bytes)"},
+     "table1(x, table, out, threads): out[i] = table[(i % C) * 256 + x[i]] (C x 256 entries, bytes)"},
     {"table2", (PyCFunction)(void (*)(void))qk_table2, METH_FASTCALL,
      "table2(a, b, table, out, threads): out[i] = table[a[i] << 8 | b[i % len(b)]] (65536 entries, bytes)"},
     {NULL, NULL, 0, NULL},
