@@ -10,7 +10,10 @@ code, so the fused graph computes what the chain's reference computes, element f
 
 A chain qualifies when every node is element-wise (ELEMENTWISE) with its other inputs constant single values,
 every tensor inside it is read only inside it (not a graph output), and it ends in an 8-bit tensor of x's
-shape. A device calls it on its own quantized subgraph (the cpu device: after optimizer/precision.py).
+shape. An Add / Sub / Mul / Div may also take a constant along x's last axis (C values: a static QDQ model's
+bias Add between DequantizeLinear and QuantizeLinear, whose quantized bias constant folding made a float
+vector): the chain then has 256 inputs per channel and becomes a CodeTable with a [C, 256] table.
+A device calls it on its own quantized subgraph (the cpu device: after optimizer/precision.py).
 """
 from __future__ import annotations
 
@@ -23,6 +26,8 @@ from nnhal.graph.node import Node
 from nnhal.graph.tensor import Tensor, constant
 
 EIGHT_BIT = (np.dtype(np.uint8), np.dtype(np.int8))
+CHANNEL_OPS = {("", op) for op in ("Add", "Sub", "Mul", "Div")}
+MAX_CHANNELS = 8192         # a per-channel table is C x 256 entries
 # element-wise ops whose output element depends on the same input element only (other inputs: single values)
 ELEMENTWISE = {("", op) for op in ("DequantizeLinear", "QuantizeLinear", "Sigmoid", "Tanh", "Relu", "LeakyRelu",
                                    "HardSigmoid", "HardSwish", "Clip", "Exp", "Neg", "Abs", "Erf", "Softplus",
@@ -35,6 +40,14 @@ def _scalar_constant(graph: Graph, name: str) -> bool:
     return t is not None and t.is_constant and t.value is not None and t.value.size == 1
 
 
+def _channel_constant(graph: Graph, name: str, channels: int | None) -> bool:
+    """A constant of ``channels`` values along the last axis (shape [..., 1, C]), for a per-channel table."""
+    t = graph.tensors.get(name)
+    if channels is None or t is None or not t.is_constant or t.value is None or t.value.ndim == 0:
+        return False
+    return t.value.shape[-1] == channels and t.value.size == channels
+
+
 def _elementwise(graph: Graph, node: Node) -> bool:
     if (node.domain, node.op_type) not in ELEMENTWISE or len([o for o in node.outputs if o]) != 1:
         return False
@@ -43,20 +56,31 @@ def _elementwise(graph: Graph, node: Node) -> bool:
     return not node.implicit_inputs
 
 
+def _channels(graph: Graph, x: str) -> int | None:
+    """x's last dimension when a per-channel table may be made for it (static, 2 to MAX_CHANNELS), else None."""
+    t = graph.tensors.get(x)
+    last = t.shape[-1] if t is not None and t.shape else None
+    return last if isinstance(last, int) and 1 < last <= MAX_CHANNELS else None
+
+
 def _region(graph: Graph, x: str, readers: dict[str, list[Node]]) -> list[Node]:
-    """The element-wise nodes computed from ``x`` and single-value constants only, in graph order."""
+    """The element-wise nodes computed from ``x`` and single-value constants (or, for CHANNEL_OPS, constants
+    along x's last axis) only, in graph order."""
     inside: set[str] = {x}
     nodes: list[Node] = []
     position = {n.name: i for i, n in enumerate(graph.nodes)}
     frontier = list(readers.get(x, []))
     seen: set[str] = set()
+    channels = _channels(graph, x)
     while frontier:
         frontier.sort(key=lambda n: position[n.name])
         node = frontier.pop(0)
         if node.name in seen:
             continue
+        per_channel = (node.domain, node.op_type) in CHANNEL_OPS
         if not _elementwise(graph, node) or not all(
-                not i or i in inside or _scalar_constant(graph, i) for i in node.inputs):
+                not i or i in inside or _scalar_constant(graph, i)
+                or per_channel and _channel_constant(graph, i, channels) for i in node.inputs):
             continue
         if not any(i in inside for i in node.inputs if i):
             continue
@@ -87,19 +111,28 @@ def _chain_to(graph: Graph, region: list[Node], y: str, x: str, readers: dict[st
 
 
 def _evaluate(graph: Graph, chain: list[Node], x: str, y: str) -> np.ndarray:
-    """The chain's output for every code of ``x`` (its host kernels on a [256] input)."""
+    """The chain's output for every code of ``x`` (its host kernels on a [256] input), or, when a node takes a
+    constant along x's last axis (C values), for every code and channel ([C, 256]: the input [256, C])."""
     from nnhal.hostkernels.graphrun import interpret
     from nnhal.optimizer.infer import infer_graph
 
     dtype = graph.tensors[x].dtype
     names = {n for node in chain for n in node.inputs + node.outputs if n}
     tensors = {n: replace(graph.tensors[n]) if graph.tensors[n].is_constant else Tensor(n) for n in names}
-    tensors[x] = Tensor(x, dtype, (256,))
+    channels = _channels(graph, x)
+    per_channel = channels is not None and any(tensors[i].is_constant and tensors[i].value.size > 1
+                                               for n in chain for i in n.inputs if i and i != x)
+    codes = np.arange(256, dtype=np.uint8).view(dtype)
+    if per_channel:
+        codes = np.ascontiguousarray(np.repeat(codes[:, None], channels, 1))
+    tensors[x] = Tensor(x, dtype, codes.shape)
     nodes = [replace(n, inputs=list(n.inputs), outputs=list(n.outputs), attrs=dict(n.attrs)) for n in chain]
     small = Graph(f"{graph.name}::table", tensors, nodes, [x], [y], dict(graph.opsets), None)
     infer_graph(small, fold=False, check_types=False)
-    values = {x: np.arange(256, dtype=np.uint8).view(dtype)}
+    values = {x: codes}
     interpret(small, small.nodes, [x], [y]).run(values)
+    if per_channel:
+        return np.ascontiguousarray(values[y].reshape(256, channels).T)
     return np.ascontiguousarray(values[y])
 
 

@@ -73,3 +73,48 @@ def test_a_computed_scale_is_not_fused_and_stays_correct(monkeypatch):
     want = ReferenceEvaluator(model).run(None, feeds)
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
+
+
+def _movement_model(dtype, q_scale=0.04, shared=False):
+    """x -> DQ -> Transpose -> Q -> DQ -> Reshape -> Q -> y (scale 0.04 and one zero point throughout; the last
+    Q's scale ``q_scale``); ``shared``: the first DQ also feeds a float output."""
+    elem = U8 if dtype == np.uint8 else TensorProto.INT8
+    zero = np.array(131 if dtype == np.uint8 else -5, dtype)
+    inits = {"s": np.array(0.04, np.float32), "z": zero, "s2": np.array(0.04, np.float32), "z2": zero.copy(),
+             "sq": np.array(q_scale, np.float32), "shape": np.array([6, -1], np.int64)}
+    nodes = [helper.make_node("DequantizeLinear", ["x", "s", "z"], ["xf"]),
+             helper.make_node("Transpose", ["xf"], ["t"], perm=[0, 2, 1]),
+             helper.make_node("QuantizeLinear", ["t", "s2", "z2"], ["tq"]),      # equal values, other tensors
+             helper.make_node("DequantizeLinear", ["tq", "s", "z"], ["tf"]),
+             helper.make_node("Reshape", ["tf", "shape"], ["r"]),
+             helper.make_node("QuantizeLinear", ["r", "sq", "z"], ["y"])]
+    outputs = [helper.make_tensor_value_info("y", elem, None)]
+    if shared:
+        nodes.append(helper.make_node("Neg", ["xf"], ["neg"]))
+        outputs.append(helper.make_tensor_value_info("neg", TensorProto.FLOAT, None))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", elem, [2, 3, 5])], outputs,
+                              [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)], ir_version=9)
+
+
+@pytest.mark.parametrize("check", ["0", "1"])
+@pytest.mark.parametrize("shared", [False, True])
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_movement_between_equal_qdq_parameters_runs_on_the_codes(dtype, shared, check, monkeypatch):
+    info = np.iinfo(dtype)
+    # every code, including both ends of the range
+    feeds = {"x": np.resize(np.arange(info.min, info.max + 1, dtype=np.int64), 30).astype(dtype).reshape(2, 3, 5)}
+    model = _movement_model(dtype, shared=shared)
+    got, ops = _run(model, feeds, check, monkeypatch)
+    assert "QuantizeLinear" not in ops and ops.count("DequantizeLinear") == int(shared), ops
+    want = ReferenceEvaluator(model).run(None, feeds)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+
+
+def test_movement_between_other_parameters_keeps_its_qdq(monkeypatch):
+    feeds = {"x": np.random.default_rng(5).integers(0, 256, (2, 3, 5), dtype=np.uint8)}
+    model = _movement_model(np.uint8, q_scale=0.05)
+    got, ops = _run(model, feeds, "0", monkeypatch)
+    assert ops.count("QuantizeLinear") == 1 and "Reshape" in ops, ops
+    np.testing.assert_array_equal(got[0], ReferenceEvaluator(model).run(None, feeds)[0])

@@ -241,6 +241,26 @@ def test_kernels_depthwise_equals_onnx_reference(xdt, case):
     np.testing.assert_array_equal(out.transpose(0, 3, 1, 2), want)
 
 
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize("shape,b_shape", [((3, 5, 7), (3, 5, 7)), ((3, 5, 7), (7,)), ((2, 3), (1,)),
+                                           ((600, 1000), (1000,)), ((1,), (1,))])
+def test_kernels_tables_gather_by_bytes(shape, b_shape, dtype):
+    rng = np.random.default_rng(len(shape) + b_shape[0])
+    a, b = _rand(rng, shape, dtype), _rand(rng, b_shape, dtype)
+    t1, t2 = _rand(rng, 256, dtype), _rand(rng, 65536, dtype)
+    index = a.view(np.uint8).astype(np.int64)
+    out = np.empty(shape, dtype)
+    _q().table1(a, t1, out, 2)                          # 600 x 1000: split over two parts
+    np.testing.assert_array_equal(out, t1[index])
+    _q().table2(a, b, t2, out, 2)
+    np.testing.assert_array_equal(out, t2[index << 8 | np.broadcast_to(b, shape).view(np.uint8)])
+    channels = _rand(rng, (shape[-1], 256), dtype)       # one table per channel of the last axis
+    _q().table1(a, channels, out, 2)
+    np.testing.assert_array_equal(out, channels[np.arange(shape[-1]), index])
+    _q().table1(a, t1, a, 1)                            # in place
+    np.testing.assert_array_equal(a, t1[index])
+
+
 def test_kernels_forced_isa_is_used():
     forced = os.environ.get("NNHAL_QGEMM_ISA")
     if forced:
@@ -280,6 +300,7 @@ FUZZ = textwrap.dedent("""
     w = np.zeros((16, 4), np.int8)
     p = q.pack_b(w, 16, 4, None, 0)
     out = np.zeros((8, 4), np.int32)
+    t1, t2, b8 = np.zeros(256, np.uint8), np.zeros(65536, np.uint8), np.zeros((8, 16), np.uint8)
     bad = {
         "a float": lambda: q.gemm(a.astype(np.float32), None, p, out, None, None, 0, 0.0, 0.0, 0, 1),
         "a None": lambda: q.gemm(None, None, p, out, None, None, 0, 0.0, 0.0, 0, 1),
@@ -316,6 +337,19 @@ FUZZ = textwrap.dedent("""
                                  0.0, 0, 1),
         "dw w dtype": lambda: q.dwconv(a, None, np.zeros(16, np.int8), (1, 8, 2, 1, 8, 2, 1, 1, 1, 1, 1, 1, 0, 0),
                                        out, None, None, 0, 0.0, 0.0, 0, 1),
+        "table1 x float": lambda: q.table1(a.astype(np.float32), t1, a.copy(), 1),
+        "table1 short table": lambda: q.table1(a, t1[:255].copy(), a.copy(), 1),
+        "table1 out size": lambda: q.table1(a, t1, a[:7].copy(), 1),
+        "table1 out dtype": lambda: q.table1(a, t1, a.astype(np.int8), 1),
+        "table1 out table": lambda: q.table1(a[:, :4].copy(), t1, t1[:32], 1),
+        "table1 nargs": lambda: q.table1(a, t1, a.copy()),
+        "table1 channels": lambda: q.table1(a, np.zeros((3, 256), np.uint8), a.copy(), 1),
+        "table2 b period": lambda: q.table2(a, np.zeros(3, np.uint8), t2, a.copy(), 1),
+        "table2 b empty": lambda: q.table2(a, np.zeros(0, np.uint8), t2, a.copy(), 1),
+        "table2 out b": lambda: q.table2(a, b8, t2, b8, 1),
+        "table2 table size": lambda: q.table2(a, b8, t1, a.copy(), 1),
+        "table2 strided": lambda: q.table2(np.zeros((8, 32), np.uint8)[:, ::2], b8, t2, a.copy(), 1),
+        "table2 threads": lambda: q.table2(a, b8, t2, a.copy(), -1),
         "dw negative": lambda: q.dwconv(a, None, np.zeros(1, np.int16), (1, 8, 2, 1, 8, 2, 1, 1, 1, 1, 1, 1, -1, 0),
                                         out, None, None, 0, 0.0, 0.0, 0, 1),
     }
@@ -323,7 +357,7 @@ FUZZ = textwrap.dedent("""
         try:
             call()
         except (TypeError, ValueError, OverflowError, RuntimeError) as exc:
-            assert "gemm" in str(exc) or "pack_b" in str(exc) or "conv" in str(exc), (name, exc)
+            assert any(k in str(exc) for k in ("gemm", "pack_b", "conv", "table")), (name, exc)
             print("ok", name, type(exc).__name__, exc)
         else:
             print("NO ERROR", name)
@@ -334,4 +368,4 @@ def test_argument_fuzz_gives_typed_errors_never_a_crash():
     run = subprocess.run([sys.executable, "-c", FUZZ], check=False, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "NO ERROR" not in run.stdout, run.stdout
-    assert run.stdout.count("\nok ") + run.stdout.startswith("ok ") == 29, run.stdout
+    assert run.stdout.count("\nok ") + run.stdout.startswith("ok ") == 42, run.stdout

@@ -58,7 +58,10 @@ def _codes(rng, dtype, shape):
 
 
 @pytest.mark.parametrize("check", ["0", "1"])
-@pytest.mark.parametrize("shapes", [((2, 8, 5, 5), (2, 8, 5, 5)), ((2, 8, 5, 5), (8, 1, 1)), ((1, 5), (3, 4, 5))])
+# the native gather takes equal shapes and an operand repeating along the other (one value, or its trailing
+# axes: either side); (8, 1, 1) against (2, 8, 5, 5) stays on numpy's take
+@pytest.mark.parametrize("shapes", [((2, 8, 5, 5), (2, 8, 5, 5)), ((2, 8, 5, 5), (8, 1, 1)), ((1, 5), (3, 4, 5)),
+                                    ((3, 4, 6), (6,)), ((3, 4, 6), (1,))])
 @pytest.mark.parametrize("dtype", [np.uint8, np.int8])
 @pytest.mark.parametrize("op", ["QLinearAdd", "QLinearMul"])
 def test_binary_tables_equal_the_reference_kernel(op, dtype, shapes, check, monkeypatch):

@@ -4,7 +4,9 @@ requantized inputs (256 entries each); and ai.nnhal CodeTable, the chains optimi
 
 Each table is the op's numpy reference kernel (hostkernels/ms_*.py: dequantize, compute and requantize in
 float32) evaluated once at prepare on every possible input code, so a run returns exactly what the reference
-returns for each element, in one gather of 8-bit codes where the reference makes six float32 passes. The
+returns for each element, in one gather of 8-bit codes where the reference makes six float32 passes (the
+integer kernels' ``table1`` / ``table2`` where they are loaded, qnative/nq_tables.h: one pass where numpy's take
+makes three, with an int16 index; else numpy). The
 quantized CNNs the int8 precision pass writes run their SiLU's product as QLinearMul, their residuals as
 QLinearAdd and their neck concatenations as QLinearConcat.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from nnhal.device.cpu import parallel, qnative
 from nnhal.hostkernels.base import Kernel, RunFn
 from nnhal.hostkernels.ms_qlinear_add import QLinearAddKernel
 from nnhal.hostkernels.ms_qlinear_concat import QLinearConcatKernel
@@ -46,6 +49,30 @@ def _bytes(x: np.ndarray) -> np.ndarray:
     return x.view(np.uint8) if x.dtype != np.uint8 else x
 
 
+def _native():
+    """The integer kernels' module when it is loaded (its table gathers), else None."""
+    return qnative.kernels() if qnative.available() else None
+
+
+def _output(outputs: list, shape: tuple, dtype, other: np.ndarray | None = None) -> np.ndarray:
+    """The planned output when it is a C-contiguous buffer of this shape and dtype that shares no memory with
+    ``other`` (the repeated operand of a binary table), else a new array."""
+    out = outputs[0] if outputs else None
+    if out is not None and out.shape == shape and out.dtype == dtype and out.flags.c_contiguous \
+            and (other is None or not np.may_share_memory(out, other)):
+        return out
+    return np.empty(shape, dtype)
+
+
+def _repeats_along(small: tuple, big: tuple) -> bool:
+    """Whether an array of shape ``small`` broadcast to ``big`` repeats its elements whole, in order, along
+    the flat ``big`` (it is one value, or ``big``'s trailing axes after leading ones)."""
+    small = tuple(small)
+    while small and small[0] == 1:
+        small = small[1:]
+    return not small or (len(small) <= len(big) and tuple(big[len(big) - len(small):]) == small)
+
+
 class QLinearBinaryTable(Kernel):
     """QLinearAdd / QLinearMul: y = table[a_code, b_code] (numpy broadcasting of a and b)."""
 
@@ -70,9 +97,18 @@ class QLinearBinaryTable(Kernel):
         table = self.compose(np.ascontiguousarray(self.reference.compute(
             node, a_all, params[1], params[2], b_all, params[4], params[5], params[6], params[7]), codes.dtype))
         dtype = table.dtype
+        q = _native()
+        swapped = np.ascontiguousarray(table.reshape(256, 256).T).reshape(-1)   # indexed [b << 8 | a]
 
         def run(inputs: list, outputs: list):
             a, b = inputs[0], inputs[3]
+            if q is not None:
+                shape = np.broadcast_shapes(a.shape, b.shape)
+                for x, y, t in ((a, b, table), (b, a, swapped)):
+                    if x.shape == shape and _repeats_along(y.shape, shape):
+                        out = _output(outputs, shape, dtype, y)
+                        q.table2(np.ascontiguousarray(x), np.ascontiguousarray(y), t, out, parallel.threads())
+                        return (out,)
             if a.shape == np.broadcast_shapes(a.shape, b.shape):
                 index = _bytes(a).astype(np.uint16)
                 index <<= 8
@@ -152,7 +188,7 @@ class QLinearConcatTables(Kernel):
 
 class CodeTableGather(Kernel):
     """ai.nnhal CodeTable (optimizer/qtables.py's fused element-wise chains): one gather into the planned
-    output buffer."""
+    output buffer; a [C, 256] table per channel of the input's last axis."""
 
     op_type = "CodeTable"
     domain = "ai.nnhal"
@@ -164,12 +200,18 @@ class CodeTableGather(Kernel):
 
     def prepare(self, node, ins, outs) -> RunFn:
         table = np.ascontiguousarray(ins[1].value)
+        q = _native() if table.dtype in EIGHT_BIT else None
+        rows = np.arange(table.shape[0]) if table.ndim == 2 else None
 
         def run(inputs: list, outputs: list):
             x = inputs[0]
-            out = outputs[0] if outputs and outputs[0] is not None and outputs[0].shape == x.shape \
-                and outputs[0].dtype == table.dtype else np.empty(x.shape, table.dtype)
-            np.take(table, _bytes(x), out=out)
+            out = _output(outputs, x.shape, table.dtype)
+            if q is not None and (rows is None or x.shape[-1:] == table.shape[:1]):
+                q.table1(np.ascontiguousarray(x), table, out, parallel.threads())
+            elif rows is not None:
+                out[...] = table[rows, _bytes(x)]
+            else:
+                np.take(table, _bytes(x), out=out)
             return (out,)
 
         return run

@@ -6,7 +6,8 @@
  * (requantized exactly as ONNX QLinearMatMul / QLinearConv define it: the float32 factor a_scale *
  * b_scale / y_scale applied to the int32 sum in double, + zero point, rounded half to even, saturated,
  * clamped for a fused Relu / Clip). gemm_dynamic quantizes float activations per row (per token) while
- * it packs them: the quantization is part of the A packing, not a separate pass.
+ * it packs them: the quantization is part of the A packing, not a separate pass. table1 / table2 gather
+ * 8-bit codes from the quantized element-wise ops' lookup tables (nq_tables.h).
  *
  * Instruction sets (one build runs everywhere: every kernel carries its own target attribute), chosen
  * at import from the CPU (cpuid / xgetbv) or forced by NNHAL_QGEMM_ISA=avx512vnni|avxvnni|avx2|portable:
@@ -1617,6 +1618,8 @@ static PyObject *qk_uses_pool(PyObject *mod, PyObject *unused)
     return PyBool_FromLong(g_pool != NULL);
 }
 
+#include "nq_tables.h"
+
 static PyMethodDef qk_methods[] = {
     {"isa", qk_isa, METH_NOARGS, "The instruction set the kernels run (RuntimeError if NNHAL_QGEMM_ISA forced one "
                                  "this CPU lacks)."},
@@ -1634,6 +1637,10 @@ static PyMethodDef qk_methods[] = {
      "conv(x, x_zero, packed, geometry, out, bias, scale, y_zero, lo, hi, rounding, threads)"},
     {"dwconv", (PyCFunction)(void (*)(void))qk_dwconv, METH_FASTCALL,
      "dwconv(x, x_zero, w, geometry, out, bias, scale, y_zero, lo, hi, rounding, threads)"},
+    {"table1", (PyCFunction)(void (*)(void))qk_table1, METH_FASTCALL,
+     "table1(x, table, out, threads): out[i] = table[(i % C) * 256 + x[i]] (C x 256 entries, bytes)"},
+    {"table2", (PyCFunction)(void (*)(void))qk_table2, METH_FASTCALL,
+     "table2(a, b, table, out, threads): out[i] = table[a[i] << 8 | b[i % len(b)]] (65536 entries, bytes)"},
     {NULL, NULL, 0, NULL},
 };
 
