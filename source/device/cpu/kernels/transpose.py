@@ -5,8 +5,10 @@
   output).
 * ``swap``: a permutation that is a swap of two axis groups (after dropping axes of size 1 and merging axes that
   stay neighbours): y (outer, b, a, inner) from x (outer, a, b, inner), by the native tiled transpose (kernels.c
-  transpose_blocks), for 4-byte elements. Covers a sequence model's (N, C, T) <-> (N, T, C), attention's head
-  split and merge (N, T, heads, d) <-> (N, heads, T, d) and a matrix's (A, B) -> (B, A).
+  transpose_blocks), which moves 4-byte words: 4-byte elements, and 1-, 2- and 8-byte elements whose inner run
+  is a whole number of words (an 8-bit attention head of 32 codes is 8 words). Covers a sequence model's
+  (N, C, T) <-> (N, T, C), attention's head split and merge (N, T, heads, d) <-> (N, heads, T, d) and a
+  matrix's (A, B) -> (B, A).
 """
 from __future__ import annotations
 
@@ -73,27 +75,33 @@ class TransposeSwap(Kernel):
 
     def score(self, node, ins, outs) -> int:
         x = ins[0] if ins else None
-        if not native.available() or x is None or not x.static or x.dtype is None or x.dtype.itemsize != 4 \
-                or not x.shape:
+        if not native.available() or x is None or not x.static or x.dtype is None or not x.shape \
+                or x.dtype.itemsize not in (1, 2, 4, 8):
             return 0
         try:
             perm = tuple(permutation(node, len(x.shape)))
         except ValueError:
             return 0            # the reference kernel reports the bad perm
-        return 3 if swap_groups(tuple(x.shape), perm) is not None else 0
+        groups = swap_groups(tuple(x.shape), perm)
+        return 3 if groups is not None and groups[3] * x.dtype.itemsize % 4 == 0 else 0
 
     def prepare(self, node, ins, outs) -> RunFn:
         shape = tuple(ins[0].shape)
         perm = tuple(permutation(node, len(shape)))
         outer, a, b, inner = swap_groups(shape, perm)
         out_shape, dtype = tuple(shape[p] for p in perm), ins[0].dtype
-        work, units = outer * a * b * inner, outer * ((b + 15) // 16)
+        words = inner * dtype.itemsize // 4         # the kernel moves 4-byte words: an inner run is this many
+        work, units = outer * a * b * words, outer * ((b + 15) // 16)
         transpose = native.transpose_blocks
+        as_words = dtype.itemsize != 4
 
         def run(inputs, outputs):
             x, y = contiguous_io(inputs, outputs, out_shape, dtype)
             parts = parallel.native_parts(work, units) if parallel.native_pool() else 1
-            transpose(x, y, outer, a, b, inner, parts)
+            if as_words:
+                transpose(x.reshape(-1).view(np.uint32), y.reshape(-1).view(np.uint32), outer, a, b, words, parts)
+            else:
+                transpose(x, y, outer, a, b, inner, parts)
             return (y,)
 
         return run
