@@ -81,6 +81,7 @@ enum {
     NN_ACT_SILU = 6,        /* x * sigmoid(x) */
     NN_ACT_GELU = 7,        /* x * (1 + erf(x / sqrt 2)) / 2, the exact Gelu */
     NN_ACT_GELU_TANH = 8,   /* x * (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) / 2, as x * sigmoid(2 u) */
+    NN_ACT_TANH = 9,        /* nn_tanhf (nn_tanh.h) */
 };
 
 typedef struct {
@@ -125,6 +126,7 @@ NN_INLINE float nn_expf(float x) {
 
 /* NaN in, NaN out (the clamps inside nn_expf would turn it into a number) */
 NN_INLINE float nn_sigmoid(float x) { return x != x ? x : 1.0f / (1.0f + nn_expf(-x)); }
+#include "nn_tanh.h"
 
 /* erf(x) by the rational approximation the numpy fast Erf uses (hostkernels/op_erf.py, the same
  * coefficients and order): x * P(x^2) / Q(x^2) on x clamped to [-4, 4]. */
@@ -183,6 +185,10 @@ NN_INLINE void nn_apply(float *restrict y, int64_t len, const nn_act *act) {
 #pragma omp simd
         for (int64_t i = 0; i < len; i++)
             y[i] = y[i] * nn_sigmoid(1.59576912160573071f * (y[i] + 0.044715f * y[i] * y[i] * y[i]));
+        break;
+    case NN_ACT_TANH:
+#pragma omp simd
+        for (int64_t i = 0; i < len; i++) y[i] = nn_tanhf(y[i]);
         break;
     default:
         break;
@@ -1585,21 +1591,6 @@ typedef struct {
     nn_ract act[2][3];                  /* per direction: f, g, h (LSTM), f, g (GRU), f (RNN) */
 } nn_rnn_params;
 
-/* tanh(x) to ~3 ulp: an odd polynomial near 0 (fitted for |x| < 0.625), 1 - 2 / (exp(2|x|) + 1) beyond (nn_expf
- * clamps: no overflow). NOTE: written without min/max before nn_expf, which kept GCC 12 from vectorizing it. */
-NN_INLINE float nn_tanhf(float x) {
-    const float a = fabsf(x), s = x * x;
-    float p = 2.13818880729377e-03f;
-    p = p * s + -8.17174930125475e-03f;
-    p = p * s + 2.16981936246157e-02f;
-    p = p * s + -5.39462491869927e-02f;
-    p = p * s + 1.33332014083862e-01f;
-    p = p * s + -3.33333313465118e-01f;
-    const float small = x + x * s * p;
-    const float big = copysignf(1.0f - 2.0f / (nn_expf(a + a) + 1.0f), x);
-    return x != x ? x : (a < 0.625f ? small : big);
-}
-
 /* One recurrent activation over a contiguous run, in place, its input clipped to [-clip, clip] first. */
 NN_INLINE void nn_ract_apply(float *restrict v, int64_t n, const nn_ract *f, float clip) {
     const float al = f->alpha, be = f->beta;
@@ -1942,7 +1933,7 @@ static PyObject *nn_act_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
     static char *names[] = {"kind", "lo", "hi", "alpha", "beta", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|Offff:Act", names, &kind_obj, &lo, &hi, &alpha, &beta))
         return NULL;
-    if (kind_obj != NULL && nn_int(kind_obj, "Act", "kind", NN_ACT_NONE, NN_ACT_GELU_TANH, &kind)) return NULL;
+    if (kind_obj != NULL && nn_int(kind_obj, "Act", "kind", NN_ACT_NONE, NN_ACT_TANH, &kind)) return NULL;
     nn_act_object *self = (nn_act_object *)type->tp_alloc(type, 0);
     if (self == NULL) return NULL;
     self->act = (nn_act){(int32_t)kind, lo, hi, alpha, beta};
@@ -1968,7 +1959,7 @@ static PyTypeObject nn_act_type = {
     .tp_name = "nnhal._kernels.Act",
     .tp_doc = "Act(kind=0, lo=-inf, hi=inf, alpha=0.2, beta=0.5): a fused activation (kinds as numbered in "
               "kernels.c: 0 none, 1 relu, 2 clip, 3 hardsigmoid, 4 hardswish, 5 sigmoid, 6 silu, 7 gelu, "
-              "8 gelu_tanh)",
+              "8 gelu_tanh, 9 tanh)",
     .tp_basicsize = sizeof(nn_act_object),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = nn_act_new,
