@@ -9,6 +9,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import nnhal
+from nnhal.device.cpu import native
 from nnhal.device.cpu.channel_gather import channel_selection
 
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the oracle (test extra)")
@@ -92,3 +93,50 @@ def test_channel_selection_recognises_only_whole_channels(shape):
 def test_a_batch_entry_moved_is_not_a_channel_selection():
     base = np.arange(2 * 3 * 2 * 2).reshape(2, 3, 2, 2)
     assert channel_selection(base[::-1], base.shape) is None
+
+
+def _v2_block(c: int):
+    """ShuffleNet v2's block: Concat -> shuffle (2 groups) -> halves; one half through a MaxPool, then the
+    untouched half and that concatenated again (the untouched half's Gather writes straight into it)."""
+    model = _shuffle_block(c, c, 2, c)
+    g = model.graph
+    for node in g.node:
+        if node.output[0] == "ya":
+            node.input[0] = "z"
+    g.node.insert(len(g.node) - 3, helper.make_node("MaxPool", ["b"], ["bp"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]))
+    g.node.insert(len(g.node) - 3, helper.make_node("Concat", ["a", "bp"], ["z"], axis=1))
+    return model
+
+
+@pytest.mark.parametrize("checked", [False, True], ids=["generated", "checked"])
+@pytest.mark.parametrize("c", [6, 7])
+def test_the_untouched_half_is_gathered_straight_into_the_next_concat(monkeypatch, checked, c):
+    if checked:
+        monkeypatch.setenv("NNHAL_CHECK", "1")
+    model = _v2_block(c)
+    rng = np.random.default_rng(c)
+    feeds = {"x": rng.standard_normal((1, c, 9, 7)).astype(np.float32),
+             "y": rng.standard_normal((1, c, 9, 7)).astype(np.float32)}
+    with nnhal.Session(model, devices=["cpu"]) as s:
+        got = s.run(feeds)
+        plans = [sg.device_graph for sg in s.graph.execution.subgraphs]
+    if native.available():
+        assert any("a" in p.memory.strides for p in plans)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.skipif(not native.available(), reason=f"native kernels not loaded: {native.status().reason}")
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+def test_gather_last_writes_a_channel_slice_of_a_wider_tensor(dtype):
+    x = np.arange(5 * 4 * 9, dtype=dtype).reshape(5, 4, 9)
+    idx = np.array([8, 0, 3, 3, 1], np.int32)
+    wide = np.full((5, 4, 12), -1, dtype)
+    native.gather_last(x, wide[..., 2:7], idx, 0, 20)
+    np.testing.assert_array_equal(wide[..., 2:7], x[..., idx])
+    assert np.all(wide[..., :2] == -1) and np.all(wide[..., 7:] == -1)
+    with pytest.raises(ValueError):
+        native.gather_last(x, np.zeros((5, 5, 12), dtype)[:, 1:, 2:7], idx, 0, 20)      # pixels unevenly spaced
+    with pytest.raises(ValueError):
+        native.gather_last(x, x[..., :5], idx, 0, 20)                                    # overlaps x

@@ -893,13 +893,14 @@ NN_API NN_CLONES void nn_global_pool_nhwc_f32(const float *x, float *y, int64_t 
 }
 
 /* Gather along the last axis of 4-byte elements, rows [r0, r1): y[r, k] = x[r, idx[k]] for x (rows, in_row)
- * and y (rows, n_idx), both C-contiguous. Bits are copied as they are (any 4-byte dtype, NaN payloads
- * kept); a row of x stays in L1 while its elements are picked (vector gathers where the CPU has them). */
+ * C-contiguous and y (rows, n_idx) with rows ldy >= n_idx elements apart (a channel slice of a wider channels-last
+ * tensor: ShuffleNet's half written straight into the next block's Concat). Bits are copied as they are (any
+ * 4-byte dtype, NaN payloads kept); a row of x stays in L1 while its elements are picked. */
 NN_API NN_CLONES void nn_gather_last_b32(const uint32_t *x, uint32_t *y, const int32_t *idx, int64_t n_idx,
-                                         int64_t in_row, int64_t r0, int64_t r1) {
+                                         int64_t in_row, int64_t ldy, int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; r++) {
         const uint32_t *restrict xr = x + r * in_row;
-        uint32_t *restrict yr = y + r * n_idx;
+        uint32_t *restrict yr = y + r * ldy;
 #pragma omp simd
         for (int64_t k = 0; k < n_idx; k++) yr[k] = xr[idx[k]];
     }
@@ -2320,15 +2321,20 @@ static PyObject *nn_py_gather_last(PyObject *module, PyObject *const *args, Py_s
     (void)module;
     const char *k = "gather_last";
     nn_arg b[3] = {{.held = 0}, {.held = 0}, {.held = 0}};
-    int64_t rows, in_row, out_row, r0, r1;
+    int64_t rows, in_row, out_row, ldy, r0, r1;
     if (nn_nargs(nargs, 5, k)) return NULL;
-    if (nn_rows_of(b, args, k, &rows, &in_row, &out_row) || nn_get(&b[2], args[2], k, "idx", NN_I32, 0) ||
-        nn_row_range(args, k, rows, &r0, &r1))
-        goto fail;
-    if (b[2].items != out_row) {
-        nn_value_error(k, "idx", "must have as many indices as y's last axis");
+    /* y: C-contiguous, or evenly spaced pixels of out_row elements (nn_get_pixels) */
+    if (nn_get(&b[0], args[0], k, "x", NN_ANY32, 0) || nn_get(&b[2], args[2], k, "idx", NN_I32, 0)) goto fail;
+    if (b[0].view.ndim < 1) {
+        nn_value_error(k, "x", "must have at least one axis");
         goto fail;
     }
+    in_row = b[0].view.shape[b[0].view.ndim - 1];
+    rows = in_row ? b[0].items / in_row : 0;
+    out_row = b[2].items;
+    if (nn_get_pixels(&b[1], args[1], k, "y", NN_ANY32, NN_OUT, rows, out_row, &ldy) ||
+        nn_disjoint(&b[1], &b[0], k, "y", "x", 0) || nn_row_range(args, k, rows, &r0, &r1))
+        goto fail;
     const int32_t *idx = b[2].view.buf;
     for (int64_t i = 0; i < b[2].items; i++)
         if (idx[i] < 0 || idx[i] >= in_row) {
@@ -2336,7 +2342,7 @@ static PyObject *nn_py_gather_last(PyObject *module, PyObject *const *args, Py_s
             goto fail;
         }
     Py_BEGIN_ALLOW_THREADS
-    nn_gather_last_b32(b[0].view.buf, b[1].view.buf, idx, out_row, in_row, r0, r1);
+    nn_gather_last_b32(b[0].view.buf, b[1].view.buf, idx, out_row, in_row, ldy, r0, r1);
     Py_END_ALLOW_THREADS
     return nn_finish(b, 3, 1);
 fail:
