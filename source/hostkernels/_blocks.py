@@ -153,6 +153,11 @@ def silu_(y: np.ndarray) -> None:
         np.divide(piece, t, out=piece)
 
 
+def tanh_(y: np.ndarray) -> None:
+    """y = tanh(y) in place."""
+    np.tanh(y, out=y)
+
+
 @dataclass(frozen=True)
 class Gates:
     """The in-place gates that fused activations run with (_scratch.apply_activation): numpy's here
@@ -162,6 +167,7 @@ class Gates:
     silu_: Callable[[np.ndarray], None]
     hardswish_: Callable[[np.ndarray], None]
     hardsigmoid_: Callable[[np.ndarray, float, float], None]
+    tanh_: Callable[[np.ndarray], None] = tanh_
 
 
 NUMPY_GATES = Gates(sigmoid_, silu_, hardswish_, hardsigmoid_)

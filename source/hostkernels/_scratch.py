@@ -81,6 +81,8 @@ def apply_activation(y: np.ndarray, act: Activation | None, gates: _blocks.Gates
         gates.hardswish_(y)
     elif kind == "hardsigmoid":
         gates.hardsigmoid_(y, act.alpha, act.beta)
+    elif kind == "tanh":
+        gates.tanh_(y)
     else:
         raise InternalError(f"fused activation kind {kind!r}: this kernel applies {', '.join(ACTIVATION_KINDS)}")
 

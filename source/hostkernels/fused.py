@@ -14,16 +14,16 @@ import numpy as np
 
 from nnhal.graph.node import Node
 
-ACTIVATION_KINDS = ("relu", "clip", "hardswish", "hardsigmoid", "sigmoid", "silu")
+ACTIVATION_KINDS = ("relu", "clip", "hardswish", "hardsigmoid", "sigmoid", "silu", "tanh")
 
 
 @dataclass(frozen=True)
 class Activation:
     """An element-wise function applied in place on the first output: Relu; Clip to [lo, hi] (a bound
-    None = unbounded); HardSwish; HardSigmoid, clamp(alpha * x + beta, 0, 1); Sigmoid; or SiLU,
-    x * sigmoid(x) (ONNX Swish with alpha 1, or torch's Sigmoid -> Mul(x, sigmoid(x)))."""
+    None = unbounded); HardSwish; HardSigmoid, clamp(alpha * x + beta, 0, 1); Sigmoid; SiLU,
+    x * sigmoid(x) (ONNX Swish with alpha 1, or torch's Sigmoid -> Mul(x, sigmoid(x))); or Tanh."""
 
-    kind: Literal["relu", "clip", "hardswish", "hardsigmoid", "sigmoid", "silu"]
+    kind: Literal["relu", "clip", "hardswish", "hardsigmoid", "sigmoid", "silu", "tanh"]
     lo: np.ndarray | None = None      # 0-d, in the output's dtype (clip)
     hi: np.ndarray | None = None
     alpha: float = 0.2                # hardsigmoid's slope and offset (ONNX's defaults)

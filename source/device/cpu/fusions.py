@@ -214,14 +214,14 @@ _SMOOTH_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def _activation(node: Node, ins: list[Info | None], dtype) -> Activation | None:
-    """The element-wise ``node`` (Relu, Clip, HardSwish, HardSigmoid, Sigmoid, Swish with alpha 1) as an
+    """The element-wise ``node`` (Relu, Clip, HardSwish, HardSigmoid, Sigmoid, Swish with alpha 1, Tanh) as an
     Activation a producer can apply in place, else None."""
     if node.domain or len(node.outputs) != 1 or not node.outputs[0]:
         return None
     op = node.op_type
     if op == "Relu":
         return Activation("relu")
-    if op in ("HardSwish", "HardSigmoid", "Sigmoid", "Swish"):
+    if op in ("HardSwish", "HardSigmoid", "Sigmoid", "Swish", "Tanh"):
         if np.dtype(dtype) not in _SMOOTH_DTYPES:
             return None
         if op == "HardSigmoid":
@@ -273,7 +273,7 @@ def _silu_gate(chosen: list[Chosen], reader_of: dict[str, list[int]], x: str, ex
 def fuse_activations(chosen: list[Chosen], external: set[str]) -> list[Chosen]:
     """Fold an activation into the producing node's epilogue when its kernel can apply it in place
     (``fuse_activation``), the intermediate has no other reader and is not a subgraph output: Relu, Clip,
-    HardSwish, HardSigmoid, Sigmoid and Swish (alpha 1) read by themselves, and SiLU as torch exports it,
+    HardSwish, HardSigmoid, Sigmoid, Tanh and Swish (alpha 1) read by themselves, and SiLU as torch exports it,
     Sigmoid(x) -> Mul(x, sigmoid(x)), where x's two readers are that Sigmoid and that Mul."""
     reader_of: dict[str, list[int]] = {}
     for pos, (node, _, _, _) in enumerate(chosen):

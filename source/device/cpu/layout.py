@@ -11,7 +11,7 @@ The pass runs on the compiled node list (after the CPU fusions) and decides a
 layout per tensor:
 
 * **channels-last ops** (``CHANNELS_LAST``: Conv, pooling, BatchNormalization,
-  LRN, ConvTranspose, Resize, Pad) run NHWC when a kernel with ``layout = "NHWC"`` accepts the node; their
+  LRN, ConvTranspose, Resize, Pad, DepthToSpace) run NHWC when a kernel with ``layout = "NHWC"`` accepts the node; their
   input 0 and output 0 are NHWC;
 * **layout-free ops** (element-wise ops whose non-constant operands are 4-D and
   broadcast to the output's shape, Concat, a channel Split and a Gather of channels) run on whatever
@@ -58,7 +58,7 @@ TO_NCHW = (0, 3, 1, 2)
 FEW_CHANNELS = 6
 # ops whose input 0 and output 0 are NHWC when a channels-last kernel takes them
 CHANNELS_LAST = frozenset({"Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
-                           "BatchNormalization", "LRN", "ConvTranspose", "Resize", "Pad"})
+                           "BatchNormalization", "LRN", "ConvTranspose", "Resize", "Pad", "DepthToSpace"})
 # element-wise ops that run unchanged on NHWC data when every non-constant operand has the output's shape
 ELEMENTWISE = frozenset({"Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Elu",
                          "Selu", "Celu", "Softplus", "Softsign", "Erf", "Exp", "Abs", "Neg", "Sqrt",

@@ -15,6 +15,7 @@ from functools import partial
 import numpy as np
 
 from nnhal.device.cpu.castfuse import fuse_half_round_trips, fuse_relayout_casts, fuse_rounded_concats
+from nnhal.device.cpu.channel_gather import fuse_channel_selections
 from nnhal.device.cpu.fusions import Chosen, fuse_activations, fuse_channel_shuffle, fuse_gelu, fuse_matmul
 from nnhal.device.cpu.gelu_tanh import fuse_gelu_tanh
 from nnhal.device.cpu.groupnorm import fuse_group_norm
@@ -353,6 +354,7 @@ def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: l
         chosen = fuse_group_norm(chosen, external, constants)
         chosen = fuse_activations(chosen, external)
         chosen = fuse_channel_shuffle(chosen, external, constants)
+        chosen = fuse_channel_selections(chosen, external, constants)
         chosen = fold_transposes(chosen, external)
         chosen, layouts = assign_layouts(chosen, external)
         # after the layout pass, which chooses a Concat's kernel again for channels-last tensors

@@ -96,9 +96,9 @@ def _kind(step, slots) -> tuple[str, object] | None:
         if lo is False or hi is False:
             return None
         return "clip", native.make_act("clip", lo, hi)
-    if getattr(kernel, "gate", None) is not None and node.op_type == "Sigmoid" \
-            and kernel.gate(node) is _gates.sigmoid_:
-        return "act", native.make_act("sigmoid")
+    if getattr(kernel, "gate", None) is not None and node.op_type in ("Sigmoid", "Tanh") \
+            and kernel.gate(node) in (_gates.sigmoid_, _gates.tanh_):
+        return "act", native.make_act(node.op_type.lower())
     if type(kernel) is IdentityKernel:
         return "alias", None
     return None

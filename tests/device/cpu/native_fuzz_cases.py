@@ -89,6 +89,9 @@ def cases():
         [("in", None), ("out", tiny), "int", "int"]
     yield "gather_last", native.gather_last, lambda: [arr(3, 8), arr(3, 4), np.array([7, 0, 3, 3], np.int32), 0, 3], \
         [("in", tiny), ("out", tiny), ("in", np.zeros(1, np.int32)), "int", "int"]
+    yield "gather_last strided", native.gather_last, \
+        lambda: [arr(3, 8), np.zeros((3, 6), F)[:, 1:5], np.array([7, 0, 3, 3], np.int32), 0, 3], \
+        [("in", tiny), ("out", tiny), ("in", np.zeros(1, np.int32)), "int", "int"]
     yield "shuffle_last", native.shuffle_last, lambda: [arr(3, 8), arr(3, 8), 2, 0, 3], \
         [("in", tiny), ("out", tiny), "int", "int", "int"]
     yield "gemm", native.gemm, lambda: [arr(5, 7), arr(7, 3), arr(5, 3), arr(3), act(), 2, 1, 0], \

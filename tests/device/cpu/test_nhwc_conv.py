@@ -43,7 +43,7 @@ CASES = {
 }
 ACTIVATIONS = {"none": None, "relu": Activation("relu"),
                "clip": Activation("clip", np.asarray(-0.5, np.float32), np.asarray(0.5, np.float32)),
-               "hardswish": Activation("hardswish"), "silu": Activation("silu")}
+               "hardswish": Activation("hardswish"), "silu": Activation("silu"), "tanh": Activation("tanh")}
 
 
 def make(name: str, bias: bool, act: Activation | None, dtype=np.float32):
@@ -76,7 +76,8 @@ def reference(node, ins, outs, x, wv, bv) -> np.ndarray:
     act = activation_of(node)
     if act is not None:
         y = {"relu": lambda: np.maximum(y, 0), "clip": lambda: np.clip(y, act.lo, act.hi),
-             "hardswish": lambda: y * np.clip(y / 6 + 0.5, 0, 1), "silu": lambda: y / (1 + np.exp(-y))}[act.kind]()
+             "hardswish": lambda: y * np.clip(y / 6 + 0.5, 0, 1), "silu": lambda: y / (1 + np.exp(-y)),
+             "tanh": lambda: np.tanh(y)}[act.kind]()
     return y
 
 

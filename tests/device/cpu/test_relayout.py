@@ -38,7 +38,7 @@ def test_a_conversion_is_numpys_transposing_copy(pair, perm, channels):
 
 @pytest.mark.skipif(not native.available(), reason=f"native kernels not loaded: {native.status().reason}")
 @pytest.mark.parametrize("perm", [TO_NHWC, TO_NCHW], ids=["to-nhwc", "to-nchw"])
-@pytest.mark.parametrize("channels", [1, 8, 12, 17])
+@pytest.mark.parametrize("channels", [1, 3, 8, 12, 17, 40])
 def test_a_conversion_with_the_half_rounding_folded_in_rounds_every_element_once(perm, channels):
     shape = (2, channels, 9, 13) if perm == TO_NHWC else (2, 9, 13, channels)
     out_shape = tuple(shape[p] for p in perm)

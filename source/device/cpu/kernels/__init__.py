@@ -19,6 +19,7 @@ from nnhal.device.cpu.kernels import (
     conv1d,
     conv_patch,
     conv_transpose,
+    depth_to_space,
     gates,
     gather,
     gelu,
@@ -48,9 +49,9 @@ from nnhal.hostkernels.select import implementations as host_implementations
 from nnhal.hostkernels.select import select as host_select
 from nnhal.operator.base import Info
 
-MODULES = (add, attention, batch_normalization, cast, concat, control, conv, conv1d, conv_patch, conv_transpose, gates,
-           gather, gelu, gemm, instance_norm, layer_normalization, lrn, matmul, pad, pool, qdq, qlinear_tables,
-           quantized, recurrent, reduce, resize, softmax, split, transpose, view)
+MODULES = (add, attention, batch_normalization, cast, concat, control, conv, conv1d, conv_patch, conv_transpose,
+           depth_to_space, gates, gather, gelu, gemm, instance_norm, layer_normalization, lrn, matmul, pad, pool, qdq,
+           qlinear_tables, quantized, recurrent, reduce, resize, softmax, split, transpose, view)
 
 
 def _table() -> KernelTable:

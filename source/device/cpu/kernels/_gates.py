@@ -44,13 +44,19 @@ def hardswish_(y: np.ndarray) -> None:
         _blocks.hardswish_(y)
 
 
+def tanh_(y: np.ndarray) -> None:
+    """numpy's tanh in place, natively (nn_tanh.h, within 3 ulp) where it can."""
+    if not _native_gate(y, "tanh"):
+        _blocks.tanh_(y)
+
+
 def silu_(y: np.ndarray) -> None:
     """_blocks.silu_, natively where it can."""
     if not _native_gate(y, "silu"):
         _blocks.silu_(y)
 
 
-GATES = _blocks.Gates(sigmoid_, silu_, hardswish_, hardsigmoid_)
+GATES = _blocks.Gates(sigmoid_, silu_, hardswish_, hardsigmoid_, tanh_)
 
 
 def apply_activation(y: np.ndarray, act: Activation | None) -> None:

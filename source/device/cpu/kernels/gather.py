@@ -17,6 +17,9 @@ class GatherLastAxis(Kernel):
 
     op_type = "Gather"
     name = "native-last"
+    # the output may be a channel slice of a wider channels-last tensor (plan.concat_slices): ShuffleNet v2's
+    # untouched half picked straight into the next block's Concat, which then copies nothing
+    strided_output = True
 
     def score(self, node, ins, outs) -> int:
         data, indices = ins[0], ins[1] if len(ins) > 1 else None
@@ -40,9 +43,9 @@ class GatherLastAxis(Kernel):
         def run(inputs, outputs):
             x = np.ascontiguousarray(inputs[0])
             out = outputs[0]
-            if out is None or not out.flags.c_contiguous:
+            if out is None:
                 out = np.empty(shape, x.dtype)
-            if groups:
+            if groups and out.flags.c_contiguous:
                 native.shuffle_last(x, out, groups, 0, rows)
             else:
                 native.gather_last(x, out, idx, 0, rows)

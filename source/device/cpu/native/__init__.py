@@ -55,7 +55,7 @@ import numpy as np
 
 # Activation kinds, as numbered in kernels.c
 ACTIVATIONS = {"relu": 1, "clip": 2, "hardsigmoid": 3, "hardswish": 4, "sigmoid": 5, "silu": 6, "gelu": 7,
-               "gelu_tanh": 8}
+               "gelu_tanh": 8, "tanh": 9}
 # Pooling kinds, as numbered in kernels.c: max, average over the taps inside the input, average over the
 # taps inside the padded input (count_include_pad)
 POOLS = {"max": 0, "avg": 1, "avg_pad": 2}

@@ -81,6 +81,7 @@ enum {
     NN_ACT_SILU = 6,        /* x * sigmoid(x) */
     NN_ACT_GELU = 7,        /* x * (1 + erf(x / sqrt 2)) / 2, the exact Gelu */
     NN_ACT_GELU_TANH = 8,   /* x * (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) / 2, as x * sigmoid(2 u) */
+    NN_ACT_TANH = 9,        /* nn_tanhf (nn_tanh.h) */
 };
 
 typedef struct {
@@ -125,6 +126,7 @@ NN_INLINE float nn_expf(float x) {
 
 /* NaN in, NaN out (the clamps inside nn_expf would turn it into a number) */
 NN_INLINE float nn_sigmoid(float x) { return x != x ? x : 1.0f / (1.0f + nn_expf(-x)); }
+#include "nn_tanh.h"
 
 /* erf(x) by the rational approximation the numpy fast Erf uses (hostkernels/op_erf.py, the same
  * coefficients and order): x * P(x^2) / Q(x^2) on x clamped to [-4, 4]. */
@@ -183,6 +185,10 @@ NN_INLINE void nn_apply(float *restrict y, int64_t len, const nn_act *act) {
 #pragma omp simd
         for (int64_t i = 0; i < len; i++)
             y[i] = y[i] * nn_sigmoid(1.59576912160573071f * (y[i] + 0.044715f * y[i] * y[i] * y[i]));
+        break;
+    case NN_ACT_TANH:
+#pragma omp simd
+        for (int64_t i = 0; i < len; i++) y[i] = nn_tanhf(y[i]);
         break;
     default:
         break;
@@ -820,13 +826,14 @@ NN_API NN_CLONES void nn_global_pool_nhwc_f32(const float *x, float *y, int64_t 
 }
 
 /* Gather along the last axis of 4-byte elements, rows [r0, r1): y[r, k] = x[r, idx[k]] for x (rows, in_row)
- * and y (rows, n_idx), both C-contiguous. Bits are copied as they are (any 4-byte dtype, NaN payloads
- * kept); a row of x stays in L1 while its elements are picked (vector gathers where the CPU has them). */
+ * C-contiguous and y (rows, n_idx) with rows ldy >= n_idx elements apart (a channel slice of a wider channels-last
+ * tensor: ShuffleNet's half written straight into the next block's Concat). Bits are copied as they are (any
+ * 4-byte dtype, NaN payloads kept); a row of x stays in L1 while its elements are picked. */
 NN_API NN_CLONES void nn_gather_last_b32(const uint32_t *x, uint32_t *y, const int32_t *idx, int64_t n_idx,
-                                         int64_t in_row, int64_t r0, int64_t r1) {
+                                         int64_t in_row, int64_t ldy, int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; r++) {
         const uint32_t *restrict xr = x + r * in_row;
-        uint32_t *restrict yr = y + r * n_idx;
+        uint32_t *restrict yr = y + r * ldy;
 #pragma omp simd
         for (int64_t k = 0; k < n_idx; k++) yr[k] = xr[idx[k]];
     }
@@ -1518,21 +1525,6 @@ typedef struct {
     nn_ract act[2][3];                  /* per direction: f, g, h (LSTM), f, g (GRU), f (RNN) */
 } nn_rnn_params;
 
-/* tanh(x) to ~3 ulp: an odd polynomial near 0 (fitted for |x| < 0.625), 1 - 2 / (exp(2|x|) + 1) beyond (nn_expf
- * clamps: no overflow). NOTE: written without min/max before nn_expf, which kept GCC 12 from vectorizing it. */
-NN_INLINE float nn_tanhf(float x) {
-    const float a = fabsf(x), s = x * x;
-    float p = 2.13818880729377e-03f;
-    p = p * s + -8.17174930125475e-03f;
-    p = p * s + 2.16981936246157e-02f;
-    p = p * s + -5.39462491869927e-02f;
-    p = p * s + 1.33332014083862e-01f;
-    p = p * s + -3.33333313465118e-01f;
-    const float small = x + x * s * p;
-    const float big = copysignf(1.0f - 2.0f / (nn_expf(a + a) + 1.0f), x);
-    return x != x ? x : (a < 0.625f ? small : big);
-}
-
 /* One recurrent activation over a contiguous run, in place, its input clipped to [-clip, clip] first. */
 NN_INLINE void nn_ract_apply(float *restrict v, int64_t n, const nn_ract *f, float clip) {
     const float al = f->alpha, be = f->beta;
@@ -1875,7 +1867,7 @@ static PyObject *nn_act_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
     static char *names[] = {"kind", "lo", "hi", "alpha", "beta", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|Offff:Act", names, &kind_obj, &lo, &hi, &alpha, &beta))
         return NULL;
-    if (kind_obj != NULL && nn_int(kind_obj, "Act", "kind", NN_ACT_NONE, NN_ACT_GELU_TANH, &kind)) return NULL;
+    if (kind_obj != NULL && nn_int(kind_obj, "Act", "kind", NN_ACT_NONE, NN_ACT_TANH, &kind)) return NULL;
     nn_act_object *self = (nn_act_object *)type->tp_alloc(type, 0);
     if (self == NULL) return NULL;
     self->act = (nn_act){(int32_t)kind, lo, hi, alpha, beta};
@@ -1901,7 +1893,7 @@ static PyTypeObject nn_act_type = {
     .tp_name = "nnhal._kernels.Act",
     .tp_doc = "Act(kind=0, lo=-inf, hi=inf, alpha=0.2, beta=0.5): a fused activation (kinds as numbered in "
               "kernels.c: 0 none, 1 relu, 2 clip, 3 hardsigmoid, 4 hardswish, 5 sigmoid, 6 silu, 7 gelu, "
-              "8 gelu_tanh)",
+              "8 gelu_tanh, 9 tanh)",
     .tp_basicsize = sizeof(nn_act_object),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = nn_act_new,
@@ -2262,15 +2254,20 @@ static PyObject *nn_py_gather_last(PyObject *module, PyObject *const *args, Py_s
     (void)module;
     const char *k = "gather_last";
     nn_arg b[3] = {{.held = 0}, {.held = 0}, {.held = 0}};
-    int64_t rows, in_row, out_row, r0, r1;
+    int64_t rows, in_row, out_row, ldy, r0, r1;
     if (nn_nargs(nargs, 5, k)) return NULL;
-    if (nn_rows_of(b, args, k, &rows, &in_row, &out_row) || nn_get(&b[2], args[2], k, "idx", NN_I32, 0) ||
-        nn_row_range(args, k, rows, &r0, &r1))
-        goto fail;
-    if (b[2].items != out_row) {
-        nn_value_error(k, "idx", "must have as many indices as y's last axis");
+    /* y: C-contiguous, or evenly spaced pixels of out_row elements (nn_get_pixels) */
+    if (nn_get(&b[0], args[0], k, "x", NN_ANY32, 0) || nn_get(&b[2], args[2], k, "idx", NN_I32, 0)) goto fail;
+    if (b[0].view.ndim < 1) {
+        nn_value_error(k, "x", "must have at least one axis");
         goto fail;
     }
+    in_row = b[0].view.shape[b[0].view.ndim - 1];
+    rows = in_row ? b[0].items / in_row : 0;
+    out_row = b[2].items;
+    if (nn_get_pixels(&b[1], args[1], k, "y", NN_ANY32, NN_OUT, rows, out_row, &ldy) ||
+        nn_disjoint(&b[1], &b[0], k, "y", "x", 0) || nn_row_range(args, k, rows, &r0, &r1))
+        goto fail;
     const int32_t *idx = b[2].view.buf;
     for (int64_t i = 0; i < b[2].items; i++)
         if (idx[i] < 0 || idx[i] >= in_row) {
@@ -2278,7 +2275,7 @@ static PyObject *nn_py_gather_last(PyObject *module, PyObject *const *args, Py_s
             goto fail;
         }
     Py_BEGIN_ALLOW_THREADS
-    nn_gather_last_b32(b[0].view.buf, b[1].view.buf, idx, out_row, in_row, r0, r1);
+    nn_gather_last_b32(b[0].view.buf, b[1].view.buf, idx, out_row, in_row, ldy, r0, r1);
     Py_END_ALLOW_THREADS
     return nn_finish(b, 3, 1);
 fail:

@@ -19,22 +19,66 @@ typedef struct {
     int64_t outer, a, b;
 } nn_round_args;
 
+/* One tile, rows [i0, i1) and columns [j0, j1) of x (at most NN_TR_TILE each): its rows rounded into ``tmp`` by
+ * F16C 8 lanes at a time (GCC leaves a _Float16 loop scalar, one conversion an element: the rounded conversion of
+ * (1, 3, 256, 256) to NHWC took 145 us against 57 for a rounding pass and the plain conversion), then stored
+ * transposed; A rows known to the compiler for a few colour planes. */
+#define NN_ROUND_TILE(A)                                                                                             \
+    do {                                                                                                           \
+        for (int64_t i = i0; i < i1; i++) {                                                                        \
+            const float *xr = x + i * b + j0;                                                                      \
+            float *tr = tmp[i - i0];                                                                               \
+            int64_t done = 0;                                                                                      \
+            if (simd) done = nn_half_simd(xr, tr, j1 - j0, 2);                                                     \
+            for (int64_t j = done; j < j1 - j0; j++) tr[j] = (float)(nn_f16)xr[j];                                 \
+        }                                                                                                          \
+        for (int64_t j = j0; j < j1; j++)                                                                          \
+            for (int64_t i = i0; i < i1; i++) y[j * (A) + i] = tmp[i - i0][j - j0];                                \
+    } while (0)
+#define NN_ROUND_FEW 8
+#define NN_ROUND_FEW_CASE(A)                                                                                         \
+    case A:                                                                                                        \
+        NN_ROUND_TILE(A);                                                                                          \
+        break;
+
 /* y (outer, b, a) from x (outer, a, b) for tiles [t0, t1) (outer * ceil(b / NN_TR_TILE) of them), rounded */
 NN_API NN_CLONES void nn_transpose_round_tiles(const nn_round_args *t, int64_t t0, int64_t t1) {
     const int64_t a = t->a, b = t->b, tiles = (b + NN_TR_TILE - 1) / NN_TR_TILE;
+#if NN_HALF_SIMD
+    const int simd = nn_half_simd_ok();
+#else
+    const int simd = 0;
+#define nn_half_simd(x, y, n, mode) 0
+#endif
+    float tmp[NN_TR_TILE][NN_TR_TILE];
     for (int64_t q = t0; q < t1; q++) {
         const int64_t o = q / tiles, j0 = (q % tiles) * NN_TR_TILE, j1 = j0 + NN_TR_TILE < b ? j0 + NN_TR_TILE : b;
         const float *x = t->x + o * a * b;
         float *y = t->y + o * a * b;
+        if (a <= NN_ROUND_FEW) {
+            const int64_t i0 = 0, i1 = a;
+            switch (a) {
+                NN_ROUND_FEW_CASE(1)
+                NN_ROUND_FEW_CASE(2)
+                NN_ROUND_FEW_CASE(3)
+                NN_ROUND_FEW_CASE(4)
+                NN_ROUND_FEW_CASE(5)
+                NN_ROUND_FEW_CASE(6)
+                NN_ROUND_FEW_CASE(7)
+                NN_ROUND_FEW_CASE(8)
+            default:
+                break;
+            }
+            continue;
+        }
         for (int64_t i0 = 0; i0 < a; i0 += NN_TR_TILE) {
             const int64_t i1 = i0 + NN_TR_TILE < a ? i0 + NN_TR_TILE : a;
-            for (int64_t j = j0; j < j1; j++) {
-                float *row = y + j * a;
-#pragma omp simd
-                for (int64_t i = i0; i < i1; i++) row[i] = (float)(nn_f16)x[i * b + j];
-            }
+            NN_ROUND_TILE(a);
         }
     }
+#if !NN_HALF_SIMD
+#undef nn_half_simd
+#endif
 }
 
 static void nn_round_task(const void *args, int64_t part, int64_t parts) {
