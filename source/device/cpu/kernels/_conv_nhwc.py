@@ -214,18 +214,22 @@ def act_record(act: Activation | None):
 # groups of at most this many input channels run on the native grouped kernel (when their output
 # channels are a multiple of 8); wider groups keep the GEMM (ResNeXt-like 4 and RegNet's 8 are narrow)
 NATIVE_GROUP_MAX_CG = 16
+# the native grouped kernel's bounds (nn_gconv.h: its row of zeros, its table of tap sources)
+NATIVE_GROUP_MAX_C = 4096
+NATIVE_GROUP_MAX_TAPS = 64
 
 
 def native_grouped_fits(s: _conv2d.Conv2d) -> bool:
     """Whether native_grouped takes the convolution (see there)."""
     return native.available() and s.dtype == np.float32 and s.group != 1 and s.cg != 1 \
-        and s.cg <= NATIVE_GROUP_MAX_CG and s.mg % 8 == 0
+        and s.cg <= NATIVE_GROUP_MAX_CG and s.mg % 8 == 0 and s.c <= NATIVE_GROUP_MAX_C \
+        and s.kernel[0] * s.kernel[1] <= NATIVE_GROUP_MAX_TAPS
 
 
 def native_grouped(s: _conv2d.Conv2d, wv: np.ndarray, bias: np.ndarray | None, act: Activation | None) \
         -> RunFn | None:
-    """The native grouped convolution (kernels.c nn_gconv_nhwc_f32: per pixel, each group's outputs in
-    registers over its taps and channels, no im2col, no zeros multiplied), split by output rows over the
+    """The native grouped convolution (nn_gconv.h nn_gconv_nhwc_f32: tiles of 8 pixels times 8 of a group's
+    outputs in registers over its taps and channels, no im2col, no zeros multiplied), split by output rows over the
     native pool; None when it does not apply (not built, another dtype, wide groups, MG not a multiple
     of 8): the im2col super-groups run it."""
     if not native_grouped_fits(s):
