@@ -62,6 +62,10 @@ CASES = [  # c, m, h, w, k, stride, dil, pads
     (8, 8, 7, 5, 1, 1, 1, [0, 0, 0, 0]),          # 1x1
     (24, 7, 6, 4, 3, 1, 1, [1, 1, 1, 1]),         # m below 8, rows narrower than a tile
     (48, 48, 10, 19, 3, 1, 1, [1, 1, 1, 1]),
+    (40, 24, 7, 7, 3, 1, 1, [1, 1, 1, 1]),        # a 7-wide map: edge pixels of two rows (and images) share a tile
+    (24, 16, 14, 14, 3, 2, 1, [1, 1, 1, 1]),      # one left-edge pixel between a row's inside tiles
+    (32, 48, 13, 13, 5, 1, 1, [2, 2, 2, 2]),      # two edge pixels a side, a 5x5 tap table
+    (4, 16, 12, 12, 9, 1, 1, [4, 4, 4, 4]),       # 81 taps: more than a tap table holds, edge pixels one at a time
 ]
 
 

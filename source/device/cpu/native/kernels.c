@@ -1406,65 +1406,7 @@ NN_INLINE void nn_direct_tile(const float *restrict ximg, float *restrict yp, co
     }
 }
 
-/* one output row's pixels for the channel block at mb (V vectors) */
-NN_INLINE void nn_direct_block(const float *restrict ximg, float *restrict yrow, const float *restrict wt,
-                               const float *restrict b16, const nn_direct_params *p, int64_t ki0, int64_t ki1,
-                               int64_t top, int64_t mb, const int V) {
-    const int64_t ow = p->ow, sw = p->sw, m = p->ldy;     /* m: the output's pixel stride */
-    /* pixels [jlo, jhi) have every tap of their window inside the row */
-    int64_t jlo = (p->pad_left + sw - 1) / sw;
-    const int64_t last = p->w - 1 - (p->kw - 1) * p->dw + p->pad_left;    /* largest j * sw inside */
-    int64_t jhi = last < 0 ? 0 : last / sw + 1;
-    jhi = NN_MIN(jhi, ow);
-    jlo = NN_MIN(jlo, jhi);
-    int64_t j = 0;
-    for (; j < jlo; j++)
-        nn_direct_tile(ximg, yrow + j * m + mb, wt, b16, p, ki0, ki1, top, j * sw - p->pad_left, mb, 1, V, 1);
-    for (; j + NN_DIRECT_TILE <= jhi; j += NN_DIRECT_TILE)
-        nn_direct_tile(ximg, yrow + j * m + mb, wt, b16, p, ki0, ki1, top, j * sw - p->pad_left, mb,
-                       NN_DIRECT_TILE, V, 0);
-    /* the rest of the interior in tiles of 4, 2, 1 (a 7-wide map's 5 inner pixels, else one at a time, ran at half
-     * the speed: one pixel is one chain of dependent FMAs per vector) */
-    if (j + 4 <= jhi) {
-        nn_direct_tile(ximg, yrow + j * m + mb, wt, b16, p, ki0, ki1, top, j * sw - p->pad_left, mb, 4, V, 0);
-        j += 4;
-    }
-    if (j + 2 <= jhi) {
-        nn_direct_tile(ximg, yrow + j * m + mb, wt, b16, p, ki0, ki1, top, j * sw - p->pad_left, mb, 2, V, 0);
-        j += 2;
-    }
-    for (; j < jhi; j++)
-        nn_direct_tile(ximg, yrow + j * m + mb, wt, b16, p, ki0, ki1, top, j * sw - p->pad_left, mb, 1, V, 0);
-    for (; j < ow; j++)
-        nn_direct_tile(ximg, yrow + j * m + mb, wt, b16, p, ki0, ki1, top, j * sw - p->pad_left, mb, 1, V, 1);
-}
-
-/* output rows [r0, r1) of the flattened (N * OH) rows */
-NN_API NN_CLONES void nn_direct_nhwc_f32(const float *x, float *y, const float *wt, const float *bias,
-                                         const nn_direct_params *p, int64_t r0, int64_t r1) {
-    const int64_t m = p->m, ow = p->ow, ld = p->ldy;
-    for (int64_t r = r0; r < r1; r++) {
-        const int64_t b = r / p->oh, i = r % p->oh, top = i * p->sh - p->pad_top;
-        /* kernel rows whose input row lies inside: ki0 <= ki < ki1 */
-        int64_t ki0 = 0, ki1 = p->kh;
-        while (ki0 < ki1 && top + ki0 * p->dh < 0) ki0++;
-        while (ki1 > ki0 && top + (ki1 - 1) * p->dh >= p->h) ki1--;
-        const float *ximg = x + b * p->h * p->w * p->c;
-        float *yrow = y + r * ow * ld;
-        for (int64_t mb = 0; mb < m; mb += 16) {
-            float b16[16] __attribute__((aligned(32))) = {0};
-            for (int64_t k = mb; k < NN_MIN(m, mb + 16); k++) b16[k - mb] = bias ? bias[k] : 0.0f;
-            if (p->mp - mb >= 16)
-                nn_direct_block(ximg, yrow, wt, b16, p, ki0, ki1, top, mb, 2);
-            else
-                nn_direct_block(ximg, yrow, wt, b16, p, ki0, ki1, top, mb, 1);
-        }
-        if (ld == m)
-            nn_apply(yrow, ow * m, &p->act);
-        else
-            for (int64_t j = 0; j < ow; j++) nn_apply(yrow + j * ld, m, &p->act);
-    }
-}
+#include "nn_direct_tiles.h"
 
 typedef struct {
     const float *x, *wt, *bias;

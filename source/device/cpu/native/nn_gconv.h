@@ -19,12 +19,14 @@
  */
 
 #define NN_GCONV_TILE 8
-/* input channels a zero row holds: a convolution with more runs on the im2col GEMM (native_grouped_fits) */
-#define NN_GCONV_MAX_C 4096
+/* a row of zeros that a tap in the padding reads (here and in nn_direct_tiles.h): a grouped convolution of
+ * more input channels runs on the im2col GEMM (native_grouped_fits) */
+#define NN_ZERO_ROW_FLOATS 4096
+#define NN_GCONV_MAX_C NN_ZERO_ROW_FLOATS
 /* kernel taps (KH * KW) a tile's table of sources holds: larger kernels run on the im2col GEMM */
 #define NN_GCONV_MAX_TAPS 64
 
-static const float nn_gconv_zeros[NN_GCONV_MAX_C];
+static const float nn_zero_row[NN_ZERO_ROW_FLOATS];
 
 typedef struct {
     int64_t n, h, w, c, oh, ow, m, kh, kw, sh, sw, dh, dw, pad_top, pad_left, groups, cg, mg;
@@ -67,7 +69,7 @@ NN_API NN_CLONES void nn_gconv_nhwc_f32(const float *x, float *y, const float *w
                     for (int64_t t = 0; t < NN_GCONV_TILE; t++) {
                         const int64_t iw = (j0 + t) * p->sw - p->pad_left + kj * p->dw;
                         const int inside = t < real && ih >= 0 && ih < p->h && iw >= 0 && iw < p->w;
-                        s[t] = inside ? ximg + (ih * p->w + iw) * c : nn_gconv_zeros;
+                        s[t] = inside ? ximg + (ih * p->w + iw) * c : nn_zero_row;
                     }
                 }
             }
