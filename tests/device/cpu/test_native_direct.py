@@ -113,6 +113,16 @@ def test_direct_fits_only_float32_group1_narrow():
     assert not direct_conv.nchw_fits(1, 48, 10, (3, 3), 1, f32)        # 10 of 16 lanes
 
 
+def test_direct_fits_small_maps_without_avx512(monkeypatch):
+    f32 = np.dtype(np.float32)
+    monkeypatch.setattr(direct_conv.parallel, "avx512", lambda: False)
+    assert direct_conv.direct_fits(1, 128, 128, (3, 3), 1, f32, 7 * 7)         # a 7x7 map: the GEMM's rows are few
+    assert not direct_conv.direct_fits(1, 128, 128, (3, 3), 1, f32, 14 * 14)
+    assert not direct_conv.direct_fits(1, 256, 128, (1, 1), 1, f32, 7 * 7)     # a 1x1 ties: one GEMM on the input
+    monkeypatch.setattr(direct_conv.parallel, "avx512", lambda: True)
+    assert not direct_conv.direct_fits(1, 128, 128, (3, 3), 1, f32, 7 * 7)     # twice the GEMM's vector width there
+
+
 @pytest.mark.parametrize("layout", ["nhwc", "nchw"])
 def test_direct_conv_forced_on_every_group1_case(monkeypatch, layout):
     """NNHAL_DIRECT=2 puts every group-1 float32 non-Winograd case of the kernel tests on the direct kernel (dilations,
@@ -134,3 +144,23 @@ def test_direct_conv_forced_on_every_group1_case(monkeypatch, layout):
         for act in ("relu", "clip"):
             check(name, True, test_nhwc_conv.ACTIVATIONS[act])
         assert calls.count("direct") == 2, name
+
+
+@pytest.mark.skipif(direct_conv.parallel.avx512(), reason="with AVX-512 small maps keep the GEMM (direct_fits)")
+@pytest.mark.parametrize("check", ["0", "1"])
+def test_small_map_wide_conv_runs_direct(monkeypatch, check):
+    """96 -> 80 channels 3x3 on a 6x6 map (batch 2, both plan paths): the small-map rule puts it on the direct
+    kernel, whose tiles then hold pixels of several rows and of both images."""
+    monkeypatch.setenv("NNHAL_CHECK", check)
+    calls = []
+    real = native.Conv
+    monkeypatch.setattr(native, "Conv", lambda kind, *a: (calls.append(kind), real(kind, *a))[1])
+    rng = np.random.default_rng(5)
+    wt = rng.standard_normal((80, 96, 3, 3)).astype(np.float32)
+    bias = rng.standard_normal(80).astype(np.float32)
+    x = rng.standard_normal((2, 96, 6, 6)).astype(np.float32)
+    want, scale = _reference(x, wt, bias, 1, 1, [1, 1, 1, 1], True)
+    with nnhal.Session(_model(x.shape, wt, bias, 3, 1, 1, [1, 1, 1, 1], True), devices=["cpu"], num_thread=2) as s:
+        got = s.run({"x": x})[0]
+    assert "direct" in calls, "the small-map convolution did not run on the direct kernel"
+    assert np.all(np.abs(got - want) <= (96 * 9 + 2) * 2.0 ** -24 * scale + 1e-30)

@@ -459,7 +459,7 @@ class ConvGemmNHWC(Kernel):
         # one input channel and group 1 (a grey or spectrogram stem, 1 -> M) is a depthwise convolution of
         # multiplier M, which only numpy's tap-wise loop runs: the direct kernel takes it (1 -> 32 3x3 at 32x128:
         # 0.05 ms against 1.0, one thread; device/cpu/native/direct_conv.py)
-        direct = direct_conv.direct_fits(s.n, s.c, s.m, s.kernel, s.group, s.dtype)
+        direct = direct_conv.direct_fits(s.n, s.c, s.m, s.kernel, s.group, s.dtype, s.oh * s.ow)
         if s.cg == 1 and not (s.group == 1 and direct):
             return "depthwise"
         if native_grouped_fits(s):

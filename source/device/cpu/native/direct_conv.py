@@ -36,9 +36,22 @@ AVX512_MAX_OUT = 16
 AVX512_MAX_OUT_FEW_TAPS = 32
 
 
-def direct_fits(n: int, c: int, m: int, kernel: tuple[int, int], group: int, dtype) -> bool:
-    """Whether the direct kernel runs a convolution of ``c`` -> ``m`` channels (the measurements above);
-    NNHAL_DIRECT=0 never, =2 always (A/B measurements)."""
+# Without AVX-512: a KxK convolution (K > 1) whose output has at most this many pixels an image runs on the direct
+# kernel whatever its channels. There the GEMM's rows are the few pixels (49 on a 7x7 map), where OpenBLAS packs
+# the whole of the weights for little work, and since its edge pixels run in tiles (nn_direct_tiles.h) the direct
+# kernel keeps its FMA chains full on such maps. Measured on the same VM, 3x3, batch 1, interleaved min of 32 in one
+# process (us, direct / im2col + GEMM; 1 thread): 128 -> 128 at 7^2 150 / 210, stride 2 from 14^2 186 / 214;
+# 256 -> 256 at 7^2 602 / 951, stride 2 from 14^2 1016 / 1233; 512 -> 512 at 7^2 2805 / 4171; 2 threads: 128 at
+# 7^2 203 / 288, stride 2 215 / 309; 256 at 7^2 979 / 3054. At 14^2 they tie (128 -> 128: 700 / 757 at 1 thread,
+# 1654 / 1609 at 2; 96 -> 96: 391 / 408), at 28^2 the GEMM wins (128 -> 128: 5800 / 4687); a 1x1 ties
+# (256 -> 128 at 7^2 49 / 51).
+SMALL_MAP_PIXELS = 64
+
+
+def direct_fits(n: int, c: int, m: int, kernel: tuple[int, int], group: int, dtype, pixels: int | None = None) -> bool:
+    """Whether the direct kernel runs a convolution of ``c`` -> ``m`` channels (the measurements above) with
+    ``pixels`` output pixels an image (None: not known, the channel rules alone); NNHAL_DIRECT=0 never, =2 always
+    (A/B measurements)."""
     forced = os.environ.get("NNHAL_DIRECT")
     if not native.available() or dtype != np.float32 or group != 1 or forced == "0":
         return False
@@ -47,6 +60,8 @@ def direct_fits(n: int, c: int, m: int, kernel: tuple[int, int], group: int, dty
     taps = c * kernel[0] * kernel[1]
     if parallel.avx512():
         return m <= AVX512_MAX_OUT or m <= AVX512_MAX_OUT_FEW_TAPS and taps <= MAX_TAPS
+    if pixels is not None and pixels <= SMALL_MAP_PIXELS and kernel[0] * kernel[1] > 1:
+        return True
     return m <= MAX_OUT or taps <= MAX_TAPS or m <= MAX_BOTH and c <= MAX_BOTH
 
 
