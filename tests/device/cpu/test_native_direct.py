@@ -164,3 +164,24 @@ def test_small_map_wide_conv_runs_direct(monkeypatch, check):
         got = s.run({"x": x})[0]
     assert "direct" in calls, "the small-map convolution did not run on the direct kernel"
     assert np.all(np.abs(got - want) <= (96 * 9 + 2) * 2.0 ** -24 * scale + 1e-30)
+
+
+@pytest.mark.parametrize("parts", [1, 2, 3, 7])
+def test_direct_conv_split_by_pixels(parts):
+    """The kernel's parts are ranges of output pixels (nn_direct_task), cut mid-row and mid-tile: any count of
+    parts gives the reference (7x9 maps of a batch of 2, 40 -> 24 channels, a fused Relu)."""
+    import types
+
+    c, m, h, w = 40, 24, 7, 9
+    rng = np.random.default_rng(parts)
+    wt = rng.standard_normal((m, c, 3, 3)).astype(np.float32)
+    bias = rng.standard_normal(m).astype(np.float32)
+    x = rng.standard_normal((2, c, h, w)).astype(np.float32)
+    s = types.SimpleNamespace(n=2, h=h, w=w, c=c, m=m, oh=h, ow=w, kernel=(3, 3), strides=(1, 1),
+                              dilations=(1, 1), pads=(1, 1, 1, 1))
+    conv = direct_conv.make(s, wt, bias, native.make_act("relu"))
+    y = np.empty((2, h, w, m), np.float32)
+    conv.run(np.ascontiguousarray(x.transpose(0, 2, 3, 1)), y, None, parts)
+    want, scale = _reference(x, wt, bias, 1, 1, [1, 1, 1, 1], True)
+    bound = (c * 9 + 2) * 2.0 ** -24 * scale + 1e-30
+    assert np.all(np.abs(y.transpose(0, 3, 1, 2) - want) <= bound)

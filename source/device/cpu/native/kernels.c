@@ -1417,7 +1417,8 @@ typedef struct {
 static void nn_direct_task(const void *args, int64_t part, int64_t parts) {
     const nn_direct_args *a = (const nn_direct_args *)args;
     int64_t lo, hi;
-    nn_split(a->p->n * a->p->oh, 1, part, parts, &lo, &hi);
+    /* by pixels, not rows: a 7x7 map's 7 rows split 4 : 3 */
+    nn_split(a->p->n * a->p->oh * a->p->ow, NN_DIRECT_TILE, part, parts, &lo, &hi);
     nn_direct_nhwc_f32(a->x, a->y, a->wt, a->bias, a->p, lo, hi);
 }
 

@@ -1,7 +1,7 @@
 /* The direct channels-last convolution's walk over output pixels (nn_direct_nhwc_f32); included once from
  * kernels.c after nn_direct_tile, which runs a tile whose windows lie inside the input row.
  *
- * A part's output pixels (its rows of the flattened N * OH, one run of pixels) go in tiles of NN_DIRECT_TILE,
+ * A part's output pixels (a range of the flattened N * OH * OW) go in tiles of NN_DIRECT_TILE,
  * one block of 16 (or 8) output channels at a time so that the block's weights stay in L2. A tile of one
  * output row whose windows lie inside the row runs nn_direct_tile (a kernel row's taps as one run of input).
  * Every other tile (pixels whose window crosses the left or right edge, the rest of a row, pixels of two rows)
@@ -132,27 +132,29 @@ NN_INLINE void nn_direct_flush(const float *restrict x, float *restrict y, const
     *count = 0;
 }
 
-/* output rows [r0, r1) of the flattened (N * OH) rows */
+/* output pixels [p0, p1) of the flattened (N * OH * OW) pixels */
 NN_API NN_CLONES void nn_direct_nhwc_f32(const float *x, float *y, const float *wt, const float *bias,
-                                         const nn_direct_params *p, int64_t r0, int64_t r1) {
+                                         const nn_direct_params *p, int64_t p0, int64_t p1) {
     const int64_t m = p->m, ow = p->ow, ld = p->ldy, sw = p->sw;
-    /* pixels j in [jlo, jhi) of a row have every tap of their window inside the row */
+    if (p1 <= p0) return;
+    /* pixels j in [jlo, jhi) of a row have every tap of their window inside the row; the row's inside tiles
+     * start at jlo + k * NN_DIRECT_TILE and take ``inside`` pixels, those that lie in [p0, p1) */
     const int64_t last = p->w - 1 - (p->kw - 1) * p->dw + p->pad_left;    /* largest j * sw inside */
     const int64_t jhi = NN_MIN(last < 0 ? 0 : last / sw + 1, ow);
     const int64_t jlo = NN_MIN((p->pad_left + sw - 1) / sw, jhi);
-    const int64_t p0 = r0 * ow, p1 = r1 * ow;
+    const int64_t inside = (jhi - jlo) / NN_DIRECT_TILE * NN_DIRECT_TILE;
     for (int64_t mb = 0; mb < m; mb += 16) {
         float b16[16] __attribute__((aligned(32))) = {0};
         for (int64_t k = mb; k < NN_MIN(m, mb + 16); k++) b16[k - mb] = bias ? bias[k] : 0.0f;
         const int V = p->mp - mb >= 16 ? 2 : 1;
-        for (int64_t r = r0; r < r1; r++) {
-            /* a row's inside pixels in whole tiles; the rest of the row joins the next row's edge in tiles */
+        for (int64_t r = p0 / ow; r <= (p1 - 1) / ow && inside > 0; r++) {
             const int64_t top = (r % p->oh) * p->sh - p->pad_top;
             int64_t ki0, ki1;
             nn_direct_rows(p, top, &ki0, &ki1);
             const float *ximg = x + (r / p->oh) * p->h * p->w * p->c;
             float *yrow = y + r * ow * ld;
-            for (int64_t j = jlo; j + NN_DIRECT_TILE <= jhi; j += NN_DIRECT_TILE) {
+            for (int64_t j = jlo; j < jlo + inside; j += NN_DIRECT_TILE) {
+                if (r * ow + j < p0 || r * ow + j + NN_DIRECT_TILE > p1) continue;
                 if (V == 2)
                     nn_direct_tile(ximg, yrow + j * ld + mb, wt, b16, p, ki0, ki1, top, j * sw - p->pad_left, mb,
                                    NN_DIRECT_TILE, 2, 0);
@@ -162,12 +164,12 @@ NN_API NN_CLONES void nn_direct_nhwc_f32(const float *x, float *y, const float *
             }
         }
         /* the pixels no inside tile took, in runs of consecutive pixels of at most NN_DIRECT_TILE */
-        const int64_t inside = jhi > jlo ? (jhi - jlo) / NN_DIRECT_TILE * NN_DIRECT_TILE : 0;
         int64_t start = 0, count = 0;
         for (int64_t q = p0; q < p1; q++) {
-            if (q % ow == jlo && inside > 0) {          /* this row's inside tiles: done above */
-                nn_direct_flush(x, y, wt, b16, p, start, &count, mb, V);
-                q += inside - 1;
+            const int64_t j = q % ow;
+            if (j >= jlo && j < jlo + inside && (j - jlo) % NN_DIRECT_TILE == 0 && q + NN_DIRECT_TILE <= p1) {
+                nn_direct_flush(x, y, wt, b16, p, start, &count, mb, V);   /* an inside tile above took it */
+                q += NN_DIRECT_TILE - 1;
                 continue;
             }
             if (count++ == 0) start = q;
