@@ -35,9 +35,10 @@ def _model(n, c, h, w, m, groups, k, stride, dil, pads, bias, relu):
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
-# fewer than four groups, and 16 + 8 output channels a group (a two-vector block, then a one-vector one)
+# fewer than four groups, 16 + 8 output channels a group (a two-vector block, then a one-vector one), 32 a group
 @pytest.mark.parametrize("c,m,groups", [(48, 48, 6), (64, 64, 8), (32, 64, 8), (40, 40, 5), (64, 128, 4),
-                                        (24, 24, 3), (16, 16, 2), (32, 48, 2), (24, 72, 3)])
+                                        (24, 24, 3), (16, 16, 2), (32, 48, 2), (24, 72, 3),
+                                        (64, 64, 2)])
 @pytest.mark.parametrize("k,stride,dil,pads", [(3, 1, 1, [1, 1, 1, 1]), (3, 2, 1, [1, 1, 1, 1]),
                                                (3, 1, 2, [2, 1, 0, 2]), (1, 1, 1, [0, 0, 0, 0])])
 def test_grouped_conv_matches_onnxruntime(monkeypatch, c, m, groups, k, stride, dil, pads):

@@ -212,8 +212,11 @@ def act_record(act: Activation | None):
 
 
 # groups of at most this many input channels run on the native grouped kernel (when their output
-# channels are a multiple of 8); wider groups keep the GEMM (ResNeXt-like 4 and RegNet's 8 are narrow)
-NATIVE_GROUP_MAX_CG = 16
+# channels are a multiple of 8); wider groups keep the im2col GEMM. Measured at 1 thread, 3x3, batch 1, interleaved
+# min of 32 in one process on the 2-core Zen 3 VM (us, grouped / im2col): 16 a group: 64 in 4 groups at 28^2
+# 310 / 797, 128 in 8 at 28^2 641 / 1629; 32 a group: 256 in 8 at 14^2 653 / 861, 512 in 16 at 7^2 311 / 428,
+# 64 in 2 at 56^2 2526 / 3367; 64 a group: 256 in 4 at 14^2 1495 / 1179, 128 in 2 at 28^2 2201 / 2279.
+NATIVE_GROUP_MAX_CG = 32
 # the native grouped kernel's bounds (nn_gconv.h: its row of zeros, its table of tap sources)
 NATIVE_GROUP_MAX_C = 4096
 NATIVE_GROUP_MAX_TAPS = 64
