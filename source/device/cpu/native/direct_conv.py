@@ -100,9 +100,19 @@ def beats_winograd(c: int, m: int, dtype) -> bool:
 # 32 -> 32 1x1 56^2 0.213 / 0.289 (a 1x1 is one GEMM on the input, no gather to save).
 
 
-def nchw_fits(n: int, c: int, m: int, kernel: tuple[int, int], group: int, dtype) -> bool:
-    """Whether a convolution that stays channels first runs on the direct kernel through copies."""
-    return kernel != (1, 1) and m >= BLOCK and direct_fits(n, c, m, kernel, group, dtype)
+# Channels first with fewer than BLOCK output channels (a detection head's class, box and centerness convolutions
+# after GroupNorm): on maps of at most this many output pixels an image the direct kernel through the copies still
+# wins, the numpy im2col's or shift's dozen calls costing more than the unused lanes. Measured as above, 1 thread
+# (us, NCHW GEMM path / direct through copies): 48 -> 10, 4, 1 at 8^2 103 / 25, 93 / 22, 82 / 23; at 16^2 189 / 75,
+# 157 / 64, 122 / 66; but at 32^2 (the shift path) 306 / 427, 159 / 358, 108 / 378.
+NCHW_FEW_OUT_MAX_PIXELS = 256
+
+
+def nchw_fits(n: int, c: int, m: int, kernel: tuple[int, int], group: int, dtype, pixels: int | None = None) -> bool:
+    """Whether a convolution that stays channels first runs on the direct kernel through copies (``pixels``: its
+    output pixels an image, None when not known)."""
+    few_pixels = pixels is not None and pixels <= NCHW_FEW_OUT_MAX_PIXELS
+    return kernel != (1, 1) and (m >= BLOCK or few_pixels) and direct_fits(n, c, m, kernel, group, dtype)
 
 
 def nchw_run(s, wv: np.ndarray, bias: np.ndarray | None, act):
