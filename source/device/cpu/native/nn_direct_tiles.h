@@ -62,12 +62,32 @@ NN_INLINE void nn_direct_rows(const nn_direct_params *p, int64_t top, int64_t *k
     while (*ki1 > *ki0 && top + (*ki1 - 1) * p->dh >= p->h) (*ki1)--;
 }
 
-/* the pixels [px, px + real) of the flattened output that a tile which is not inside one row takes, for the
- * channel block at mb (V vectors): through a table of sources, or one pixel at a time when none fits */
+/* the pixels [px, px + real) of the flattened output that no whole inside tile takes, for the channel block at mb
+ * (V vectors): a smaller inside tile when they are one row's rest with windows inside it ([jlo, jhi)), else
+ * through a table of sources, or one pixel at a time when none fits */
 NN_INLINE void nn_direct_edge_tile(const float *restrict x, float *restrict y, const float *restrict wt,
                                    const float *restrict b16, const nn_direct_params *p, int64_t px, int64_t real,
-                                   int64_t mb, const int V) {
+                                   int64_t jlo, int64_t jhi, int64_t mb, const int V) {
     const int64_t ow = p->ow, taps = p->kh * p->kw, c = p->c;
+    const int64_t r0 = px / ow, j0 = px - r0 * ow;
+    if (j0 + real <= ow && j0 >= jlo && j0 + real <= jhi) {
+        /* a row's rest whose windows lie inside the row (a 112-wide 1x1's last 4 pixels): no table to build */
+        const int64_t top = (r0 % p->oh) * p->sh - p->pad_top;
+        int64_t ki0, ki1;
+        nn_direct_rows(p, top, &ki0, &ki1);
+        const float *ximg = x + (r0 / p->oh) * p->h * p->w * c;
+        float *yp = y + px * p->ldy + mb;
+        const int64_t left = j0 * p->sw - p->pad_left;
+        switch (real) {
+        case 1: nn_direct_tile(ximg, yp, wt, b16, p, ki0, ki1, top, left, mb, 1, V, 0); break;
+        case 2: nn_direct_tile(ximg, yp, wt, b16, p, ki0, ki1, top, left, mb, 2, V, 0); break;
+        case 3: nn_direct_tile(ximg, yp, wt, b16, p, ki0, ki1, top, left, mb, 3, V, 0); break;
+        case 4: nn_direct_tile(ximg, yp, wt, b16, p, ki0, ki1, top, left, mb, 4, V, 0); break;
+        case 5: nn_direct_tile(ximg, yp, wt, b16, p, ki0, ki1, top, left, mb, 5, V, 0); break;
+        default: nn_direct_tile(ximg, yp, wt, b16, p, ki0, ki1, top, left, mb, NN_DIRECT_TILE, V, 0); break;
+        }
+        return;
+    }
     if (taps > NN_DIRECT_MAX_TAPS || c > NN_ZERO_ROW_FLOATS) {
         for (int64_t q = px; q < px + real; q++) {
             const int64_t r = q / ow, j = q % ow, top = (r % p->oh) * p->sh - p->pad_top;
@@ -123,12 +143,12 @@ NN_INLINE void nn_direct_edge_tile(const float *restrict x, float *restrict y, c
 /* the pending run of ``*count`` consecutive pixels from ``start`` (none when 0) as one edge tile */
 NN_INLINE void nn_direct_flush(const float *restrict x, float *restrict y, const float *restrict wt,
                                const float *restrict b16, const nn_direct_params *p, int64_t start, int64_t *count,
-                               int64_t mb, int V) {
+                               int64_t jlo, int64_t jhi, int64_t mb, int V) {
     if (*count == 0) return;
     if (V == 2)
-        nn_direct_edge_tile(x, y, wt, b16, p, start, *count, mb, 2);
+        nn_direct_edge_tile(x, y, wt, b16, p, start, *count, jlo, jhi, mb, 2);
     else
-        nn_direct_edge_tile(x, y, wt, b16, p, start, *count, mb, 1);
+        nn_direct_edge_tile(x, y, wt, b16, p, start, *count, jlo, jhi, mb, 1);
     *count = 0;
 }
 
@@ -168,14 +188,14 @@ NN_INLINE void nn_direct_pixels(const float *x, float *y, const float *wt, const
         for (int64_t q = p0; q < p1; q++) {
             const int64_t j = q % ow;
             if (j >= jlo && j < jlo + inside && (j - jlo) % NN_DIRECT_TILE == 0 && q + NN_DIRECT_TILE <= p1) {
-                nn_direct_flush(x, y, wt, b16, p, start, &count, mb, V);   /* an inside tile above took it */
+                nn_direct_flush(x, y, wt, b16, p, start, &count, jlo, jhi, mb, V);   /* an inside tile above took it */
                 q += NN_DIRECT_TILE - 1;
                 continue;
             }
             if (count++ == 0) start = q;
-            if (count == NN_DIRECT_TILE) nn_direct_flush(x, y, wt, b16, p, start, &count, mb, V);
+            if (count == NN_DIRECT_TILE) nn_direct_flush(x, y, wt, b16, p, start, &count, jlo, jhi, mb, V);
         }
-        nn_direct_flush(x, y, wt, b16, p, start, &count, mb, V);
+        nn_direct_flush(x, y, wt, b16, p, start, &count, jlo, jhi, mb, V);
     }
     if (ld == m)
         nn_apply(y + p0 * m, (p1 - p0) * m, &p->act);
@@ -184,9 +204,9 @@ NN_INLINE void nn_direct_pixels(const float *x, float *y, const float *wt, const
 }
 
 /* Bytes of input and output rows a chunk of output rows touches: the blocks of output channels loop inside a
- * chunk, so its rows stay in L2 between them (one block's sweep over a whole 112x112 map ran a 16 -> 64 1x1 at
+ * chunk, so its rows stay in L1 between them (one block's sweep over a whole 112x112 map ran a 16 -> 64 1x1 at
  * 1.5x the time of the row-by-row walk). */
-#define NN_DIRECT_CHUNK_BYTES (128 << 10)
+#define NN_DIRECT_CHUNK_BYTES (32 << 10)
 
 /* output pixels [p0, p1) of the flattened (N * OH * OW) pixels, in chunks of whole output rows (the first may
  * start mid-row) */
