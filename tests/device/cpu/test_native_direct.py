@@ -66,6 +66,7 @@ CASES = [  # c, m, h, w, k, stride, dil, pads
     (24, 16, 14, 14, 3, 2, 1, [1, 1, 1, 1]),      # one left-edge pixel between a row's inside tiles
     (32, 48, 13, 13, 5, 1, 1, [2, 2, 2, 2]),      # two edge pixels a side, a 5x5 tap table
     (4, 16, 12, 12, 9, 1, 1, [4, 4, 4, 4]),       # 81 taps: more than a tap table holds, edge pixels one at a time
+    (8, 16, 5, 40, 3, 1, 1, [1, 1, 1, 1]),        # rows of 40 pixels: the row walk
 ]
 
 

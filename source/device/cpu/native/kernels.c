@@ -1417,9 +1417,14 @@ typedef struct {
 static void nn_direct_task(const void *args, int64_t part, int64_t parts) {
     const nn_direct_args *a = (const nn_direct_args *)args;
     int64_t lo, hi;
-    /* by pixels, not rows: a 7x7 map's 7 rows split 4 : 3 */
-    nn_split(a->p->n * a->p->oh * a->p->ow, NN_DIRECT_TILE, part, parts, &lo, &hi);
-    nn_direct_nhwc_f32(a->x, a->y, a->wt, a->bias, a->p, lo, hi);
+    if (a->p->ow <= NN_DIRECT_PIXEL_WALK_MAX_OW) {
+        /* by pixels, not rows: a 7x7 map's 7 rows split 4 : 3 */
+        nn_split(a->p->n * a->p->oh * a->p->ow, NN_DIRECT_TILE, part, parts, &lo, &hi);
+        nn_direct_nhwc_pixels_f32(a->x, a->y, a->wt, a->bias, a->p, lo, hi);
+    } else {
+        nn_split(a->p->n * a->p->oh, 1, part, parts, &lo, &hi);
+        nn_direct_nhwc_rows_f32(a->x, a->y, a->wt, a->bias, a->p, lo, hi);
+    }
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -2478,7 +2483,7 @@ static void nn_conv_dealloc(nn_conv_object *self) {
  * pad_top, pad_left, groups, cg, mg; weights (groups, kh, kw, cg, mg), mg a multiple of 8) or "im2col" (n, h, w,
  * c, oh, ow, m, kh, kw, sh, sw, dh, dw, pad_top, pad_left, ld, band_rows; weights (ld, m), ld >= kh * kw * c) or
  * "direct" (n, h, w, c, oh, ow, m, kh, kw, sh, sw, dh, dw, pad_top, pad_left, mp; weights kh * kw * c * mp floats in
- * blocks of 16 columns (nn_direct_nhwc_f32), mp >= m a multiple of 8) */
+ * blocks of 16 columns (nn_direct_tiles.h), mp >= m a multiple of 8) */
 static PyObject *nn_conv_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
     const char *k = "Conv";
     const char *kind_name;

@@ -1,15 +1,20 @@
-/* The direct channels-last convolution's walk over output pixels (nn_direct_nhwc_f32); included once from
- * kernels.c after nn_direct_tile, which runs a tile whose windows lie inside the input row.
+/* The direct channels-last convolution's two walks over output pixels; included once from kernels.c after
+ * nn_direct_tile, which runs a tile whose windows lie inside the input row. nn_direct_task picks the walk: rows of
+ * at most NN_DIRECT_PIXEL_WALK_MAX_OW pixels take the pixel walk, wider ones the row walk.
  *
- * A part's output pixels (a range of the flattened N * OH * OW), in chunks of rows that stay in L2, go in tiles
- * of NN_DIRECT_TILE, one block of 16 (or 8) output channels at a time over the chunk. A tile of one
- * output row whose windows lie inside the row runs nn_direct_tile (a kernel row's taps as one run of input).
- * Every other tile (pixels whose window crosses the left or right edge, the rest of a row, pixels of two rows)
- * runs nn_direct_ptr_tile: a table gives each pixel's input pixel per tap, a row of zeros (nn_zero_row) where
- * the tap falls into the padding, so runs of such pixels share one tile of independent chains. The walk it replaces ran such pixels one at a time (one chain of dependent
- * multiply-adds per vector), a quarter of the speed: 2 pixels in 14 of a padded 14-wide map, 3 in 7 of a
- * 7-wide one. A convolution whose table or zero row would not hold (more than NN_DIRECT_MAX_TAPS taps, more
- * than NN_ZERO_ROW_FLOATS input channels) runs those pixels one at a time as before.
+ * The row walk (nn_direct_nhwc_rows_f32): per output row and block of output channels, the row's inside pixels in
+ * tiles of 6, 4, 2 and 1, its edge pixels one at a time (one chain of dependent multiply-adds per vector, a
+ * quarter of the speed), which costs little on a wide row.
+ *
+ * The pixel walk (nn_direct_nhwc_pixels_f32): a part's output pixels (a range of the flattened N * OH * OW), in
+ * chunks of rows that stay in L1, go in tiles of NN_DIRECT_TILE, one block of 16 (or 8) output channels at a
+ * time over the chunk. A tile of one output row whose windows lie inside the row runs nn_direct_tile. Every other
+ * run of up to NN_DIRECT_TILE consecutive pixels (pixels whose window crosses the left or right edge, the rest of
+ * a row, pixels of two rows) runs nn_direct_ptr_tile: a table gives each pixel's input pixel per tap, a row of
+ * zeros (nn_zero_row) where the tap falls into the padding, so such pixels share one tile of independent chains
+ * (2 pixels in 14 of a padded 14-wide map are edge pixels, and all of a 7-wide one). A convolution whose table or
+ * zero row would not hold (more than NN_DIRECT_MAX_TAPS taps, more than NN_ZERO_ROW_FLOATS input channels) runs
+ * those pixels one at a time.
  */
 
 #define NN_DIRECT_MAX_TAPS 64
@@ -185,15 +190,19 @@ NN_INLINE void nn_direct_pixels(const float *x, float *y, const float *wt, const
         }
         /* the pixels no inside tile took, in runs of consecutive pixels of at most NN_DIRECT_TILE */
         int64_t start = 0, count = 0;
-        for (int64_t q = p0; q < p1; q++) {
-            const int64_t j = q % ow;
+        /* j: q's column, kept without a division per pixel (the scan ran a 1x1 over a 112-wide map 6% slower) */
+        for (int64_t q = p0, j = p0 % ow; q < p1;) {
             if (j >= jlo && j < jlo + inside && (j - jlo) % NN_DIRECT_TILE == 0 && q + NN_DIRECT_TILE <= p1) {
                 nn_direct_flush(x, y, wt, b16, p, start, &count, jlo, jhi, mb, V);   /* an inside tile above took it */
-                q += NN_DIRECT_TILE - 1;
-                continue;
+                q += NN_DIRECT_TILE;
+                j += NN_DIRECT_TILE;
+            } else {
+                if (count++ == 0) start = q;
+                if (count == NN_DIRECT_TILE) nn_direct_flush(x, y, wt, b16, p, start, &count, jlo, jhi, mb, V);
+                q++;
+                j++;
             }
-            if (count++ == 0) start = q;
-            if (count == NN_DIRECT_TILE) nn_direct_flush(x, y, wt, b16, p, start, &count, jlo, jhi, mb, V);
+            if (j == ow) j = 0;
         }
         nn_direct_flush(x, y, wt, b16, p, start, &count, jlo, jhi, mb, V);
     }
@@ -208,9 +217,9 @@ NN_INLINE void nn_direct_pixels(const float *x, float *y, const float *wt, const
  * 1.5x the time of the row-by-row walk). */
 #define NN_DIRECT_CHUNK_BYTES (32 << 10)
 
-/* output pixels [p0, p1) of the flattened (N * OH * OW) pixels, in chunks of whole output rows (the first may
- * start mid-row) */
-NN_API NN_CLONES void nn_direct_nhwc_f32(const float *x, float *y, const float *wt, const float *bias,
+/* The pixel walk: output pixels [p0, p1) of the flattened (N * OH * OW) pixels, in chunks of whole output rows
+ * (the first may start mid-row) */
+NN_API NN_CLONES void nn_direct_nhwc_pixels_f32(const float *x, float *y, const float *wt, const float *bias,
                                          const nn_direct_params *p, int64_t p0, int64_t p1) {
     const int64_t row_bytes = (p->sh * p->w * p->c + p->ow * p->m) * (int64_t)sizeof(float);
     const int64_t rows = NN_MAX(1, NN_DIRECT_CHUNK_BYTES / NN_MAX(1, row_bytes));
@@ -220,3 +229,70 @@ NN_API NN_CLONES void nn_direct_nhwc_f32(const float *x, float *y, const float *
         c0 = c1;
     }
 }
+
+/* Rows at most this wide take the pixel walk, wider ones the row walk: the tables and the scan cost more than the
+ * edges save on a wide row. 1 thread, one process, old row walk / pixel walk (us): 128 -> 128 3x3 at 7^2 274 / 161,
+ * 48 -> 48 at 16^2 143 / 117, 64 -> 64 at 14^2 182 / 174, 32 -> 32 at 28^2 177 / 162; but 16 -> 16 at 56^2
+ * 167 / 172, a 3 -> 16 stem at 112^2 145 / 157, 16 -> 64 1x1 at 112^2 391 / 442. */
+#define NN_DIRECT_PIXEL_WALK_MAX_OW 32
+
+/* one output row's pixels for the channel block at mb (V vectors) */
+NN_INLINE void nn_direct_row_block(const float *restrict ximg, float *restrict yrow, const float *restrict wt,
+                               const float *restrict b16, const nn_direct_params *p, int64_t ki0, int64_t ki1,
+                               int64_t top, int64_t mb, const int V) {
+    const int64_t ow = p->ow, sw = p->sw, m = p->ldy;     /* m: the output's pixel stride */
+    /* pixels [jlo, jhi) have every tap of their window inside the row */
+    int64_t jlo = (p->pad_left + sw - 1) / sw;
+    const int64_t last = p->w - 1 - (p->kw - 1) * p->dw + p->pad_left;    /* largest j * sw inside */
+    int64_t jhi = last < 0 ? 0 : last / sw + 1;
+    jhi = NN_MIN(jhi, ow);
+    jlo = NN_MIN(jlo, jhi);
+    int64_t j = 0;
+    for (; j < jlo; j++)
+        nn_direct_tile(ximg, yrow + j * m + mb, wt, b16, p, ki0, ki1, top, j * sw - p->pad_left, mb, 1, V, 1);
+    for (; j + NN_DIRECT_TILE <= jhi; j += NN_DIRECT_TILE)
+        nn_direct_tile(ximg, yrow + j * m + mb, wt, b16, p, ki0, ki1, top, j * sw - p->pad_left, mb,
+                       NN_DIRECT_TILE, V, 0);
+    /* the rest of the interior in tiles of 4, 2, 1 (a 7-wide map's 5 inner pixels, else one at a time, ran at half
+     * the speed: one pixel is one chain of dependent FMAs per vector) */
+    if (j + 4 <= jhi) {
+        nn_direct_tile(ximg, yrow + j * m + mb, wt, b16, p, ki0, ki1, top, j * sw - p->pad_left, mb, 4, V, 0);
+        j += 4;
+    }
+    if (j + 2 <= jhi) {
+        nn_direct_tile(ximg, yrow + j * m + mb, wt, b16, p, ki0, ki1, top, j * sw - p->pad_left, mb, 2, V, 0);
+        j += 2;
+    }
+    for (; j < jhi; j++)
+        nn_direct_tile(ximg, yrow + j * m + mb, wt, b16, p, ki0, ki1, top, j * sw - p->pad_left, mb, 1, V, 0);
+    for (; j < ow; j++)
+        nn_direct_tile(ximg, yrow + j * m + mb, wt, b16, p, ki0, ki1, top, j * sw - p->pad_left, mb, 1, V, 1);
+}
+
+/* The row walk: output rows [r0, r1) of the flattened (N * OH) rows, edge pixels one at a time. */
+NN_API NN_CLONES void nn_direct_nhwc_rows_f32(const float *x, float *y, const float *wt, const float *bias,
+                                         const nn_direct_params *p, int64_t r0, int64_t r1) {
+    const int64_t m = p->m, ow = p->ow, ld = p->ldy;
+    for (int64_t r = r0; r < r1; r++) {
+        const int64_t b = r / p->oh, i = r % p->oh, top = i * p->sh - p->pad_top;
+        /* kernel rows whose input row lies inside: ki0 <= ki < ki1 */
+        int64_t ki0 = 0, ki1 = p->kh;
+        while (ki0 < ki1 && top + ki0 * p->dh < 0) ki0++;
+        while (ki1 > ki0 && top + (ki1 - 1) * p->dh >= p->h) ki1--;
+        const float *ximg = x + b * p->h * p->w * p->c;
+        float *yrow = y + r * ow * ld;
+        for (int64_t mb = 0; mb < m; mb += 16) {
+            float b16[16] __attribute__((aligned(32))) = {0};
+            for (int64_t k = mb; k < NN_MIN(m, mb + 16); k++) b16[k - mb] = bias ? bias[k] : 0.0f;
+            if (p->mp - mb >= 16)
+                nn_direct_row_block(ximg, yrow, wt, b16, p, ki0, ki1, top, mb, 2);
+            else
+                nn_direct_row_block(ximg, yrow, wt, b16, p, ki0, ki1, top, mb, 1);
+        }
+        if (ld == m)
+            nn_apply(yrow, ow * m, &p->act);
+        else
+            for (int64_t j = 0; j < ow; j++) nn_apply(yrow + j * ld, m, &p->act);
+    }
+}
+
