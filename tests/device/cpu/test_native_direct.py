@@ -62,6 +62,11 @@ CASES = [  # c, m, h, w, k, stride, dil, pads
     (8, 8, 7, 5, 1, 1, 1, [0, 0, 0, 0]),          # 1x1
     (24, 7, 6, 4, 3, 1, 1, [1, 1, 1, 1]),         # m below 8, rows narrower than a tile
     (48, 48, 10, 19, 3, 1, 1, [1, 1, 1, 1]),
+    (40, 24, 7, 7, 3, 1, 1, [1, 1, 1, 1]),        # a 7-wide map: edge pixels of two rows (and images) share a tile
+    (24, 16, 14, 14, 3, 2, 1, [1, 1, 1, 1]),      # one left-edge pixel between a row's inside tiles
+    (32, 48, 13, 13, 5, 1, 1, [2, 2, 2, 2]),      # two edge pixels a side, a 5x5 tap table
+    (4, 16, 12, 12, 9, 1, 1, [4, 4, 4, 4]),       # 81 taps: more than a tap table holds, edge pixels one at a time
+    (8, 16, 5, 40, 3, 1, 1, [1, 1, 1, 1]),        # rows of 40 pixels: the row walk
 ]
 
 
@@ -71,7 +76,8 @@ def test_direct_conv_matches_reference(monkeypatch, c, m, h, w, k, stride, dil, 
     _check(monkeypatch, c, m, h, w, k, stride, dil, pads, threads, True)
 
 
-@pytest.mark.parametrize("c,m,h,w,k,stride,dil,pads", [case for case in CASES if case[4] > 1 and case[1] >= 16])
+# every case's map is small (at most 256 output pixels): fewer than 16 output channels run direct too (nchw_fits)
+@pytest.mark.parametrize("c,m,h,w,k,stride,dil,pads", [case for case in CASES if case[4] > 1])
 def test_direct_conv_channels_first_matches_reference(monkeypatch, c, m, h, w, k, stride, dil, pads):
     _check(monkeypatch, c, m, h, w, k, stride, dil, pads, 2, False)
 
@@ -107,6 +113,18 @@ def test_direct_fits_only_float32_group1_narrow():
     assert direct_conv.nchw_fits(1, 48, 48, (3, 3), 1, f32)
     assert not direct_conv.nchw_fits(1, 32, 32, (1, 1), 1, f32)        # one GEMM on the input already
     assert not direct_conv.nchw_fits(1, 48, 10, (3, 3), 1, f32)        # 10 of 16 lanes
+    assert not direct_conv.nchw_fits(1, 48, 10, (3, 3), 1, f32, 32 * 32)
+    assert direct_conv.nchw_fits(1, 48, 10, (3, 3), 1, f32, 16 * 16)   # a small map: numpy's calls cost more
+
+
+def test_direct_fits_small_maps_without_avx512(monkeypatch):
+    f32 = np.dtype(np.float32)
+    monkeypatch.setattr(direct_conv.parallel, "avx512", lambda: False)
+    assert direct_conv.direct_fits(1, 128, 128, (3, 3), 1, f32, 7 * 7)         # a 7x7 map: the GEMM's rows are few
+    assert not direct_conv.direct_fits(1, 128, 128, (3, 3), 1, f32, 14 * 14)
+    assert not direct_conv.direct_fits(1, 256, 128, (1, 1), 1, f32, 7 * 7)     # a 1x1 ties: one GEMM on the input
+    monkeypatch.setattr(direct_conv.parallel, "avx512", lambda: True)
+    assert not direct_conv.direct_fits(1, 128, 128, (3, 3), 1, f32, 7 * 7)     # twice the GEMM's vector width there
 
 
 @pytest.mark.parametrize("layout", ["nhwc", "nchw"])
@@ -130,3 +148,44 @@ def test_direct_conv_forced_on_every_group1_case(monkeypatch, layout):
         for act in ("relu", "clip"):
             check(name, True, test_nhwc_conv.ACTIVATIONS[act])
         assert calls.count("direct") == 2, name
+
+
+@pytest.mark.skipif(direct_conv.parallel.avx512(), reason="with AVX-512 small maps keep the GEMM (direct_fits)")
+@pytest.mark.parametrize("check", ["0", "1"])
+def test_small_map_wide_conv_runs_direct(monkeypatch, check):
+    """96 -> 80 channels 3x3 on a 6x6 map (batch 2, both plan paths): the small-map rule puts it on the direct
+    kernel, whose tiles then hold pixels of several rows and of both images."""
+    monkeypatch.setenv("NNHAL_CHECK", check)
+    calls = []
+    real = native.Conv
+    monkeypatch.setattr(native, "Conv", lambda kind, *a: (calls.append(kind), real(kind, *a))[1])
+    rng = np.random.default_rng(5)
+    wt = rng.standard_normal((80, 96, 3, 3)).astype(np.float32)
+    bias = rng.standard_normal(80).astype(np.float32)
+    x = rng.standard_normal((2, 96, 6, 6)).astype(np.float32)
+    want, scale = _reference(x, wt, bias, 1, 1, [1, 1, 1, 1], True)
+    with nnhal.Session(_model(x.shape, wt, bias, 3, 1, 1, [1, 1, 1, 1], True), devices=["cpu"], num_thread=2) as s:
+        got = s.run({"x": x})[0]
+    assert "direct" in calls, "the small-map convolution did not run on the direct kernel"
+    assert np.all(np.abs(got - want) <= (96 * 9 + 2) * 2.0 ** -24 * scale + 1e-30)
+
+
+@pytest.mark.parametrize("parts", [1, 2, 3, 7])
+def test_direct_conv_split_by_pixels(parts):
+    """The kernel's parts are ranges of output pixels (nn_direct_task), cut mid-row and mid-tile: any count of
+    parts gives the reference (7x9 maps of a batch of 2, 40 -> 24 channels, a fused Relu)."""
+    import types
+
+    c, m, h, w = 40, 24, 7, 9
+    rng = np.random.default_rng(parts)
+    wt = rng.standard_normal((m, c, 3, 3)).astype(np.float32)
+    bias = rng.standard_normal(m).astype(np.float32)
+    x = rng.standard_normal((2, c, h, w)).astype(np.float32)
+    s = types.SimpleNamespace(n=2, h=h, w=w, c=c, m=m, oh=h, ow=w, kernel=(3, 3), strides=(1, 1),
+                              dilations=(1, 1), pads=(1, 1, 1, 1))
+    conv = direct_conv.make(s, wt, bias, native.make_act("relu"))
+    y = np.empty((2, h, w, m), np.float32)
+    conv.run(np.ascontiguousarray(x.transpose(0, 2, 3, 1)), y, None, parts)
+    want, scale = _reference(x, wt, bias, 1, 1, [1, 1, 1, 1], True)
+    bound = (c * 9 + 2) * 2.0 ** -24 * scale + 1e-30
+    assert np.all(np.abs(y.transpose(0, 3, 1, 2) - want) <= bound)

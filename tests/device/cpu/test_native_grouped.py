@@ -1,6 +1,6 @@
-"""The native grouped convolution (kernels.c nn_gconv_nhwc_f32) on the cpu device against onnxruntime:
-narrow groups, MG a multiple of 8, padding, strides, dilations, bias, a fused Relu, group counts that
-are and are not multiples of four."""
+"""The native grouped convolution (nn_gconv.h nn_gconv_nhwc_f32) on the cpu device against onnxruntime:
+narrow groups, MG a multiple of 8 (one and two vectors a block), padding, strides, dilations, bias, a fused
+Relu, one to eight groups, rows of 6 and 11 pixels (a part of one tile of 8, a tile and a part)."""
 from __future__ import annotations
 
 import numpy as np
@@ -35,8 +35,10 @@ def _model(n, c, h, w, m, groups, k, stride, dil, pads, bias, relu):
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
+# fewer than four groups, 16 + 8 output channels a group (a two-vector block, then a one-vector one), 32 a group
 @pytest.mark.parametrize("c,m,groups", [(48, 48, 6), (64, 64, 8), (32, 64, 8), (40, 40, 5), (64, 128, 4),
-                                        (24, 24, 3)])
+                                        (24, 24, 3), (16, 16, 2), (32, 48, 2), (24, 72, 3),
+                                        (64, 64, 2)])
 @pytest.mark.parametrize("k,stride,dil,pads", [(3, 1, 1, [1, 1, 1, 1]), (3, 2, 1, [1, 1, 1, 1]),
                                                (3, 1, 2, [2, 1, 0, 2]), (1, 1, 1, [0, 0, 0, 0])])
 def test_grouped_conv_matches_onnxruntime(monkeypatch, c, m, groups, k, stride, dil, pads):
@@ -50,3 +52,13 @@ def test_grouped_conv_matches_onnxruntime(monkeypatch, c, m, groups, k, stride, 
         got = s.run({"x": x})[0]
     assert "grouped" in calls, "the native grouped kernel was not prepared"
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("c,k", [(4104, 3), (16, 9)])
+def test_grouped_kernel_refuses_what_its_tables_do_not_hold(c, k):
+    # nn_gconv.h reads padding from a row of 4096 zeros and keeps a table of at most 64 taps a tile
+    groups, cg, mg = 2, c // 2, 8
+    geometry = (1, 9, 9, c, 9, 9, groups * mg, k, k, 1, 1, 1, 1, k // 2, k // 2, groups, cg, mg)
+    weights = np.zeros((groups, k, k, cg, mg), np.float32)
+    with pytest.raises(ValueError, match="kh \\* kw <= 64"):
+        native.Conv("grouped", geometry, weights, None, native.make_act(None))

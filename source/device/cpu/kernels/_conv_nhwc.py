@@ -212,20 +212,27 @@ def act_record(act: Activation | None):
 
 
 # groups of at most this many input channels run on the native grouped kernel (when their output
-# channels are a multiple of 8); wider groups keep the GEMM (ResNeXt-like 4 and RegNet's 8 are narrow)
-NATIVE_GROUP_MAX_CG = 16
+# channels are a multiple of 8); wider groups keep the im2col GEMM. Measured at 1 thread, 3x3, batch 1, interleaved
+# min of 32 in one process on the 2-core Zen 3 VM (us, grouped / im2col): 16 a group: 64 in 4 groups at 28^2
+# 310 / 797, 128 in 8 at 28^2 641 / 1629; 32 a group: 256 in 8 at 14^2 653 / 861, 512 in 16 at 7^2 311 / 428,
+# 64 in 2 at 56^2 2526 / 3367; 64 a group: 256 in 4 at 14^2 1495 / 1179, 128 in 2 at 28^2 2201 / 2279.
+NATIVE_GROUP_MAX_CG = 32
+# the native grouped kernel's bounds (nn_gconv.h: its row of zeros, its table of tap sources)
+NATIVE_GROUP_MAX_C = 4096
+NATIVE_GROUP_MAX_TAPS = 64
 
 
 def native_grouped_fits(s: _conv2d.Conv2d) -> bool:
     """Whether native_grouped takes the convolution (see there)."""
     return native.available() and s.dtype == np.float32 and s.group != 1 and s.cg != 1 \
-        and s.cg <= NATIVE_GROUP_MAX_CG and s.mg % 8 == 0
+        and s.cg <= NATIVE_GROUP_MAX_CG and s.mg % 8 == 0 and s.c <= NATIVE_GROUP_MAX_C \
+        and s.kernel[0] * s.kernel[1] <= NATIVE_GROUP_MAX_TAPS
 
 
 def native_grouped(s: _conv2d.Conv2d, wv: np.ndarray, bias: np.ndarray | None, act: Activation | None) \
         -> RunFn | None:
-    """The native grouped convolution (kernels.c nn_gconv_nhwc_f32: per pixel, each group's outputs in
-    registers over its taps and channels, no im2col, no zeros multiplied), split by output rows over the
+    """The native grouped convolution (nn_gconv.h nn_gconv_nhwc_f32: tiles of 8 pixels times 8 of a group's
+    outputs in registers over its taps and channels, no im2col, no zeros multiplied), split by output rows over the
     native pool; None when it does not apply (not built, another dtype, wide groups, MG not a multiple
     of 8): the im2col super-groups run it."""
     if not native_grouped_fits(s):
@@ -455,7 +462,7 @@ class ConvGemmNHWC(Kernel):
         # one input channel and group 1 (a grey or spectrogram stem, 1 -> M) is a depthwise convolution of
         # multiplier M, which only numpy's tap-wise loop runs: the direct kernel takes it (1 -> 32 3x3 at 32x128:
         # 0.05 ms against 1.0, one thread; device/cpu/native/direct_conv.py)
-        direct = direct_conv.direct_fits(s.n, s.c, s.m, s.kernel, s.group, s.dtype)
+        direct = direct_conv.direct_fits(s.n, s.c, s.m, s.kernel, s.group, s.dtype, s.oh * s.ow)
         if s.cg == 1 and not (s.group == 1 and direct):
             return "depthwise"
         if native_grouped_fits(s):

@@ -225,7 +225,7 @@ class ConvGemm(Kernel):
     def prepare(self, node, ins, outs) -> RunFn:
         s = _conv2d.conv2d(node, ins, outs)
         wv, finish = ins[1].value, _epilogue(node, ins, s)
-        if direct_conv.nchw_fits(s.n, s.c, s.m, s.kernel, s.group, s.dtype):
+        if direct_conv.nchw_fits(s.n, s.c, s.m, s.kernel, s.group, s.dtype, s.oh * s.ow):
             # few channels on a side: the native direct kernel through channels-last copies
             return direct_conv.nchw_run(s, wv, ins[2].value if len(ins) > 2 and ins[2] is not None else None,
                                         act_record(activation_of(node)))

@@ -36,9 +36,22 @@ AVX512_MAX_OUT = 16
 AVX512_MAX_OUT_FEW_TAPS = 32
 
 
-def direct_fits(n: int, c: int, m: int, kernel: tuple[int, int], group: int, dtype) -> bool:
-    """Whether the direct kernel runs a convolution of ``c`` -> ``m`` channels (the measurements above);
-    NNHAL_DIRECT=0 never, =2 always (A/B measurements)."""
+# Without AVX-512: a KxK convolution (K > 1) whose output has at most this many pixels an image runs on the direct
+# kernel whatever its channels. There the GEMM's rows are the few pixels (49 on a 7x7 map), where OpenBLAS packs
+# the whole of the weights for little work, and since its edge pixels run in tiles (nn_direct_tiles.h) the direct
+# kernel keeps its FMA chains full on such maps. Measured on the same VM, 3x3, batch 1, interleaved min of 32 in one
+# process (us, direct / im2col + GEMM; 1 thread): 128 -> 128 at 7^2 150 / 210, stride 2 from 14^2 186 / 214;
+# 256 -> 256 at 7^2 602 / 951, stride 2 from 14^2 1016 / 1233; 512 -> 512 at 7^2 2805 / 4171; 2 threads: 128 at
+# 7^2 203 / 288, stride 2 215 / 309; 256 at 7^2 979 / 3054. At 14^2 they tie (128 -> 128: 700 / 757 at 1 thread,
+# 1654 / 1609 at 2; 96 -> 96: 391 / 408), at 28^2 the GEMM wins (128 -> 128: 5800 / 4687); a 1x1 ties
+# (256 -> 128 at 7^2 49 / 51).
+SMALL_MAP_PIXELS = 64
+
+
+def direct_fits(n: int, c: int, m: int, kernel: tuple[int, int], group: int, dtype, pixels: int | None = None) -> bool:
+    """Whether the direct kernel runs a convolution of ``c`` -> ``m`` channels (the measurements above) with
+    ``pixels`` output pixels an image (None: not known, the channel rules alone); NNHAL_DIRECT=0 never, =2 always
+    (A/B measurements)."""
     forced = os.environ.get("NNHAL_DIRECT")
     if not native.available() or dtype != np.float32 or group != 1 or forced == "0":
         return False
@@ -47,6 +60,8 @@ def direct_fits(n: int, c: int, m: int, kernel: tuple[int, int], group: int, dty
     taps = c * kernel[0] * kernel[1]
     if parallel.avx512():
         return m <= AVX512_MAX_OUT or m <= AVX512_MAX_OUT_FEW_TAPS and taps <= MAX_TAPS
+    if pixels is not None and pixels <= SMALL_MAP_PIXELS and kernel[0] * kernel[1] > 1:
+        return True
     return m <= MAX_OUT or taps <= MAX_TAPS or m <= MAX_BOTH and c <= MAX_BOTH
 
 
@@ -85,9 +100,19 @@ def beats_winograd(c: int, m: int, dtype) -> bool:
 # 32 -> 32 1x1 56^2 0.213 / 0.289 (a 1x1 is one GEMM on the input, no gather to save).
 
 
-def nchw_fits(n: int, c: int, m: int, kernel: tuple[int, int], group: int, dtype) -> bool:
-    """Whether a convolution that stays channels first runs on the direct kernel through copies."""
-    return kernel != (1, 1) and m >= BLOCK and direct_fits(n, c, m, kernel, group, dtype)
+# Channels first with fewer than BLOCK output channels (a detection head's class, box and centerness convolutions
+# after GroupNorm): on maps of at most this many output pixels an image the direct kernel through the copies still
+# wins, the numpy im2col's or shift's dozen calls costing more than the unused lanes. Measured as above, 1 thread
+# (us, NCHW GEMM path / direct through copies): 48 -> 10, 4, 1 at 8^2 103 / 25, 93 / 22, 82 / 23; at 16^2 189 / 75,
+# 157 / 64, 122 / 66; but at 32^2 (the shift path) 306 / 427, 159 / 358, 108 / 378.
+NCHW_FEW_OUT_MAX_PIXELS = 256
+
+
+def nchw_fits(n: int, c: int, m: int, kernel: tuple[int, int], group: int, dtype, pixels: int | None = None) -> bool:
+    """Whether a convolution that stays channels first runs on the direct kernel through copies (``pixels``: its
+    output pixels an image, None when not known)."""
+    few_pixels = pixels is not None and pixels <= NCHW_FEW_OUT_MAX_PIXELS
+    return kernel != (1, 1) and (m >= BLOCK or few_pixels) and direct_fits(n, c, m, kernel, group, dtype)
 
 
 def nchw_run(s, wv: np.ndarray, bias: np.ndarray | None, act):

@@ -1242,77 +1242,9 @@ static void nn_layernorm_task(const void *args, int64_t part, int64_t parts) {
 }
 
 
-/* Grouped 2-D convolution, channels last, groups of a few channels each (RegNet's and ResNeXt's 3x3
- * convolutions: 8 or 4 input channels a group). Weights (G, KH, KW, CG, MG), MG a multiple of 8: per
- * output pixel, four groups at a time, each group's MG outputs accumulate in 8-lane registers (four
- * independent chains) over its taps and input channels; then the bias was the start value and the
- * activation runs over the pixel. im2col with block-diagonal super-groups multiplied mostly zeros. */
-typedef struct {
-    int64_t n, h, w, c, oh, ow, m, kh, kw, sh, sw, dh, dw, pad_top, pad_left, groups, cg, mg;
-    nn_act act;
-} nn_gconv_params;
-
 NN_INLINE nn_v8 nn_load8(const float *p) { return *(const nn_v8 *)p; }
 
-NN_API NN_CLONES void nn_gconv_nhwc_f32(const float *x, float *y, const float *wt, const float *bias,
-                                        const nn_gconv_params *p, int64_t r0, int64_t r1) {
-    const int64_t G = p->groups, cg = p->cg, mg = p->mg, c = p->c, m = p->m, kh = p->kh, kw = p->kw;
-    const int64_t wg = kh * kw * cg * mg;          /* floats between two groups' weights */
-    const nn_v8 zero = {0};
-    for (int64_t r = r0; r < r1; r++) {
-        const int64_t b = r / p->oh, i = r % p->oh, top = i * p->sh - p->pad_top;
-        const float *ximg = x + b * p->h * p->w * c;
-        for (int64_t j = 0; j < p->ow; j++) {
-            const int64_t left = j * p->sw - p->pad_left;
-            float *yp = y + (r * p->ow + j) * m;
-            for (int64_t mb = 0; mb < mg; mb += 8) {
-                int64_t g = 0;
-                for (; g + 4 <= G; g += 4) {
-                    nn_v8 a0 = bias ? nn_load8(bias + g * mg + mb) : zero;
-                    nn_v8 a1 = bias ? nn_load8(bias + (g + 1) * mg + mb) : zero;
-                    nn_v8 a2 = bias ? nn_load8(bias + (g + 2) * mg + mb) : zero;
-                    nn_v8 a3 = bias ? nn_load8(bias + (g + 3) * mg + mb) : zero;
-                    for (int64_t ki = 0; ki < kh; ki++) {
-                        const int64_t ih = top + ki * p->dh;
-                        if (ih < 0 || ih >= p->h) continue;
-                        for (int64_t kj = 0; kj < kw; kj++) {
-                            const int64_t iw = left + kj * p->dw;
-                            if (iw < 0 || iw >= p->w) continue;
-                            const float *xs = ximg + (ih * p->w + iw) * c + g * cg;
-                            const float *ws = wt + ((g * kh + ki) * kw + kj) * cg * mg + mb;
-                            for (int64_t ci = 0; ci < cg; ci++) {
-                                a0 += xs[ci] * nn_load8(ws + ci * mg);
-                                a1 += xs[cg + ci] * nn_load8(ws + wg + ci * mg);
-                                a2 += xs[2 * cg + ci] * nn_load8(ws + 2 * wg + ci * mg);
-                                a3 += xs[3 * cg + ci] * nn_load8(ws + 3 * wg + ci * mg);
-                            }
-                        }
-                    }
-                    *(nn_v8 *)(yp + g * mg + mb) = a0;
-                    *(nn_v8 *)(yp + (g + 1) * mg + mb) = a1;
-                    *(nn_v8 *)(yp + (g + 2) * mg + mb) = a2;
-                    *(nn_v8 *)(yp + (g + 3) * mg + mb) = a3;
-                }
-                for (; g < G; g++) {
-                    nn_v8 a0 = bias ? nn_load8(bias + g * mg + mb) : zero;
-                    for (int64_t ki = 0; ki < kh; ki++) {
-                        const int64_t ih = top + ki * p->dh;
-                        if (ih < 0 || ih >= p->h) continue;
-                        for (int64_t kj = 0; kj < kw; kj++) {
-                            const int64_t iw = left + kj * p->dw;
-                            if (iw < 0 || iw >= p->w) continue;
-                            const float *xs = ximg + (ih * p->w + iw) * c + g * cg;
-                            const float *ws = wt + ((g * kh + ki) * kw + kj) * cg * mg + mb;
-                            for (int64_t ci = 0; ci < cg; ci++) a0 += xs[ci] * nn_load8(ws + ci * mg);
-                        }
-                    }
-                    *(nn_v8 *)(yp + g * mg + mb) = a0;
-                }
-            }
-            nn_apply(yp, m, &p->act);
-        }
-    }
-}
+#include "nn_gconv.h"
 
 typedef struct {
     const float *x, *wt, *bias;
@@ -1414,65 +1346,7 @@ NN_INLINE void nn_direct_tile(const float *restrict ximg, float *restrict yp, co
     }
 }
 
-/* one output row's pixels for the channel block at mb (V vectors) */
-NN_INLINE void nn_direct_block(const float *restrict ximg, float *restrict yrow, const float *restrict wt,
-                               const float *restrict b16, const nn_direct_params *p, int64_t ki0, int64_t ki1,
-                               int64_t top, int64_t mb, const int V) {
-    const int64_t ow = p->ow, sw = p->sw, m = p->ldy;     /* m: the output's pixel stride */
-    /* pixels [jlo, jhi) have every tap of their window inside the row */
-    int64_t jlo = (p->pad_left + sw - 1) / sw;
-    const int64_t last = p->w - 1 - (p->kw - 1) * p->dw + p->pad_left;    /* largest j * sw inside */
-    int64_t jhi = last < 0 ? 0 : last / sw + 1;
-    jhi = NN_MIN(jhi, ow);
-    jlo = NN_MIN(jlo, jhi);
-    int64_t j = 0;
-    for (; j < jlo; j++)
-        nn_direct_tile(ximg, yrow + j * m + mb, wt, b16, p, ki0, ki1, top, j * sw - p->pad_left, mb, 1, V, 1);
-    for (; j + NN_DIRECT_TILE <= jhi; j += NN_DIRECT_TILE)
-        nn_direct_tile(ximg, yrow + j * m + mb, wt, b16, p, ki0, ki1, top, j * sw - p->pad_left, mb,
-                       NN_DIRECT_TILE, V, 0);
-    /* the rest of the interior in tiles of 4, 2, 1 (a 7-wide map's 5 inner pixels, else one at a time, ran at half
-     * the speed: one pixel is one chain of dependent FMAs per vector) */
-    if (j + 4 <= jhi) {
-        nn_direct_tile(ximg, yrow + j * m + mb, wt, b16, p, ki0, ki1, top, j * sw - p->pad_left, mb, 4, V, 0);
-        j += 4;
-    }
-    if (j + 2 <= jhi) {
-        nn_direct_tile(ximg, yrow + j * m + mb, wt, b16, p, ki0, ki1, top, j * sw - p->pad_left, mb, 2, V, 0);
-        j += 2;
-    }
-    for (; j < jhi; j++)
-        nn_direct_tile(ximg, yrow + j * m + mb, wt, b16, p, ki0, ki1, top, j * sw - p->pad_left, mb, 1, V, 0);
-    for (; j < ow; j++)
-        nn_direct_tile(ximg, yrow + j * m + mb, wt, b16, p, ki0, ki1, top, j * sw - p->pad_left, mb, 1, V, 1);
-}
-
-/* output rows [r0, r1) of the flattened (N * OH) rows */
-NN_API NN_CLONES void nn_direct_nhwc_f32(const float *x, float *y, const float *wt, const float *bias,
-                                         const nn_direct_params *p, int64_t r0, int64_t r1) {
-    const int64_t m = p->m, ow = p->ow, ld = p->ldy;
-    for (int64_t r = r0; r < r1; r++) {
-        const int64_t b = r / p->oh, i = r % p->oh, top = i * p->sh - p->pad_top;
-        /* kernel rows whose input row lies inside: ki0 <= ki < ki1 */
-        int64_t ki0 = 0, ki1 = p->kh;
-        while (ki0 < ki1 && top + ki0 * p->dh < 0) ki0++;
-        while (ki1 > ki0 && top + (ki1 - 1) * p->dh >= p->h) ki1--;
-        const float *ximg = x + b * p->h * p->w * p->c;
-        float *yrow = y + r * ow * ld;
-        for (int64_t mb = 0; mb < m; mb += 16) {
-            float b16[16] __attribute__((aligned(32))) = {0};
-            for (int64_t k = mb; k < NN_MIN(m, mb + 16); k++) b16[k - mb] = bias ? bias[k] : 0.0f;
-            if (p->mp - mb >= 16)
-                nn_direct_block(ximg, yrow, wt, b16, p, ki0, ki1, top, mb, 2);
-            else
-                nn_direct_block(ximg, yrow, wt, b16, p, ki0, ki1, top, mb, 1);
-        }
-        if (ld == m)
-            nn_apply(yrow, ow * m, &p->act);
-        else
-            for (int64_t j = 0; j < ow; j++) nn_apply(yrow + j * ld, m, &p->act);
-    }
-}
+#include "nn_direct_tiles.h"
 
 typedef struct {
     const float *x, *wt, *bias;
@@ -1483,8 +1357,14 @@ typedef struct {
 static void nn_direct_task(const void *args, int64_t part, int64_t parts) {
     const nn_direct_args *a = (const nn_direct_args *)args;
     int64_t lo, hi;
-    nn_split(a->p->n * a->p->oh, 1, part, parts, &lo, &hi);
-    nn_direct_nhwc_f32(a->x, a->y, a->wt, a->bias, a->p, lo, hi);
+    if (a->p->ow <= NN_DIRECT_PIXEL_WALK_MAX_OW) {
+        /* by pixels, not rows: a 7x7 map's 7 rows split 4 : 3 */
+        nn_split(a->p->n * a->p->oh * a->p->ow, NN_DIRECT_TILE, part, parts, &lo, &hi);
+        nn_direct_nhwc_pixels_f32(a->x, a->y, a->wt, a->bias, a->p, lo, hi);
+    } else {
+        nn_split(a->p->n * a->p->oh, 1, part, parts, &lo, &hi);
+        nn_direct_nhwc_rows_f32(a->x, a->y, a->wt, a->bias, a->p, lo, hi);
+    }
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -2535,7 +2415,7 @@ static void nn_conv_dealloc(nn_conv_object *self) {
  * pad_top, pad_left, groups, cg, mg; weights (groups, kh, kw, cg, mg), mg a multiple of 8) or "im2col" (n, h, w,
  * c, oh, ow, m, kh, kw, sh, sw, dh, dw, pad_top, pad_left, ld, band_rows; weights (ld, m), ld >= kh * kw * c) or
  * "direct" (n, h, w, c, oh, ow, m, kh, kw, sh, sw, dh, dw, pad_top, pad_left, mp; weights kh * kw * c * mp floats in
- * blocks of 16 columns (nn_direct_nhwc_f32), mp >= m a multiple of 8) */
+ * blocks of 16 columns (nn_direct_tiles.h), mp >= m a multiple of 8) */
 static PyObject *nn_conv_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
     const char *k = "Conv";
     const char *kind_name;
@@ -2586,10 +2466,12 @@ static PyObject *nn_conv_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
         self->gc = (nn_gconv_params){g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8], g[9], g[10], g[11], g[12],
                                      g[13], g[14], g[15], g[16], g[17], *act};
         const int64_t wd[5] = {g[15], g[7], g[8], g[16], g[17]}, yd[4] = {g[0], g[4], g[5], g[6]};
-        const int64_t gc[2] = {g[15], g[16]}, gm[2] = {g[15], g[17]};
+        const int64_t gc[2] = {g[15], g[16]}, gm[2] = {g[15], g[17]}, kt[2] = {g[7], g[8]};
         self->y_items = nn_mul(4, yd);
-        if (g[17] % 8 != 0 || nn_mul(2, gc) > g[3] || nn_mul(2, gm) > g[6]) {
-            nn_value_error(k, "geometry", "needs mg a multiple of 8, groups * cg <= c and groups * mg <= m");
+        if (g[17] % 8 != 0 || nn_mul(2, gc) > g[3] || nn_mul(2, gm) > g[6] || g[3] > NN_GCONV_MAX_C ||
+            (uint64_t)nn_mul(2, kt) > NN_GCONV_MAX_TAPS) {
+            nn_value_error(k, "geometry", "needs mg a multiple of 8, groups * cg <= c, groups * mg <= m, c <= 4096 "
+                           "and kh * kw <= 64");
             goto fail;
         }
         if (nn_need(&self->w, k, "weights", nn_mul(5, wd)) || nn_need(&self->bias, k, "bias", g[6])) goto fail;
