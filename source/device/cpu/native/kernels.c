@@ -66,6 +66,15 @@
 #endif
 
 #define NN_API static
+/* defines ``static int name(void)``: 1 where the CPU has features f1 and f2, asked once (a benign race: every
+ * thread stores the same value); used only inside x86 GCC/clang guards, by the hand-written intrinsic paths
+ * chosen at run time */
+#define NN_CPU_HAS2(name, f1, f2) \
+    static int name(void) { \
+        static int ok = -1; \
+        if (ok < 0) ok = __builtin_cpu_supports(f1) && __builtin_cpu_supports(f2); \
+        return ok; \
+    }
 /* Helpers are forced inline: a helper left out of line is compiled for the baseline target only, and the
  * target_clones copies of its callers would call that scalar SSE2 code (measured: sigmoid 10x slower). */
 #define NN_INLINE static inline __attribute__((always_inline))

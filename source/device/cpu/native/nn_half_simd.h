@@ -35,11 +35,7 @@ __attribute__((target("avx,f16c"))) static int64_t nn_half_simd(const void *x, v
 }
 
 /* 1 where the CPU has AVX and F16C (every AVX2 x86-64 does), checked once */
-static int nn_half_simd_ok(void) {
-    static int ok = -1;     /* a benign race: every thread stores the same value */
-    if (ok < 0) ok = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
-    return ok;
-}
+NN_CPU_HAS2(nn_half_simd_ok, "avx", "f16c")
 #else
 #define NN_HALF_SIMD 0
 #endif

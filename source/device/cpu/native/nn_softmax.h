@@ -81,11 +81,7 @@ __attribute__((target("avx2,fma"))) static int nn_softmax_row_avx2(const float *
 }
 
 /* 1 where the CPU has AVX2 and FMA, checked once */
-static int nn_softmax_simd_ok(void) {
-    static int ok = -1;     /* a benign race: every thread stores the same value */
-    if (ok < 0) ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    return ok;
-}
+NN_CPU_HAS2(nn_softmax_simd_ok, "avx2", "fma")
 #else
 #define NN_SOFTMAX_SIMD 0
 #endif
