@@ -12,24 +12,31 @@ from nnhal.operator.base import Info
 from nnhal.operator.table import get_prototype
 
 
-def geometry(node: Node, ins: list[Info | None], outs: list[Info]) -> dict | None:
+def geometry(node: Node, ins: list[Info | None], outs: list[Info], dynamic: bool = False) -> dict | None:
     """Kernel, strides, dilations and pads (pads = [top, left, bottom, right]) when the fast 2-D kernels
     of either layout can run the node: 4-D float32/float64 input with a static shape, constant 4-D
-    weights (and a constant (M,) bias), non-negative pads; else None."""
+    weights (and a constant (M,) bias), non-negative pads; else None. ``dynamic``: the weights (and the
+    bias) are instead run-time tensors of static shape and the input's dtype (Siamese trackers'
+    cross-correlations, dynamic filters), which the kernel packs every run."""
     x, w = ins[0], ins[1]
-    if x is None or w is None or w.value is None or x.shape is None or len(x.shape) != 4 or not x.static:
+    if x is None or w is None or x.shape is None or len(x.shape) != 4 or not x.static:
         return None
-    if x.dtype not in (np.float32, np.float64) or w.value.dtype != x.dtype or w.value.ndim != 4:
+    if (w.value is None) != dynamic or (w.dtype if dynamic else w.value.dtype) != x.dtype:
         return None
-    if len(ins) > 2 and ins[2] is not None and (ins[2].value is None or ins[2].value.shape != (w.value.shape[0],)):
+    wshape = None if dynamic and not w.static else tuple(w.shape if dynamic else w.value.shape)
+    if x.dtype not in (np.float32, np.float64) or wshape is None or len(wshape) != 4:
+        return None
+    b = ins[2] if len(ins) > 2 else None
+    if b is not None and (b.value is None and (not dynamic or b.dtype != x.dtype)
+                          or tuple(b.shape or () if b.value is None else b.value.shape) != (wshape[0],)):
         return None
     if outs[0].shape is None or not outs[0].static or len(outs[0].shape) != 4:
         return None
     group = node.attrs["group"]
-    if x.shape[1] != w.value.shape[1] * group or w.value.shape[0] % group:
+    if x.shape[1] != wshape[1] * group or wshape[0] % group:
         return None
-    g = get_prototype("", "Conv").geometry(node, x.shape, w.value.shape)
-    if any(p < 0 for p in g["pads"]) or list(g["kernel"]) != list(w.value.shape[2:]):
+    g = get_prototype("", "Conv").geometry(node, x.shape, wshape)
+    if any(p < 0 for p in g["pads"]) or list(g["kernel"]) != list(wshape[2:]):
         return None
     return g
 
@@ -73,12 +80,13 @@ class Conv2d:
         return any(self.pads)
 
 
-def conv2d(node: Node, ins: list[Info | None], outs: list[Info]) -> Conv2d:
+def conv2d(node: Node, ins: list[Info | None], outs: list[Info], dynamic: bool = False) -> Conv2d:
     """The geometry of a node that ``geometry`` accepts (the kernels' score checked it)."""
-    g = geometry(node, ins, outs)
+    g = geometry(node, ins, outs, dynamic)
     n, c, h, w = ins[0].shape
     oh, ow = outs[0].shape[2:]
-    return Conv2d(n, c, h, w, ins[1].value.shape[0], node.attrs["group"], tuple(g["kernel"]), tuple(g["strides"]),
+    m = (ins[1].shape if dynamic else ins[1].value.shape)[0]
+    return Conv2d(n, c, h, w, m, node.attrs["group"], tuple(g["kernel"]), tuple(g["strides"]),
                   tuple(g["dilations"]), tuple(g["pads"]), oh, ow, np.dtype(outs[0].dtype))
 
 

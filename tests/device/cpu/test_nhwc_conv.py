@@ -127,11 +127,12 @@ def test_nhwc_conv_bands_of_rows(monkeypatch, name, budget):
 def test_nhwc_conv_scores():
     node, ins, outs, x, wv, bv = make("winograd-28", True, None)
     nhwc = {k.name: k for k in implementations("Conv") if k.layout == "NHWC"}
-    assert set(nhwc) == {"nhwc-gemm", "nhwc-winograd"}
+    assert set(nhwc) == {"nhwc-gemm", "nhwc-winograd", "nhwc-dynamic"}
     assert nhwc["nhwc-winograd"].score(node, ins, outs) > nhwc["nhwc-gemm"].score(node, ins, outs) > 0
-    # weights known only at run time: neither runs it
+    assert nhwc["nhwc-dynamic"].score(node, ins, outs) == 0
+    # weights known only at run time: only the dynamic-weight kernel runs it (test_dynamic_conv.py)
     runtime_w = [ins[0], Info(wv.dtype, wv.shape), ins[2]]
-    assert all(k.score(node, runtime_w, outs) == 0 for k in nhwc.values())
+    assert [k.name for k in nhwc.values() if k.score(node, runtime_w, outs) > 0] == ["nhwc-dynamic"]
     # a 3-D (1-D convolution) input: neither runs it
     node1 = dataclasses.replace(node, attrs={**node.attrs, "kernel_shape": [3], "strides": [1], "pads": [1, 1],
                                              "dilations": [1]})

@@ -33,6 +33,7 @@ from numpy.lib.stride_tricks import as_strided
 from nnhal.device.cpu import native, parallel
 from nnhal.device.cpu.kernels import _gates
 from nnhal.device.cpu.native import direct_conv
+from nnhal.errors import ShapeError, where
 from nnhal.graph.node import Node
 from nnhal.hostkernels import _conv2d, _scratch
 from nnhal.hostkernels.base import Kernel, RunFn
@@ -67,16 +68,21 @@ WINOGRAD_BAND_BYTES = 4 << 20
 WINOGRAD_MIN_OUT = {128: 17, 64: 24, 32: 28, 24: 56}
 
 
-def _epilogue(node: Node, ins: list[Info | None], dtype: np.dtype, row: int) -> Callable[[np.ndarray], None]:
+def bias_of(ins: list[Info | None]) -> np.ndarray | None:
+    """The constant bias of a Conv node (input 2), or None when it has none."""
+    return ins[2].value if len(ins) > 2 and ins[2] is not None else None
+
+
+def _epilogue(bias_value: np.ndarray | None, act: Activation | None, dtype: np.dtype, row: int) \
+        -> Callable[[np.ndarray], None]:
     """finish(block): bias and the fused activation in place in a block of whole output rows (``row``
     elements each: OW * M); the bias is tiled to a row so the add runs over long rows. A block that is a
     channel slice of a wider tensor (pixels further apart than M, see strided_output_for) gets the bias
     per pixel through its own strides."""
     bias = value = None
-    if len(ins) > 2 and ins[2] is not None:
-        value = ins[2].value.astype(dtype)
+    if bias_value is not None:
+        value = np.asarray(bias_value).astype(dtype)
         bias = np.tile(value, row // value.size)
-    act = activation_of(node)
 
     def finish(block: np.ndarray) -> None:
         if not block.flags.c_contiguous:
@@ -479,20 +485,67 @@ class ConvGemmNHWC(Kernel):
         return self.path(_conv2d.conv2d(node, ins, outs)) in ("1x1", "im2col", "direct")
 
     def prepare(self, node, ins, outs) -> RunFn:
-        s = _conv2d.conv2d(node, ins, outs)
-        wv, finish = ins[1].value, _epilogue(node, ins, s.dtype, s.ow * s.m)
-        bias = ins[2].value if len(ins) > 2 and ins[2] is not None else None
-        act, path = activation_of(node), self.path(s)
-        if path == "depthwise":
-            return native_depthwise(s, wv, bias, act) or nhwc_depthwise(s, wv, finish)
-        if path == "grouped":
-            return native_grouped(s, wv, bias, act)
-        if path == "direct":
-            work = parallel.gemm_work(s.n * s.oh * s.ow * s.m * s.c * s.kernel[0] * s.kernel[1])
-            return _native_rows_run(s, work, direct_conv.make(s, wv, bias, act_record(act)), strided=True)
-        if path == "1x1":
-            return nhwc_1x1(s, wv, finish, bias, act)
-        return nhwc_im2col(s, wv, finish, bias, act)
+        return nhwc_conv(_conv2d.conv2d(node, ins, outs), ins[1].value, bias_of(ins), activation_of(node))
+
+
+def nhwc_conv(s: _conv2d.Conv2d, wv: np.ndarray, bias: np.ndarray | None, act: Activation | None) -> RunFn:
+    """The run of ConvGemmNHWC's path for geometry ``s``, weights ``wv`` (M, C/G, KH, KW), bias (M,) or None
+    and the fused activation: the weights packed for it here (once at prepare, or every run for run-time
+    weights: ConvDynamicNHWC)."""
+    finish = _epilogue(bias, act, s.dtype, s.ow * s.m)
+    path = ConvGemmNHWC.path(s)
+    if path == "depthwise":
+        return native_depthwise(s, wv, bias, act) or nhwc_depthwise(s, wv, finish)
+    if path == "grouped":
+        return native_grouped(s, wv, bias, act)
+    if path == "direct":
+        work = parallel.gemm_work(s.n * s.oh * s.ow * s.m * s.c * s.kernel[0] * s.kernel[1])
+        return _native_rows_run(s, work, direct_conv.make(s, wv, bias, act_record(act)), strided=True)
+    if path == "1x1":
+        return nhwc_1x1(s, wv, finish, bias, act)
+    return nhwc_im2col(s, wv, finish, bias, act)
+
+
+class ConvDynamicNHWC(Kernel):
+    """2-D convolution whose weights (and bias) are run-time tensors of static shape, channels last: Siamese
+    trackers' cross-correlations (the template branch's features are the kernel over the search branch's,
+    depthwise or C-channel), dynamic-filter networks. Every run packs the weights it is given for
+    ConvGemmNHWC's path (native depthwise, grouped or direct kernel, 1x1 or im2col GEMM) and runs it."""
+
+    op_type = "Conv"
+    name = "nhwc-dynamic"
+    layout = "NHWC"
+    fuse_activation = True
+    # the run for the weights of one run: (geometry, weights, bias, activation) -> RunFn
+    make = staticmethod(nhwc_conv)
+
+    def score(self, node, ins, outs) -> int:
+        return 10 if _conv2d.geometry(node, ins, outs, dynamic=True) is not None else 0
+
+    def prepare(self, node, ins, outs) -> RunFn:
+        return dynamic_run(node, _conv2d.conv2d(node, ins, outs, dynamic=True), len(ins) > 2 and ins[2] is not None,
+                           self.make)
+
+
+def dynamic_run(node: Node, s: _conv2d.Conv2d, with_bias: bool,
+                make: Callable[[_conv2d.Conv2d, np.ndarray, np.ndarray | None, Activation | None], RunFn]) -> RunFn:
+    """The run of a convolution with run-time weights (and bias): each run checks their shapes against the
+    prepared geometry ``s``, makes the constant-weight kernel's run for them (``make``: nhwc_conv or
+    conv.nchw_conv, which pack the weights) and runs it on input 0."""
+    act = activation_of(node)
+    wshape = (s.m, s.cg, *s.kernel)
+
+    def run_dynamic(inputs, outputs):
+        w, bias = inputs[1], inputs[2] if with_bias else None
+        if w.shape != wshape or bias is not None and bias.shape != (s.m,):
+            raise ShapeError(f"{where(node)} on device 'cpu': run-time weights of shape {list(w.shape)}"
+                             f"{'' if bias is None else f' and bias {list(bias.shape)}'}; the plan was "
+                             f"prepared for weights {list(wshape)} and bias [{s.m}]")
+        # NOTE: packed anew every run (the weights change with each template): O(weights) work, small against
+        # the convolution's O(weights x output pixels)
+        return make(s, np.asarray(w, s.dtype), bias, act)([inputs[0]], outputs)
+
+    return run_dynamic
 
 
 class ConvWinogradNHWC(Kernel):
@@ -524,7 +577,7 @@ class ConvWinogradNHWC(Kernel):
         u = _conv2d.winograd_weights(wv, dtype).transpose(0, 2, 1).copy()                # (36, C, M)
         kb, ka = _conv2d.winograd_transforms(dtype)                                      # (36, 36), (16, 36)
         out_shape = (n, oh, ow, m)
-        finish = _epilogue(node, ins, dtype, ow * m)
+        finish = _epilogue(bias_of(ins), activation_of(node), dtype, ow * m)
         item = np.dtype(dtype).itemsize
         row_bytes = 36 * max(c, m) * tw * item
         imgs, rows, bands = _bands(n, th, row_bytes, WINOGRAD_BAND_BYTES)

@@ -26,12 +26,20 @@ from numpy.lib.stride_tricks import as_strided
 
 from nnhal.device.cpu import parallel
 from nnhal.device.cpu.kernels import _gates
-from nnhal.device.cpu.kernels._conv_nhwc import ConvGemmNHWC, ConvWinogradNHWC, act_record, native_depthwise
+from nnhal.device.cpu.kernels._conv_nhwc import (
+    ConvDynamicNHWC,
+    ConvGemmNHWC,
+    ConvWinogradNHWC,
+    act_record,
+    bias_of,
+    native_depthwise,
+    nhwc_conv,
+)
 from nnhal.device.cpu.kernels._pooled import Pooled
 from nnhal.device.cpu.native import direct_conv
 from nnhal.hostkernels import _conv2d, _scratch
 from nnhal.hostkernels.base import Kernel, RunFn
-from nnhal.hostkernels.fused import activation_of
+from nnhal.hostkernels.fused import Activation, activation_of
 from nnhal.hostkernels.op_conv import ConvIm2col
 from nnhal.operator.base import Info
 
@@ -55,10 +63,9 @@ SHIFT_MAX_PAD_GROWTH = 1.2
 Finish = Callable[[np.ndarray], tuple]
 
 
-def _epilogue(node, ins, s: _conv2d.Conv2d) -> Finish:
+def _epilogue(bias_value: np.ndarray | None, act: Activation | None, s: _conv2d.Conv2d) -> Finish:
     """finish(y): the bias and the fused activation in place in y (N or no batch axis, M, OH, OW)."""
-    bias = ins[2].value.astype(s.dtype).reshape(s.m, 1, 1) if len(ins) > 2 and ins[2] is not None else None
-    act = activation_of(node)
+    bias = None if bias_value is None else np.asarray(bias_value).astype(s.dtype).reshape(s.m, 1, 1)
 
     def finish(y: np.ndarray) -> tuple:
         if bias is not None:
@@ -223,23 +230,48 @@ class ConvGemm(Kernel):
         return 10 if _conv2d.geometry(node, ins, outs) is not None else 0
 
     def prepare(self, node, ins, outs) -> RunFn:
-        s = _conv2d.conv2d(node, ins, outs)
-        wv, finish = ins[1].value, _epilogue(node, ins, s)
-        if direct_conv.nchw_fits(s.n, s.c, s.m, s.kernel, s.group, s.dtype, s.oh * s.ow):
-            # few channels on a side: the native direct kernel through channels-last copies
-            return direct_conv.nchw_run(s, wv, ins[2].value if len(ins) > 2 and ins[2] is not None else None,
-                                        act_record(activation_of(node)))
-        if s.kernel == (1, 1) and not s.padded:
-            return gemm_1x1(s, wv, finish)
-        if s.cg == 1 and s.mg == 1:
-            bias = ins[2].value if len(ins) > 2 and ins[2] is not None else None
-            native_dw = native_depthwise(s, wv, bias, activation_of(node))
-            # the native kernel through channels-last copies: 32 channels 3x3 at 112^2 0.5 ms against numpy's
-            # 18 passes' 1.9 (1 thread, the Zen 3 VM)
-            return direct_conv.channels_first(s, native_dw) if native_dw else gemm_depthwise(s, wv, finish)
-        if shift_fits(s):
-            return gemm_shift(s, wv, finish)
-        return gemm_im2col(s, wv, finish)
+        return nchw_conv(_conv2d.conv2d(node, ins, outs), ins[1].value, bias_of(ins), activation_of(node))
+
+
+def nchw_conv(s: _conv2d.Conv2d, wv: np.ndarray, bias: np.ndarray | None, act: Activation | None) -> RunFn:
+    """The run of ConvGemm's path for geometry ``s``, weights ``wv`` (M, C/G, KH, KW), bias (M,) or None and
+    the fused activation: the weights packed for it here (once at prepare, or every run for run-time
+    weights: ConvDynamic)."""
+    finish = _epilogue(bias, act, s)
+    if direct_conv.nchw_fits(s.n, s.c, s.m, s.kernel, s.group, s.dtype, s.oh * s.ow):
+        # few channels on a side: the native direct kernel through channels-last copies
+        return direct_conv.nchw_run(s, wv, bias, act_record(act))
+    if s.kernel == (1, 1) and not s.padded:
+        return gemm_1x1(s, wv, finish)
+    if s.cg == 1 and s.mg == 1:
+        native_dw = native_depthwise(s, wv, bias, act)
+        # the native kernel through channels-last copies: 32 channels 3x3 at 112^2 0.5 ms against numpy's
+        # 18 passes' 1.9 (1 thread, the Zen 3 VM)
+        return direct_conv.channels_first(s, native_dw) if native_dw else gemm_depthwise(s, wv, finish)
+    if shift_fits(s):
+        return gemm_shift(s, wv, finish)
+    return gemm_im2col(s, wv, finish)
+
+
+def nchw_dynamic(s: _conv2d.Conv2d, wv: np.ndarray, bias: np.ndarray | None, act: Activation | None) -> RunFn:
+    """ConvDynamic's run for weights ``wv``: an unpadded 1x1 as ConvGemm's one GEMM on the NCHW input, the rest
+    as ConvGemmNHWC's path through channels-last copies of input and output."""
+    # NOTE: the NCHW im2col's GEMM has M rows, so a cross-correlation with one output channel (SiamFC's
+    # 256-channel 6x6 template over 22x22) is a GEMV over the 9216 x 289 columns: 50 ms there against 1 ms
+    # for the channels-last path (the direct kernel) plus 0.1 ms of copies (1 thread)
+    if s.kernel == (1, 1) and not s.padded:
+        return nchw_conv(s, wv, bias, act)
+    return direct_conv.channels_first(s, nhwc_conv(s, wv, bias, act))
+
+
+class ConvDynamic(ConvDynamicNHWC):
+    """2-D convolution whose weights (and bias) are run-time tensors of static shape, where the layout pass
+    keeps it channels first (a Siamese tracker's depthwise cross-correlation between reshapes): every run
+    packs the weights it is given (nchw_dynamic) and runs them (ConvDynamicNHWC: the channels-last one)."""
+
+    name = "dynamic"
+    layout = None
+    make = staticmethod(nchw_dynamic)
 
 
 # ------------------------------------------------------------------ Winograd F(4x4, 3x3) (_conv2d)
@@ -271,7 +303,7 @@ class ConvWinograd(ConvGemm):
         pads = (s.pads[0], s.pads[1], hp - s.pads[0] - s.h, wpad - s.pads[1] - s.w)
         u = _conv2d.winograd_weights(ins[1].value, dtype)
         kb, ka = _conv2d.winograd_transforms(dtype)
-        finish = _epilogue(node, ins, s)
+        finish = _epilogue(bias_of(ins), activation_of(node), s)
         rows = max(1, min(th, WINOGRAD_BAND_BYTES // max(1, 36 * max(c, m) * tw * dtype.itemsize)))
         bands = [(t0, min(th, t0 + rows)) for t0 in range(0, th, rows)]
         nt = rows * tw
@@ -375,4 +407,5 @@ class Conv1dGemm(Kernel):
         return run
 
 
-IMPLEMENTATIONS = (ConvIm2colPooled, ConvGemm, ConvWinograd, ConvGemmNHWC, ConvWinogradNHWC, Conv1dGemm)
+IMPLEMENTATIONS = (ConvIm2colPooled, ConvGemm, ConvWinograd, ConvGemmNHWC, ConvWinogradNHWC, ConvDynamic,
+                   ConvDynamicNHWC, Conv1dGemm)

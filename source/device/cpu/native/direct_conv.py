@@ -133,15 +133,15 @@ def nchw_run(s, wv: np.ndarray, bias: np.ndarray | None, act):
 
 
 def channels_first(s, run_nhwc):
-    """The run of a channels-last convolution kernel (``run_nhwc``, float32) for NCHW tensors: the input
+    """The run of a channels-last convolution kernel (``run_nhwc``, of dtype s.dtype) for NCHW tensors: the input
     copied channels last into a new array, the kernel, its output copied back."""
     x_shape = (s.n, s.h, s.w, s.c)
 
     def run(inputs, outputs):
-        xl = np.empty(x_shape, np.float32)
+        xl = np.empty(x_shape, s.dtype)
         np.copyto(xl, inputs[0].transpose(0, 2, 3, 1))
         yl = run_nhwc([xl, *inputs[1:]], [None])[0]
-        y = outputs[0] if outputs[0] is not None else np.empty((s.n, s.m, s.oh, s.ow), np.float32)
+        y = outputs[0] if outputs[0] is not None else np.empty((s.n, s.m, s.oh, s.ow), s.dtype)
         np.copyto(y, yl.transpose(0, 3, 1, 2))
         return (y,)
 
