@@ -119,6 +119,7 @@ def _conv_model(x_shape, w_shape, group, strides, dilations, pads, bias: bool, a
 ORT_CASES = {
     "dw-xcorr-siamrpn": ((1, 64, 29, 31), (64, 1, 5, 7), 64, (1, 1), (1, 1), (0, 0, 0, 0)),
     "xcorr-siamfc": ((1, 32, 22, 21), (1, 32, 6, 5), 1, (1, 1), (1, 1), (0, 0, 0, 0)),
+    "xcorr-deep": ((1, 128, 20, 19), (1, 128, 7, 6), 1, (1, 1), (1, 1), (0, 0, 0, 0)),
     "xcorr-batch-templates": ((1, 24, 17, 17), (3, 24, 5, 5), 1, (1, 1), (1, 1), (0, 0, 0, 0)),
     "dw-mult3-s2": ((2, 6, 15, 13), (18, 1, 3, 3), 6, (2, 2), (1, 1), (1, 1, 1, 1)),
     "grouped-dilated": ((1, 24, 19, 17), (36, 8, 3, 3), 3, (1, 2), (2, 3), (2, 1, 2, 3)),
@@ -151,7 +152,7 @@ def test_dynamic_conv_matches_onnxruntime(name, bias, around):
     np.testing.assert_allclose(s.run(feeds2)[0], want2[0], rtol=1e-4, atol=1e-4 * float(np.abs(want2[0]).max()))
 
 
-@pytest.mark.parametrize("name", ["dw-xcorr-siamrpn", "xcorr-siamfc", "grouped-dilated"])
+@pytest.mark.parametrize("name", ["dw-xcorr-siamrpn", "xcorr-siamfc", "xcorr-deep", "grouped-dilated"])
 def test_dynamic_conv_in_float16(name):
     """A float16 model (run by nnhal's float16 handling) and a float32 one at precision="fp16", against
     onnxruntime in float32: errors within float16's rounding of the inputs and of each product sum (a

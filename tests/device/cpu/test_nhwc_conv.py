@@ -9,6 +9,7 @@ import pytest
 
 from nnhal.device.cpu.kernels import _conv_nhwc, implementations, select
 from nnhal.graph.node import Node
+from nnhal.hostkernels import _conv2d
 from nnhal.hostkernels.fused import Activation, FusedNode, activation_of
 from nnhal.hostkernels.select import force_reference
 from nnhal.operator.base import Info
@@ -36,6 +37,8 @@ CASES = {
     # RegNetY's 8-channel groups: super-groups of 1 (13 groups) and 3 (6 groups, stride 2)
     "g13-regnet": (1, 104, 6, 7, 104, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 13, "nhwc-gemm"),
     "g6-regnet-s2": (1, 48, 9, 8, 48, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 6, "nhwc-gemm"),
+    "shift-xcorr": (1, 128, 13, 12, 1, (5, 4), (1, 1), (0, 0, 0, 0), (1, 1), 1, "nhwc-gemm"),
+    "shift-padded-dilated": (2, 256, 9, 10, 3, (3, 3), (1, 1), (1, 2, 2, 1), (2, 1), 1, "nhwc-gemm"),
     "winograd-28": (1, 64, 28, 28, 64, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1, "nhwc-winograd"),
     "winograd-30": (2, 64, 30, 30, 64, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1, "nhwc-winograd"),
     "winograd-nopad": (1, 64, 27, 29, 64, (3, 3), (1, 1), (0, 0, 0, 0), (1, 1), 1, "nhwc-winograd"),
@@ -122,6 +125,13 @@ def test_nhwc_conv_bands_of_rows(monkeypatch, name, budget):
     for bound in ("BAND_BYTES", "DEPTHWISE_BAND_BYTES", "WINOGRAD_BAND_BYTES"):
         monkeypatch.setattr(_conv_nhwc, bound, budget)
     check(name, True, ACTIVATIONS["relu"])
+
+
+def test_nhwc_conv_paths():
+    """Few output channels over a deep window (the shift-* cases) take the output-side shifts, no other case."""
+    for name in CASES:
+        node, ins, outs, *_ = make(name, False, None)
+        assert (_conv_nhwc.ConvGemmNHWC.path(_conv2d.conv2d(node, ins, outs)) == "shift") == name.startswith("shift")
 
 
 def test_nhwc_conv_scores():

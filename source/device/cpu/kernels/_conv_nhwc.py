@@ -13,9 +13,14 @@ add per kernel tap over all pixels and channels at once; 1x1 ones are one GEMM (
 straight from the input into the output (a strided copy first when strided; grouped ones one GEMM
 batched over groups on strided views); the rest gather im2col columns (output pixels x kh*kw*C/G,
 channels fastest) with one copy of a strided window view of the padded input per band and run one GEMM
-(batched over groups) per band into the output's rows. Groups of fewer than GROUP_MAX_RUN channels are
-merged into super-groups of at most GROUP_MAX_RUN channels with block-diagonal weights, trading GEMM work
-for longer copy runs.
+(batched over groups) per band into the output's rows; a few outputs over a deep window (a
+cross-correlation's template) are one GEMM of the padded input by the weights of all taps, summed
+shifted (nhwc_shift). Groups of fewer than GROUP_MAX_RUN channels are merged into super-groups of at
+most GROUP_MAX_RUN channels with block-diagonal weights, trading GEMM work for longer copy runs.
+
+nhwc-dynamic: the same paths for weights (and bias) that are run-time tensors (Siamese trackers'
+cross-correlations, dynamic filters), packed every run (ConvDynamicNHWC; conv.ConvDynamic where the Conv
+stays NCHW).
 
 nhwc-winograd: 3x3 stride-1 group-1 convolutions with enough channels on large enough maps
 (WINOGRAD_MIN_OUT) by Winograd F(4x4, 3x3), as op_conv.ConvWinograd but channels last: the 6x6 input
@@ -450,6 +455,57 @@ def nhwc_im2col(s: _conv2d.Conv2d, wv: np.ndarray, finish: Callable[[np.ndarray]
     return run_im2col
 
 
+# few output channels over a deep window run as output-side shifts (nhwc_shift): at most this many outputs (the
+# direct kernel pads M to 8), at least this many products an output (C * KH * KW), at most this much scratch
+# for the products Z. Measured at 1 thread, median of 15 (direct / shifts, ms): 256 channels 7x7 over 30x30 into
+# 1 output 14.4 / 0.67, into 3 18.6 / 2.0; 256 6x6 over 22x22 into 1 1.09 / 0.36; 64 5x5 over 40x40 into 2
+# 0.61 / 0.49; but 3x3 ones padded: 32 at 112^2 into 1 1.44 / 0.92, 64 at 56^2 into 2 0.72 / 0.72, 128 at 28^2
+# into 4 0.42 / 0.47, 16 at 224^2 into 1 14.9 / 18.3 (Z's passes over memory)
+SHIFT_MAX_M = 4
+SHIFT_MIN_DEPTH = 2048
+SHIFT_MAX_BYTES = 16 << 20
+
+
+def nhwc_shift_fits(s: _conv2d.Conv2d) -> bool:
+    """Whether nhwc_shift takes the convolution (see SHIFT_MAX_M)."""
+    taps = s.kernel[0] * s.kernel[1]
+    return s.group == 1 and s.strides == (1, 1) and taps > 1 and s.m <= SHIFT_MAX_M \
+        and s.c * taps >= SHIFT_MIN_DEPTH and s.n * s.hp * s.wp * taps * s.m * s.dtype.itemsize <= SHIFT_MAX_BYTES
+
+
+def nhwc_shift(s: _conv2d.Conv2d, wv: np.ndarray, finish: Callable[[np.ndarray], None]) -> RunFn:
+    """Few output channels over a deep window (SiamFC's cross-correlation: a 256-channel 7x7 template into one
+    score map): Z = xp (N*Hp*Wp, C) @ W (C, KH*KW*M) as one GEMM over the padded input, then y = the sum over
+    taps of Z's tap columns shifted by the tap's offset (KH*KW passes over the small output)."""
+    dtype, n, c, m, hp, wpad, oh, ow = s.dtype, s.n, s.c, s.m, s.hp, s.wp, s.oh, s.ow
+    (kh, kw), (dh, dw) = s.kernel, s.dilations
+    taps = kh * kw
+    wt = np.ascontiguousarray(wv.transpose(1, 2, 3, 0).reshape(c, taps * m), dtype=dtype)     # (C, taps * M)
+    shifts = [(i * kw + j, slice(i * dh, i * dh + oh), slice(j * dw, j * dw + ow))
+              for i in range(kh) for j in range(kw)]
+    parts = ([((n, hp, wpad, c), dtype)] if s.padded else []) + [((n * hp * wpad * taps * m,), dtype)]
+    _scratch.reserve(_scratch.nbytes_of(*parts))
+
+    def run_shift(inputs, outputs):
+        x = inputs[0]
+        y = pixel_rows(outputs[0], (n, oh, ow, m), dtype)[0]
+        bufs = _scratch.scratch(*parts)
+        if s.padded:
+            _conv2d.pad_into(bufs[0], x, s.pads, True)
+            x = bufs[0]
+        z = bufs[-1].reshape(n, hp, wpad, taps, m)
+        parallel.matmul(x.reshape(n * hp * wpad, c), wt, out=z.reshape(n * hp * wpad, taps * m))
+        for t, rows, cols in shifts:
+            if t == 0:
+                np.copyto(y, z[:, rows, cols, t])
+            else:
+                np.add(y, z[:, rows, cols, t], out=y)
+        finish(y)
+        return (y,)
+
+    return run_shift
+
+
 class ConvGemmNHWC(Kernel):
     """2-D convolution, constant weights, static shapes, channels last: GEMM without im2col for 1x1,
     tap-wise multiply-adds for depthwise, im2col bands else."""
@@ -464,7 +520,8 @@ class ConvGemmNHWC(Kernel):
 
     @staticmethod
     def path(s: _conv2d.Conv2d) -> str:
-        """The branch prepare takes: "depthwise", "grouped" (native), "direct" (native), "1x1" or "im2col"."""
+        """The branch prepare takes: "depthwise", "grouped" (native), "shift", "direct" (native), "1x1" or
+        "im2col"."""
         # one input channel and group 1 (a grey or spectrogram stem, 1 -> M) is a depthwise convolution of
         # multiplier M, which only numpy's tap-wise loop runs: the direct kernel takes it (1 -> 32 3x3 at 32x128:
         # 0.05 ms against 1.0, one thread; device/cpu/native/direct_conv.py)
@@ -473,6 +530,8 @@ class ConvGemmNHWC(Kernel):
             return "depthwise"
         if native_grouped_fits(s):
             return "grouped"
+        if nhwc_shift_fits(s):
+            return "shift"
         if direct:
             # few channels on a side: straight from the input, no im2col (device/cpu/native/direct_conv.py)
             return "direct"
@@ -498,6 +557,8 @@ def nhwc_conv(s: _conv2d.Conv2d, wv: np.ndarray, bias: np.ndarray | None, act: A
         return native_depthwise(s, wv, bias, act) or nhwc_depthwise(s, wv, finish)
     if path == "grouped":
         return native_grouped(s, wv, bias, act)
+    if path == "shift":
+        return nhwc_shift(s, wv, finish)
     if path == "direct":
         work = parallel.gemm_work(s.n * s.oh * s.ow * s.m * s.c * s.kernel[0] * s.kernel[1])
         return _native_rows_run(s, work, direct_conv.make(s, wv, bias, act_record(act)), strided=True)
