@@ -12,17 +12,19 @@ import nnhal
 C = 8
 
 
-def _between_convs(middle: list, inits: list, h: int = 10, w: int = 12):
-    """Conv -> middle -> Conv over a (1, 3, h, w) image: the middle op sits inside an NHWC region."""
+def _between_convs(middle: list, inits: list, h: int = 10, w: int = 12, inputs: tuple = ()):
+    """Conv -> middle -> Conv over a (1, 3, h, w) image: the middle op sits inside an NHWC region (``inputs``:
+    further graph inputs of the middle op, (name, value) pairs, fed with their values)."""
     rng = np.random.default_rng(11)
     inits = inits + [numpy_helper.from_array(rng.standard_normal((C, 3, 3, 3)).astype(np.float32), "w0"),
                      numpy_helper.from_array(rng.standard_normal((4, C, 3, 3)).astype(np.float32), "w1")]
     nodes = [helper.make_node("Conv", ["x", "w0"], ["a"], name="conv0", pads=[1, 1, 1, 1]), *middle,
              helper.make_node("Conv", ["b", "w1"], ["y"], name="conv1", pads=[1, 1, 1, 1])]
-    graph = helper.make_graph(nodes, "region", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 3, h, w))],
+    graph = helper.make_graph(nodes, "region", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 3, h, w))]
+                              + [helper.make_tensor_value_info(n, TensorProto.FLOAT, v.shape) for n, v in inputs],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    return model, {"x": rng.standard_normal((1, 3, h, w)).astype(np.float32)}
+    return model, {"x": rng.standard_normal((1, 3, h, w)).astype(np.float32), **dict(inputs)}
 
 
 def _check(model, feeds, op: str):
@@ -70,3 +72,22 @@ def test_conv_transpose_stays_channels_last(kernel, stride, pads, dilation, out_
                             strides=[stride, stride], pads=[pads] * 4, dilations=[dilation, dilation],
                             output_padding=[out_pad, out_pad])
     _check(*_between_convs([node], inits, 6, 7), "ConvTranspose")
+
+
+@pytest.mark.parametrize("kernel,stride,pads,dilation,out_pad", [(2, 2, 0, 1, 0), (3, 2, 1, 1, 1), (3, 1, 1, 2, 0)])
+@pytest.mark.parametrize("bias", ["none", "constant", "run-time"])
+def test_conv_transpose_with_run_time_weights_stays_channels_last(kernel, stride, pads, dilation, out_pad, bias):
+    """Weights fed as a graph input (a dynamic-filter decoder): packed at the run, still channels last."""
+    rng = np.random.default_rng(3)
+    extra = [("wt", rng.standard_normal((C, C, kernel, kernel)).astype(np.float32))]
+    inits, names = [], ["a", "wt"]
+    if bias == "constant":
+        inits.append(numpy_helper.from_array(rng.standard_normal(C).astype(np.float32), "bt"))
+    elif bias == "run-time":
+        extra.append(("bt", rng.standard_normal(C).astype(np.float32)))
+    if bias != "none":
+        names.append("bt")
+    node = helper.make_node("ConvTranspose", names, ["b"], name="mid", kernel_shape=[kernel, kernel],
+                            strides=[stride, stride], pads=[pads] * 4, dilations=[dilation, dilation],
+                            output_padding=[out_pad, out_pad])
+    _check(*_between_convs([node], inits, 6, 7, tuple(extra)), "ConvTranspose")

@@ -5,15 +5,17 @@ from __future__ import annotations
 import numpy as np
 
 from nnhal.device.cpu import parallel
+from nnhal.errors import ShapeError, where
 from nnhal.hostkernels.base import Kernel, RunFn
 from nnhal.operator.table import get_prototype
 
 
 class ConvTransposeNHWC(Kernel):
-    """2-D transposed convolution of a channels-last image (group 1, constant weights, static shapes): one
-    GEMM of the (N*H*W, C) pixels by the (C, kh*kw*M) taps, then each tap's (N, H, W, M) slab added at its
-    strided place in the output; when the taps tile the output exactly (stride = kernel, no dilation, pads
-    or output padding: U-Net and DBNet upsampling) the product is the output, reordered by one copy."""
+    """2-D transposed convolution of a channels-last image (group 1, static shapes; weights and bias constant,
+    or run-time tensors packed at each run): one GEMM of the (N*H*W, C) pixels by the (C, kh*kw*M) taps,
+    then each tap's (N, H, W, M) slab added at its strided place in the output; when the taps tile the
+    output exactly (stride = kernel, no dilation, pads or output padding: U-Net and DBNet upsampling) the
+    product is the output, reordered by one copy."""
 
     op_type = "ConvTranspose"
     name = "nhwc"
@@ -21,23 +23,32 @@ class ConvTransposeNHWC(Kernel):
 
     def score(self, node, ins, outs) -> int:
         x, w = ins[0], ins[1]
-        if x is None or w is None or w.value is None or x.shape is None or len(x.shape) != 4 or not x.static \
-                or x.dtype not in (np.float32, np.float64) or w.value.ndim != 4 or node.attrs["group"] != 1:
+        if x is None or w is None or x.shape is None or len(x.shape) != 4 or not x.static \
+                or x.dtype not in (np.float32, np.float64) or node.attrs["group"] != 1:
             return 0
-        if len(ins) > 2 and ins[2] is not None and ins[2].value is None:
+        # run-time weights (and bias: a dynamic-filter decoder) of static shape and the input's dtype are
+        # packed at each run
+        if w.value is None and (not w.static or w.dtype != x.dtype) or len(_shape(w)) != 4:
+            return 0
+        b = ins[2] if len(ins) > 2 else None
+        if b is not None and b.value is None and (not b.static or b.dtype != x.dtype):
             return 0
         return 1 if outs[0].static else 0
 
     def prepare(self, node, ins, outs) -> RunFn:
-        g = get_prototype("", "ConvTranspose").geometry(node, ins[0].shape, ins[1].value.shape)
+        g = get_prototype("", "ConvTranspose").geometry(node, ins[0].shape, _shape(ins[1]))
         (kh, kw), (sh, sw), (dh, dw) = g["kernel"], g["strides"], g["dilations"]
         ph, pw, oh, ow = g["pads"][0], g["pads"][1], g["out"][0], g["out"][1]
         n, c, h, wd = ins[0].shape
         dtype = ins[0].dtype
-        wv = ins[1].value
-        m = wv.shape[1]
-        taps = np.ascontiguousarray(wv.reshape(c, m, kh * kw).transpose(0, 2, 1).reshape(c, kh * kw * m), dtype)
-        bias = None if len(ins) < 3 or ins[2] is None else ins[2].value.astype(dtype)
+        m = _shape(ins[1])[1]
+
+        def pack(wv: np.ndarray) -> np.ndarray:
+            return np.ascontiguousarray(wv.reshape(c, m, kh * kw).transpose(0, 2, 1).reshape(c, kh * kw * m), dtype)
+
+        const_taps = None if ins[1].value is None else pack(ins[1].value)
+        with_bias = len(ins) > 2 and ins[2] is not None
+        const_bias = ins[2].value.astype(dtype) if with_bias and ins[2].value is not None else None
         tiles = (sh, sw) == (kh, kw) and (dh, dw) == (1, 1) and not any(g["pads"]) and (oh, ow) == (h * kh, wd * kw)
         # the uncropped output: positions p * s + t * d - start, start = min(0, pad) as scatter_windows has it
         starts = (min(0, ph), min(0, pw))
@@ -45,6 +56,9 @@ class ConvTransposeNHWC(Kernel):
                 max((wd - 1) * sw + (kw - 1) * dw + 1, pw + ow) - starts[1])
 
         def run(inputs, outputs):
+            taps = const_taps if const_taps is not None else pack(_checked(node, inputs[1], (c, m, kh, kw)))
+            bias = const_bias if const_bias is not None or not with_bias \
+                else _checked(node, inputs[2], (m,)).astype(dtype)
             cols = parallel.matmul(inputs[0].reshape(n * h * wd, c), taps).reshape(n, h, wd, kh, kw, m)
             y = outputs[0] if outputs[0] is not None else np.empty((n, oh, ow, m), dtype)
             if tiles:
@@ -61,6 +75,19 @@ class ConvTransposeNHWC(Kernel):
             return (y,)
 
         return run
+
+
+def _shape(info) -> tuple:
+    """The shape of a constant or run-time operand."""
+    return tuple(info.value.shape if info.value is not None else info.shape)
+
+
+def _checked(node, value: np.ndarray, shape: tuple) -> np.ndarray:
+    """A run-time weight or bias of the shape the plan was prepared for, else a ShapeError naming the node."""
+    if value.shape != shape:
+        raise ShapeError(f"{where(node)} on device 'cpu': a run-time operand of shape {list(value.shape)}; the "
+                         f"plan was prepared for {list(shape)}")
+    return value
 
 
 IMPLEMENTATIONS = (ConvTransposeNHWC,)
