@@ -154,7 +154,8 @@ def test_dynamic_conv_matches_onnxruntime(name, bias, around):
 
 @pytest.mark.parametrize("name", ["dw-xcorr-siamrpn", "xcorr-siamfc", "xcorr-deep", "grouped-dilated"])
 def test_dynamic_conv_in_float16(name):
-    """A float16 model (run by nnhal's float16 handling) and a float32 one at precision="fp16", against
+    """A float16 model (its Conv runs the reference kernel in float16, as a float16 Conv with constant weights
+    does) and a float32 one at precision="fp16" (the dynamic kernel between casts), against
     onnxruntime in float32: errors within float16's rounding of the inputs and of each product sum (a
     relative 2^-11 per rounding, the sums over C/G * KH * KW terms of |x * w|)."""
     model16, feeds16 = _conv_model(*ORT_CASES[name], True, False, TensorProto.FLOAT16)
@@ -168,8 +169,10 @@ def test_dynamic_conv_in_float16(name):
     got16 = nnhal.Session(model16, devices=["cpu"]).run(feeds16)[0]
     assert got16.dtype == np.float16
     assert np.all(np.abs(got16.astype(np.float32) - want) <= bound)
-    got_fp16 = nnhal.Session(model32, devices=["cpu"], precision="fp16").run(feeds32)[0]
+    session = nnhal.Session(model32, devices=["cpu"], precision="fp16")
+    got_fp16 = session.run(feeds32)[0]
     assert np.all(np.abs(got_fp16.astype(np.float32) - want) <= bound)
+    assert _kernel_names(session) == ["dynamic"]         # float16 storage, the float32 kernel between casts
 
 
 def test_siamese_tracker_matches_onnxruntime():
