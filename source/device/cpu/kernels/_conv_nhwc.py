@@ -30,6 +30,7 @@ scattered into the output by one strided copy (through scratch when edge tiles a
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import numpy as np
@@ -467,10 +468,12 @@ SHIFT_MAX_BYTES = 16 << 20
 
 
 def nhwc_shift_fits(s: _conv2d.Conv2d) -> bool:
-    """Whether nhwc_shift takes the convolution (see SHIFT_MAX_M)."""
+    """Whether nhwc_shift takes the convolution (see SHIFT_MAX_M); not when NNHAL_DIRECT=2 forces every group-1
+    convolution onto the direct kernel (A/B measurements, direct_conv.direct_fits)."""
     taps = s.kernel[0] * s.kernel[1]
-    return s.group == 1 and s.strides == (1, 1) and taps > 1 and s.m <= SHIFT_MAX_M \
-        and s.c * taps >= SHIFT_MIN_DEPTH and s.n * s.hp * s.wp * taps * s.m * s.dtype.itemsize <= SHIFT_MAX_BYTES
+    return os.environ.get("NNHAL_DIRECT") != "2" and s.group == 1 and s.strides == (1, 1) and taps > 1 \
+        and s.m <= SHIFT_MAX_M and s.c * taps >= SHIFT_MIN_DEPTH \
+        and s.n * s.hp * s.wp * taps * s.m * s.dtype.itemsize <= SHIFT_MAX_BYTES
 
 
 def nhwc_shift(s: _conv2d.Conv2d, wv: np.ndarray, finish: Callable[[np.ndarray], None]) -> RunFn:
