@@ -177,7 +177,8 @@ class Plan:
 
     def run(self, values: dict[str, np.ndarray], check: bool | None = None) -> None:
         """Run with ``values`` (inputs in, outputs out); ``check``: verify outputs against inference
-        (None: as NNHAL_CHECK says; nested bodies pass their node's reading, once per node run)."""
+        (None: as NNHAL_CHECK says now; the cpu device passes its reading at prepare, cpu_pre_run, and nested
+        bodies their node's, read when it was prepared)."""
         if check is None:
             check = checking()
         buffers = self.take()
