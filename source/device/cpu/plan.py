@@ -270,8 +270,8 @@ class Plan:
                                   f"{type(exc).__name__}: {exc}") from exc
             for pos, (idx, r) in enumerate(zip(step.outs, result)):
                 buf = bufs[pos]
-                # NOTE: a view bound to its input (straight.py binds_input) leaves its planned buffer unwritten on
-                # this path too (a view of a graph input has one): the profile times what a run does
+                # NOTE: a view bound to its input (straight.py binds_input) leaves a planned buffer unwritten on
+                # this path too (the planner gives views none; a kernel's may): the profile times what a run does
                 if buf is not None and r is not buf and (step.fresh or not binds_input(step)):
                     np.copyto(buf, r, casting="unsafe")
                     r = buf

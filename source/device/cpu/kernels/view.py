@@ -10,8 +10,8 @@ The run function carries ``view_of = (shape, start, stop)``: a promise that ``ru
 ``(inputs[0].reshape(shape),)`` when ``start`` is None, else ``(inputs[0].reshape(-1)[start:stop].reshape(shape),)``
 (element offsets of a C-contiguous input). The generated straight-line code (straight.py) then binds the output as that
 reshape on the step's line, without a kernel call, an argument list or a store into a planned buffer (the planner
-gives a view of an arena tensor no buffer; a view of a graph input or of a kernel's own array has one, which stays
-unwritten: the view is of memory no step of the plan writes).
+gives a view no buffer of its own: a view of an arena tensor shares that tensor's, and a view of a graph input, a
+constant or a kernel's own array is of memory no step of the plan writes).
 """
 from __future__ import annotations
 
