@@ -100,7 +100,7 @@ def binds_input(step) -> bool:
     """Whether the generated code runs ``step`` as a binding of its input (Identity: its output is its input; a
     static view, kernels/view.py: its input, or a block of it, reshaped; either a per-run copy when it is a graph
     output), so its planned buffer, if it has one, is never written."""
-    return (type(step.kernel) is IdentityKernel and len(step.ins) == 1 and step.outs[0] != 1) \
+    return (isinstance(step.kernel, IdentityKernel) and len(step.ins) == 1 and step.outs[0] != 1) \
         or _view_of(step) is not None
 
 

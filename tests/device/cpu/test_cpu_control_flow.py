@@ -134,3 +134,14 @@ def test_the_switches_are_read_when_the_session_is_prepared(monkeypatch):
         np.testing.assert_array_equal(s.run({"x": x})[0], want)
         assert verified.count("Loop") == 2 and verified.count("Add") == 6
     parallel.use_pool(True)
+
+
+def test_identities_are_aliases_in_bodies_and_profiles():
+    """An Identity runs as an alias on the cpu device (kernel "alias": bound, never called, on the generated
+    path), in a Loop body too, and a profile of the Loop names no reference kernel."""
+    with nnhal.Session(loop_model(grow=False, trips=4), devices=["cpu"], num_thread=1) as s:
+        x = np.arange(4, dtype=np.float32).reshape(1, 4)
+        np.testing.assert_array_equal(s.run({"x": x})[0], x + 8)
+        prof = s.profile({"x": x}, runs=2, warmup=0)
+    kernels = {(n.op, n.kernel) for n in prof.nodes}
+    assert ("Identity", "alias") in kernels and not any(k == "reference" for _, k in kernels), kernels
