@@ -63,7 +63,9 @@ class LoopKernel(Kernel):
                     counter = counters[i] if i < counted else np.array(i, np.int64)
                     results = call([counter, _TRUE if go else _FALSE, *state, *implicit], check)
                     if has_cond:
-                        go = check_bool(node, results[0], "the body's cond output")
+                        # NOTE: a body passing its condition through returns the shared _TRUE: no conversion
+                        cond = results[0]
+                        go = cond is _TRUE or check_bool(node, cond, "the body's cond output")
                     state = results[1:1 + n]
                     for acc, r in zip(scans, results[1 + n:]):
                         acc.add(r)
