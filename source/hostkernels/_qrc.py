@@ -429,6 +429,7 @@ class Stacked:
         self.node, self.planned, self.count, self.axis, self.reverse = node, planned, count, axis, reverse
         self.out: np.ndarray | None = None
         self.rows: np.ndarray | None = None         # ``out`` with ``axis`` moved first: rows[t] is a view
+        self.row_shape: tuple = ()                   # rows[t].shape, checked per iteration
         self.parts: list[np.ndarray] = []
         self.n = 0
 
@@ -441,9 +442,9 @@ class Stacked:
                 self.n += 1
                 return
             rows = self._open(np.asarray(r))
-        if r.shape != rows.shape[1:]:
+        if r.shape != self.row_shape:
             raise ShapeError(f"{where(self.node)}: scan output shapes differ across iterations: "
-                             f"{rows.shape[1:]} and {r.shape}")
+                             f"{self.row_shape} and {r.shape}")
         rows[self.count - 1 - self.n if self.reverse else self.n] = r
         self.n += 1
 
@@ -454,6 +455,7 @@ class Stacked:
         if out is None or out.shape != shape or out.dtype != first.dtype:
             out = np.empty(shape, first.dtype)
         self.out, self.rows = out, np.moveaxis(out, axis, 0)
+        self.row_shape = self.rows.shape[1:]
         return self.rows
 
     def result(self, empty: tuple, dtype) -> np.ndarray:

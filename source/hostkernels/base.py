@@ -87,7 +87,9 @@ class FunctionKernel(Kernel):
 
 
 def checking() -> bool:
-    """NNHAL_CHECK=1 makes every run verify kernel outputs against inference (read once per plan run)."""
+    """NNHAL_CHECK=1 makes every run verify kernel outputs against inference. Read at prepare: the cpu device
+    once per plan (cpu_pre_run, at a Session's prerun), the If, Loop and Scan kernels once per node; a plan
+    prepared without it runs unchecked even if it is set later."""
     return os.environ.get("NNHAL_CHECK", "") not in ("", "0")
 
 

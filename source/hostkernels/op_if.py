@@ -17,6 +17,7 @@ class IfKernel(Kernel):
         branches = {True: BodyRunner(node.attrs["then_branch"], node.implicit_inputs, self.compiler),
                     False: BodyRunner(node.attrs["else_branch"], node.implicit_inputs, self.compiler)}
         dtypes = [o.dtype for o in outs]
+        check = checking()    # NOTE: NNHAL_CHECK read once at prepare, not per node run
 
         def run(inputs, outputs):
             taken = branches[check_bool(node, inputs[0], "cond")]
@@ -24,7 +25,7 @@ class IfKernel(Kernel):
             held = taken.iterations(turns=1)
             try:
                 # the branch's outputs may be its plan's buffers (held until close): stored or copied here
-                results = held.call([outer[n] for n in taken.implicit], checking())
+                results = held.call([outer[n] for n in taken.implicit], check)
                 return tuple(store(r if o is not None else own(r), o, d)
                              for r, o, d in zip(results, outputs, dtypes))
             finally:

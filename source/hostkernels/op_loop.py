@@ -39,6 +39,7 @@ class LoopKernel(Kernel):
         has_cond = bool(node.input(1))
         dtypes = [o.dtype for o in outs]
         empty_shapes = [_empty_shape(o.shape) for o in outs[n:]]
+        check = checking()    # NOTE: NNHAL_CHECK read once at prepare, not per node run
 
         def run(inputs, outputs):
             trips = int(np.asarray(inputs[0]).reshape(())) if has_m else None
@@ -50,7 +51,6 @@ class LoopKernel(Kernel):
             # place (the planned outputs when they fit), else kept and stacked at the end
             count = trips if has_m and not has_cond else None
             scans = [Stacked(node, o, count) for o in outputs[n:]]
-            check = checking()
             counters = _counters(trips)
             counted = len(counters)
             iterations = runner.iterations()
@@ -63,7 +63,9 @@ class LoopKernel(Kernel):
                     counter = counters[i] if i < counted else np.array(i, np.int64)
                     results = call([counter, _TRUE if go else _FALSE, *state, *implicit], check)
                     if has_cond:
-                        go = check_bool(node, results[0], "the body's cond output")
+                        # NOTE: a body passing its condition through returns the shared _TRUE: no conversion
+                        cond = results[0]
+                        go = cond is _TRUE or check_bool(node, cond, "the body's cond output")
                     state = results[1:1 + n]
                     for acc, r in zip(scans, results[1 + n:]):
                         acc.add(r)

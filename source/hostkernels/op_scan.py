@@ -23,6 +23,7 @@ class ScanKernel(Kernel):
         n = len(node.inputs) - first - m
         k = len(node.outputs) - n
         dtypes = [o.dtype for o in outs]
+        check = checking()    # NOTE: NNHAL_CHECK read once at prepare, not per node run
         if node.version == 8:
             in_dirs = node.attrs["directions"] or [0] * m
             in_axes, out_dirs, out_axes = [0] * m, [0] * k, [0] * k
@@ -44,7 +45,6 @@ class ScanKernel(Kernel):
             steps = total if length is None else min(length, total)
             planned = planned or [None] * k
             collected = [Stacked(node, planned[j], steps, out_axes[j], bool(out_dirs[j])) for j in range(k)]
-            check = checking()
             implicit = [outer[name] for name in runner.implicit]
             iterations = runner.iterations()
             call = iterations.call

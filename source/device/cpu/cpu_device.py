@@ -27,6 +27,7 @@ from nnhal.device.device import (
 )
 from nnhal.device.manager import register_device, unregister_device
 from nnhal.graph.subgraph import Subgraph
+from nnhal.hostkernels.base import checking
 from nnhal.hostkernels.graphrun import tensor_info
 from nnhal.hostkernels.table import DOMAINS
 from nnhal.optimizer.precision import to_quantized
@@ -42,7 +43,9 @@ def cpu_pre_run(device: Device, subgraph: Subgraph, options) -> None:
     iterates = control.iterates(subgraph.nodes)
     # a plan of tiny products runs on one thread (parallel.serial), whatever num_thread allows
     subgraph.stats["num_thread"] = 1 if not iterates and parallel.serial(median) else getattr(options, "num_thread", 0)
-    subgraph.stats["thread_pool"] = iterates or parallel.choose(median)
+    subgraph.stats["thread_pool"] = parallel.choose(median, iterates)
+    # NOTE: NNHAL_CHECK and NNHAL_CPU_POOL are read here, once per plan, not per run (~1-2 us each)
+    subgraph.stats["check"] = checking()
 
 
 # the nodes whose output size says whether a plan's work is large enough for the thread pools
@@ -67,7 +70,7 @@ def cpu_run(device: Device, subgraph: Subgraph) -> None:
     """Run the plan: inputs from subgraph.values, outputs into it, on the threads its prepare chose."""
     plan: Plan = subgraph.device_graph
     use_threads(subgraph.stats.get("num_thread", 0), subgraph.stats.get("thread_pool", True))
-    plan.run(subgraph.values)
+    plan.run(subgraph.values, subgraph.stats.get("check", False))
 
 
 def cpu_release_graph(device: Device, device_graph) -> None:

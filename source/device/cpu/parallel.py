@@ -111,21 +111,23 @@ def avx512() -> bool:
     return bool(features.get("AVX512F"))
 
 
-def choose(median_output: float) -> bool:
+def choose(median_output: float, iterates: bool = False) -> bool:
     """Whether a plan whose GEMM-like nodes have this median output size uses the pools (NNHAL_CPU_POOL=1
-    forces them on, =0 off)."""
+    forces them on, =0 off; ``iterates``: a plan running a Loop or Scan body, on the pools unless forced off,
+    control.iterates says why). Asked once per plan at prepare: NNHAL_CPU_POOL is read then, not per run."""
     forced = os.environ.get("NNHAL_CPU_POOL")
     if forced in ("0", "1"):
         return forced == "1"
-    return median_output >= (POOL_MIN_MEDIAN_OUTPUT if avx512() else POOL_MIN_MEDIAN_OUTPUT_NO_AVX512)
+    return iterates or median_output >= (POOL_MIN_MEDIAN_OUTPUT if avx512() else POOL_MIN_MEDIAN_OUTPUT_NO_AVX512)
 
 
 def use_pool(on: bool) -> None:
-    """Record for this thread's run whether its kernels split over the pools (off with NNHAL_CPU_POOL=0).
+    """Record for this thread's run whether its kernels split over the pools: the plan's choice at prepare
+    (:func:`choose`, where NNHAL_CPU_POOL=0 already switched it off).
 
-    NOTE: the environment is read here, once per run: enabled() is asked by every kernel of every iteration of
-    a control-flow body, and reading os.environ there cost about 2 us a call."""
-    _run.pool = on and os.environ.get("NNHAL_CPU_POOL") != "0"
+    NOTE: no environment read here, once per run: enabled() is asked by every kernel of every iteration of a
+    control-flow body, and the environment is read once per plan at prepare (choose)."""
+    _run.pool = on
 
 
 def enabled() -> bool:

@@ -157,27 +157,32 @@ class Plan:
     def call_on(self, arrays: Sequence[np.ndarray], check: bool, buffers: Buffers) -> list[np.ndarray]:
         """:meth:`call` on ``buffers``. The straight-line path builds no dict and reads no environment;
         profiling and checking runs go through :meth:`execute`."""
-        if not self.chunks or check or self.timings is not None or NESTED.active:
-            values = {name: a for (name, _), a in zip(self.inputs, arrays)}
-            self.execute(values, check, buffers)
-            return [values[name] for name, _ in self.outputs]
-        call = self.chunks[0].call
-        if call is not None:            # one chunk: its positional function
-            try:
-                return call(arrays, buffers.per_step, buffers.arena)
-            except (NnhalError, MemoryError):
-                raise
-            except Exception as exc:
-                self._explain_failure(exc, {name: a for (name, _), a in zip(self.inputs, arrays)}, buffers)
-        slots = list(self.slots)
-        for idx, a in zip(self.in_slots, arrays):
-            slots[idx] = a
-        self._straight(slots, buffers)
+        if self.chunks and not check and self.timings is None and not NESTED.active:
+            call = self.chunks[0].call
+            if call is not None:            # one chunk: its positional function
+                try:
+                    return call(arrays, buffers.per_step, buffers.arena)
+                except (NnhalError, MemoryError):
+                    raise
+                except Exception as exc:
+                    self._explain_failure(exc, self._filled(zip(self.in_slots, arrays)), buffers)
+        # NOTE: the interpreting, checked and profiled runs fill the slot list as the straight-line one does: no
+        # dict of names per iteration (what a profile counts as its control-flow node's own time)
+        slots = self._filled(zip(self.in_slots, arrays))
+        self._on_slots(slots, check, buffers)
         return [slots[i] for i in self.out_slots]
+
+    def _filled(self, inputs) -> list:
+        """A run's slot list: the template (constants filled) with ``inputs`` ((slot, array) pairs) set."""
+        slots = list(self.slots)
+        for idx, a in inputs:
+            slots[idx] = a
+        return slots
 
     def run(self, values: dict[str, np.ndarray], check: bool | None = None) -> None:
         """Run with ``values`` (inputs in, outputs out); ``check``: verify outputs against inference
-        (None: as NNHAL_CHECK says; nested bodies pass their node's reading, once per node run)."""
+        (None: as NNHAL_CHECK says now; the cpu device passes its reading at prepare, cpu_pre_run, and nested
+        bodies their node's, read when it was prepared)."""
         if check is None:
             check = checking()
         buffers = self.take()
@@ -200,6 +205,13 @@ class Plan:
 
     def execute(self, values: dict[str, np.ndarray], check: bool, buffers: Buffers) -> None:
         """One run on ``buffers``: straight-line, or step by step when checking or timed (profiling)."""
+        slots = self._filled((idx, values[name]) for name, idx in self.inputs)
+        self._on_slots(slots, check, buffers)
+        for name, idx in self.outputs:
+            values[name] = slots[idx]
+
+    def _on_slots(self, slots: list, check: bool, buffers: Buffers) -> None:
+        """:meth:`execute` over a filled slot list (outputs read from it after)."""
         timings, owner = self.timings, NESTED.owner
         if timings is not None:
             NESTED.owner = self
@@ -207,19 +219,11 @@ class Plan:
             timings = NESTED.timings_of(self)
         try:
             if self.chunks and timings is None and not check:
-                self._run_straight(values, buffers)
+                self._straight(slots, buffers)
             else:
-                self._run(values, buffers.per_step, check, timings)
+                self._run(slots, buffers.per_step, check, timings)
         finally:
             NESTED.owner = owner
-
-    def _run_straight(self, values: dict[str, np.ndarray], buffers: Buffers) -> None:
-        slots = list(self.slots)
-        for name, idx in self.inputs:
-            slots[idx] = values[name]
-        self._straight(slots, buffers)
-        for name, idx in self.outputs:
-            values[name] = slots[idx]
 
     def _straight(self, slots: list, buffers: Buffers) -> None:
         """Every chunk over ``slots`` (inputs filled; outputs read from it after)."""
@@ -230,13 +234,14 @@ class Plan:
         except (NnhalError, MemoryError):   # out of memory: the caller turns it into a LimitError
             raise
         except Exception as exc:
-            self._explain_failure(exc, {name: slots[idx] for name, idx in self.inputs}, buffers)
+            self._explain_failure(exc, self._filled((idx, slots[idx]) for idx in self.in_slots), buffers)
 
-    def _explain_failure(self, exc: Exception, values: dict[str, np.ndarray], buffers: Buffers) -> None:
-        """Raise the typed error of a straight-line run that failed with ``exc`` on the inputs ``values``."""
+    def _explain_failure(self, exc: Exception, slots: list, buffers: Buffers) -> None:
+        """Raise the typed error of a straight-line run that failed with ``exc`` on the inputs filled in ``slots``
+        (a fresh slot list)."""
         # NOTE: the straight-line code keeps tensors in locals: run the plan again step by step, where
         # the failing step's operands are at hand for the prototype to explain (kernels are pure)
-        self._run(values, buffers.per_step, False, None)
+        self._run(slots, buffers.per_step, False, None)
         k = failing_step(exc, self.chunks)
         if k is None:
             raise DeviceError(f"cpu: a plan's run failed: {type(exc).__name__}: {exc}") from exc
@@ -244,11 +249,9 @@ class Plan:
         raise DeviceError(f"{where(step.node, 'cpu')}: kernel '{step.kernel_name}' failed: "
                           f"{type(exc).__name__}: {exc}") from exc
 
-    def _run(self, values: dict[str, np.ndarray], per_step: list[list], check: bool,
-             timings: list[float] | None) -> None:
-        slots = list(self.slots)
-        for name, idx in self.inputs:
-            slots[idx] = values[name]
+    def _run(self, slots: list, per_step: list[list], check: bool, timings: list[float] | None) -> None:
+        """The interpreting loop over a filled slot list: step by step, ``check``: each output verified, ``timings``:
+        each step's exclusive seconds added."""
         for k, step in enumerate(self.steps):
             if timings is not None:
                 inner = NESTED.inner
@@ -269,8 +272,8 @@ class Plan:
                                   f"{type(exc).__name__}: {exc}") from exc
             for pos, (idx, r) in enumerate(zip(step.outs, result)):
                 buf = bufs[pos]
-                # NOTE: a view bound to its input (straight.py binds_input) leaves its planned buffer unwritten on
-                # this path too (a view of a graph input has one): the profile times what a run does
+                # NOTE: a view bound to its input (straight.py binds_input) leaves a planned buffer unwritten on
+                # this path too (the planner gives views none; a kernel's may): the profile times what a run does
                 if buf is not None and r is not buf and (step.fresh or not binds_input(step)):
                     np.copyto(buf, r, casting="unsafe")
                     r = buf
@@ -281,8 +284,6 @@ class Plan:
                 took = time.perf_counter() - t0
                 timings[k] += took - (NESTED.inner - inner)   # exclusive of nested plans' steps
                 NESTED.inner = inner + took
-        for name, idx in self.outputs:
-            values[name] = slots[idx]
 
 
 class Iteration:

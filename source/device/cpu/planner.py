@@ -95,7 +95,10 @@ def plan_memory(steps: list[tuple[list[str], list[str], dict[int, int], dict[int
                 group_last[r] = max(group_last[r], last_use.get(name, i), i)
                 views[name] = src
                 continue
-            if name not in sizes:
+            if src or name not in sizes:
+                # NOTE: a view of a tensor the arena does not hold (a graph input, a constant, a kernel's own
+                # array) gets no buffer either: the view is of memory no step writes, and a buffer would only be
+                # a per-run copy of it (a Loop body's Gather of its frame, every iteration)
                 continue
             root[name] = name
             group_last[name] = max(last_use.get(name, i), i)

@@ -99,7 +99,7 @@ def _kind(step, slots) -> tuple[str, object] | None:
     if getattr(kernel, "gate", None) is not None and node.op_type in ("Sigmoid", "Tanh") \
             and kernel.gate(node) in (_gates.sigmoid_, _gates.tanh_):
         return "act", native.make_act(node.op_type.lower())
-    if type(kernel) is IdentityKernel:
+    if isinstance(kernel, IdentityKernel):
         return "alias", None
     return None
 

@@ -39,7 +39,8 @@ class Chunk:
     count: int
     programs: tuple = ()      # the native step programs it calls (steps.py)
     # a plan of one chunk: the same steps as ``call(arrays, per_step, arena)``, the plan's inputs in order in,
-    # its outputs returned in order (a control-flow body's iteration: no slot list filled or read)
+    # its outputs returned in order (a control-flow body's iteration: no slot list filled or read); for a body,
+    # ``run`` is then this one function over the slot list (generate: one compiled copy, not two)
     call: Callable[[Sequence, list, np.ndarray], list] | None = None
     call_code: CodeType | None = None
 
@@ -71,22 +72,35 @@ def generate(steps: Sequence, slots: Sequence, outputs: Sequence[tuple[str, int]
         for i in step.ins:
             last_read[i] = max(last_read.get(i, -1), k)
     segments = _segments(steps, slots, arena) if arena is not None and native_steps.enabled() else {}
+    if inputs is not None and len(steps) <= CHUNK:
+        # NOTE: a body of one chunk is generated once, positional; its slot-list entry (a checked or profiled
+        # run's fallback, Plan.run) is that function over the slot list, not a second compiled copy
+        ins, outs = [idx for _, idx in inputs], [idx for _, idx in outputs]
+        positional = _chunk(steps, slots, 0, len(steps), last_read, segments, (ins, outs))
+        if positional is not None:
+            return [replace(positional, run=_over_slots(positional.run, ins, outs), call=positional.run,
+                            call_code=positional.code)]
     chunks = []
     for first in range(0, len(steps), CHUNK):
         chunks.append(_chunk(steps, slots, first, min(first + CHUNK, len(steps)), last_read, segments))
-    if len(chunks) == 1 and inputs is not None:
-        positional = _chunk(steps, slots, 0, len(steps), last_read, segments,
-                            ([idx for _, idx in inputs], [idx for _, idx in outputs]))
-        if positional is not None:
-            chunks[0] = replace(chunks[0], call=positional.run, call_code=positional.code)
     return chunks
+
+
+def _over_slots(call: Callable[[Sequence, list, np.ndarray], list], ins: list[int], outs: list[int]) \
+        -> Callable[[list, list, np.ndarray], None]:
+    """A positional chunk function as a slot-list one: its inputs read from ``S``, its outputs stored into it."""
+    def run(S: list, per_step: list, arena: np.ndarray) -> None:
+        for i, r in zip(outs, call([S[i] for i in ins], per_step, arena)):
+            S[i] = r
+
+    return run
 
 
 def binds_input(step) -> bool:
     """Whether the generated code runs ``step`` as a binding of its input (Identity: its output is its input; a
     static view, kernels/view.py: its input, or a block of it, reshaped; either a per-run copy when it is a graph
     output), so its planned buffer, if it has one, is never written."""
-    return (type(step.kernel) is IdentityKernel and len(step.ins) == 1 and step.outs[0] != 1) \
+    return (isinstance(step.kernel, IdentityKernel) and len(step.ins) == 1 and step.outs[0] != 1) \
         or _view_of(step) is not None
 
 

@@ -34,8 +34,8 @@ def _limit_blas(n: int) -> None:
 
 
 def use_threads(n: int, pool: bool = True) -> None:
-    """Run this thread's host kernels on ``n`` threads (0 means one per core): the pools' when ``pool``
-    (and NNHAL_CPU_POOL is not 0), else BLAS's."""
+    """Run this thread's host kernels on ``n`` threads (0 means one per core): the pools' when ``pool`` (the
+    plan's choice at prepare, parallel.choose: NNHAL_CPU_POOL=0 switched it off then), else BLAS's."""
     n = n or (os.cpu_count() or 1)
     parallel.use_pool(pool)
     if parallel.enabled():

@@ -101,3 +101,47 @@ def test_an_if_chooses_its_threads_by_its_branches_products(monkeypatch):
             y = s.run({"c": np.array(True), "x": np.arange(size, dtype=np.float32).reshape(1, 1, 1, size)})[0]
             assert s.subgraphs[0].stats["thread_pool"] is pools, size
         np.testing.assert_array_equal(y.reshape(-1), np.arange(size, dtype=np.float32))
+
+
+def test_the_switches_are_read_when_the_session_is_prepared(monkeypatch):
+    """NNHAL_CPU_POOL and NNHAL_CHECK are read once per plan at prerun (a Session's first run; the Loop node's at
+    its prepare), never per run: later runs keep what they said then."""
+    from nnhal.device.cpu import parallel
+    from nnhal.device.cpu import plan as cpu_plan
+
+    verified = []
+    real = cpu_plan._verify
+    monkeypatch.setattr(cpu_plan, "_verify", lambda step, result: (verified.append(step.node.op_type),
+                                                                   real(step, result)))
+    x = np.zeros((1, 4), np.float32)
+    want = np.full((1, 4), 6.0, np.float32)
+    monkeypatch.setenv("NNHAL_CPU_POOL", "0")
+    monkeypatch.delenv("NNHAL_CHECK", raising=False)
+    with nnhal.Session(loop_model(grow=False, trips=3), devices=["cpu"], num_thread=2) as s:
+        np.testing.assert_array_equal(s.run({"x": x})[0], want)       # the prerun
+        monkeypatch.setenv("NNHAL_CPU_POOL", "1")
+        monkeypatch.setenv("NNHAL_CHECK", "1")
+        np.testing.assert_array_equal(s.run({"x": x})[0], want)
+        assert not s.subgraphs[0].stats["thread_pool"] and not parallel.enabled()
+        assert verified == []                           # prepared unchecked: no step verified
+    monkeypatch.delenv("NNHAL_CPU_POOL")
+    with nnhal.Session(loop_model(grow=False, trips=3), devices=["cpu"], num_thread=2) as s:
+        np.testing.assert_array_equal(s.run({"x": x})[0], want)
+        assert s.subgraphs[0].stats["thread_pool"] and parallel.enabled()
+        # prepared checked: the Loop step and its body's Add verified in every iteration
+        assert verified.count("Loop") == 1 and verified.count("Add") == 3
+        monkeypatch.delenv("NNHAL_CHECK")
+        np.testing.assert_array_equal(s.run({"x": x})[0], want)
+        assert verified.count("Loop") == 2 and verified.count("Add") == 6
+    parallel.use_pool(True)
+
+
+def test_identities_are_aliases_in_bodies_and_profiles():
+    """An Identity runs as an alias on the cpu device (kernel "alias": bound, never called, on the generated
+    path), in a Loop body too, and a profile of the Loop names no reference kernel."""
+    with nnhal.Session(loop_model(grow=False, trips=4), devices=["cpu"], num_thread=1) as s:
+        x = np.arange(4, dtype=np.float32).reshape(1, 4)
+        np.testing.assert_array_equal(s.run({"x": x})[0], x + 8)
+        prof = s.profile({"x": x}, runs=2, warmup=0)
+    kernels = {(n.op, n.kernel) for n in prof.nodes}
+    assert ("Identity", "alias") in kernels and not any(k == "reference" for _, k in kernels), kernels

@@ -38,7 +38,8 @@ def test_straight_run_equals_the_interpreting_loop(monkeypatch, chunk):
         fast = s.run({"x": x})
         assert plans(s) and all(p.chunks and len(p.chunks) == -(-len(p.steps) // chunk) for p in plans(s))
         fast_again = s.run({"x": x})
-        monkeypatch.setenv("NNHAL_CHECK", "1")   # checking runs take the interpreting loop
+    monkeypatch.setenv("NNHAL_CHECK", "1")       # checking runs take the interpreting loop (read at prerun)
+    with nnhal.Session(mixed_model(), devices=["cpu"]) as s:
         slow = s.run({"x": x})
     for f, g, h in zip(fast, fast_again, slow):
         np.testing.assert_array_equal(f, h)
@@ -71,3 +72,32 @@ def test_failing_step_ignores_foreign_tracebacks():
         line = f.__code__.co_firstlineno + 1 - straight.FIRST_STEP_LINE   # f raises on its second line
         assert failing_step(exc, [Chunk(f, f.__code__, 10, line + 1)]) == 10 + line
         assert failing_step(exc, [Chunk(f, f.__code__, 10, line)]) is None   # past the chunk's steps
+
+
+def test_a_body_plan_is_generated_once_and_runs_over_slots_too(monkeypatch):
+    """A control-flow body of one chunk compiles one function, the positional one; its slot-list entry (Plan.run,
+    the path of a body run outside Iteration) gives the same outputs as the interpreting loop."""
+    import builtins
+
+    from nnhal.device.cpu.kernels.control import plan_iteration_body
+    from nnhal.optimizer.infer import infer_graph
+    from nnhal.serializer.onnx_import import load_onnx
+
+    compiled = []
+    monkeypatch.setattr(straight, "compile", lambda src, *a: (compiled.append(src), builtins.compile(src, *a))[1],
+                        raising=False)
+    graph = load_onnx(mixed_model().SerializeToString())
+    infer_graph(graph)
+    plan = plan_iteration_body(graph, graph.nodes, list(graph.inputs), list(graph.outputs))
+    assert len(compiled) == 1 and compiled[0].startswith("def run(A,")
+    (chunk,) = plan.chunks
+    assert chunk.code is chunk.call_code
+    x = np.random.default_rng(3).standard_normal((2, 6)).astype(np.float32)
+    positional = [np.array(r) for r in plan.call([x])]
+    values = {"x": x}
+    plan.run(values, check=False)                 # the slot-list entry
+    checked = {"x": x}
+    plan.run(checked, check=True)                 # the interpreting loop
+    for name, got in zip(graph.outputs, positional):
+        np.testing.assert_array_equal(got, checked[name])
+        np.testing.assert_array_equal(values[name], checked[name])

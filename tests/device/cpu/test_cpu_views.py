@@ -122,7 +122,8 @@ def test_static_views_match_the_reference_on_both_paths(monkeypatch, build, chun
         assert views and all(step.kernel_name == "view" for step in views)
         second = s.run({feed: x + 1})
         again = s.run({feed: x})
-        monkeypatch.setenv("NNHAL_CHECK", "1")         # the interpreting loop
+    monkeypatch.setenv("NNHAL_CHECK", "1")             # the interpreting loop (read at prerun)
+    with nnhal.Session(model, devices=["cpu"]) as s:
         checked = s.run({feed: x})
     np.testing.assert_array_equal(x, kept)             # no view of the input was written through
     # element-wise float32 math in one fixed order: the results are exact

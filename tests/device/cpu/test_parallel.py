@@ -151,11 +151,16 @@ def test_elementwise_split(two_threads, sa, sb):
 
 def test_pool_off_runs_inline(monkeypatch):
     monkeypatch.setenv("NNHAL_CPU_POOL", "0")
-    parallel.use_pool(True)          # a run reads NNHAL_CPU_POOL at its start: it wins over the plan's choice
-    assert not parallel.enabled()
-    names = set()
-    parallel.for_ranges(100, 10**9, lambda a, b: names.add(threading.current_thread().name))
-    assert names == {threading.current_thread().name}
+    # NNHAL_CPU_POOL is read when a plan chooses (at prepare): =0 wins over a large plan's and a loop's choice
+    assert not parallel.choose(10**9) and not parallel.choose(0, iterates=True)
+    parallel.use_pool(parallel.choose(10**9))
+    try:
+        assert not parallel.enabled()
+        names = set()
+        parallel.for_ranges(100, 10**9, lambda a, b: names.add(threading.current_thread().name))
+        assert names == {threading.current_thread().name}
+    finally:
+        parallel.use_pool(True)
 
 
 def _small_cnn():

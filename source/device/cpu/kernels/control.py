@@ -44,7 +44,7 @@ def plan_iteration_body(graph: Graph, nodes: list[Node], inputs: list[str], outp
 def binds_output(node: Node, kernel, run) -> bool:
     """Whether ``node`` run by ``kernel`` (prepared as ``run``) gives its input as it is (an Identity) or a
     view of it (kernels/view.py), so a borrowed body's output it makes needs no buffer of its own."""
-    identity = type(kernel) is IdentityKernel and node.op_type == "Identity" and not node.domain \
+    identity = isinstance(kernel, IdentityKernel) and node.op_type == "Identity" and not node.domain \
         and len(node.inputs) == 1
     return identity or getattr(run, "view_of", None) is not None
 

@@ -10,8 +10,8 @@ The run function carries ``view_of = (shape, start, stop)``: a promise that ``ru
 ``(inputs[0].reshape(shape),)`` when ``start`` is None, else ``(inputs[0].reshape(-1)[start:stop].reshape(shape),)``
 (element offsets of a C-contiguous input). The generated straight-line code (straight.py) then binds the output as that
 reshape on the step's line, without a kernel call, an argument list or a store into a planned buffer (the planner
-gives a view of an arena tensor no buffer; a view of a graph input or of a kernel's own array has one, which stays
-unwritten: the view is of memory no step of the plan writes).
+gives a view no buffer of its own: a view of an arena tensor shares that tensor's, and a view of a graph input, a
+constant or a kernel's own array is of memory no step of the plan writes).
 """
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ import math
 import numpy as np
 
 from nnhal.hostkernels.base import Kernel, RunFn
+from nnhal.hostkernels.op_identity import IdentityKernel
 
 
 def view_run(shape: tuple[int, ...], start: int | None = None, stop: int | None = None) -> RunFn:
@@ -106,4 +107,15 @@ class GatherBlock(Kernel):
         return view_run(tuple(int(d) for d in outs[0].shape), start, stop)
 
 
-IMPLEMENTATIONS = (ReshapeStatic, FlattenStatic, SqueezeStatic, UnsqueezeStatic, GatherBlock)
+class IdentityAlias(IdentityKernel):
+    """Identity on the cpu device: the output is the input, an alias; the generated code binds it without a call
+    (straight.py binds_input), a native step program as an alias, a borrowed body's output as that tensor
+    (control.binds_output). The host kernel's run, under a name of its own: no reference kernel in a profile."""
+
+    name = "alias"
+
+    def score(self, node, ins, outs) -> int:
+        return 2 if len(node.inputs) == 1 else 0
+
+
+IMPLEMENTATIONS = (ReshapeStatic, FlattenStatic, SqueezeStatic, UnsqueezeStatic, GatherBlock, IdentityAlias)
