@@ -44,6 +44,7 @@ import numpy as np
 from nnhal.device.cpu import native, parallel, qlayout
 from nnhal.device.cpu.fusions import Chosen
 from nnhal.device.cpu.kernels import select
+from nnhal.device.cpu.kernels.view import view_run
 from nnhal.errors import NnhalError
 from nnhal.graph.node import Node
 from nnhal.hostkernels.base import Kernel, RunFn
@@ -108,8 +109,7 @@ class Relayout(Kernel):
     def prepare(self, node, ins, outs) -> RunFn:
         perm = self.perm
         if self.view:
-            shape = tuple(outs[0].shape)
-            return lambda inputs, outputs: (inputs[0].reshape(shape),)
+            return view_run(tuple(outs[0].shape))
         to_last = perm == TO_NHWC
         n, channels = ins[0].shape[0], ins[0].shape[1 if to_last else 3]
         shape = tuple(outs[0].shape)
