@@ -100,7 +100,8 @@ def fuse_relayout_casts(chosen: list[Chosen], external: set[str]) -> list[Chosen
                 result.append(Chosen(node, c.kernel.rounding(), c.ins, c.outs))
                 dropped.add(nxt)
                 continue
-        if isinstance(c.kernel, Relayout) and not c.kernel.round_half:
+        # a conversion that is a view (Relayout.view) reads and writes one dtype: no Cast folds into it
+        if isinstance(c.kernel, Relayout) and not c.kernel.round_half and not c.kernel.view:
             nxt = only_reader(c.node.outputs[0])
             if nxt is not None and nxt not in dropped and _float_cast(chosen[nxt]):
                 cast = chosen[nxt]
@@ -110,7 +111,8 @@ def fuse_relayout_casts(chosen: list[Chosen], external: set[str]) -> list[Chosen
                 continue
         if _float_cast(c):
             nxt = only_reader(c.node.outputs[0])
-            if nxt is not None and nxt not in dropped and isinstance(chosen[nxt].kernel, Relayout):
+            if nxt is not None and nxt not in dropped and isinstance(chosen[nxt].kernel, Relayout) \
+                    and not chosen[nxt].kernel.view:
                 relayout = chosen[nxt]
                 # NOTE: placed where the Cast was: its one input is ready there, its readers come later still
                 node = fuse(relayout.node, c.node, inputs=[c.node.inputs[0]])

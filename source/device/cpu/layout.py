@@ -44,6 +44,7 @@ import numpy as np
 from nnhal.device.cpu import native, parallel, qlayout
 from nnhal.device.cpu.fusions import Chosen
 from nnhal.device.cpu.kernels import select
+from nnhal.device.cpu.kernels.view import view_run
 from nnhal.errors import NnhalError
 from nnhal.graph.node import Node
 from nnhal.hostkernels.base import Kernel, RunFn
@@ -75,6 +76,13 @@ class Layouts:
     constants: dict[str, np.ndarray]
 
 
+def keeps_order(shape: tuple, perm: tuple[int, ...]) -> bool:
+    """Whether transposing a C-contiguous tensor of ``shape`` by ``perm`` keeps its elements' order (the axes
+    longer than 1 stay in their order): the transpose is then a reshape."""
+    moved = [axis for axis in perm if shape[axis] != 1]
+    return moved == sorted(moved)
+
+
 class Relayout(Kernel):
     """The inserted conversion between NCHW and NHWC: the native tiled transpose (kernels.c transpose_blocks:
     (N, C, HW) <-> (N, HW, C)) for 4-byte elements, with a float32 <-> float16 Cast folded in (castfuse.py) as
@@ -84,10 +92,15 @@ class Relayout(Kernel):
 
     op_type = "Transpose"
 
-    def __init__(self, perm: tuple[int, ...], round_half: bool = False):
+    def __init__(self, perm: tuple[int, ...], round_half: bool = False, shape: tuple | None = None):
         self.perm = perm
         self.round_half = round_half
         self.name = "to-nhwc" if perm == TO_NHWC else "to-nchw"
+        # NOTE: a conversion that keeps the order of the elements (one channel, or one pixel: a global pool's
+        # (N, C, 1, 1) output) is a reshape: its output is a view of its input (the planner keeps the input
+        # alive while the view is read), no step of copying (text_cls's pooled (1, 128, 1, 1) back to NCHW: a 512-byte
+        # copy, its time lost in the step's own ~2 us; the buffer and the copy are saved). ``shape``: the input's
+        self.view = {0: 0} if shape is not None and not round_half and keeps_order(shape, perm) else {}
 
     def rounding(self) -> Kernel:
         """This conversion with fp16 storage's rounding of its float32 output folded in (castfuse.py)."""
@@ -95,6 +108,8 @@ class Relayout(Kernel):
 
     def prepare(self, node, ins, outs) -> RunFn:
         perm = self.perm
+        if self.view:
+            return view_run(tuple(outs[0].shape))
         to_last = perm == TO_NHWC
         n, channels = ins[0].shape[0], ins[0].shape[1 if to_last else 3]
         shape = tuple(outs[0].shape)
@@ -168,6 +183,11 @@ class Relayout(Kernel):
 def _permuted(info: Info, perm=TO_NHWC) -> Info:
     return Info(info.dtype, tuple(info.shape[p] for p in perm),
                 None if info.value is None else np.ascontiguousarray(info.value.transpose(perm)))
+
+
+def _static_shape(info: Info) -> tuple | None:
+    """``info``'s shape when every dimension is known, else None."""
+    return tuple(info.shape) if info.static and info.shape is not None else None
 
 
 def _image(info: Info | None) -> bool:
@@ -338,7 +358,7 @@ def assign_layouts(chosen: list[Chosen], external: set[str]) -> tuple[list[Chose
             dst = _permuted(Info(src.dtype, src.shape), perm)
             physical[new] = dst
             node = Node(new, "Transpose", [name], [new], {"perm": list(perm)}, opset=21, version=21)
-            before.append(Chosen(node, Relayout(perm), [src], [dst]))
+            before.append(Chosen(node, Relayout(perm, shape=_static_shape(src)), [src], [dst]))
             converted[key] = new
         return converted[key]
 
@@ -377,7 +397,8 @@ def assign_layouts(chosen: list[Chosen], external: set[str]) -> tuple[list[Chose
                 result.append(Chosen(replace(node, inputs=inputs, outputs=outputs), nhwc_kernels[pos], ins, outs))
                 back = Node(f"{tmp}#nchw", "Transpose", [tmp], [node.outputs[0]], {"perm": list(TO_NCHW)},
                             opset=21, version=21)
-                result.append(Chosen(back, Relayout(TO_NCHW), [physical[tmp]], [outs[0]]))
+                result.append(Chosen(back, Relayout(TO_NCHW, shape=_static_shape(physical[tmp])), [physical[tmp]],
+                                     [outs[0]]))
                 # NOTE: a later channels-last reader of the NCHW tensor (PAN's outputs feed the next level's
                 # Conv) reads this NHWC original instead of a conversion back
                 converted[(node.outputs[0], TO_NHWC)] = tmp

@@ -64,6 +64,12 @@ def gemm_work(macs: int) -> int:
     return macs // MACS_PER_UNIT
 
 
+def small_product(macs: int) -> bool:
+    """Whether a product of ``macs`` multiply-adds runs as one part whichever way it could be split: numpy's own
+    matmul call (matmul below)."""
+    return gemm_work(macs) < _SMALL_GEMM_WORK
+
+
 _run = threading.local()       # this thread's run: whether its plan chose the pools (use_pool)
 
 # The pools pay on plans of large enough products; on plans of tiny ones BLAS's threads were faster: a
@@ -360,7 +366,7 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.nd
         if np.may_share_memory(a2, a) and np.may_share_memory(o2, out):    # views, not copies
             matmul(a2, b, o2)
             return out
-    if out is not None and gemm_work(out.size * a.shape[-1]) < _SMALL_GEMM_WORK:
+    if out is not None and small_product(out.size * a.shape[-1]):
         return np.matmul(a, b, out=out)     # one part whichever way it went (a control-flow body's products)
     if out is None:
         out = np.empty(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1]),

@@ -11,7 +11,7 @@ from onnx.reference import ReferenceEvaluator
 
 import nnhal
 from nnhal.device.cpu.kernels import select
-from nnhal.device.cpu.kernels.gather import GatherIndices
+from nnhal.device.cpu.kernels.gather import FEW_INDICES, GatherIndices
 from nnhal.errors import NnhalError
 from nnhal.operator.base import Info
 from nnhal.serializer.onnx_import import load_onnx
@@ -39,7 +39,9 @@ def _sessions(model, monkeypatch):
 
 
 @pytest.mark.parametrize("axis, data_shape, idx_shape", [
-    (0, (256, 32), (1, 64)),        # an embedding lookup of byte ids
+    (0, (256, 32), (1, 64)),        # an embedding lookup of byte ids (FEW_INDICES: numpy's checks)
+    (0, (256, 32), (2, 100)),       # more than FEW_INDICES: one min and one max, then mode="clip"
+    (0, (2048, 16), (1, 1)),        # a decoder step's one token
     (0, (50, 3, 4), (7,)),
     (1, (5, 9, 4), (2, 3)),
     (-1, (4, 6), (5,)),
@@ -56,12 +58,15 @@ def test_against_the_reference(axis, data_shape, idx_shape, idx_dtype, monkeypat
             np.testing.assert_array_equal(s.run({"i": i})[0], ReferenceEvaluator(model).run(None, {"i": i})[0])
 
 
+@pytest.mark.parametrize("count", [3, FEW_INDICES + 1], ids=["few", "many"])
 @pytest.mark.parametrize("bad", [10, -11])
-def test_an_index_out_of_range_names_the_node(bad, monkeypatch):
-    model = _model(RNG.standard_normal((10, 4)).astype(np.float32), [1, 3], np.int64, 0)
+def test_an_index_out_of_range_names_the_node(bad, count, monkeypatch):
+    model = _model(RNG.standard_normal((10, 4)).astype(np.float32), [1, count], np.int64, 0)
+    idx = np.ones((1, count), np.int64)
+    idx[0, count // 2] = bad
     for s in _sessions(model, monkeypatch):
         with pytest.raises(NnhalError, match=rf"'lookup'.*Gather.*index {bad} is out of range"):
-            s.run({"i": np.array([[1, bad, 2]], np.int64)})
+            s.run({"i": idx})
 
 
 def test_chosen_for_run_indices_only():

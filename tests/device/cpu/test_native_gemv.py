@@ -118,3 +118,41 @@ def test_a_decoder_steps_projection_with_bias_and_residual(rows, check, monkeypa
     # the bias and the residual: one more term and one more rounding of the residual's magnitude
     bound = matmul_bound(a, b) + 2 * np.finfo(np.float32).eps * np.abs(res)
     assert_within_bound(got, want, bound)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "strided", "vector", "float64"])
+@pytest.mark.parametrize("rows", [1, 2])
+@pytest.mark.parametrize("residual", [False, True])
+def test_gemm_first_few_rows_take_the_direct_call_or_fall_back_alike(layout, rows, residual):
+    """kernels/matmul.py gemm_first for a few rows times the prepared constant B: its direct native call (a
+    contiguous float32 A) and the general path it falls back to (a strided A: the native GEMVs on its copy; a
+    float64 A: numpy's GEMV per row), a 1-D A, with the bias and a residual step, against a float64 product;
+    the MatMul's own ``run`` is never reached."""
+    from nnhal.device.cpu.kernels.matmul import gemm_first
+
+    rng = np.random.default_rng(rows)
+    k, n = 300, 70
+    if layout == "vector":
+        rows = 1
+    w = (rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    shape = (n,) if layout == "vector" else (1, rows, n)
+    a = rng.standard_normal((1, rows, 2 * k)).astype(np.float32)[..., ::2] if layout == "strided" else \
+        rng.standard_normal((1, rows, k)).astype(np.float64 if layout == "float64" else np.float32)
+    a = a.reshape(k) if layout == "vector" else a
+    res = rng.standard_normal(shape).astype(np.float32)
+
+    def unreachable(inputs, outputs):
+        raise AssertionError("the few rows' product fell through to the MatMul's own path")
+
+    run = gemm_first(unreachable, w, bias, shape, None, False, ((np.add, 2),) if residual else ())
+    y = np.full(shape, np.nan, np.float32)
+    (got,) = run([a, w, res], [y])
+    assert got is y
+    a64 = a.astype(np.float64).reshape(-1, k)
+    want = (a64 @ w.astype(np.float64) + bias).reshape(shape) + (res if residual else 0)
+    a1 = np.concatenate([a.astype(np.float32).reshape(-1, k), np.ones((a64.shape[0], 1), np.float32)], axis=1)
+    bound = matmul_bound(a1, np.concatenate([w, bias[None]], axis=0)).reshape(shape)
+    if residual:
+        bound = bound + 2 * np.finfo(np.float32).eps * np.abs(res)
+    assert_within_bound(got, want, bound)
