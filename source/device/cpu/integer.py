@@ -10,6 +10,10 @@ which pack the constant weights once at prepare:
 * ``MatMulInteger`` with a constant 2-D B: int32 out;
 * com.microsoft ``MatMulIntegerToFloat`` with a constant 2-D B (what qchains.py makes of onnxruntime's
   dynamic-quantization chains): dequantized with the bias in the epilogue, bit-equal to its numpy kernel;
+* com.microsoft ``DynamicQuantizeMatMul`` with a constant 2-D B: A quantized to uint8 per tensor (the native
+  DynamicQuantizeLinear), then MatMulIntegerToFloat's epilogue;
+* com.microsoft ``QGemm`` with a constant 2-D B and C absent or an int32 row: onnxruntime's float32 rescale
+  (float output, or requantized with ``rounding=1``);
 * ``QLinearMatMul`` with a constant 2-D B and constant scales and zero points: requantized in the
   epilogue exactly as ONNX defines it (the float32 factor applied in double, rounded half to even);
 * ``QLinearConv`` (2-D, group 1 or depthwise, constant weights, scales and zero points): an implicit GEMM
@@ -31,11 +35,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnhal.device.cpu import parallel, qnative
+from nnhal.device.cpu import native, parallel, qnative
 from nnhal.device.cpu.fusions import Chosen
+from nnhal.device.cpu.kernels.qdq import DynamicQuantizeLinearNative
 from nnhal.device.cpu.kernels.qlinear_tables import QLinearAddTable, QLinearMulTable, TailedBinaryTable
 from nnhal.hostkernels.base import Kernel, RunFn
 from nnhal.hostkernels.fused import Activation, activation_of, fuse
+from nnhal.hostkernels.op_dynamic_quantize_linear import DynamicQuantizeLinearKernel
 from nnhal.operator.table import get_prototype
 
 _INF = float("inf")
@@ -105,13 +111,13 @@ def _matrix_b(ins, index: int) -> np.ndarray | None:
     return b if b is not None and b.ndim == 2 and b.dtype in (np.uint8, np.int8) else None
 
 
-def _packed_b(q, ins, index: int, zero_index: int):
-    """(K, N and the integer GEMM's packing) of the constant 8-bit matrix ins[index] with its zero point
-    ins[zero_index] (absent or all zero: none)."""
+def _packed_b(q, ins, index: int, zero_index: int, trans: int = 0):
+    """(K, N and the integer GEMM's packing) of the constant 8-bit matrix ins[index] ([K, N], or [N, K] when
+    ``trans``) with its zero point ins[zero_index] (absent or all zero: none)."""
     b = _matrix_b(ins, index)
-    k, n = b.shape
+    k, n = b.shape[::-1] if trans else b.shape
     zero = _const(ins[zero_index]) if len(ins) > zero_index else None
-    return k, n, q.pack_b(np.ascontiguousarray(b), k, n, _zero(zero, b.dtype), 0)
+    return k, n, q.pack_b(np.ascontiguousarray(b), k, n, _zero(zero, b.dtype), trans)
 
 
 def _a_ok(info, k: int) -> bool:
@@ -158,49 +164,173 @@ def _scalar(info) -> bool:
     return info is not None and info.shape is not None and int(np.prod(info.shape)) == 1
 
 
+def _float_epilogue_ok(ins, b_index: int, scale_index: int, zero_index: int, bias_index: int) -> bool:
+    """A constant 2-D 8-bit B with a constant float32 scale and zero point (per tensor or per column) and a
+    constant float32 bias of N values (or none), the dequantizing epilogue's parameters."""
+    b = _matrix_b(ins, b_index)
+    if b is None:
+        return False
+    b_scale = _const(ins[scale_index])
+    if b_scale is None or b_scale.dtype != np.float32 or b_scale.size not in (1, b.shape[1]):
+        return False
+    zb = ins[zero_index] if len(ins) > zero_index else None
+    if zb is not None and (_const(zb) is None or np.size(_const(zb)) not in (1, b.shape[1])):
+        return False
+    bias = _const(ins[bias_index]) if len(ins) > bias_index and ins[bias_index] is not None else None
+    if len(ins) > bias_index and ins[bias_index] is not None and (
+            bias is None or bias.dtype != np.float32 or bias.size != b.shape[1]):
+        return False
+    return True
+
+
+def _float_product(q, ins, b_index: int, scale_index: int, zero_index: int, bias_index: int):
+    """The run(a, a_zero, a_scale, outputs) of a product dequantized in the integer GEMM's epilogue: ``float32(sum)
+    * (a_scale * b_scale[n]) + bias[n]`` in float32 in that order (no contraction), as onnxruntime and the numpy
+    kernels compute it."""
+    k, n, packed = _packed_b(q, ins, b_index, zero_index)
+    b_scale = np.broadcast_to(_const(ins[scale_index]).reshape(-1), (n,)).astype(np.float32)
+    bias = _const(ins[bias_index]) if len(ins) > bias_index and ins[bias_index] is not None else None
+    bias = None if bias is None else np.ascontiguousarray(bias, np.float32).reshape(-1)
+
+    def product(a: np.ndarray, za, a_scale, outputs: list) -> np.ndarray:
+        a = np.ascontiguousarray(a)
+        scale = np.ascontiguousarray(np.asarray(a_scale, np.float32).reshape(()) * b_scale, np.float32)
+        out = _out(outputs, a.shape[:-1] + (n,), np.float32)
+        q.gemm(a, None if za is None else np.ascontiguousarray(za).reshape(1), packed, out, bias, scale, 0,
+               -_INF, _INF, 0, _threads())
+        return out
+
+    return product
+
+
 class MatMulIntegerToFloatKernel(Kernel):
     """com.microsoft MatMulIntegerToFloat with constant B, b_scale and b_zero (per tensor or per column) and a
-    constant bias: the integer GEMM dequantizing in its epilogue, ``float32(sum) * (a_scale * b_scale[n]) +
-    bias[n]`` in float32 in that order (no contraction), as the op's numpy kernel computes it: bit-equal. The
-    activations' scale and zero point may be computed at run time (a DynamicQuantizeLinear's)."""
+    constant bias: the integer GEMM dequantizing in its epilogue (``_float_product``), bit-equal to the op's numpy
+    kernel. The activations' scale and zero point may be computed at run time (a DynamicQuantizeLinear's)."""
 
     op_type = "MatMulIntegerToFloat"
     domain = "com.microsoft"
     name = "int8 gemm"
 
     def score(self, node, ins, outs) -> int:
-        b = _matrix_b(ins, 1)
-        if b is None or not _a_ok(ins[0], b.shape[0]) or not _scalar(ins[2]) or ins[2].dtype != np.float32:
-            return 0
-        b_scale = _const(ins[3])
-        if b_scale is None or b_scale.dtype != np.float32 or b_scale.size not in (1, b.shape[1]):
+        if not _float_epilogue_ok(ins, 1, 3, 5, 6) or not _a_ok(ins[0], ins[1].value.shape[0]) \
+                or not _scalar(ins[2]) or ins[2].dtype != np.float32:
             return 0
         za = ins[4] if len(ins) > 4 else None
-        if za is not None and (not _scalar(za) or za.dtype != ins[0].dtype):
+        return 0 if za is not None and (not _scalar(za) or za.dtype != ins[0].dtype) else 10
+
+    def prepare(self, node, ins, outs) -> RunFn:
+        product = _float_product(qnative.kernels(), ins, 1, 3, 5, 6)
+
+        def run(inputs: list, outputs: list):
+            za = inputs[4] if len(inputs) > 4 else None
+            return (product(inputs[0], za, inputs[2], outputs),)
+
+        return run
+
+
+class DynamicQuantizeMatMulKernel(Kernel):
+    """com.microsoft DynamicQuantizeMatMul with constant B, b_scale and b_zero (per tensor or per column) and a
+    constant bias: float32 A quantized to uint8 per tensor by the native DynamicQuantizeLinear (the scale and zero
+    point as onnxruntime and the numpy kernel form them), then the integer GEMM dequantizing in its epilogue, as
+    MatMulIntegerToFloat."""
+
+    op_type = "DynamicQuantizeMatMul"
+    domain = "com.microsoft"
+    name = "int8 gemm"
+
+    def score(self, node, ins, outs) -> int:
+        a = ins[0]
+        ok = a is not None and a.dtype == np.float32 and a.shape is not None and len(a.shape) >= 2 \
+            and _float_epilogue_ok(ins, 1, 2, 3, 4) and a.shape[-1] == ins[1].value.shape[0]
+        return 10 if ok else 0
+
+    def prepare(self, node, ins, outs) -> RunFn:
+        product = _float_product(qnative.kernels(), ins, 1, 2, 3, 4)
+        quantize = DynamicQuantizeLinearNative() if native.available() else DynamicQuantizeLinearKernel()
+
+        def run(inputs: list, outputs: list):
+            aq, a_scale, a_zero = quantize.compute(node, inputs[0])
+            return (product(aq, a_zero, a_scale, outputs),)
+
+        return run
+
+
+def _given(ins, index: int):
+    """ins[index], or None when the optional input is absent."""
+    return ins[index] if len(ins) > index else None
+
+
+class QGemmInteger(Kernel):
+    """com.microsoft QGemm with a constant 2-D B, its scale and zero point constant (per tensor or per column), C
+    absent or a constant int32 row of N values, y_scale and y_zero constant: ``alpha * (A - a_zero)(B - b_zero)``
+    on the integer GEMM, C added to the int32 sum, then as onnxruntime computes it: float output
+    ``float32(sum + C) * ((alpha * a_scale) * b_scale[n])``; quantized output that factor divided by y_scale,
+    applied in float32, rounded half to even, + y_zero, saturated (the epilogue's ``rounding=1``). A's scale and
+    zero point may be computed at run time; transA transposes A first."""
+
+    op_type = "QGemm"
+    domain = "com.microsoft"
+    name = "int8 gemm"
+
+    def score(self, node, ins, outs) -> int:
+        a, trans_b = ins[0], node.attrs["transB"]
+        b = _matrix_b(ins, 3)
+        if b is None or a is None or a.dtype not in (np.uint8, np.int8) or a.shape is None or len(a.shape) != 2:
             return 0
-        zb = ins[5] if len(ins) > 5 else None
-        if zb is not None and (_const(zb) is None or np.size(_const(zb)) not in (1, b.shape[1])):
+        k, n = b.shape[::-1] if trans_b else b.shape
+        if a.shape[0 if node.attrs["transA"] else 1] != k or not _scalar(ins[1]) or ins[1].dtype != np.float32:
             return 0
-        bias = ins[6] if len(ins) > 6 else None
-        if bias is not None and (_const(bias) is None or _const(bias).dtype != np.float32
-                                 or np.size(_const(bias)) != b.shape[1]):
+        if _given(ins, 2) is not None and (not _scalar(ins[2]) or ins[2].dtype != a.dtype):
             return 0
-        return 10
+        b_scale, b_zero, c = _const(ins[4]), _given(ins, 5), _given(ins, 6)
+        if b_scale is None or b_scale.dtype != np.float32 or b_scale.size not in (1, n):
+            return 0
+        if b_zero is not None and (_const(b_zero) is None or np.size(_const(b_zero)) not in (1, n)):
+            return 0
+        if c is not None and (_const(c) is None or _const(c).dtype != np.int32
+                              or not (_const(c).size == 1 or _const(c).size == n == _const(c).shape[-1])):
+            return 0
+        y_scale, y_zero = _given(ins, 7), _given(ins, 8)
+        if y_scale is not None and (_const(y_scale) is None or np.size(_const(y_scale)) != 1):
+            return 0
+        return 0 if y_zero is not None and (_const(y_zero) is None or np.size(_const(y_zero)) != 1) else 10
 
     def prepare(self, node, ins, outs) -> RunFn:
         q = qnative.kernels()
-        k, n, packed = _packed_b(q, ins, 1, 5)
-        b_scale = np.broadcast_to(_const(ins[3]).reshape(-1), (n,)).astype(np.float32)
-        bias = _const(ins[6]) if len(ins) > 6 else None
-        bias = None if bias is None else np.ascontiguousarray(bias, np.float32).reshape(-1)
+        k, n, packed = _packed_b(q, ins, 3, 5, node.attrs["transB"])
+        trans_a = node.attrs["transA"]
+        alpha = np.float32(node.attrs["alpha"])
+        b_scale = np.broadcast_to(_const(ins[4]).reshape(-1), (n,)).astype(np.float32)
+        c = _const(_given(ins, 6))
+        bias = None if c is None else np.ascontiguousarray(np.broadcast_to(c.reshape(-1), (n,)), np.int32)
+        y_scale, y_zero = _const(_given(ins, 7)), _const(_given(ins, 8))
+        quantized = y_scale is not None
+        dtype = y_zero.dtype if y_zero is not None else (ins[0].dtype if quantized else np.dtype(np.float32))
+        yz = 0 if y_zero is None else int(y_zero.reshape(()))
 
         def run(inputs: list, outputs: list):
-            a = np.ascontiguousarray(inputs[0])
-            za = inputs[4] if len(inputs) > 4 and inputs[4] is not None else None
-            scale = np.ascontiguousarray(np.asarray(inputs[2], np.float32).reshape(()) * b_scale, np.float32)
-            out = _out(outputs, a.shape[:-1] + (n,), np.float32)
-            q.gemm(a, None if za is None else np.ascontiguousarray(za).reshape(1), packed, out, bias, scale, 0,
-                   -_INF, _INF, 0, _threads())
+            a = inputs[0].T if trans_a else inputs[0]
+            a = np.ascontiguousarray(a)
+            za = inputs[2] if len(inputs) > 2 and inputs[2] is not None else None
+            za = None if za is None else np.ascontiguousarray(za).reshape(1)
+            # NOTE: onnxruntime's order: (alpha * a_scale) * b_scale[n], then / y_scale, all float32
+            scale = alpha * np.asarray(inputs[1], np.float32).reshape(()) * b_scale
+            shape = (a.shape[0], n)
+            if quantized:
+                factor = np.ascontiguousarray(scale / y_scale.reshape(()).astype(np.float32), np.float32)
+                out = _out(outputs, shape, dtype)
+                q.gemm(a, za, packed, out, bias, factor, yz, -_INF, _INF, 1, _threads())
+            elif bias is None:
+                out = _out(outputs, shape, dtype)
+                q.gemm(a, za, packed, out, None, np.ascontiguousarray(scale, np.float32), 0, -_INF, _INF, 0,
+                       _threads())
+            else:
+                # NOTE: C joins the int32 sum before the float scale (the float epilogue only adds a float bias)
+                acc = np.empty(shape, np.int32)
+                q.gemm(a, za, packed, acc, bias, None, 0, 0.0, 0.0, 0, _threads())
+                out = _out(outputs, shape, dtype)
+                np.multiply(acc, scale, out=out, dtype=np.float32)
             return (out,)
 
         return run
@@ -397,6 +527,7 @@ ConvIntegerKernel.nhwc_kernel = ConvIntegerNHWC()
 
 _KERNELS = {(getattr(k, "domain", ""), k.op_type): k()
             for k in (DynamicQuantizeGemmInteger, MatMulIntegerKernel, MatMulIntegerToFloatKernel,
+                      DynamicQuantizeMatMulKernel, QGemmInteger,
                       QLinearMatMulKernel, QLinearConvKernel, ConvIntegerKernel)}
 
 
