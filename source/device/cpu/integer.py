@@ -7,14 +7,16 @@ which pack the constant weights once at prepare:
 * ai.nnhal ``DynamicQuantizeGemm`` with whole-row scales (``block`` 0): every row of X quantized while the
   GEMM packs it (int8 symmetric or uint8 asymmetric, per token), dequantized with the bias in the GEMM's
   epilogue (``float_columns`` still run in float32 beside it);
-* ``MatMulInteger`` with a constant 2-D B: int32 out;
+* ``MatMulInteger`` with a constant 2-D B: int32 out;  with a run-time B (both operands activations), each
+  matrix of B packed per run, batch dimensions broadcast;
 * com.microsoft ``MatMulIntegerToFloat`` with a constant 2-D B (what qchains.py makes of onnxruntime's
   dynamic-quantization chains): dequantized with the bias in the epilogue, bit-equal to its numpy kernel;
 * com.microsoft ``DynamicQuantizeMatMul`` with a constant 2-D B: A quantized to uint8 per tensor (the native
   DynamicQuantizeLinear), then MatMulIntegerToFloat's epilogue;
 * com.microsoft ``QGemm`` with a constant 2-D B and C absent or an int32 row: onnxruntime's float32 rescale
   (float output, or requantized with ``rounding=1``);
-* ``QLinearMatMul`` with a constant 2-D B and constant scales and zero points: requantized in the
+* ``QLinearMatMul`` with constant scales and zero points and a constant 2-D B or a run-time B [..., K, N]
+  (per-tensor parameters; each matrix packed per run, as MatMulInteger's): requantized in the
   epilogue exactly as ONNX defines it (the float32 factor applied in double, rounded half to even);
 * ``QLinearConv`` (2-D, group 1 or depthwise, constant weights, scales and zero points): an implicit GEMM
   (or the depthwise kernel) on channels-last integers, in the layout pass's NHWC regions (qlayout.py) or
@@ -125,6 +127,39 @@ def _a_ok(info, k: int) -> bool:
         and len(info.shape) >= 2 and info.shape[-1] == k
 
 
+def _runtime_b(ins, index: int, k) -> bool:
+    """ins[index] is a run-time 8-bit B [..., K, N] (both operands activations, as attention's QK^T and PV in
+    quantized transformers), K known and equal to A's and within the GEMM's exact range."""
+    b = ins[index]
+    return b is not None and b.value is None and b.dtype in (np.uint8, np.int8) and b.shape is not None \
+        and len(b.shape) >= 2 and isinstance(k, (int, np.integer)) and b.shape[-2] == k and k <= qnative.kernels().MAX_K
+
+
+def _each_matrix(q, a: np.ndarray, b: np.ndarray, b_zero, dtype, outputs: list, gemm) -> np.ndarray:
+    """out[..., M, N] for A [..., M, K] and a run-time B [..., K, N] (batch dimensions broadcast as numpy's
+    matmul): each matrix of B packed for the integer GEMM when the run reaches it (once when B has one), then
+    ``gemm(a_matrix, packed, out_matrix, threads)``."""
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    (m, k), n = a.shape[-2:], b.shape[-1]
+    out = _out(outputs, batch + (m, n), dtype)
+    shared = int(np.prod(b.shape[:-2])) == 1
+    packed = q.pack_b(np.ascontiguousarray(b.reshape(k, n)), k, n, b_zero, 0) if shared else None
+    a = np.broadcast_to(a, batch + (m, k))
+    b = np.broadcast_to(b, batch + (k, n))
+    indices = list(np.ndindex(*batch))
+    threads = _threads() if len(indices) == 1 else 1
+
+    def matrices(start: int, stop: int) -> None:
+        for index in indices[start:stop]:
+            one = packed if shared else q.pack_b(np.ascontiguousarray(b[index]), k, n, b_zero, 0)
+            gemm(np.ascontiguousarray(a[index]), one, out[index], threads)
+
+    # NOTE: many small products (heads): the matrices split over the pool, each product on one thread; one
+    # product splits its own rows
+    parallel.for_ranges(len(indices), parallel.gemm_work(len(indices) * m * k * n), matrices)
+    return out
+
+
 class MatMulIntegerKernel(Kernel):
     """MatMulInteger with constant B: exact int32 products on the integer GEMM (rows of every batch)."""
 
@@ -132,13 +167,18 @@ class MatMulIntegerKernel(Kernel):
     name = "int8 gemm"
 
     def score(self, node, ins, outs) -> int:
-        b = _matrix_b(ins, 1)
-        if b is None or not _a_ok(ins[0], b.shape[0]):
-            return 0
         za = ins[2] if len(ins) > 2 else None
         zb = ins[3] if len(ins) > 3 else None
         # a_zero: one zero point, constant or computed (DynamicQuantizeLinear's, in onnxruntime's dynamic models)
         if za is not None and (za.shape is None or int(np.prod(za.shape)) != 1 or za.dtype != ins[0].dtype):
+            return 0
+        b = _matrix_b(ins, 1)
+        if b is None:
+            a = ins[0]
+            runtime = _a_ok(a, a.shape[-1] if a is not None and a.shape else None) \
+                and _runtime_b(ins, 1, a.shape[-1]) and (zb is None or _scalar(zb) and zb.dtype == ins[1].dtype)
+            return 10 if runtime else 0
+        if not _a_ok(ins[0], b.shape[0]):
             return 0
         if zb is not None and (zb.value is None or np.size(zb.value) not in (1, b.shape[1])):
             return 0
@@ -146,6 +186,8 @@ class MatMulIntegerKernel(Kernel):
 
     def prepare(self, node, ins, outs) -> RunFn:
         q = qnative.kernels()
+        if _matrix_b(ins, 1) is None:
+            return self._prepare_runtime_b(q)
         k, n, packed = _packed_b(q, ins, 1, 3)
 
         def run(inputs: list, outputs: list):
@@ -155,6 +197,22 @@ class MatMulIntegerKernel(Kernel):
             q.gemm(a, None if za is None else np.ascontiguousarray(za).reshape(1), packed, out, None, None, 0, 0.0,
                    0.0, 0, _threads())
             return (out,)
+
+        return run
+
+    @staticmethod
+    def _prepare_runtime_b(q) -> RunFn:
+        """Both operands at run time: exact int32 products, each matrix of B packed per run."""
+        def run(inputs: list, outputs: list):
+            a, b = inputs[0], inputs[1]
+            za = inputs[2] if len(inputs) > 2 and inputs[2] is not None else None
+            za = None if za is None else np.ascontiguousarray(za).reshape(1)
+            zb = _zero(inputs[3] if len(inputs) > 3 else None, b.dtype)
+
+            def gemm(am, packed, out, threads):
+                q.gemm(am, za, packed, out, None, None, 0, 0.0, 0.0, 0, threads)
+
+            return (_each_matrix(q, a, b, zb, np.int32, outputs, gemm),)
 
         return run
 
@@ -343,22 +401,41 @@ class QLinearMatMulKernel(Kernel):
     name = "int8 gemm"
 
     def score(self, node, ins, outs) -> int:
-        b = _matrix_b(ins, 3)
-        if b is None or not _a_ok(ins[0], b.shape[0]) or any(_const(ins[i]) is None for i in (1, 2, 4, 5, 6, 7)):
+        if any(_const(ins[i]) is None for i in (1, 2, 4, 5, 6, 7)) \
+                or any(np.size(_const(ins[i])) != 1 for i in (1, 2, 6, 7)):
             return 0
-        if any(np.size(_const(ins[i])) != 1 for i in (1, 2, 6, 7)):
+        b = _matrix_b(ins, 3)
+        if b is None:       # run-time B: per-tensor parameters
+            a = ins[0]
+            ok = _a_ok(a, a.shape[-1] if a is not None and a.shape else None) and _runtime_b(ins, 3, a.shape[-1]) \
+                and np.size(_const(ins[4])) == np.size(_const(ins[5])) == 1
+            return 10 if ok else 0
+        if not _a_ok(ins[0], b.shape[0]):
             return 0
         return 10 if all(np.size(_const(ins[i])) in (1, b.shape[1]) for i in (4, 5)) else 0
 
     def prepare(self, node, ins, outs) -> RunFn:
         q = qnative.kernels()
-        k, n, packed = _packed_b(q, ins, 3, 5)
         za = _zero(_const(ins[2]), ins[0].dtype)
         # NOTE: the factor in the scales' own type (float32), as ONNX forms it; the kernel applies it in double
-        factor = np.ascontiguousarray(np.broadcast_to(
-            _const(ins[1]).reshape(()) * _const(ins[4]).reshape(-1) / _const(ins[6]).reshape(()), (n,)), np.float32)
+        factor = _const(ins[1]).reshape(()) * _const(ins[4]).reshape(-1) / _const(ins[6]).reshape(())
         y_zero = _const(ins[7])
         dtype, yz = y_zero.dtype, int(y_zero.reshape(()))
+        if _matrix_b(ins, 3) is None:
+            zb = _zero(_const(ins[5]), ins[3].dtype)
+
+            def run_runtime_b(inputs: list, outputs: list):
+                b = inputs[3]
+                scale = np.ascontiguousarray(np.broadcast_to(factor, (b.shape[-1],)), np.float32)
+
+                def gemm(am, packed, out, threads):
+                    q.gemm(am, za, packed, out, None, scale, yz, -_INF, _INF, 0, threads)
+
+                return (_each_matrix(q, inputs[0], b, zb, dtype, outputs, gemm),)
+
+            return run_runtime_b
+        k, n, packed = _packed_b(q, ins, 3, 5)
+        factor = np.ascontiguousarray(np.broadcast_to(factor, (n,)), np.float32)
 
         def run(inputs: list, outputs: list):
             a = np.ascontiguousarray(inputs[0])
