@@ -18,6 +18,8 @@ which pack the constant weights once at prepare:
 * ``QLinearMatMul`` with constant scales and zero points and a constant 2-D B or a run-time B [..., K, N]
   (per-tensor parameters; each matrix packed per run, as MatMulInteger's): requantized in the
   epilogue exactly as ONNX defines it (the float32 factor applied in double, rounded half to even);
+* com.microsoft ``QAttention`` with constant weights: the QKV projection dequantized in the epilogue, the
+  attention in float32 as the numpy kernel's;
 * ``QLinearConv`` (2-D, group 1 or depthwise, constant weights, scales and zero points): an implicit GEMM
   (or the depthwise kernel) on channels-last integers, in the layout pass's NHWC regions (qlayout.py) or
   with the input and output transposed around it; its
@@ -43,6 +45,7 @@ from nnhal.device.cpu.kernels.qdq import DynamicQuantizeLinearNative
 from nnhal.device.cpu.kernels.qlinear_tables import QLinearAddTable, QLinearMulTable, TailedBinaryTable
 from nnhal.hostkernels.base import Kernel, RunFn
 from nnhal.hostkernels.fused import Activation, activation_of, fuse
+from nnhal.hostkernels.ms_qattention import self_attention
 from nnhal.hostkernels.op_dynamic_quantize_linear import DynamicQuantizeLinearKernel
 from nnhal.operator.table import get_prototype
 
@@ -394,6 +397,39 @@ class QGemmInteger(Kernel):
         return run
 
 
+class QAttentionInteger(Kernel):
+    """com.microsoft QAttention with constant weights, weight scale and zero point (per tensor or per column) and
+    bias: the QKV projection on the integer GEMM dequantizing in its epilogue (``_float_product``, bit-equal to
+    the numpy kernel's), then the numpy kernel's float32 self-attention with its products on the pool."""
+
+    op_type = "QAttention"
+    domain = "com.microsoft"
+    name = "int8 gemm"
+
+    def score(self, node, ins, outs) -> int:
+        x = ins[0]
+        if not _float_epilogue_ok(ins, 1, 4, 7, 2) or x is None or x.shape is None or len(x.shape) != 3 \
+                or not _a_ok(x, ins[1].value.shape[0]) or not _scalar(ins[3]) or ins[3].dtype != np.float32:
+            return 0
+        xz = _given(ins, 6)
+        return 0 if xz is not None and (not _scalar(xz) or xz.dtype != x.dtype) else 10
+
+    def prepare(self, node, ins, outs) -> RunFn:
+        product = _float_product(qnative.kernels(), ins, 1, 4, 7, 2)
+
+        def run(inputs: list, outputs: list):
+            qkv = product(inputs[0], _given(inputs, 6), inputs[3], [])
+            mask = _given(inputs, 5)
+            out = self_attention(node, qkv, mask, parallel.matmul)
+            target = outputs[0] if outputs else None
+            if target is not None and target.shape == out.shape and target.dtype == out.dtype:
+                np.copyto(target, out)
+                return (target,)
+            return (out,)
+
+        return run
+
+
 class QLinearMatMulKernel(Kernel):
     """QLinearMatMul with constant B, scales and zero points: requantized in the GEMM's epilogue."""
 
@@ -604,7 +640,7 @@ ConvIntegerKernel.nhwc_kernel = ConvIntegerNHWC()
 
 _KERNELS = {(getattr(k, "domain", ""), k.op_type): k()
             for k in (DynamicQuantizeGemmInteger, MatMulIntegerKernel, MatMulIntegerToFloatKernel,
-                      DynamicQuantizeMatMulKernel, QGemmInteger,
+                      DynamicQuantizeMatMulKernel, QGemmInteger, QAttentionInteger,
                       QLinearMatMulKernel, QLinearConvKernel, ConvIntegerKernel)}
 
 

@@ -1,6 +1,7 @@
 """The integer products in numpy (float BLAS on exact integer values) on the cpu device: the host's kernels
 (hostkernels/op_matmul_integer.py, op_qlinear_matmul.py, op_qlinear_conv.py, ms_qgemm.py,
-ms_matmul_integer_to_float.py, ms_dynamic_quantize_matmul.py, nn_dynamic_quantize_gemm.py) with their products
+ms_matmul_integer_to_float.py, ms_dynamic_quantize_matmul.py, ms_qattention.py,
+nn_dynamic_quantize_gemm.py) with their products
 on the pool; the per-token quantization of DynamicQuantizeGemm's blocks and its GEMM with the bias by the native
 kernels; QLinearGlobalAveragePool with a channels-last variant for the layout pass's quantized regions (qlayout.py).
 The integer kernels proper (qnative) are integer.py's.
@@ -17,6 +18,7 @@ from nnhal.device.cpu.kernels.qdq import DynamicQuantizeLinearNative
 from nnhal.hostkernels.base import Kernel, RunFn
 from nnhal.hostkernels.ms_dynamic_quantize_matmul import DynamicQuantizeMatMulKernel
 from nnhal.hostkernels.ms_matmul_integer_to_float import MatMulIntegerToFloatKernel
+from nnhal.hostkernels.ms_qattention import QAttentionKernel
 from nnhal.hostkernels.ms_qgemm import QGemmKernel
 from nnhal.hostkernels.ms_qlinear_global_average_pool import QLinearGlobalAveragePoolKernel
 from nnhal.hostkernels.nn_dynamic_quantize_gemm import DynamicQuantizeGemmKernel
@@ -44,6 +46,12 @@ class QGemmPooled(Pooled, QGemmKernel):
 
 class MatMulIntegerToFloatPooled(Pooled, MatMulIntegerToFloatKernel):
     pass
+
+
+class QAttentionPooled(Pooled, QAttentionKernel):
+    """The QKV projection and the attention products on the pool."""
+
+    product = MatMulIntegerToFloatPooled()
 
 
 class DynamicQuantizeMatMulPooled(DynamicQuantizeMatMulKernel):
@@ -108,5 +116,5 @@ _GLOBAL_POOL_NHWC = QLinearGlobalAveragePoolNHWC()
 IMPLEMENTATIONS = (MatMulIntegerPooled, QLinearMatMulPooled, PackedQLinearConvPooled)
 # the kernels of the other domains' ops, by domain
 DOMAINS = {"com.microsoft": (QGemmPooled, MatMulIntegerToFloatPooled, DynamicQuantizeMatMulPooled,
-                             QLinearGlobalAveragePoolCPU),
+                             QAttentionPooled, QLinearGlobalAveragePoolCPU),
            "ai.nnhal": (DynamicQuantizeGemmNative,)}
