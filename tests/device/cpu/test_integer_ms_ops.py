@@ -164,3 +164,22 @@ def test_dynamic_quantize_matmul_runs_the_integer_gemm_as_onnxruntime(b_dtype, p
     # product and the bias: a few ulp of the largest term
     tol = 8 * np.finfo(np.float32).eps * (np.abs(want) + np.abs(inits.get("bias", 0))).max()
     np.testing.assert_allclose(got, want, rtol=0, atol=tol)
+
+
+@pytest.mark.parametrize("op", ["QGemm", "DynamicQuantizeMatMul"])
+def test_the_pooled_numpy_kernels_equal_the_integer_ones(op, monkeypatch):
+    """Where the integer kernels do not take a node, the cpu device's pooled numpy kernels run it (the native
+    DynamicQuantizeLinear for DynamicQuantizeMatMul): the same values."""
+    from nnhal.device.cpu import integer
+
+    rng = np.random.default_rng(15)
+    if op == "QGemm":
+        model, x, _ = _qgemm(rng, 33, 200, 40, np.uint8, np.int8, "float", True, True, False, False, 0.5, b_range=128)
+    else:
+        model, x, _ = _dqmm(rng, (3, 11), 200, 40, np.int8, True, True, True)
+    fast, kernels = _nnhal(model, x, op)
+    assert kernels == ["int8 gemm"]
+    monkeypatch.delitem(integer._KERNELS, ("com.microsoft", op))
+    slow, kernels = _nnhal(model, x, op)
+    assert kernels == ["pooled"]
+    np.testing.assert_array_equal(fast, slow)

@@ -66,15 +66,23 @@ def _ort(model, feeds):
 
 @pytest.mark.parametrize("mask", ["none", "lengths", "raw"])
 @pytest.mark.parametrize("w_dtype,per_column", [(np.int8, False), (np.uint8, False), (np.int8, True)])
-@pytest.mark.parametrize("reference", [False, True])
-def test_qattention_matches_onnxruntime(mask, w_dtype, per_column, reference, monkeypatch):
+@pytest.mark.parametrize("path", ["integer", "pooled", "reference"])
+def test_qattention_matches_onnxruntime(mask, w_dtype, per_column, path, monkeypatch):
+    from nnhal.device.cpu import integer
+
     rng = np.random.default_rng(31)
     model, feeds = _model(rng, mask, w_dtype, per_column)
-    if reference:
+    if path == "reference":
         monkeypatch.setenv("NNHAL_CPU_REFERENCE", "1")
+    elif path == "pooled":
+        monkeypatch.delitem(integer._KERNELS, ("com.microsoft", "QAttention"))
     got, kernels = _run(model, feeds)
-    integer = qnative.status().available and native.available() and not reference
-    assert (kernels == ["int8 gemm"]) == integer
+    if path == "integer" and qnative.status().available and native.available():
+        assert kernels == ["int8 gemm"]
+    elif path == "pooled":
+        assert kernels == ["pooled"]
+    else:
+        assert kernels and kernels != ["int8 gemm"]
     want = _ort(model, feeds)
     assert got.shape == want.shape == (B, S, HIDDEN) and got.dtype == np.float32
     # the same exact QKV sums; the dequantization, the scores, the softmax and the weighted sum round in
