@@ -204,6 +204,8 @@ MS_OPS: dict[str, str] = {
     "QGemm": "ms_qgemm",
     "DynamicQuantizeLSTM": "ms_dynamic_quantize_lstm",
     "MatMulIntegerToFloat": "ms_matmul_integer_to_float",
+    "DynamicQuantizeMatMul": "ms_dynamic_quantize_matmul",
+    "QAttention": "ms_qattention",
 }
 
 # nnhal's own operators (what its passes write; no onnx file carries them)

@@ -7,11 +7,19 @@ which pack the constant weights once at prepare:
 * ai.nnhal ``DynamicQuantizeGemm`` with whole-row scales (``block`` 0): every row of X quantized while the
   GEMM packs it (int8 symmetric or uint8 asymmetric, per token), dequantized with the bias in the GEMM's
   epilogue (``float_columns`` still run in float32 beside it);
-* ``MatMulInteger`` with a constant 2-D B: int32 out;
+* ``MatMulInteger`` with a constant 2-D B: int32 out;  with a run-time B (both operands activations), each
+  matrix of B packed per run, batch dimensions broadcast;
 * com.microsoft ``MatMulIntegerToFloat`` with a constant 2-D B (what qchains.py makes of onnxruntime's
   dynamic-quantization chains): dequantized with the bias in the epilogue, bit-equal to its numpy kernel;
-* ``QLinearMatMul`` with a constant 2-D B and constant scales and zero points: requantized in the
+* com.microsoft ``DynamicQuantizeMatMul`` with a constant 2-D B: A quantized to uint8 per tensor (the native
+  DynamicQuantizeLinear), then MatMulIntegerToFloat's epilogue;
+* com.microsoft ``QGemm`` with a constant 2-D B and C absent or an int32 row: onnxruntime's float32 rescale
+  (float output, or requantized with ``rounding=1``);
+* ``QLinearMatMul`` with constant scales and zero points and a constant 2-D B or a run-time B [..., K, N]
+  (per-tensor parameters; each matrix packed per run, as MatMulInteger's): requantized in the
   epilogue exactly as ONNX defines it (the float32 factor applied in double, rounded half to even);
+* com.microsoft ``QAttention`` with constant weights: the QKV projection dequantized in the epilogue, the
+  attention in float32 as the numpy kernel's;
 * ``QLinearConv`` (2-D, group 1 or depthwise, constant weights, scales and zero points): an implicit GEMM
   (or the depthwise kernel) on channels-last integers, in the layout pass's NHWC regions (qlayout.py) or
   with the input and output transposed around it; its
@@ -31,11 +39,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnhal.device.cpu import parallel, qnative
+from nnhal.device.cpu import native, parallel, qnative
 from nnhal.device.cpu.fusions import Chosen
+from nnhal.device.cpu.kernels.qdq import DynamicQuantizeLinearNative
 from nnhal.device.cpu.kernels.qlinear_tables import QLinearAddTable, QLinearMulTable, TailedBinaryTable
 from nnhal.hostkernels.base import Kernel, RunFn
 from nnhal.hostkernels.fused import Activation, activation_of, fuse
+from nnhal.hostkernels.ms_qattention import self_attention
+from nnhal.hostkernels.op_dynamic_quantize_linear import DynamicQuantizeLinearKernel
 from nnhal.operator.table import get_prototype
 
 _INF = float("inf")
@@ -105,18 +116,51 @@ def _matrix_b(ins, index: int) -> np.ndarray | None:
     return b if b is not None and b.ndim == 2 and b.dtype in (np.uint8, np.int8) else None
 
 
-def _packed_b(q, ins, index: int, zero_index: int):
-    """(K, N and the integer GEMM's packing) of the constant 8-bit matrix ins[index] with its zero point
-    ins[zero_index] (absent or all zero: none)."""
+def _packed_b(q, ins, index: int, zero_index: int, trans: int = 0):
+    """(K, N and the integer GEMM's packing) of the constant 8-bit matrix ins[index] ([K, N], or [N, K] when
+    ``trans``) with its zero point ins[zero_index] (absent or all zero: none)."""
     b = _matrix_b(ins, index)
-    k, n = b.shape
+    k, n = b.shape[::-1] if trans else b.shape
     zero = _const(ins[zero_index]) if len(ins) > zero_index else None
-    return k, n, q.pack_b(np.ascontiguousarray(b), k, n, _zero(zero, b.dtype), 0)
+    return k, n, q.pack_b(np.ascontiguousarray(b), k, n, _zero(zero, b.dtype), trans)
 
 
 def _a_ok(info, k: int) -> bool:
     return info is not None and info.dtype in (np.uint8, np.int8) and info.shape is not None \
         and len(info.shape) >= 2 and info.shape[-1] == k
+
+
+def _runtime_b(ins, index: int, k) -> bool:
+    """ins[index] is a run-time 8-bit B [..., K, N] (both operands activations, as attention's QK^T and PV in
+    quantized transformers), K known and equal to A's and within the GEMM's exact range."""
+    b = ins[index]
+    return b is not None and b.value is None and b.dtype in (np.uint8, np.int8) and b.shape is not None \
+        and len(b.shape) >= 2 and isinstance(k, (int, np.integer)) and b.shape[-2] == k and k <= qnative.kernels().MAX_K
+
+
+def _each_matrix(q, a: np.ndarray, b: np.ndarray, b_zero, dtype, outputs: list, gemm) -> np.ndarray:
+    """out[..., M, N] for A [..., M, K] and a run-time B [..., K, N] (batch dimensions broadcast as numpy's
+    matmul): each matrix of B packed for the integer GEMM when the run reaches it (once when B has one), then
+    ``gemm(a_matrix, packed, out_matrix, threads)``."""
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    (m, k), n = a.shape[-2:], b.shape[-1]
+    out = _out(outputs, batch + (m, n), dtype)
+    shared = int(np.prod(b.shape[:-2])) == 1
+    packed = q.pack_b(np.ascontiguousarray(b.reshape(k, n)), k, n, b_zero, 0) if shared else None
+    a = np.broadcast_to(a, batch + (m, k))
+    b = np.broadcast_to(b, batch + (k, n))
+    indices = list(np.ndindex(*batch))
+    threads = _threads() if len(indices) == 1 else 1
+
+    def matrices(start: int, stop: int) -> None:
+        for index in indices[start:stop]:
+            one = packed if shared else q.pack_b(np.ascontiguousarray(b[index]), k, n, b_zero, 0)
+            gemm(np.ascontiguousarray(a[index]), one, out[index], threads)
+
+    # NOTE: many small products (heads): the matrices split over the pool, each product on one thread; one
+    # product splits its own rows
+    parallel.for_ranges(len(indices), parallel.gemm_work(len(indices) * m * k * n), matrices)
+    return out
 
 
 class MatMulIntegerKernel(Kernel):
@@ -126,13 +170,18 @@ class MatMulIntegerKernel(Kernel):
     name = "int8 gemm"
 
     def score(self, node, ins, outs) -> int:
-        b = _matrix_b(ins, 1)
-        if b is None or not _a_ok(ins[0], b.shape[0]):
-            return 0
         za = ins[2] if len(ins) > 2 else None
         zb = ins[3] if len(ins) > 3 else None
         # a_zero: one zero point, constant or computed (DynamicQuantizeLinear's, in onnxruntime's dynamic models)
         if za is not None and (za.shape is None or int(np.prod(za.shape)) != 1 or za.dtype != ins[0].dtype):
+            return 0
+        b = _matrix_b(ins, 1)
+        if b is None:
+            a = ins[0]
+            runtime = _a_ok(a, a.shape[-1] if a is not None and a.shape else None) \
+                and _runtime_b(ins, 1, a.shape[-1]) and (zb is None or _scalar(zb) and zb.dtype == ins[1].dtype)
+            return 10 if runtime else 0
+        if not _a_ok(ins[0], b.shape[0]):
             return 0
         if zb is not None and (zb.value is None or np.size(zb.value) not in (1, b.shape[1])):
             return 0
@@ -140,6 +189,8 @@ class MatMulIntegerKernel(Kernel):
 
     def prepare(self, node, ins, outs) -> RunFn:
         q = qnative.kernels()
+        if _matrix_b(ins, 1) is None:
+            return self._prepare_runtime_b(q)
         k, n, packed = _packed_b(q, ins, 1, 3)
 
         def run(inputs: list, outputs: list):
@@ -152,55 +203,228 @@ class MatMulIntegerKernel(Kernel):
 
         return run
 
+    @staticmethod
+    def _prepare_runtime_b(q) -> RunFn:
+        """Both operands at run time: exact int32 products, each matrix of B packed per run."""
+        def run(inputs: list, outputs: list):
+            a, b = inputs[0], inputs[1]
+            za = inputs[2] if len(inputs) > 2 and inputs[2] is not None else None
+            za = None if za is None else np.ascontiguousarray(za).reshape(1)
+            zb = _zero(inputs[3] if len(inputs) > 3 else None, b.dtype)
+
+            def gemm(am, packed, out, threads):
+                q.gemm(am, za, packed, out, None, None, 0, 0.0, 0.0, 0, threads)
+
+            return (_each_matrix(q, a, b, zb, np.int32, outputs, gemm),)
+
+        return run
+
 
 def _scalar(info) -> bool:
     """One value (constant or computed at run time, as DynamicQuantizeLinear's scale and zero point)."""
     return info is not None and info.shape is not None and int(np.prod(info.shape)) == 1
 
 
+def _float_epilogue_ok(ins, b_index: int, scale_index: int, zero_index: int, bias_index: int) -> bool:
+    """A constant 2-D 8-bit B with a constant float32 scale and zero point (per tensor or per column) and a
+    constant float32 bias of N values (or none), the dequantizing epilogue's parameters."""
+    b = _matrix_b(ins, b_index)
+    if b is None:
+        return False
+    b_scale = _const(ins[scale_index])
+    if b_scale is None or b_scale.dtype != np.float32 or b_scale.size not in (1, b.shape[1]):
+        return False
+    zb = ins[zero_index] if len(ins) > zero_index else None
+    if zb is not None and (_const(zb) is None or np.size(_const(zb)) not in (1, b.shape[1])):
+        return False
+    bias = _const(ins[bias_index]) if len(ins) > bias_index and ins[bias_index] is not None else None
+    if len(ins) > bias_index and ins[bias_index] is not None and (
+            bias is None or bias.dtype != np.float32 or bias.size != b.shape[1]):
+        return False
+    return True
+
+
+def _float_product(q, ins, b_index: int, scale_index: int, zero_index: int, bias_index: int):
+    """The run(a, a_zero, a_scale, outputs) of a product dequantized in the integer GEMM's epilogue: ``float32(sum)
+    * (a_scale * b_scale[n]) + bias[n]`` in float32 in that order (no contraction), as onnxruntime and the numpy
+    kernels compute it."""
+    k, n, packed = _packed_b(q, ins, b_index, zero_index)
+    b_scale = np.broadcast_to(_const(ins[scale_index]).reshape(-1), (n,)).astype(np.float32)
+    bias = _const(ins[bias_index]) if len(ins) > bias_index and ins[bias_index] is not None else None
+    bias = None if bias is None else np.ascontiguousarray(bias, np.float32).reshape(-1)
+
+    def product(a: np.ndarray, za, a_scale, outputs: list) -> np.ndarray:
+        a = np.ascontiguousarray(a)
+        scale = np.ascontiguousarray(np.asarray(a_scale, np.float32).reshape(()) * b_scale, np.float32)
+        out = _out(outputs, a.shape[:-1] + (n,), np.float32)
+        q.gemm(a, None if za is None else np.ascontiguousarray(za).reshape(1), packed, out, bias, scale, 0,
+               -_INF, _INF, 0, _threads())
+        return out
+
+    return product
+
+
 class MatMulIntegerToFloatKernel(Kernel):
     """com.microsoft MatMulIntegerToFloat with constant B, b_scale and b_zero (per tensor or per column) and a
-    constant bias: the integer GEMM dequantizing in its epilogue, ``float32(sum) * (a_scale * b_scale[n]) +
-    bias[n]`` in float32 in that order (no contraction), as the op's numpy kernel computes it: bit-equal. The
-    activations' scale and zero point may be computed at run time (a DynamicQuantizeLinear's)."""
+    constant bias: the integer GEMM dequantizing in its epilogue (``_float_product``), bit-equal to the op's numpy
+    kernel. The activations' scale and zero point may be computed at run time (a DynamicQuantizeLinear's)."""
 
     op_type = "MatMulIntegerToFloat"
     domain = "com.microsoft"
     name = "int8 gemm"
 
     def score(self, node, ins, outs) -> int:
-        b = _matrix_b(ins, 1)
-        if b is None or not _a_ok(ins[0], b.shape[0]) or not _scalar(ins[2]) or ins[2].dtype != np.float32:
-            return 0
-        b_scale = _const(ins[3])
-        if b_scale is None or b_scale.dtype != np.float32 or b_scale.size not in (1, b.shape[1]):
+        if not _float_epilogue_ok(ins, 1, 3, 5, 6) or not _a_ok(ins[0], ins[1].value.shape[0]) \
+                or not _scalar(ins[2]) or ins[2].dtype != np.float32:
             return 0
         za = ins[4] if len(ins) > 4 else None
-        if za is not None and (not _scalar(za) or za.dtype != ins[0].dtype):
+        return 0 if za is not None and (not _scalar(za) or za.dtype != ins[0].dtype) else 10
+
+    def prepare(self, node, ins, outs) -> RunFn:
+        product = _float_product(qnative.kernels(), ins, 1, 3, 5, 6)
+
+        def run(inputs: list, outputs: list):
+            za = inputs[4] if len(inputs) > 4 else None
+            return (product(inputs[0], za, inputs[2], outputs),)
+
+        return run
+
+
+class DynamicQuantizeMatMulKernel(Kernel):
+    """com.microsoft DynamicQuantizeMatMul with constant B, b_scale and b_zero (per tensor or per column) and a
+    constant bias: float32 A quantized to uint8 per tensor by the native DynamicQuantizeLinear (the scale and zero
+    point as onnxruntime and the numpy kernel form them), then the integer GEMM dequantizing in its epilogue, as
+    MatMulIntegerToFloat."""
+
+    op_type = "DynamicQuantizeMatMul"
+    domain = "com.microsoft"
+    name = "int8 gemm"
+
+    def score(self, node, ins, outs) -> int:
+        a = ins[0]
+        ok = a is not None and a.dtype == np.float32 and a.shape is not None and len(a.shape) >= 2 \
+            and _float_epilogue_ok(ins, 1, 2, 3, 4) and a.shape[-1] == ins[1].value.shape[0]
+        return 10 if ok else 0
+
+    def prepare(self, node, ins, outs) -> RunFn:
+        product = _float_product(qnative.kernels(), ins, 1, 2, 3, 4)
+        quantize = DynamicQuantizeLinearNative() if native.available() else DynamicQuantizeLinearKernel()
+
+        def run(inputs: list, outputs: list):
+            aq, a_scale, a_zero = quantize.compute(node, inputs[0])
+            return (product(aq, a_zero, a_scale, outputs),)
+
+        return run
+
+
+def _given(ins, index: int):
+    """ins[index], or None when the optional input is absent."""
+    return ins[index] if len(ins) > index else None
+
+
+class QGemmInteger(Kernel):
+    """com.microsoft QGemm with a constant 2-D B, its scale and zero point constant (per tensor or per column), C
+    absent or a constant int32 row of N values, y_scale and y_zero constant: ``alpha * (A - a_zero)(B - b_zero)``
+    on the integer GEMM, C added to the int32 sum, then as onnxruntime computes it: float output
+    ``float32(sum + C) * ((alpha * a_scale) * b_scale[n])``; quantized output that factor divided by y_scale,
+    applied in float32, rounded half to even, + y_zero, saturated (the epilogue's ``rounding=1``). A's scale and
+    zero point may be computed at run time; transA transposes A first."""
+
+    op_type = "QGemm"
+    domain = "com.microsoft"
+    name = "int8 gemm"
+
+    def score(self, node, ins, outs) -> int:
+        a, trans_b = ins[0], node.attrs["transB"]
+        b = _matrix_b(ins, 3)
+        if b is None or a is None or a.dtype not in (np.uint8, np.int8) or a.shape is None or len(a.shape) != 2:
             return 0
-        zb = ins[5] if len(ins) > 5 else None
-        if zb is not None and (_const(zb) is None or np.size(_const(zb)) not in (1, b.shape[1])):
+        k, n = b.shape[::-1] if trans_b else b.shape
+        if a.shape[0 if node.attrs["transA"] else 1] != k or not _scalar(ins[1]) or ins[1].dtype != np.float32:
             return 0
-        bias = ins[6] if len(ins) > 6 else None
-        if bias is not None and (_const(bias) is None or _const(bias).dtype != np.float32
-                                 or np.size(_const(bias)) != b.shape[1]):
+        if _given(ins, 2) is not None and (not _scalar(ins[2]) or ins[2].dtype != a.dtype):
             return 0
-        return 10
+        b_scale, b_zero, c = _const(ins[4]), _given(ins, 5), _given(ins, 6)
+        if b_scale is None or b_scale.dtype != np.float32 or b_scale.size not in (1, n):
+            return 0
+        if b_zero is not None and (_const(b_zero) is None or np.size(_const(b_zero)) not in (1, n)):
+            return 0
+        if c is not None and (_const(c) is None or _const(c).dtype != np.int32
+                              or not (_const(c).size == 1 or _const(c).size == n == _const(c).shape[-1])):
+            return 0
+        y_scale, y_zero = _given(ins, 7), _given(ins, 8)
+        if y_scale is not None and (_const(y_scale) is None or np.size(_const(y_scale)) != 1):
+            return 0
+        return 0 if y_zero is not None and (_const(y_zero) is None or np.size(_const(y_zero)) != 1) else 10
 
     def prepare(self, node, ins, outs) -> RunFn:
         q = qnative.kernels()
-        k, n, packed = _packed_b(q, ins, 1, 5)
-        b_scale = np.broadcast_to(_const(ins[3]).reshape(-1), (n,)).astype(np.float32)
-        bias = _const(ins[6]) if len(ins) > 6 else None
-        bias = None if bias is None else np.ascontiguousarray(bias, np.float32).reshape(-1)
+        k, n, packed = _packed_b(q, ins, 3, 5, node.attrs["transB"])
+        trans_a = node.attrs["transA"]
+        alpha = np.float32(node.attrs["alpha"])
+        b_scale = np.broadcast_to(_const(ins[4]).reshape(-1), (n,)).astype(np.float32)
+        c = _const(_given(ins, 6))
+        bias = None if c is None else np.ascontiguousarray(np.broadcast_to(c.reshape(-1), (n,)), np.int32)
+        y_scale, y_zero = _const(_given(ins, 7)), _const(_given(ins, 8))
+        quantized = y_scale is not None
+        dtype = y_zero.dtype if y_zero is not None else (ins[0].dtype if quantized else np.dtype(np.float32))
+        yz = 0 if y_zero is None else int(y_zero.reshape(()))
 
         def run(inputs: list, outputs: list):
-            a = np.ascontiguousarray(inputs[0])
-            za = inputs[4] if len(inputs) > 4 and inputs[4] is not None else None
-            scale = np.ascontiguousarray(np.asarray(inputs[2], np.float32).reshape(()) * b_scale, np.float32)
-            out = _out(outputs, a.shape[:-1] + (n,), np.float32)
-            q.gemm(a, None if za is None else np.ascontiguousarray(za).reshape(1), packed, out, bias, scale, 0,
-                   -_INF, _INF, 0, _threads())
+            a = inputs[0].T if trans_a else inputs[0]
+            a = np.ascontiguousarray(a)
+            za = inputs[2] if len(inputs) > 2 and inputs[2] is not None else None
+            za = None if za is None else np.ascontiguousarray(za).reshape(1)
+            # NOTE: onnxruntime's order: (alpha * a_scale) * b_scale[n], then / y_scale, all float32
+            scale = alpha * np.asarray(inputs[1], np.float32).reshape(()) * b_scale
+            shape = (a.shape[0], n)
+            if quantized:
+                factor = np.ascontiguousarray(scale / y_scale.reshape(()).astype(np.float32), np.float32)
+                out = _out(outputs, shape, dtype)
+                q.gemm(a, za, packed, out, bias, factor, yz, -_INF, _INF, 1, _threads())
+            elif bias is None:
+                out = _out(outputs, shape, dtype)
+                q.gemm(a, za, packed, out, None, np.ascontiguousarray(scale, np.float32), 0, -_INF, _INF, 0,
+                       _threads())
+            else:
+                # NOTE: C joins the int32 sum before the float scale (the float epilogue only adds a float bias)
+                acc = np.empty(shape, np.int32)
+                q.gemm(a, za, packed, acc, bias, None, 0, 0.0, 0.0, 0, _threads())
+                out = _out(outputs, shape, dtype)
+                np.multiply(acc, scale, out=out, dtype=np.float32)
+            return (out,)
+
+        return run
+
+
+class QAttentionInteger(Kernel):
+    """com.microsoft QAttention with constant weights, weight scale and zero point (per tensor or per column) and
+    bias: the QKV projection on the integer GEMM dequantizing in its epilogue (``_float_product``, bit-equal to
+    the numpy kernel's), then the numpy kernel's float32 self-attention with its products on the pool."""
+
+    op_type = "QAttention"
+    domain = "com.microsoft"
+    name = "int8 gemm"
+
+    def score(self, node, ins, outs) -> int:
+        x = ins[0]
+        if not _float_epilogue_ok(ins, 1, 4, 7, 2) or x is None or x.shape is None or len(x.shape) != 3 \
+                or not _a_ok(x, ins[1].value.shape[0]) or not _scalar(ins[3]) or ins[3].dtype != np.float32:
+            return 0
+        xz = _given(ins, 6)
+        return 0 if xz is not None and (not _scalar(xz) or xz.dtype != x.dtype) else 10
+
+    def prepare(self, node, ins, outs) -> RunFn:
+        product = _float_product(qnative.kernels(), ins, 1, 4, 7, 2)
+
+        def run(inputs: list, outputs: list):
+            qkv = product(inputs[0], _given(inputs, 6), inputs[3], [])
+            mask = _given(inputs, 5)
+            out = self_attention(node, qkv, mask, parallel.matmul)
+            target = outputs[0] if outputs else None
+            if target is not None and target.shape == out.shape and target.dtype == out.dtype:
+                np.copyto(target, out)
+                return (target,)
             return (out,)
 
         return run
@@ -213,22 +437,41 @@ class QLinearMatMulKernel(Kernel):
     name = "int8 gemm"
 
     def score(self, node, ins, outs) -> int:
-        b = _matrix_b(ins, 3)
-        if b is None or not _a_ok(ins[0], b.shape[0]) or any(_const(ins[i]) is None for i in (1, 2, 4, 5, 6, 7)):
+        if any(_const(ins[i]) is None for i in (1, 2, 4, 5, 6, 7)) \
+                or any(np.size(_const(ins[i])) != 1 for i in (1, 2, 6, 7)):
             return 0
-        if any(np.size(_const(ins[i])) != 1 for i in (1, 2, 6, 7)):
+        b = _matrix_b(ins, 3)
+        if b is None:       # run-time B: per-tensor parameters
+            a = ins[0]
+            ok = _a_ok(a, a.shape[-1] if a is not None and a.shape else None) and _runtime_b(ins, 3, a.shape[-1]) \
+                and np.size(_const(ins[4])) == np.size(_const(ins[5])) == 1
+            return 10 if ok else 0
+        if not _a_ok(ins[0], b.shape[0]):
             return 0
         return 10 if all(np.size(_const(ins[i])) in (1, b.shape[1]) for i in (4, 5)) else 0
 
     def prepare(self, node, ins, outs) -> RunFn:
         q = qnative.kernels()
-        k, n, packed = _packed_b(q, ins, 3, 5)
         za = _zero(_const(ins[2]), ins[0].dtype)
         # NOTE: the factor in the scales' own type (float32), as ONNX forms it; the kernel applies it in double
-        factor = np.ascontiguousarray(np.broadcast_to(
-            _const(ins[1]).reshape(()) * _const(ins[4]).reshape(-1) / _const(ins[6]).reshape(()), (n,)), np.float32)
+        factor = _const(ins[1]).reshape(()) * _const(ins[4]).reshape(-1) / _const(ins[6]).reshape(())
         y_zero = _const(ins[7])
         dtype, yz = y_zero.dtype, int(y_zero.reshape(()))
+        if _matrix_b(ins, 3) is None:
+            zb = _zero(_const(ins[5]), ins[3].dtype)
+
+            def run_runtime_b(inputs: list, outputs: list):
+                b = inputs[3]
+                scale = np.ascontiguousarray(np.broadcast_to(factor, (b.shape[-1],)), np.float32)
+
+                def gemm(am, packed, out, threads):
+                    q.gemm(am, za, packed, out, None, scale, yz, -_INF, _INF, 0, threads)
+
+                return (_each_matrix(q, inputs[0], b, zb, dtype, outputs, gemm),)
+
+            return run_runtime_b
+        k, n, packed = _packed_b(q, ins, 3, 5)
+        factor = np.ascontiguousarray(np.broadcast_to(factor, (n,)), np.float32)
 
         def run(inputs: list, outputs: list):
             a = np.ascontiguousarray(inputs[0])
@@ -397,6 +640,7 @@ ConvIntegerKernel.nhwc_kernel = ConvIntegerNHWC()
 
 _KERNELS = {(getattr(k, "domain", ""), k.op_type): k()
             for k in (DynamicQuantizeGemmInteger, MatMulIntegerKernel, MatMulIntegerToFloatKernel,
+                      DynamicQuantizeMatMulKernel, QGemmInteger, QAttentionInteger,
                       QLinearMatMulKernel, QLinearConvKernel, ConvIntegerKernel)}
 
 

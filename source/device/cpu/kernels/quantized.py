@@ -1,8 +1,9 @@
 """The integer products in numpy (float BLAS on exact integer values) on the cpu device: the host's kernels
 (hostkernels/op_matmul_integer.py, op_qlinear_matmul.py, op_qlinear_conv.py, ms_qgemm.py,
-ms_matmul_integer_to_float.py, nn_dynamic_quantize_gemm.py) with their products on the pool; the
-per-token quantization of DynamicQuantizeGemm's blocks and its GEMM with the bias by the native kernels;
-QLinearGlobalAveragePool with a channels-last variant for the layout pass's quantized regions (qlayout.py).
+ms_matmul_integer_to_float.py, ms_dynamic_quantize_matmul.py, ms_qattention.py,
+nn_dynamic_quantize_gemm.py) with their products
+on the pool; the per-token quantization of DynamicQuantizeGemm's blocks and its GEMM with the bias by the native
+kernels; QLinearGlobalAveragePool with a channels-last variant for the layout pass's quantized regions (qlayout.py).
 The integer kernels proper (qnative) are integer.py's.
 """
 from __future__ import annotations
@@ -13,11 +14,15 @@ import numpy as np
 
 from nnhal.device.cpu import native, parallel
 from nnhal.device.cpu.kernels._pooled import Pooled
+from nnhal.device.cpu.kernels.qdq import DynamicQuantizeLinearNative
 from nnhal.hostkernels.base import Kernel, RunFn
+from nnhal.hostkernels.ms_dynamic_quantize_matmul import DynamicQuantizeMatMulKernel
 from nnhal.hostkernels.ms_matmul_integer_to_float import MatMulIntegerToFloatKernel
+from nnhal.hostkernels.ms_qattention import QAttentionKernel
 from nnhal.hostkernels.ms_qgemm import QGemmKernel
 from nnhal.hostkernels.ms_qlinear_global_average_pool import QLinearGlobalAveragePoolKernel
 from nnhal.hostkernels.nn_dynamic_quantize_gemm import DynamicQuantizeGemmKernel
+from nnhal.hostkernels.op_dynamic_quantize_linear import DynamicQuantizeLinearKernel
 from nnhal.hostkernels.op_matmul_integer import MatMulIntegerKernel
 from nnhal.hostkernels.op_qlinear_conv import PackedQLinearConv
 from nnhal.hostkernels.op_qlinear_matmul import QLinearMatMulKernel
@@ -41,6 +46,27 @@ class QGemmPooled(Pooled, QGemmKernel):
 
 class MatMulIntegerToFloatPooled(Pooled, MatMulIntegerToFloatKernel):
     pass
+
+
+class QAttentionPooled(Pooled, QAttentionKernel):
+    """The QKV projection and the attention products on the pool."""
+
+    product = MatMulIntegerToFloatPooled()
+
+
+class DynamicQuantizeMatMulPooled(DynamicQuantizeMatMulKernel):
+    """A quantized by the native pass (numpy's where the native kernels are off), its product on the pool."""
+
+    name = "pooled"
+    quantize = DynamicQuantizeLinearNative()
+    product = MatMulIntegerToFloatPooled()
+
+    def quantizer(self) -> DynamicQuantizeLinearKernel:
+        return self.quantize if native.available() else DynamicQuantizeMatMulKernel.quantize
+
+    def score(self, node, ins, outs) -> int:
+        s = super().score(node, ins, outs)
+        return s + 1 if s > 0 else 0
 
 
 class DynamicQuantizeGemmNative(Pooled, DynamicQuantizeGemmKernel):
@@ -89,5 +115,6 @@ _GLOBAL_POOL_NHWC = QLinearGlobalAveragePoolNHWC()
 
 IMPLEMENTATIONS = (MatMulIntegerPooled, QLinearMatMulPooled, PackedQLinearConvPooled)
 # the kernels of the other domains' ops, by domain
-DOMAINS = {"com.microsoft": (QGemmPooled, MatMulIntegerToFloatPooled, QLinearGlobalAveragePoolCPU),
+DOMAINS = {"com.microsoft": (QGemmPooled, MatMulIntegerToFloatPooled, DynamicQuantizeMatMulPooled,
+                             QAttentionPooled, QLinearGlobalAveragePoolCPU),
            "ai.nnhal": (DynamicQuantizeGemmNative,)}
