@@ -64,3 +64,29 @@ def test_grouped_1d_keeps_the_numpy_kernel():
         assert "native-1d" not in s.subgraphs[0].stats["kernels"].values()
     want = ReferenceEvaluator(model).run(None, feeds)[0]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+def test_a_strided_input_view_and_a_chain_of_1d_convolutions_match_the_reference():
+    # a Slice with steps hands the first Conv a strided view (numpy's transposing copy); the second Conv reads
+    # the first's contiguous output (the native transposes both ways)
+    rng = np.random.default_rng(9)
+    w1 = rng.standard_normal((24, 16, 4)).astype(np.float32)
+    w2 = rng.standard_normal((8, 24, 3)).astype(np.float32)
+    inits = [numpy_helper.from_array(w1, "W1"), numpy_helper.from_array(w2, "W2")]
+    inits += [numpy_helper.from_array(np.asarray(v, np.int64), n) for n, v in
+              (("s0", [0, 0]), ("s1", [32, 400]), ("ax", [1, 2]), ("st", [2, 3]))]
+    nodes = [helper.make_node("Slice", ["X", "s0", "s1", "ax", "st"], ["S"]),
+             helper.make_node("Conv", ["S", "W1"], ["C1"], strides=[2]), helper.make_node("Relu", ["C1"], ["R"]),
+             helper.make_node("Conv", ["R", "W2"], ["Y"], pads=[1, 1])]
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("X", TensorProto.FLOAT, (1, 32, 400))],
+                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = {"X": rng.standard_normal((1, 32, 400)).astype(np.float32)}
+    want = ReferenceEvaluator(model).run(None, feeds)[0]
+    with nnhal.Session(model, devices=["cpu"], num_thread=2) as s:
+        got = s.run(feeds)[0]
+        assert list(s.subgraphs[0].stats["kernels"].values()).count("native-1d") == 2
+    # the second Conv sums 72 products of inputs each a sum of 64 products: bound by the magnitudes
+    inner = 64 * float(np.abs(feeds["X"]).max()) * float(np.abs(w1).max())
+    magnitude = 72 * inner * float(np.abs(w2).max())
+    tolerance.assert_within_bound(got, want, tolerance.reduction_bound(magnitude, 64 + 72))
