@@ -21,6 +21,7 @@ from nnhal.device.cpu.kernels.conv import Conv1dGemm
 from nnhal.hostkernels import _conv2d, _scratch
 from nnhal.hostkernels.base import RunFn
 from nnhal.hostkernels.fused import activation_of
+from nnhal.operator.base import Info
 
 
 class Conv1dNative(Conv1dGemm):
@@ -36,7 +37,14 @@ class Conv1dNative(Conv1dGemm):
             return 0        # a 1-wide kernel is one GEMM on the NCW input in gemm-1d (no im2col, no transposes)
         return 11 if Conv1dGemm.score(self, node, ins, outs) else 0
 
+    #: the input is the channels-last (N, W, C) tensor (fusions.fuse_conv1d_transposes), not (N, C, W)
+    channels_last_input = False
+
     def prepare(self, node, ins, outs) -> RunFn:
+        nwc = self.channels_last_input
+        if nwc:
+            x = ins[0]
+            ins = [Info(x.dtype, (x.shape[0], x.shape[2], x.shape[1])), *ins[1:]]
         node2, ins2, outs2 = self.as_2d(node, ins, outs)
         s = _conv2d.conv2d(node2, ins2, outs2)
         (_, k), (_, stride), (_, dilation) = s.kernel, s.strides, s.dilations
@@ -71,17 +79,30 @@ class Conv1dNative(Conv1dGemm):
                 # NOTE: the pool is off (a plan of small products) and BLAS has every thread: the linked
                 # OpenBLAS threaded inside the native call was measured 5-20x slower on a loaded 2-core machine
                 # (as native_im2col, the numpy kernels run then)
-                return numpy_run(inputs, outputs)
+                return numpy_run([inputs[0].transpose(0, 2, 1), *inputs[1:]] if nwc else inputs, outputs)
             parts = parallel.native_parts(work, rows)
             xt, yt, cols = _scratch.scratch(((n, width, c), np.float32), ((n, ow, m), np.float32),
                                             ((parts * band_rows * ld,), np.float32))
-            swap(inputs[0], xt, c, width)
+            if not nwc:
+                swap(inputs[0], xt, c, width)
+            elif inputs[0].flags.c_contiguous:
+                xt = inputs[0]                  # already the channels-last rows the kernel reads
+            else:
+                np.copyto(xt, inputs[0])
             conv.run(xt, yt, cols, parts)
             y = outputs[0] if outputs[0] is not None else np.empty((n, m, ow), np.float32)
             swap(yt, y, ow, m)
             return (y,)
 
         return run
+
+
+class Conv1dChannelsLast(Conv1dNative):
+    """Conv1dNative reading a channels-last (N, W, C) input as it is: the Transpose (0, 2, 1) that made the
+    (N, C, W) input is gone (fusions.fuse_conv1d_transposes; not in the selection table)."""
+
+    name = "native-1d, nwc input"
+    channels_last_input = True
 
 
 IMPLEMENTATIONS = (Conv1dNative,)
