@@ -29,7 +29,9 @@ def run_nnhal(model, feeds):
 
 # (1, 4, 16, 2100): a DFL head's bins, 2100 columns (9 chunks of at most 256, the last partial);
 # axis 0 of (6, 300): one outer block; axis -3 of (2, 5, 3, 7): 21 columns
-@pytest.mark.parametrize("shape,axis", [((1, 4, 16, 2100), 2), ((6, 300), 0), ((2, 5, 3, 7), -3), ((3, 1, 9), 1)])
+# (2, 5, 1, 1) over axis 1: trailing axes of size 1, a last-axis softmax of rows of 5
+@pytest.mark.parametrize("shape,axis", [((1, 4, 16, 2100), 2), ((6, 300), 0), ((2, 5, 3, 7), -3), ((3, 1, 9), 1),
+                                        ((2, 5, 1, 1), 1)])
 def test_softmax_over_a_middle_axis_runs_native_and_matches_onnxruntime(shape, axis):
     rng = np.random.default_rng(len(shape))
     x = (rng.standard_normal(shape) * 8).astype(np.float32)

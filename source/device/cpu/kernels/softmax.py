@@ -95,7 +95,8 @@ class SoftmaxFast(Kernel):
     def _prepare_middle(shape: tuple[int, ...], axis: int) -> RunFn:
         """The run of a float32 Softmax over axis ``axis`` (not the last): native, by columns."""
         n, inner = shape[axis], int(np.prod(shape[axis + 1:]))
-        view = (-1, n, inner)
+        # NOTE: trailing axes of size 1 (inner 1) make it a softmax over the last axis of (-1, n)
+        view = (-1, n, inner) if inner > 1 else (-1, n)
         size = int(np.prod(shape))
 
         def run(inputs, outputs):
