@@ -86,8 +86,8 @@ def _new_constant(graph: Graph, base: str, value: np.ndarray) -> str:
 
 
 def fold_affine_into_conv(graph: Graph) -> int:
-    """Fold BatchNormalization (inference) and per-channel constant Mul/Add into a preceding Conv or
-    Gemm (constant weight and bias) or BatchNormalization, when the intermediate has no other reader
+    """Fold BatchNormalization (inference) and per-channel constant Mul/Add into a preceding Conv, a group-1
+    ConvTranspose or Gemm (constant weight and bias) or BatchNormalization, when the intermediate has no other reader
     and is not a graph output. Folded in float64, stored in the weight dtype."""
     changed = 0
     again = True
@@ -105,11 +105,15 @@ def fold_affine_into_conv(graph: Graph) -> int:
                 continue
             if graph.tensors[x].quant is not None:
                 continue        # a quantized model requantizes here: folding would skip that step
-            if prod.op_type == "Conv":
+            if prod.op_type in ("Conv", "ConvTranspose"):
                 w = _const(graph, prod.input(1))
                 if w is None or w.dtype.kind != "f" or w.ndim < 3:
                     continue
-                channels = w.shape[0]
+                # NOTE: ConvTranspose's weight is (C, M / group, k...): its output channels on axis 1, taken
+                # for group 1 only (a U-Net decoder's or DBNet head's ConvTranspose -> BatchNormalization)
+                if prod.op_type == "ConvTranspose" and int(prod.attrs.get("group", 1)) != 1:
+                    continue
+                channels = w.shape[1 if prod.op_type == "ConvTranspose" else 0]
             elif prod.op_type == "Gemm":
                 w = _const(graph, prod.input(1))
                 if w is None or w.dtype.kind != "f" or w.ndim != 2 or float(prod.attrs["alpha"]) != 1.0:
@@ -150,7 +154,9 @@ def fold_affine_into_conv(graph: Graph) -> int:
                     prod.attrs["beta"] = 1.0
                 else:
                     old = bias_c.astype(np.float64) if has_bias else np.zeros(channels)
-                    new_w = (w.astype(np.float64) * a.reshape((-1,) + (1,) * (w.ndim - 1))).astype(w.dtype)
+                    per_channel = [1] * w.ndim
+                    per_channel[1 if prod.op_type == "ConvTranspose" else 0] = -1
+                    new_w = (w.astype(np.float64) * a.reshape(per_channel)).astype(w.dtype)
                 new_b = (old * a + b).astype(w.dtype)
                 prod.inputs[1] = _new_constant(graph, prod.inputs[1], new_w)
                 bias_name = _new_constant(graph, prod.input(2) or f"{prod.name}_bias", new_b)

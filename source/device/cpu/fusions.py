@@ -5,6 +5,8 @@
   product;
 * ``fuse_activations``: Relu, Clip, HardSwish, HardSigmoid, Sigmoid and SiLU (Sigmoid -> Mul, Swish) run in
   place in the producer's epilogue;
+* ``fuse_conv1d_transposes``: a Transpose (0, 2, 1) into a native 1-D convolution (an Embedding's
+  (N, W, C) output turned to (N, C, W) for Conv1d) is dropped: the convolution reads it channels last;
 * ``fuse_channel_shuffle``: ShuffleNet's Reshape -> Transpose -> Reshape channel shuffle after a
   convolution becomes a permutation of that convolution's output channels.
 
@@ -21,6 +23,7 @@ from typing import NamedTuple
 import numpy as np
 
 from nnhal.device.cpu.kernels import select
+from nnhal.device.cpu.kernels.conv1d import Conv1dChannelsLast, Conv1dNative
 from nnhal.device.cpu.kernels.gelu import GeluTanhNative
 from nnhal.device.cpu.kernels.matmul import MatMulFast
 from nnhal.errors import NnhalError
@@ -318,6 +321,31 @@ def fuse_activations(chosen: list[Chosen], external: set[str]) -> list[Chosen]:
 SHUFFLE_DENSE_MAX_ADDED = 96
 SHUFFLE_MAX_GROUP = 8
 _SHUFFLE_OPS = ("Reshape", "Transpose")
+
+
+def fuse_conv1d_transposes(chosen: list[Chosen], external: set[str]) -> list[Chosen]:
+    """A float32 Transpose with perm (0, 2, 1) whose output only a native 1-D convolution reads, as its input,
+    is dropped: the convolution (kernels/conv1d.py Conv1dChannelsLast) reads the Transpose's (N, W, C) input,
+    the layout its im2col kernel wants, instead of the Transpose writing (N, C, W) and the kernel turning it
+    back (byte_cnn: Gather (1, 2048, 32) -> Transpose -> Conv1d, two transposing copies of 256 KB)."""
+    reads, _, producer = _readers(chosen)
+    dropped: set[int] = set()
+    replaced: dict[int, Chosen] = {}
+    for pos, (node, kernel, ins, outs) in enumerate(chosen):
+        name = node.inputs[0] if node.inputs else ""
+        j = producer.get(name)
+        if type(kernel) is not Conv1dNative or j is None or name in external or reads[name] != 1 \
+                or name in node.inputs[1:]:
+            continue
+        t_node, _, t_ins, _ = chosen[j]
+        x = t_ins[0] if t_ins else None
+        if t_node.op_type != "Transpose" or t_node.domain or tuple(t_node.attrs.get("perm") or ()) != (0, 2, 1) \
+                or x is None or x.dtype != np.float32 or not x.static or len(x.shape) != 3:
+            continue
+        replaced[pos] = Chosen(fuse(node, t_node, inputs=[t_node.inputs[0], *node.inputs[1:]]),
+                               Conv1dChannelsLast(), [x, *ins[1:]], outs)
+        dropped.add(j)
+    return [replaced.get(pos, entry) for pos, entry in enumerate(chosen) if pos not in dropped]
 
 
 def _channel_permutation(chain: list[Chosen], shape: tuple[int, ...]) -> np.ndarray | None:

@@ -59,7 +59,8 @@ TO_NCHW = (0, 3, 1, 2)
 FEW_CHANNELS = 6
 # ops whose input 0 and output 0 are NHWC when a channels-last kernel takes them
 CHANNELS_LAST = frozenset({"Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
-                           "BatchNormalization", "LRN", "ConvTranspose", "Resize", "Pad", "DepthToSpace"})
+                           "BatchNormalization", "LRN", "ConvTranspose", "Resize", "Pad", "DepthToSpace",
+                           "GroupNormalization"})
 # element-wise ops that run unchanged on NHWC data when every non-constant operand has the output's shape
 ELEMENTWISE = frozenset({"Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Elu",
                          "Selu", "Celu", "Softplus", "Softsign", "Erf", "Exp", "Abs", "Neg", "Sqrt",

@@ -16,7 +16,14 @@ import numpy as np
 
 from nnhal.device.cpu.castfuse import fuse_half_round_trips, fuse_relayout_casts, fuse_rounded_concats
 from nnhal.device.cpu.channel_gather import fuse_channel_selections
-from nnhal.device.cpu.fusions import Chosen, fuse_activations, fuse_channel_shuffle, fuse_gelu, fuse_matmul
+from nnhal.device.cpu.fusions import (
+    Chosen,
+    fuse_activations,
+    fuse_channel_shuffle,
+    fuse_conv1d_transposes,
+    fuse_gelu,
+    fuse_matmul,
+)
 from nnhal.device.cpu.gelu_tanh import fuse_gelu_tanh
 from nnhal.device.cpu.groupnorm import fuse_group_norm
 from nnhal.device.cpu.integer import fuse_code_clamps, fuse_table_tails, use_integer_kernels
@@ -354,6 +361,7 @@ def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: l
         chosen = fuse_matmul(chosen, external)
         chosen = fuse_group_norm(chosen, external, constants)
         chosen = fuse_activations(chosen, external)
+        chosen = fuse_conv1d_transposes(chosen, external)
         chosen = fuse_channel_shuffle(chosen, external, constants)
         chosen = fuse_channel_selections(chosen, external, constants)
         chosen = fold_transposes(chosen, external)

@@ -84,7 +84,9 @@ def cases():
     yield "group_norm", native.group_norm, lambda: [arr(2, 4, 3, 3), arr(2, 4, 3, 3), arr(4), arr(4), 4, 2, 1e-5, act(),
                                                      2], \
         [("in", None), ("out", tiny), ("opt", tiny), ("opt", tiny), "int", "int", "float", "act", "int"]
-    yield "softmax", native.softmax, lambda: [arr(3, 8), arr(3, 8), 2], [("in", None), ("out", tiny), "int"]
+    yield "softmax", native.softmax, lambda: [arr(3, 8), arr(3, 8), 1, 2], [("in", None), ("out", tiny), "int", "int"]
+    yield "softmax middle axis", native.softmax, lambda: [arr(2, 3, 8), arr(2, 3, 8), 8, 2], \
+        [("in", np.zeros((1, 1, 1), F)), ("out", tiny), "int", "int"]
     yield "global_pool", native.global_pool, lambda: [arr(2, 3, 3, 8), arr(2, 1, 1, 8), 1, 2], \
         [("in", None), ("out", tiny), "int", "int"]
     yield "gather_last", native.gather_last, lambda: [arr(3, 8), arr(3, 4), np.array([7, 0, 3, 3], np.int32), 0, 3], \

@@ -115,3 +115,65 @@ def test_group_normalization_node(opset, monkeypatch):
         pytest.importorskip("onnxruntime", minversion="1.20", reason="GroupNormalization-21 needs onnxruntime 1.20")
     steps = _check(model, _f32(*shape, offset=1.0), monkeypatch, 2 * 5 * 4, scale_max=6.0)
     assert steps == [("GroupNormalization", "native")]
+
+
+def _conv_group_norm_pool(shape, groups, opset, m=16):
+    """Conv 3x3 -> GroupNormalization -> Relu -> MaxPool 2x2: a channels-last region with the GroupNorm inside."""
+    n, c, h, w = shape
+    size = groups if opset < 21 else m
+    inits = {"w": _f32(m, c, 3, 3, scale=0.5), "cb": _f32(m, offset=4.0), "s": _f32(size, scale=2.0),
+             "b": _f32(size)}
+    nodes = [helper.make_node("Conv", ["x", "w", "cb"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("GroupNormalization", ["c", "s", "b"], ["g"], num_groups=groups, epsilon=1e-5),
+             helper.make_node("Relu", ["g"], ["r"]),
+             helper.make_node("MaxPool", ["r"], ["y"], kernel_shape=[2, 2], strides=[2, 2])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+                               helper.make_tensor_value_info("c", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 9 if opset >= 21 else 8
+    return model
+
+
+@pytest.mark.parametrize("opset,shape,groups", [(18, (1, 8, 20, 20), 4), (21, (2, 5, 9, 7), 8)])
+def test_group_normalization_runs_channels_last_inside_a_conv_region(opset, shape, groups, monkeypatch):
+    if opset >= 21:
+        pytest.importorskip("onnxruntime", minversion="1.20", reason="GroupNormalization-21 needs onnxruntime 1.20")
+    model = _conv_group_norm_pool(shape, groups, opset)
+    x = _f32(*shape)
+    want, conv = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    for check in ("1", "0"):
+        monkeypatch.setenv("NNHAL_CHECK", check)
+        with nnhal.Session(model, devices=["cpu"], num_thread=2) as s:
+            got, got_conv = s.run({"x": x})
+            steps = [(st.node.op_type, st.kernel_name) for sg in s.subgraphs for st in sg.device_graph.steps]
+        assert ("GroupNormalization", "nhwc-native") in steps
+        # the Conv's own rounding (a sum of 9 C products) and the GroupNorm's (a mean and variance over a
+        # group's width, relative to its spread) times the largest scale; MaxPool and Relu add none
+        k = 9 * shape[1]
+        conv_err = gamma(k + 1) * (k * float(np.abs(x).max()) * 0.5 * 5 + 10)
+        assert_within_bound(got_conv, conv, conv_err)
+        rows = conv.reshape(shape[0] * groups, -1)
+        spread = float(np.max(np.abs(rows - rows.mean(axis=1, keepdims=True)))) / float(np.min(rows.std(axis=1)))
+        width = rows.shape[1]
+        std = float(np.min(rows.std(axis=1)))
+        bound = (4 * gamma(width + 8) * (1 + spread) + 2 * conv_err / std) * 6.0 * (1 + float(np.abs(want).max()))
+        assert_within_bound(got, want, bound)
+
+
+def test_a_torch_group_norm_after_a_conv_runs_channels_last(monkeypatch):
+    shape, groups = (1, 12, 10, 10), 4
+    model = _torch_group_norm(shape, groups, ("Mul", "Add", "Relu"))
+    # a Conv in front (the layout pass then keeps the fused GroupNormalization channels last)
+    model.graph.node.insert(0, helper.make_node("Conv", ["x0", "wc"], ["x"], pads=[1, 1, 1, 1]))
+    model.graph.initializer.append(numpy_helper.from_array(_f32(12, 12, 3, 3, scale=0.3), "wc"))
+    model.graph.input[0].name = "x0"
+    x = _f32(*shape, offset=2.0)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x0": x})[0]
+    with nnhal.Session(model, devices=["cpu"], num_thread=2) as s:
+        got = s.run({"x0": x})[0]
+        steps = [(st.node.op_type, st.kernel_name) for sg in s.subgraphs for st in sg.device_graph.steps]
+    assert ("GroupNormalization", "nhwc-native") in steps
+    # the NCHW kernel's bound (_check) over a group's 300 values, with a Conv's rounding (108 products) on top
+    assert_within_bound(got, want, 4 * gamma(300 + 108) * 6.0 * (1 + float(np.abs(want).max())))

@@ -13,6 +13,7 @@ import numpy as np
 
 from nnhal.device.cpu import native, parallel
 from nnhal.device.cpu.kernels._conv_nhwc import act_record
+from nnhal.device.cpu.kernels._io import contiguous_io
 from nnhal.hostkernels.base import Kernel, RunFn
 from nnhal.hostkernels.fused import activation_of
 from nnhal.operator._nn import STASH_TYPES
@@ -106,4 +107,55 @@ class GroupNormalizationNative(Kernel):
         return _runner(node, ins, channels, groups, (_vector(ins[1], spread), _vector(ins[2], spread)))
 
 
-IMPLEMENTATIONS = (InstanceNormalizationNative, GroupNormalizationNative)
+class GroupNormalizationNHWC(GroupNormalizationNative):
+    """A 4-D GroupNormalization inside a channels-last region (the layout pass keeps an FCOS head's Conv ->
+    GroupNorm -> Relu tower and its prediction Convs NHWC instead of turning each GroupNorm's input to NCHW and
+    running the tower's Convs and the narrow prediction Convs on NCHW im2col): per image, the per-channel sums
+    of x (N, H*W, C) as one BLAS product with a vector of ones, the group means, then the same for the squared
+    deviations from them (two passes: no cancellation where the mean dwarfs the spread), and the normalization,
+    scale, bias and fused activation as one native channel_affine pass (the BatchNormalization kernel's)."""
+
+    name = "nhwc-native"
+    layout = "NHWC"
+
+    def score(self, node, ins, outs) -> int:
+        x = ins[0]
+        return super().score(node, ins, outs) if x is not None and x.shape is not None and len(x.shape) == 4 else 0
+
+    def prepare(self, node, ins, outs) -> RunFn:
+        n, channels, h, w = (int(d) for d in ins[0].shape)      # the logical NCHW shape; the data is NHWC
+        groups = int(node.attrs["num_groups"])
+        per, pixels = channels // groups, h * w
+        spread = None if node.version >= 21 else (lambda v: np.repeat(v, per))
+        params = (_vector(ins[1], spread), _vector(ins[2], spread))
+        constant = [p(None) for p in params]
+        eps, act = float(node.attrs["epsilon"]), act_record(activation_of(node))
+        shape = (n, h, w, channels)
+        ones = np.ones(pixels, np.float32)
+        count = float(pixels * per)
+        size = n * pixels * channels
+        parts = parallel.native_parts(size, n * pixels) if parallel.native_pool() else 1
+
+        def group_means(sums: np.ndarray) -> np.ndarray:
+            """Per-channel sums over the pixels -> each channel's group mean (float64)."""
+            return np.repeat(sums.astype(np.float64).reshape(groups, per).sum(1) / count, per)
+
+        def run(inputs, outputs):
+            x, y = contiguous_io(inputs, outputs, shape, np.float32)
+            scale, bias = (c if c is not None else f(inputs[k]) for k, c, f in zip((1, 2), constant, params))
+            x3, y3 = x.reshape(n, pixels, channels), y.reshape(n, pixels, channels)
+            dev = np.empty((pixels, channels), np.float32)
+            for i in range(n):
+                mean = group_means(ones @ x3[i])
+                np.subtract(x3[i], mean.astype(np.float32), out=dev)
+                np.square(dev, out=dev)
+                inv = 1.0 / np.sqrt(group_means(ones @ dev) + eps)
+                a = (scale * inv).astype(np.float32)
+                b = (bias - mean * scale * inv).astype(np.float32)
+                native.channel_affine(x3[i], y3[i], a, b, act, parts)
+            return (y,)
+
+        return run
+
+
+IMPLEMENTATIONS = (InstanceNormalizationNative, GroupNormalizationNative, GroupNormalizationNHWC)

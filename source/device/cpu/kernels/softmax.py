@@ -1,9 +1,12 @@
-"""Softmax on the cpu device, fast (float32/float64, static shape, softmax over the last axis only): per
+"""Softmax on the cpu device, fast (float32/float64, static shape, softmax over one axis: the last, or with the
+native kernels and float32 any one axis): per
 cache-sized band of rows, exp(x - the band's max) in a scratch band, the row sums as one BLAS product with a
 vector of ones, times their reciprocals into the output; a band with a row whose sum is tiny (its own maximum
 far below the band's) or a non-finite maximum goes to the reference (hostkernels/op_softmax.py). Bands spread
 over the cpu device's pool (parallel.py). float32 with the native kernels: native/nn_softmax.h, one row at a
-time in L1 with its own maximum, rows split over the native pool.
+time in L1 with its own maximum, rows split over the native pool; over a middle axis (a DFL head's Softmax over
+the bins of (1, 4, bins, anchors)), the tensor viewed as (outer, n, inner) and each pass vectorized across
+the contiguous inner columns, in place of the reference's transposing numpy path.
 """
 from __future__ import annotations
 
@@ -24,12 +27,19 @@ class SoftmaxFast(Kernel):
         x = ins[0]
         if x is None or x.dtype not in (np.float32, np.float64) or x.shape is None or not x.static or not x.shape:
             return 0
-        if 0 in x.shape or softmax_axes(node, len(x.shape)) != (len(x.shape) - 1,):
+        if 0 in x.shape:
             return 0
-        return 10
+        axes = softmax_axes(node, len(x.shape))
+        if axes == (len(x.shape) - 1,):
+            return 10
+        # NOTE: a middle axis has the native column kernel only (no numpy band path): float32 with native
+        return 10 if len(axes) == 1 and x.dtype == np.float32 and native.available() else 0
 
     def prepare(self, node, ins, outs) -> RunFn:
         shape, dtype = tuple(ins[0].shape), ins[0].dtype
+        (axis,) = softmax_axes(node, len(shape))
+        if axis != len(shape) - 1:
+            return self._prepare_middle(shape, axis)
         width = shape[-1]
         # NOTE: rows per band: 2^17 elements (512 KB of float32) stay in L2 across the passes; 4x larger
         # than the former 2^15 and a per-band maximum (read while the band comes into cache, not one
@@ -71,9 +81,30 @@ class SoftmaxFast(Kernel):
 
             if use_native:
                 x2 = x2 if x2.flags.c_contiguous else np.ascontiguousarray(x2)
-                native.softmax(x2, y2, parallel.native_parts(x2.size * 4, rows) if parallel.native_pool() else 1)
+                native.softmax(x2, y2, 1, parallel.native_parts(x2.size * 4, rows) if parallel.native_pool() else 1)
             else:
                 parallel.for_ranges(rows, x2.size * 8, bands, band)
+            if given is not None and given is not y:
+                np.copyto(given, y)
+                y = given
+            return (y,)
+
+        return run
+
+    @staticmethod
+    def _prepare_middle(shape: tuple[int, ...], axis: int) -> RunFn:
+        """The run of a float32 Softmax over axis ``axis`` (not the last): native, by columns."""
+        n, inner = shape[axis], int(np.prod(shape[axis + 1:]))
+        # NOTE: trailing axes of size 1 (inner 1) make it a softmax over the last axis of (-1, n)
+        view = (-1, n, inner) if inner > 1 else (-1, n)
+        size = int(np.prod(shape))
+
+        def run(inputs, outputs):
+            x = np.ascontiguousarray(inputs[0]).reshape(view)
+            given = outputs[0]
+            y = given if given is not None and given.flags.c_contiguous else np.empty(shape, np.float32)
+            parts = parallel.native_parts(size * 4, x.shape[0] * inner) if parallel.native_pool() else 1
+            native.softmax(x, y.reshape(view), inner, parts)
             if given is not None and given is not y:
                 np.copyto(given, y)
                 y = given

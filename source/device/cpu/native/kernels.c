@@ -27,7 +27,7 @@
  *   in one pass: fp16 storage's conversions (F16C's vcvtps2ph / vcvtph2ps in the x86-64-v3 and v4 clones).
  * - layernorm: LayerNormalization over the last axis.
  * - group_norm: Instance and GroupNormalization of channels-first tensors, per-channel affine (nn_norm.h).
- * - softmax: Softmax over the last axis (nn_softmax.h).
+ * - softmax: Softmax over the last axis or a middle one (nn_softmax.h).
  * - Program (nn_steps.h): a prepared run of small element-wise steps, executed by one call per plan run.
  * - Recurrent: a prepared LSTM, GRU or RNN layer: the input projection of every step as one GEMM, then each
  *   direction's steps (recurrent product and fused gate math) in C, the two directions on two parts.
@@ -2994,7 +2994,7 @@ static PyMethodDef nn_methods[] = {
     {"group_norm", (PyCFunction)(void (*)(void))nn_py_group_norm, METH_FASTCALL,
      "group_norm(x, y, scale, bias, channels, groups, eps, act, parts): Instance/GroupNormalization, channels first"},
     {"softmax", (PyCFunction)(void (*)(void))nn_py_softmax, METH_FASTCALL,
-     "softmax(x, y, parts): Softmax over the last axis (y may be x), rows split over the pool"},
+     "softmax(x, y, inner, parts): Softmax over the last axis (inner 1) or axis -2 (inner: the last axis) (y may be x), split over the pool"},
     {"global_pool", (PyCFunction)(void (*)(void))nn_py_global_pool, METH_FASTCALL,
      "global_pool(x, y, kind, parts): GlobalMaxPool (0) or GlobalAveragePool (1) of x (n, h, w, c) into y (n * c)"},
     {"gather_last", (PyCFunction)(void (*)(void))nn_py_gather_last, METH_FASTCALL,
