@@ -56,6 +56,25 @@ def test_channels_first_sides_match_reference(c, m, h, w, k, stride, dil, pads, 
     assert np.all(np.abs(got - want) <= bound)
 
 
+@pytest.mark.parametrize("parts", [1, 2])
+def test_nchw_input_into_a_channel_slice_of_a_wider_output(parts):
+    """A channels-first input written into channels 3..3+M of a wider channels-last tensor (a Concat's buffer), a
+    batch of 3 odd-sized images: each image lands at its own pixel stride, the other channels stay untouched."""
+    c, m, h, w = 5, 11, 9, 13
+    rng = np.random.default_rng(parts)
+    wt = rng.standard_normal((m, c, 3, 3)).astype(np.float32)
+    bias = rng.standard_normal(m).astype(np.float32)
+    x = rng.standard_normal((3, c, h, w)).astype(np.float32)
+    s = _geometry(3, c, m, h, w, 3, 2, 1, [1, 0, 1, 2])
+    wide = np.full((3, s.oh, s.ow, m + 7), np.nan, np.float32)
+    conv = direct_conv.make(s, wt, bias, native.make_act("relu"), direct_conv.READ_NCHW)
+    conv.run(x, wide[..., 3:3 + m], None, parts)
+    want, scale = _reference(x, wt, bias, 2, 1, [1, 0, 1, 2], True)
+    bound = (c * 9 + 2) * 2.0 ** -24 * scale + 1e-30
+    assert np.all(np.abs(wide[..., 3:3 + m].transpose(0, 3, 1, 2) - want) <= bound)
+    assert np.isnan(wide[..., :3]).all() and np.isnan(wide[..., 3 + m:]).all()
+
+
 def test_channels_last_run_unchanged_by_the_sides():
     """The same convolution with layouts 0 (the default geometry of 16) and through both channels-first sides
     gives the same sums: the NCHW sides change where values are read and stored, not the order of the sums in

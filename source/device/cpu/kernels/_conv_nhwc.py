@@ -517,7 +517,8 @@ class ConvDirectChannelsFirst(Kernel):
     """The direct kernel (native/direct_conv.py) with a channels-first side: the input read as (N, C, H, W) in
     place (READ_NCHW) or the output written as (N, M, OH, OW) (WRITE_NCHW) by its tile stores, so the layout
     pass inserts no conversion at that edge of the NHWC region. Only the layout pass takes it (through
-    ConvGemmNHWC's nchw_input and nchw_output hooks); the other side is channels last, C-contiguous."""
+    ConvGemmNHWC's nchw_input and nchw_output hooks); the other side is channels last: a channels-last output
+    may be a channel slice of a wider tensor (a Concat's), as ConvGemmNHWC's direct path writes."""
 
     op_type = "Conv"
     fuse_activation = True
@@ -526,20 +527,27 @@ class ConvDirectChannelsFirst(Kernel):
         self.layouts = layouts
         self.name = "direct-nchw-in" if layouts == direct_conv.READ_NCHW else "direct-nchw-out"
 
+    def strided_output_for(self, node, ins, outs) -> bool:
+        """A channels-last output is written through its pixel stride; an NCHW one is C-contiguous."""
+        return not self.layouts & direct_conv.WRITE_NCHW
+
     def prepare(self, node, ins, outs) -> RunFn:
         s = _conv2d.conv2d(node, ins, outs)
         bias = ins[2].value if len(ins) > 2 and ins[2] is not None else None
         conv = direct_conv.make(s, ins[1].value, bias, act_record(activation_of(node)), self.layouts)
         work = parallel.gemm_work(s.n * s.oh * s.ow * s.m * s.c * s.kernel[0] * s.kernel[1])
         rows = s.n * s.oh
-        out_shape = (s.n, s.m, s.oh, s.ow) if self.layouts & direct_conv.WRITE_NCHW else (s.n, s.oh, s.ow, s.m)
+        nchw_out = bool(self.layouts & direct_conv.WRITE_NCHW)
+        out_shape = (s.n, s.m, s.oh, s.ow) if nchw_out else (s.n, s.oh, s.ow, s.m)
 
         def run(inputs, outputs):
             x = inputs[0]
             if not x.flags.c_contiguous or x.dtype != np.float32:
                 x = np.ascontiguousarray(x, dtype=np.float32)
             y = outputs[0]
-            if y is None or not y.flags.c_contiguous or y.shape != out_shape or y.dtype != np.float32:
+            if not nchw_out:
+                y = pixel_rows(y, out_shape, np.float32)[0]
+            elif y is None or not y.flags.c_contiguous or y.shape != out_shape or y.dtype != np.float32:
                 y = np.empty(out_shape, np.float32)
             conv.run(x, y, None, parallel.native_parts(work, rows) if parallel.native_pool() else 1)
             return (y,)

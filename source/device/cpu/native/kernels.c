@@ -2596,8 +2596,10 @@ static PyObject *nn_conv_run(nn_conv_object *self, PyObject *const *args, Py_ssi
             nn_direct_args a = {x, w, bias, y, &dc};
             nn_pool_run(nn_direct_task, &a, parts);
         } else {
-            /* a channels-first side: one image a call (the walks' pixel arithmetic spans images channels last) */
-            const int64_t n = dc.n, x_image = self->x_items / NN_MAX(1, n), y_image = self->y_items / NN_MAX(1, n);
+            /* a channels-first side: one image a call (the walks' pixel arithmetic spans images channels last); a
+             * channels-last y may be a channel slice of a wider tensor: its images are oh * ow pixel strides apart */
+            const int64_t n = dc.n, x_image = self->x_items / NN_MAX(1, n);
+            const int64_t y_image = dc.ldc == 1 ? dc.oh * dc.ow * dc.ldy : self->y_items / NN_MAX(1, n);
             dc.n = 1;
             for (int64_t i = 0; i < n; i++) {
                 nn_direct_args a = {x + i * x_image, w, bias, y + i * y_image, &dc};
