@@ -37,3 +37,13 @@ def relu_add_model() -> onnx.ModelProto:
          helper.make_node("Add", ["r", "b"], ["y"], name="add1"),
          helper.make_node("Relu", ["y"], ["z"], name="relu2")],
         [vinfo("x", [2, 4])], [vinfo("z", [2, 4])], [b])
+
+
+@pytest.fixture
+def conversions_at_edges(monkeypatch):
+    """The CPU layout pass as before the direct Conv's channels-first sides: its region edges convert with
+    Transpose steps (for tests of those conversions, their folded casts, and the regions around them)."""
+    from nnhal.device.cpu.kernels._conv_nhwc import ConvGemmNHWC
+
+    monkeypatch.setattr(ConvGemmNHWC, "nchw_input", lambda self, node, ins, outs: None)
+    monkeypatch.setattr(ConvGemmNHWC, "nchw_output", lambda self, node, ins, outs: None)

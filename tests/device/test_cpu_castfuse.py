@@ -39,6 +39,7 @@ def _run(model, feeds, precision="fp16"):
 
 
 @pytest.mark.parametrize("channels", [3, 32])     # the per-channel and the transposing conversion
+@pytest.mark.usefixtures("conversions_at_edges")     # the edges this test is about convert
 def test_edge_casts_fold_into_the_layout_conversions(monkeypatch, channels):
     model, feeds = _convs(channels, half_io=True)
     fused, steps = _run(model, feeds, "fp32")
@@ -52,6 +53,7 @@ def test_edge_casts_fold_into_the_layout_conversions(monkeypatch, channels):
 
 
 @pytest.mark.parametrize("channels", [3, 32])
+@pytest.mark.usefixtures("conversions_at_edges")     # the edges this test is about convert
 def test_fp16_edges_round_in_one_native_step_each(monkeypatch, channels):
     model, feeds = _convs(channels)
     fused, steps = _run(model, feeds)

@@ -49,6 +49,7 @@ def _check(model, feeds, op: str):
     ("linear", "half_pixel", "round_prefer_floor"), ("linear", "align_corners", "round_prefer_floor"),
     ("linear", "pytorch_half_pixel", "round_prefer_floor")])
 @pytest.mark.parametrize("by_sizes", [False, True])
+@pytest.mark.usefixtures("conversions_at_edges")     # the edges this test is about convert
 def test_resize_stays_channels_last(mode, transform, nearest, by_sizes):
     inits = [numpy_helper.from_array(np.array([1, C, 17, 24], np.int64), "sizes")] if by_sizes else \
         [numpy_helper.from_array(np.array([1, 1, 2, 1.5], np.float32), "scales")]
@@ -61,6 +62,7 @@ def test_resize_stays_channels_last(mode, transform, nearest, by_sizes):
 @pytest.mark.parametrize("kernel,stride,pads,dilation,out_pad", [
     (2, 2, 0, 1, 0), (3, 2, 1, 1, 1), (4, 2, 1, 1, 0), (3, 1, 1, 2, 0), (3, 3, 0, 1, 2)])
 @pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.usefixtures("conversions_at_edges")     # the edges this test is about convert
 def test_conv_transpose_stays_channels_last(kernel, stride, pads, dilation, out_pad, bias):
     rng = np.random.default_rng(2)
     inits = [numpy_helper.from_array(rng.standard_normal((C, C, kernel, kernel)).astype(np.float32), "wt")]

@@ -26,7 +26,9 @@ layout per tensor:
 
 A channels-last op whose input is NHWC and whose output is needed NCHW (a graph output, no channels-last
 reader) runs the kernel's ``nchw_output`` variant when it has one (the native Resize: a segmentation mask
-upsampled straight into NCHW) instead of a conversion of its output.
+upsampled straight into NCHW; the direct Conv: a detection neck's outputs) instead of a conversion of its output;
+one whose input is NCHW and whose output is NHWC runs its ``nchw_input`` variant when it has one (the direct Conv
+on few input channels: the stem reading the model's image) instead of a conversion of its input.
 
 Tensors joined by layout-free ops form groups that share one layout. A group
 is stored NHWC when it touches a channels-last op, no other op, and no
@@ -270,6 +272,13 @@ def _nchw_output(kernel: Kernel, node: Node, ins: list, outs: list) -> Kernel | 
     return None if hook is None else hook(node, ins, outs)
 
 
+def _nchw_input(kernel: Kernel, node: Node, ins: list, outs: list) -> Kernel | None:
+    """The variant of a channels-last kernel that reads its input NCHW and writes its output NHWC (the optional
+    kernel hook ``nchw_input(node, ins, outs) -> Kernel | None``), or None."""
+    hook = getattr(kernel, "nchw_input", None)
+    return None if hook is None else hook(node, ins, outs)
+
+
 def assign_layouts(chosen: list[Chosen], external: set[str]) -> tuple[list[Chosen], Layouts]:
     """Rewrite ``chosen`` so the convolutional regions run NHWC.
 
@@ -381,6 +390,14 @@ def assign_layouts(chosen: list[Chosen], external: set[str]) -> tuple[list[Chose
                 result.append(Chosen(node, kernel, ins, outs))
                 continue
             inputs, outputs = list(node.inputs), list(node.outputs)
+            # the region's first op reads ONNX's layout itself (the stem from the model's image), unless a
+            # conversion of its input is made already
+            first = _nchw_input(nhwc_kernels[pos], node, ins, outs) \
+                if not x_nhwc and y_nhwc and (node.inputs[0], TO_NHWC) not in converted else None
+            if first is not None:
+                physical[outputs[0]] = _permuted(outs[0])
+                result.append(Chosen(node, first, ins, outs))
+                continue
             if not x_nhwc:
                 inputs[0] = convert(node.inputs[0], ins[0], TO_NHWC, result)
             direct = _nchw_output(nhwc_kernels[pos], node, ins, outs) \

@@ -10,6 +10,9 @@ import nnhal
 
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the oracle (test extra)")
 
+# the kernel names of a region's channels-last ops: "nhwc..." and the direct Conv's channels-first sides at its edges
+REGION_KERNELS = ("nhwc", "direct-nchw")
+
 
 def _const(name, value):
     return numpy_helper.from_array(np.asarray(value, np.float32), name)
@@ -60,9 +63,11 @@ def test_a_residual_network_runs_channels_last_with_conversions_only_at_its_edge
              _const("b2", _w(rng, 16)), _const("scale", _w(rng, 16, 1, 1)), _const("w3", _w(rng, 4, 16, 1, 1))]
     steps = _run_both(_model(nodes, inits, ["y"]))
     kernels = _kernels(steps)
-    assert all(k.startswith("nhwc") for op, k in kernels if op in ("Conv", "MaxPool", "GlobalAveragePool")), kernels
-    # one conversion in (the graph input), one out (the pooled features before Flatten)
-    assert [k for _, k in kernels if k.startswith("to-")] == ["to-nhwc", "to-nchw"], kernels
+    pooled = ("Conv", "MaxPool", "GlobalAveragePool")
+    assert all(k.startswith(REGION_KERNELS) for op, k in kernels if op in pooled), kernels
+    # one conversion out (the pooled features before Flatten); none in: the stem reads the NCHW graph input
+    # itself (direct-nchw-in, layout.py nchw_input)
+    assert [k for _, k in kernels if k.startswith("to-")] == ["to-nchw"], kernels
 
 
 def test_tensors_read_by_layout_bound_ops_or_leaving_the_graph_stay_nchw():
@@ -103,7 +108,8 @@ def test_a_channel_shuffle_after_a_convolution_becomes_a_permutation_of_its_weig
     first = next(st for st in steps if st.node.op_type == "Conv")
     assert first.node.attrs["group"] == 1 and first.node.outputs == ["un"]     # groups mixed: dense now
     # one region from the first convolution to the last: converted once in, once out
-    assert [k for _, k in kernels if k.startswith("to-")] == ["to-nhwc", "to-nchw"], kernels
+    # the stem reads the NCHW input itself (direct-nchw-in, layout.py nchw_input): no conversion before it
+    assert [k for _, k in kernels if k.startswith("to-")] == ["to-nchw"], kernels
 
 
 def test_layout_free_ops_with_runtime_bounds_and_constant_concat_inputs():
@@ -150,7 +156,8 @@ def test_an_unread_dropout_mask_does_not_break_a_region():
         helper.make_node("GlobalAveragePool", ["c2"], ["y"]),
     ]
     steps = _run_both(_model(nodes, [_const("w1", _w(rng, 8, 8, 3, 3)), _const("w2", _w(rng, 4, 8, 1, 1))], ["y"]))
-    assert [k for _, k in _kernels(steps) if k.startswith("to-")] == ["to-nhwc", "to-nchw"], _kernels(steps)
+    # the stem reads the NCHW input itself (direct-nchw-in, layout.py nchw_input): no conversion before it
+    assert [k for _, k in _kernels(steps) if k.startswith("to-")] == ["to-nchw"], _kernels(steps)
 
 
 def test_a_channel_shuffle_too_costly_to_fold_becomes_a_gather_of_channels_inside_the_region():
@@ -175,7 +182,8 @@ def test_a_channel_shuffle_too_costly_to_fold_becomes_a_gather_of_channels_insid
     gathers = [st for st in steps if st.node.op_type == "Gather"]
     assert len(gathers) == 1 and gathers[0].node.attrs["axis"] == 3, kernels
     assert not any(op in ("Reshape", "Transpose") and not k.startswith("to-") for op, k in kernels), kernels
-    assert [k for _, k in kernels if k.startswith("to-")] == ["to-nhwc", "to-nchw"], kernels
+    # the stem reads the NCHW input itself (direct-nchw-in, layout.py nchw_input): no conversion before it
+    assert [k for _, k in kernels if k.startswith("to-")] == ["to-nchw"], kernels
 
 
 def _se_block(rng):
@@ -206,11 +214,12 @@ def test_a_squeeze_excite_block_stays_channels_last_with_its_activations_fused()
     nodes, inits = _se_block(np.random.default_rng(5))
     steps = _run_both(_model(nodes, inits, ["y"]))
     kernels = _kernels(steps)
-    assert [k for _, k in kernels if k.startswith("to-")] == ["to-nhwc", "to-nchw"], kernels
-    assert all(k.startswith("nhwc") for op, k in kernels if op in ("Conv", "GlobalAveragePool")), kernels
+    # the stem reads the NCHW input itself (direct-nchw-in, layout.py nchw_input): no conversion before it
+    assert [k for _, k in kernels if k.startswith("to-")] == ["to-nchw"], kernels
+    assert all(k.startswith(REGION_KERNELS) for op, k in kernels if op in ("Conv", "GlobalAveragePool")), kernels
     # HardSwish, SiLU (Sigmoid -> Mul), Relu and HardSigmoid ride on their convolutions; the gate's Mul
     # broadcasts the pooled (N, 1, 1, C) gate over the (N, H, W, C) map
-    assert [op for op, _ in kernels] == ["Transpose", "Conv", "Conv", "GlobalAveragePool", "Conv", "Conv", "Mul",
+    assert [op for op, _ in kernels] == ["Conv", "Conv", "GlobalAveragePool", "Conv", "Conv", "Mul",
                                          "Conv", "GlobalAveragePool", "Transpose", "Flatten"], kernels
     acts = [st.node.activation.kind for st in steps if getattr(st.node, "activation", None) is not None]
     assert acts == ["hardswish", "silu", "relu", "hardsigmoid"]
@@ -252,8 +261,9 @@ def test_convnext_transposes_to_and_from_channels_last_are_the_nhwc_storage_itse
     steps = _run_both(_opset20(_model(nodes, inits, ["y"], (1, 8, 16, 16))), (1, 8, 16, 16))
     kernels = _kernels(steps)
     # the only transposes left are the input's and the pooled features' conversions
-    assert [k for op, k in kernels if op == "Transpose"] == ["to-nhwc", "to-nchw"], kernels
-    assert all(k.startswith("nhwc") for op, k in kernels if op in ("Conv", "GlobalAveragePool")), kernels
+    # the stem reads the NCHW input itself (direct-nchw-in, layout.py nchw_input): no conversion before it
+    assert [k for op, k in kernels if op == "Transpose"] == ["to-nchw"], kernels
+    assert all(k.startswith(REGION_KERNELS) for op, k in kernels if op in ("Conv", "GlobalAveragePool")), kernels
     by_op = {st.node.op_type: st.node for st in steps}
     # LayerNorm reads the depthwise convolution's NHWC output; the residual Add reads the layer scale's
     assert by_op["LayerNormalization"].inputs[0] == "d"
@@ -278,4 +288,6 @@ def test_back_to_back_transposes_inside_a_region_cost_nothing():
     ]
     inits = [_const("w1", _w(rng, 8, 8, 3, 3)), _const("w2", _w(rng, 8, 8, 3, 3))]
     steps = _run_both(_model(nodes, inits, ["y"]))
-    assert [k for op, k in _kernels(steps) if op == "Transpose"] == ["to-nhwc", "to-nchw"], _kernels(steps)
+    # both edges are the direct kernel's channels-first sides (layout.py nchw_input, nchw_output): no conversion
+    assert [k for op, k in _kernels(steps) if op == "Transpose"] == [], _kernels(steps)
+    assert [k for op, k in _kernels(steps) if op == "Conv"] == ["direct-nchw-in", "direct-nchw-out"], _kernels(steps)

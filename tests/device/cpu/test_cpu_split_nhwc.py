@@ -115,6 +115,7 @@ def _c2f(variant, opset=17):
 @pytest.mark.parametrize("checked", [False, True], ids=["generated", "checked"])
 @pytest.mark.parametrize("variant,opset", [("plain", 17), ("uneven", 17), ("plain", 11), ("output", 17),
                                            ("reread", 17)])
+@pytest.mark.usefixtures("conversions_at_edges")     # the edges this test is about convert
 def test_a_channel_split_stays_channels_last_and_matches_onnxruntime(monkeypatch, variant, opset, checked):
     if checked:
         monkeypatch.setenv("NNHAL_CHECK", "1")

@@ -60,6 +60,7 @@ def test_narrow_and_wide_elements_swap_as_words_when_rows_are_whole_words(dtype,
     assert (kernel == "swap") == whole, (dtype, shape, kernel)
 
 
+@pytest.mark.usefixtures("conversions_at_edges")     # the edges this test is about convert
 def test_layout_conversions_run_on_the_tiles(monkeypatch):
     import types
 

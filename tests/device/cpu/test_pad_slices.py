@@ -104,6 +104,7 @@ def test_reflect_wider_than_the_axis(monkeypatch):
 
 @pytest.mark.parametrize("mode, pads", [("reflect", [0, 0, 1, 2, 0, 0, 2, 1]), ("edge", [0, 0, 1, 1, 0, 0, 1, 1]),
                                         ("constant", [0, 1, 1, 0, 0, 2, 0, 1])])
+@pytest.mark.usefixtures("conversions_at_edges")     # the edges this test is about convert
 def test_between_convolutions_stays_channels_last(mode, pads, monkeypatch):
     """Conv -> Pad -> Conv: the Pad runs on the NHWC storage, no conversion between (against onnxruntime
     within the convolutions' rounding: sums of 9 * 4 and 9 * c products)."""

@@ -74,6 +74,7 @@ def _segmenter():
 
 @pytest.mark.skipif(not native.available(), reason=f"native kernels not loaded: {native.status().reason}")
 @pytest.mark.parametrize("checked", [False, True], ids=["generated", "checked"])
+@pytest.mark.usefixtures("conversions_at_edges")     # the edges this test is about convert
 def test_fp16_storage_rounds_the_output_inside_its_conversion(monkeypatch, checked):
     if checked:
         monkeypatch.setenv("NNHAL_CHECK", "1")

@@ -72,6 +72,10 @@ WINOGRAD_BAND_BYTES = 4 << 20
 # against 289, at 42x42 220 against 219 (24 at 56x56: 282 against 253); at 28x28 with 32 channels on
 # one side (DenseNet's 128->32: 278 against 220; 64->32 157 against 139; 32->32 105 against 99).
 WINOGRAD_MIN_OUT = {128: 17, 64: 24, 32: 28, 24: 56}
+# input channels up to which the direct kernel reads a channels-first input in place instead of after a conversion
+# pass (its NCHW reads take the per-tap loop, not the one run of KW * C elements a kernel row; an image's 3 colour
+# planes are the case it is for)
+DIRECT_NCHW_MAX_C = 8
 
 
 def bias_of(ins: list[Info | None]) -> np.ndarray | None:
@@ -546,6 +550,20 @@ class ConvGemmNHWC(Kernel):
         depthwise and grouped ones do not."""
         return self.path(_conv2d.conv2d(node, ins, outs)) in ("1x1", "im2col", "direct")
 
+    def nchw_input(self, node, ins, outs) -> Kernel | None:
+        """The variant that reads the input channels first (the layout pass's hook for a region's first op whose
+        input stays NCHW: a model's image): the direct kernel's, for inputs of at most DIRECT_NCHW_MAX_C
+        channels; None for the other paths."""
+        s = _conv2d.conv2d(node, ins, outs)
+        fits = self.path(s) == "direct" and s.c <= DIRECT_NCHW_MAX_C
+        return ConvDirectChannelsFirst(direct_conv.READ_NCHW) if fits else None
+
+    def nchw_output(self, node, ins, outs) -> Kernel | None:
+        """The variant that writes the output channels first (the layout pass's hook for a region's last op whose
+        output is needed NCHW: a model's output): the direct kernel's; None for the other paths."""
+        fits = self.path(_conv2d.conv2d(node, ins, outs)) == "direct"
+        return ConvDirectChannelsFirst(direct_conv.WRITE_NCHW) if fits else None
+
     def prepare(self, node, ins, outs) -> RunFn:
         return nhwc_conv(_conv2d.conv2d(node, ins, outs), ins[1].value, bias_of(ins), activation_of(node))
 
@@ -610,6 +628,48 @@ def dynamic_run(node: Node, s: _conv2d.Conv2d, with_bias: bool,
         return make(s, np.asarray(w, s.dtype), bias, act)([inputs[0]], outputs)
 
     return run_dynamic
+
+
+class ConvDirectChannelsFirst(Kernel):
+    """The direct kernel (native/direct_conv.py) with a channels-first side: the input read as (N, C, H, W) in
+    place (READ_NCHW) or the output written as (N, M, OH, OW) (WRITE_NCHW) by its tile stores, so the layout
+    pass inserts no conversion at that edge of the NHWC region. Only the layout pass takes it (through
+    ConvGemmNHWC's nchw_input and nchw_output hooks); the other side is channels last: a channels-last output
+    may be a channel slice of a wider tensor (a Concat's), as ConvGemmNHWC's direct path writes."""
+
+    op_type = "Conv"
+    fuse_activation = True
+
+    def __init__(self, layouts: int):
+        self.layouts = layouts
+        self.name = "direct-nchw-in" if layouts == direct_conv.READ_NCHW else "direct-nchw-out"
+
+    def strided_output_for(self, node, ins, outs) -> bool:
+        """A channels-last output is written through its pixel stride; an NCHW one is C-contiguous."""
+        return not self.layouts & direct_conv.WRITE_NCHW
+
+    def prepare(self, node, ins, outs) -> RunFn:
+        s = _conv2d.conv2d(node, ins, outs)
+        bias = ins[2].value if len(ins) > 2 and ins[2] is not None else None
+        conv = direct_conv.make(s, ins[1].value, bias, act_record(activation_of(node)), self.layouts)
+        work = parallel.gemm_work(s.n * s.oh * s.ow * s.m * s.c * s.kernel[0] * s.kernel[1])
+        rows = s.n * s.oh
+        nchw_out = bool(self.layouts & direct_conv.WRITE_NCHW)
+        out_shape = (s.n, s.m, s.oh, s.ow) if nchw_out else (s.n, s.oh, s.ow, s.m)
+
+        def run(inputs, outputs):
+            x = inputs[0]
+            if not x.flags.c_contiguous or x.dtype != np.float32:
+                x = np.ascontiguousarray(x, dtype=np.float32)
+            y = outputs[0]
+            if not nchw_out:
+                y = pixel_rows(y, out_shape, np.float32)[0]
+            elif y is None or not y.flags.c_contiguous or y.shape != out_shape or y.dtype != np.float32:
+                y = np.empty(out_shape, np.float32)
+            conv.run(x, y, None, parallel.native_parts(work, rows) if parallel.native_pool() else 1)
+            return (y,)
+
+        return run
 
 
 class ConvWinogradNHWC(Kernel):

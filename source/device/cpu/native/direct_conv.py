@@ -65,9 +65,10 @@ def direct_fits(n: int, c: int, m: int, kernel: tuple[int, int], group: int, dty
     return m <= MAX_OUT or taps <= MAX_TAPS or m <= MAX_BOTH and c <= MAX_BOTH
 
 
-def make(s, wv: np.ndarray, bias: np.ndarray | None, act):
+def make(s, wv: np.ndarray, bias: np.ndarray | None, act, layouts: int = 0):
     """The prepared native.Conv("direct") of geometry ``s`` (hostkernels._conv2d.Conv2d), weights (M, C, KH,
-    KW), bias (M,) or None and the native activation record ``act``."""
+    KW), bias (M,) or None and the native activation record ``act``; ``layouts``: READ_NCHW and WRITE_NCHW's bits
+    (0: both sides channels last)."""
     (kh, kw), (sh, sw), (dh, dw) = s.kernel, s.strides, s.dilations
     mp = -(-s.m // 8) * 8
     full = np.zeros((kh, kw, s.c, mp), np.float32)
@@ -75,8 +76,15 @@ def make(s, wv: np.ndarray, bias: np.ndarray | None, act):
     # blocks of BLOCK columns (8 for the last when mp is not a multiple), each (KH, KW, C, width) contiguous
     wk = np.concatenate([full[..., mb:mb + min(BLOCK, mp - mb)].ravel() for mb in range(0, mp, BLOCK)])
     b = None if bias is None else np.ascontiguousarray(bias, dtype=np.float32)
-    return native.Conv("direct", (s.n, s.h, s.w, s.c, s.oh, s.ow, s.m, kh, kw, sh, sw, dh, dw, s.pads[0],
-                                  s.pads[1], mp), wk, b, act)
+    geometry = (s.n, s.h, s.w, s.c, s.oh, s.ow, s.m, kh, kw, sh, sw, dh, dw, s.pads[0], s.pads[1], mp)
+    return native.Conv("direct", geometry + ((layouts,) if layouts else ()), wk, b, act)
+
+
+# the direct kernel's channels-first sides (kernels.c "direct" geometry's layouts): it reads its input as (N, C, H, W)
+# (a model's image: the stem without a conversion pass before it), writes its output as (N, M, OH, OW) (a model's
+# output: no conversion pass after it), or both
+READ_NCHW = 1
+WRITE_NCHW = 2
 
 
 # Winograd F(4x4, 3x3) against the direct kernel on the same machine (1 thread, interleaved min of 30-60,

@@ -1285,10 +1285,50 @@ static void nn_gconv_task(const void *args, int64_t part, int64_t parts) {
 typedef struct {
     int64_t n, h, w, c, oh, ow, m, kh, kw, sh, sw, dh, dw, pad_top, pad_left, mp;
     nn_act act;
-    int64_t ldy;            /* floats from one output pixel to the next: m, or more in a channel slice */
+    int64_t ldy;            /* floats from one output pixel to the next: m, or more in a channel slice; 1 NCHW */
+    int64_t ldc;            /* floats from one output channel to the next: 1, or oh * ow NCHW (one image a call) */
+    int64_t ldxp, ldxc;     /* the input's pixel and channel strides: c and 1, or 1 and h * w NCHW */
 } nn_direct_params;
 
 #define NN_DIRECT_TILE 6
+
+/* T pixels' accumulators (8V channels each) to the output from yp: pixels ldy floats apart, channels ldc apart (1:
+ * whole vectors, else one float at a time: an NCHW output's channel planes), the first ``keep`` channels */
+NN_INLINE void nn_direct_store(nn_v8 acc[][2], float *restrict yp, int64_t ldy, int64_t ldc, int64_t keep,
+                               const int T, const int V) {
+    if (ldc != 1) {
+        /* NOTE: channel by channel, the tile's T pixels of a channel in a row: a pixel's 16 channels a plane apart
+         * one after another ran a 48 -> 48 3x3 at 32x32 (planes 4 KB apart: one L1 set) 12% slower than channels
+         * last and a conversion, this order 3% (1 thread, min of 200, loaded machine); a 12 -> 3 1x1 at 128x128
+         * 30% faster */
+        float tmp[NN_DIRECT_TILE][16] __attribute__((aligned(32)));
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            *(nn_v8 *)tmp[t] = acc[t][0];
+            *(nn_v8 *)(tmp[t] + 8) = acc[t][1];
+        }
+        const int64_t n = NN_MIN(keep, 8 * V);
+        for (int64_t k = 0; k < n; k++) {
+            float *o = yp + k * ldc;
+#pragma GCC unroll 8
+            for (int t = 0; t < T; t++) o[t * ldy] = tmp[t][k];
+        }
+        return;
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) {
+        float *o = yp + t * ldy;
+        if (keep >= 8 * V) {
+            *(nn_v8 *)o = acc[t][0];
+            if (V > 1) *(nn_v8 *)(o + 8) = acc[t][1];
+        } else {
+            float tmp[16] __attribute__((aligned(32)));
+            *(nn_v8 *)tmp = acc[t][0];
+            *(nn_v8 *)(tmp + 8) = acc[t][1];
+            memcpy(o, tmp, (size_t)keep * sizeof(float));
+        }
+    }
+}
 
 /* T pixels from ``left`` (input column of the first's window) at output yp, channels mb..mb+8V, taps of
  * kernel rows ki0..ki1; ``check``: skip taps outside the row (T = 1 then). T, V, check are constants at
@@ -1296,7 +1336,7 @@ typedef struct {
 NN_INLINE void nn_direct_tile(const float *restrict ximg, float *restrict yp, const float *restrict wt,
                               const float *restrict b16, const nn_direct_params *p, int64_t ki0, int64_t ki1,
                               int64_t top, int64_t left, int64_t mb, const int T, const int V, const int check) {
-    const int64_t c = p->c, kw = p->kw, w = p->w, step = p->sw * c, bw = 8 * V;
+    const int64_t c = p->c, kw = p->kw, w = p->w, xp = p->ldxp, xc = p->ldxc, step = p->sw * xp, bw = 8 * V;
     const float *restrict wb = wt + p->kh * kw * c * mb;     /* this block's weights, rows of bw */
     nn_v8 acc[NN_DIRECT_TILE][2];
 #pragma GCC unroll 8
@@ -1305,9 +1345,9 @@ NN_INLINE void nn_direct_tile(const float *restrict ximg, float *restrict yp, co
         acc[t][1] = nn_load8(b16 + 8);
     }
     for (int64_t ki = ki0; ki < ki1; ki++) {
-        const float *restrict xr = ximg + (top + ki * p->dh) * w * c;
+        const float *restrict xr = ximg + (top + ki * p->dh) * w * xp;
         const float *restrict wr = wb + ki * kw * c * bw;
-        if (!check && p->dw == 1) {
+        if (!check && p->dw == 1 && xc == 1) {
             const float *restrict xs = xr + left * c;
             const int64_t run = kw * c;
             for (int64_t q = 0; q < run; q++) {
@@ -1325,34 +1365,21 @@ NN_INLINE void nn_direct_tile(const float *restrict ximg, float *restrict yp, co
         for (int64_t kj = 0; kj < kw; kj++) {
             const int64_t iw = left + kj * p->dw;
             if (check && (iw < 0 || iw >= w)) continue;
-            const float *restrict xs = xr + iw * c;
+            const float *restrict xs = xr + iw * xp;
             const float *restrict ws = wr + kj * c * bw;
             for (int64_t ci = 0; ci < c; ci++) {
                 const nn_v8 w0 = nn_load8(ws + ci * bw);
                 const nn_v8 w1 = V > 1 ? nn_load8(ws + ci * bw + 8) : w0;
 #pragma GCC unroll 8
                 for (int t = 0; t < T; t++) {
-                    const float xv = xs[t * step + ci];
+                    const float xv = xs[t * step + ci * xc];
                     acc[t][0] += xv * w0;
                     if (V > 1) acc[t][1] += xv * w1;
                 }
             }
         }
     }
-    const int64_t keep = p->m - mb;
-#pragma GCC unroll 8
-    for (int t = 0; t < T; t++) {
-        float *o = yp + t * p->ldy;
-        if (keep >= 8 * V) {
-            *(nn_v8 *)o = acc[t][0];
-            if (V > 1) *(nn_v8 *)(o + 8) = acc[t][1];
-        } else {
-            float tmp[16] __attribute__((aligned(32)));
-            *(nn_v8 *)tmp = acc[t][0];
-            *(nn_v8 *)(tmp + 8) = acc[t][1];
-            memcpy(o, tmp, (size_t)keep * sizeof(float));
-        }
-    }
+    nn_direct_store(acc, yp, p->ldy, p->ldc, p->m - mb, T, V);
 }
 
 #include "nn_direct_tiles.h"
@@ -2423,8 +2450,9 @@ static void nn_conv_dealloc(nn_conv_object *self) {
  * dw, pad_top, pad_left; weights (kh, kw, c)), "grouped" (n, h, w, c, oh, ow, m, kh, kw, sh, sw, dh, dw,
  * pad_top, pad_left, groups, cg, mg; weights (groups, kh, kw, cg, mg), mg a multiple of 8) or "im2col" (n, h, w,
  * c, oh, ow, m, kh, kw, sh, sw, dh, dw, pad_top, pad_left, ld, band_rows; weights (ld, m), ld >= kh * kw * c) or
- * "direct" (n, h, w, c, oh, ow, m, kh, kw, sh, sw, dh, dw, pad_top, pad_left, mp; weights kh * kw * c * mp floats in
- * blocks of 16 columns (nn_direct_tiles.h), mp >= m a multiple of 8) */
+ * "direct" (n, h, w, c, oh, ow, m, kh, kw, sh, sw, dh, dw, pad_top, pad_left, mp[, layouts]; weights kh * kw * c * mp
+ * floats in blocks of 16 columns (nn_direct_tiles.h), mp >= m a multiple of 8; layouts: 1 reads x NCHW (n, c, h, w), 2
+ * writes y NCHW (n, m, oh, ow), 3 both, 0 (the default) neither) */
 static PyObject *nn_conv_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
     const char *k = "Conv";
     const char *kind_name;
@@ -2438,10 +2466,11 @@ static PyObject *nn_conv_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
     if (strcmp(kind_name, "depthwise") == 0) kind = NN_CONV_DEPTHWISE, count = 14;
     else if (strcmp(kind_name, "grouped") == 0) kind = NN_CONV_GROUPED, count = 18;
     else if (strcmp(kind_name, "im2col") == 0) kind = NN_CONV_IM2COL, count = 17;
-    else if (strcmp(kind_name, "direct") == 0) kind = NN_CONV_DIRECT, count = 16;
+    else if (strcmp(kind_name, "direct") == 0)
+        kind = NN_CONV_DIRECT, count = PyTuple_Check(geometry) && PyTuple_GET_SIZE(geometry) == 17 ? 17 : 16;
     else return PyErr_Format(PyExc_ValueError, "native kernel Conv: argument 'kind' must be depthwise, grouped, "
                              "im2col or direct, not %s", kind_name);
-    int64_t g[18];
+    int64_t g[18] = {0};
     if (nn_ints(geometry, k, "geometry", count, 0, g)) return NULL;
     /* n, h, w, c, oh, ow, [m,] kh, kw, sh, sw, dh, dw: sizes; strides and dilations at least 1 */
     const int off = kind == NN_CONV_DEPTHWISE ? 0 : 1;
@@ -2485,12 +2514,14 @@ static PyObject *nn_conv_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
         }
         if (nn_need(&self->w, k, "weights", nn_mul(5, wd)) || nn_need(&self->bias, k, "bias", g[6])) goto fail;
     } else if (kind == NN_CONV_DIRECT) {
+        const int64_t plane_in = g[1] * g[2], plane_out = g[4] * g[5];
         self->dc = (nn_direct_params){g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8], g[9], g[10], g[11], g[12],
-                                      g[13], g[14], g[15], *act, g[6]};
+                                      g[13], g[14], g[15], *act, g[16] & 2 ? 1 : g[6], g[16] & 2 ? plane_out : 1,
+                                      g[16] & 1 ? 1 : g[3], g[16] & 1 ? plane_in : 1};
         const int64_t wd[4] = {g[7], g[8], g[3], g[15]}, yd[4] = {g[0], g[4], g[5], g[6]};   /* any shape */
         self->y_items = nn_mul(4, yd);
-        if (g[15] % 8 != 0 || g[15] < g[6]) {
-            nn_value_error(k, "geometry", "needs mp >= m and a multiple of 8");
+        if (g[15] % 8 != 0 || g[15] < g[6] || g[16] > 3) {
+            nn_value_error(k, "geometry", "needs mp >= m and a multiple of 8, and layouts 0 to 3");
             goto fail;
         }
         if (nn_need(&self->w, k, "weights", nn_mul(4, wd)) || nn_need(&self->bias, k, "bias", g[6])) goto fail;
@@ -2533,8 +2564,9 @@ static PyObject *nn_conv_run(nn_conv_object *self, PyObject *const *args, Py_ssi
     if (!im2col && args[2] != Py_None) return PyErr_Format(PyExc_ValueError, "native kernel %s: argument 'scratch' "
                                                            "must be None (only im2col takes scratch)", k);
     /* im2col and direct write y through its pixel stride (a channel slice of a wider tensor): their pixels */
+    const int direct_nchw = self->kind == NN_CONV_DIRECT && self->dc.ldc != 1;    /* y NCHW: C-contiguous */
     const int64_t pixels = im2col ? self->im.n * self->im.oh * self->im.ow
-                                  : self->kind == NN_CONV_DIRECT ? self->dc.n * self->dc.oh * self->dc.ow : 0;
+                           : self->kind == NN_CONV_DIRECT && !direct_nchw ? self->dc.n * self->dc.oh * self->dc.ow : 0;
     const int64_t channels = im2col ? self->im.m : self->dc.m;
     int64_t ldy = 0;
     if (nn_get(&b[0], args[0], k, "x", NN_F32, 0) || nn_need(&b[0], k, "x", self->x_items) ||
@@ -2559,9 +2591,21 @@ static PyObject *nn_conv_run(nn_conv_object *self, PyObject *const *args, Py_ssi
         nn_pool_run(nn_gconv_task, &a, parts);
     } else if (self->kind == NN_CONV_DIRECT) {
         nn_direct_params dc = self->dc;     /* this call's pixel stride: the object is shared between runs */
-        dc.ldy = ldy;
-        nn_direct_args a = {x, w, bias, y, &dc};
-        nn_pool_run(nn_direct_task, &a, parts);
+        if (!direct_nchw) dc.ldy = ldy;
+        if (dc.ldc == 1 && dc.ldxc == 1) {
+            nn_direct_args a = {x, w, bias, y, &dc};
+            nn_pool_run(nn_direct_task, &a, parts);
+        } else {
+            /* a channels-first side: one image a call (the walks' pixel arithmetic spans images channels last); a
+             * channels-last y may be a channel slice of a wider tensor: its images are oh * ow pixel strides apart */
+            const int64_t n = dc.n, x_image = self->x_items / NN_MAX(1, n);
+            const int64_t y_image = dc.ldc == 1 ? dc.oh * dc.ow * dc.ldy : self->y_items / NN_MAX(1, n);
+            dc.n = 1;
+            for (int64_t i = 0; i < n; i++) {
+                nn_direct_args a = {x + i * x_image, w, bias, y + i * y_image, &dc};
+                nn_pool_run(nn_direct_task, &a, parts);
+            }
+        }
     } else {
         nn_conv_args a = self->im;
         a.x = x, a.y = y, a.scratch = b[2].view.buf, a.ldy = ldy;

@@ -22,8 +22,8 @@
 /* T tile pixels: acc[t] += sum over the listed taps k and channels ci of src[k][t][ci] * wk[k][ci][0:8V]; then
  * stored. T and V are constants at every (inlined) call. */
 NN_INLINE void nn_direct_ptr_tile(const float *const *src, const float *const *wk, float *restrict yp,
-                                  const float *restrict b16, int64_t c, int64_t taps, int64_t ldy, int64_t keep,
-                                  const int T, const int V) {
+                                  const float *restrict b16, int64_t c, int64_t taps, int64_t ldy, int64_t ldc,
+                                  int64_t keep, const int T, const int V) {
     const int64_t bw = 8 * V;
     nn_v8 acc[NN_DIRECT_TILE][2];
 #pragma GCC unroll 8
@@ -45,19 +45,7 @@ NN_INLINE void nn_direct_ptr_tile(const float *const *src, const float *const *w
             }
         }
     }
-#pragma GCC unroll 8
-    for (int t = 0; t < T; t++) {
-        float *o = yp + t * ldy;
-        if (keep >= 8 * V) {
-            *(nn_v8 *)o = acc[t][0];
-            if (V > 1) *(nn_v8 *)(o + 8) = acc[t][1];
-        } else {
-            float tmp[16] __attribute__((aligned(32)));
-            *(nn_v8 *)tmp = acc[t][0];
-            *(nn_v8 *)(tmp + 8) = acc[t][1];
-            memcpy(o, tmp, (size_t)keep * sizeof(float));
-        }
-    }
+    nn_direct_store(acc, yp, ldy, ldc, keep, T, V);
 }
 
 /* kernel rows [ki0, ki1) whose input row lies inside for the output row starting at input row ``top`` */
@@ -81,7 +69,7 @@ NN_INLINE void nn_direct_edge_tile(const float *restrict x, float *restrict y, c
         int64_t ki0, ki1;
         nn_direct_rows(p, top, &ki0, &ki1);
         const float *ximg = x + (r0 / p->oh) * p->h * p->w * c;
-        float *yp = y + px * p->ldy + mb;
+        float *yp = y + px * p->ldy + mb * p->ldc;
         const int64_t left = j0 * p->sw - p->pad_left;
         switch (real) {
         case 1: nn_direct_tile(ximg, yp, wt, b16, p, ki0, ki1, top, left, mb, 1, V, 0); break;
@@ -93,12 +81,13 @@ NN_INLINE void nn_direct_edge_tile(const float *restrict x, float *restrict y, c
         }
         return;
     }
-    if (taps > NN_DIRECT_MAX_TAPS || c > NN_ZERO_ROW_FLOATS) {
+    /* NOTE: a channels-first input (ldxc > 1) has no zero row to point at (its channels lie a plane apart) */
+    if (taps > NN_DIRECT_MAX_TAPS || c > NN_ZERO_ROW_FLOATS || p->ldxc != 1) {
         for (int64_t q = px; q < px + real; q++) {
             const int64_t r = q / ow, j = q % ow, top = (r % p->oh) * p->sh - p->pad_top;
             int64_t ki0, ki1;
             nn_direct_rows(p, top, &ki0, &ki1);
-            nn_direct_tile(x + (r / p->oh) * p->h * p->w * c, y + q * p->ldy + mb, wt, b16, p, ki0, ki1, top,
+            nn_direct_tile(x + (r / p->oh) * p->h * p->w * c, y + q * p->ldy + mb * p->ldc, wt, b16, p, ki0, ki1, top,
                            j * p->sw - p->pad_left, mb, 1, V, 1);
         }
         return;
@@ -129,20 +118,20 @@ NN_INLINE void nn_direct_edge_tile(const float *restrict x, float *restrict y, c
         }
     }
     /* the smallest tile that holds them: 4 pixels keep 8 chains with two vectors, 6 with one */
-    float *yp = y + px * p->ldy + mb;
+    float *yp = y + px * p->ldy + mb * p->ldc;
     const int64_t keep = p->m - mb;
     if (real == 1)
-        nn_direct_ptr_tile(src, wk, yp, b16, c, used, p->ldy, keep, 1, V);
+        nn_direct_ptr_tile(src, wk, yp, b16, c, used, p->ldy, p->ldc, keep, 1, V);
     else if (real == 2)
-        nn_direct_ptr_tile(src, wk, yp, b16, c, used, p->ldy, keep, 2, V);
+        nn_direct_ptr_tile(src, wk, yp, b16, c, used, p->ldy, p->ldc, keep, 2, V);
     else if (real == 3)
-        nn_direct_ptr_tile(src, wk, yp, b16, c, used, p->ldy, keep, 3, V);
+        nn_direct_ptr_tile(src, wk, yp, b16, c, used, p->ldy, p->ldc, keep, 3, V);
     else if (real == 4)
-        nn_direct_ptr_tile(src, wk, yp, b16, c, used, p->ldy, keep, 4, V);
+        nn_direct_ptr_tile(src, wk, yp, b16, c, used, p->ldy, p->ldc, keep, 4, V);
     else if (real == 5)
-        nn_direct_ptr_tile(src, wk, yp, b16, c, used, p->ldy, keep, 5, V);
+        nn_direct_ptr_tile(src, wk, yp, b16, c, used, p->ldy, p->ldc, keep, 5, V);
     else
-        nn_direct_ptr_tile(src, wk, yp, b16, c, used, p->ldy, keep, NN_DIRECT_TILE, V);
+        nn_direct_ptr_tile(src, wk, yp, b16, c, used, p->ldy, p->ldc, keep, NN_DIRECT_TILE, V);
 }
 
 /* the pending run of ``*count`` consecutive pixels from ``start`` (none when 0) as one edge tile */
@@ -155,6 +144,18 @@ NN_INLINE void nn_direct_flush(const float *restrict x, float *restrict y, const
     else
         nn_direct_edge_tile(x, y, wt, b16, p, start, *count, jlo, jhi, mb, 1);
     *count = 0;
+}
+
+/* the activation over the finished output pixels [p0, p1) of the flattened (N * OH * OW) pixels: one run when they
+ * are contiguous, else a run per pixel (a channel slice) or per channel plane (NCHW, one image) */
+NN_INLINE void nn_direct_activate(const nn_direct_params *p, float *y, int64_t p0, int64_t p1) {
+    const int64_t m = p->m, ld = p->ldy;
+    if (p->ldc != 1)
+        for (int64_t k = 0; k < m; k++) nn_apply(y + k * p->ldc + p0, p1 - p0, &p->act);
+    else if (ld == m)
+        nn_apply(y + p0 * m, (p1 - p0) * m, &p->act);
+    else
+        for (int64_t q = p0; q < p1; q++) nn_apply(y + q * ld, m, &p->act);
 }
 
 /* output pixels [p0, p1) of the flattened (N * OH * OW) pixels, one chunk (below) */
@@ -181,10 +182,10 @@ NN_INLINE void nn_direct_pixels(const float *x, float *y, const float *wt, const
             for (int64_t j = jlo; j < jlo + inside; j += NN_DIRECT_TILE) {
                 if (r * ow + j < p0 || r * ow + j + NN_DIRECT_TILE > p1) continue;
                 if (V == 2)
-                    nn_direct_tile(ximg, yrow + j * ld + mb, wt, b16, p, ki0, ki1, top, j * sw - p->pad_left, mb,
-                                   NN_DIRECT_TILE, 2, 0);
+                    nn_direct_tile(ximg, yrow + j * ld + mb * p->ldc, wt, b16, p, ki0, ki1, top, j * sw - p->pad_left,
+                                   mb, NN_DIRECT_TILE, 2, 0);
                 else
-                    nn_direct_tile(ximg, yrow + j * ld + mb, wt, b16, p, ki0, ki1, top, j * sw - p->pad_left, mb,
+                    nn_direct_tile(ximg, yrow + j * ld + mb * p->ldc, wt, b16, p, ki0, ki1, top, j * sw - p->pad_left, mb,
                                    NN_DIRECT_TILE, 1, 0);
             }
         }
@@ -206,10 +207,7 @@ NN_INLINE void nn_direct_pixels(const float *x, float *y, const float *wt, const
         }
         nn_direct_flush(x, y, wt, b16, p, start, &count, jlo, jhi, mb, V);
     }
-    if (ld == m)
-        nn_apply(y + p0 * m, (p1 - p0) * m, &p->act);
-    else
-        for (int64_t q = p0; q < p1; q++) nn_apply(y + q * ld, m, &p->act);
+    nn_direct_activate(p, y, p0, p1);
 }
 
 /* Bytes of input and output rows a chunk of output rows touches: the blocks of output channels loop inside a
@@ -249,24 +247,24 @@ NN_INLINE void nn_direct_row_block(const float *restrict ximg, float *restrict y
     jlo = NN_MIN(jlo, jhi);
     int64_t j = 0;
     for (; j < jlo; j++)
-        nn_direct_tile(ximg, yrow + j * m + mb, wt, b16, p, ki0, ki1, top, j * sw - p->pad_left, mb, 1, V, 1);
+        nn_direct_tile(ximg, yrow + j * m + mb * p->ldc, wt, b16, p, ki0, ki1, top, j * sw - p->pad_left, mb, 1, V, 1);
     for (; j + NN_DIRECT_TILE <= jhi; j += NN_DIRECT_TILE)
-        nn_direct_tile(ximg, yrow + j * m + mb, wt, b16, p, ki0, ki1, top, j * sw - p->pad_left, mb,
+        nn_direct_tile(ximg, yrow + j * m + mb * p->ldc, wt, b16, p, ki0, ki1, top, j * sw - p->pad_left, mb,
                        NN_DIRECT_TILE, V, 0);
     /* the rest of the interior in tiles of 4, 2, 1 (a 7-wide map's 5 inner pixels, else one at a time, ran at half
      * the speed: one pixel is one chain of dependent FMAs per vector) */
     if (j + 4 <= jhi) {
-        nn_direct_tile(ximg, yrow + j * m + mb, wt, b16, p, ki0, ki1, top, j * sw - p->pad_left, mb, 4, V, 0);
+        nn_direct_tile(ximg, yrow + j * m + mb * p->ldc, wt, b16, p, ki0, ki1, top, j * sw - p->pad_left, mb, 4, V, 0);
         j += 4;
     }
     if (j + 2 <= jhi) {
-        nn_direct_tile(ximg, yrow + j * m + mb, wt, b16, p, ki0, ki1, top, j * sw - p->pad_left, mb, 2, V, 0);
+        nn_direct_tile(ximg, yrow + j * m + mb * p->ldc, wt, b16, p, ki0, ki1, top, j * sw - p->pad_left, mb, 2, V, 0);
         j += 2;
     }
     for (; j < jhi; j++)
-        nn_direct_tile(ximg, yrow + j * m + mb, wt, b16, p, ki0, ki1, top, j * sw - p->pad_left, mb, 1, V, 0);
+        nn_direct_tile(ximg, yrow + j * m + mb * p->ldc, wt, b16, p, ki0, ki1, top, j * sw - p->pad_left, mb, 1, V, 0);
     for (; j < ow; j++)
-        nn_direct_tile(ximg, yrow + j * m + mb, wt, b16, p, ki0, ki1, top, j * sw - p->pad_left, mb, 1, V, 1);
+        nn_direct_tile(ximg, yrow + j * m + mb * p->ldc, wt, b16, p, ki0, ki1, top, j * sw - p->pad_left, mb, 1, V, 1);
 }
 
 /* The row walk: output rows [r0, r1) of the flattened (N * OH) rows, edge pixels one at a time. */
@@ -289,10 +287,7 @@ NN_API NN_CLONES void nn_direct_nhwc_rows_f32(const float *x, float *y, const fl
             else
                 nn_direct_row_block(ximg, yrow, wt, b16, p, ki0, ki1, top, mb, 1);
         }
-        if (ld == m)
-            nn_apply(yrow, ow * m, &p->act);
-        else
-            for (int64_t j = 0; j < ow; j++) nn_apply(yrow + j * ld, m, &p->act);
+        nn_direct_activate(p, y, r * ow, (r + 1) * ow);
     }
 }
 
