@@ -78,6 +78,7 @@ def test_conv_transpose_stays_channels_last(kernel, stride, pads, dilation, out_
 
 @pytest.mark.parametrize("kernel,stride,pads,dilation,out_pad", [(2, 2, 0, 1, 0), (3, 2, 1, 1, 1), (3, 1, 1, 2, 0)])
 @pytest.mark.parametrize("bias", ["none", "constant", "run-time"])
+@pytest.mark.usefixtures("conversions_at_edges")     # the edges this test is about convert
 def test_conv_transpose_with_run_time_weights_stays_channels_last(kernel, stride, pads, dilation, out_pad, bias):
     """Weights fed as a graph input (a dynamic-filter decoder): packed at the run, still channels last."""
     rng = np.random.default_rng(3)
