@@ -88,11 +88,12 @@ def test_a_few_rows_above_the_register_gemv_run_as_blas_gemvs(rows, transposed, 
     assert_within_bound(y, want, bound)
 
 
-@pytest.mark.parametrize("rows", [1, 2, 3])
+@pytest.mark.parametrize("rows", [1, 2, 3, 32])
 @pytest.mark.parametrize("check", ["0", "1"])
 def test_a_decoder_steps_projection_with_bias_and_residual(rows, check, monkeypatch):
-    """MatMul + bias + residual Add of a few rows (a decoder step's output projection): the prepared native
-    GEMVs with the bias, then the residual; more rows take the MatMul's own path. Both plan paths."""
+    """MatMul + bias + residual Add (a decoder step's output projection, a transformer's second FFN product):
+    for a few rows the prepared native GEMVs with the bias, for more the native pool's GEMM with it; then the
+    residual. Both plan paths."""
     from onnx import helper, numpy_helper
 
     from tests.conftest import make_model, vinfo
@@ -155,4 +156,36 @@ def test_gemm_first_few_rows_take_the_direct_call_or_fall_back_alike(layout, row
     bound = matmul_bound(a1, np.concatenate([w, bias[None]], axis=0)).reshape(shape)
     if residual:
         bound = bound + 2 * np.finfo(np.float32).eps * np.abs(res)
+    assert_within_bound(got, want, bound)
+
+
+@pytest.mark.parametrize("rows", [3, 16, 33])
+def test_gemm_first_many_rows_with_a_residual_take_the_native_gemm(rows):
+    """kernels/matmul.py gemm_first for more than GEMV_ROWS rows with the bias and a residual step (a
+    transformer's second FFN product): the native pool's GEMM with the bias, then the residual in place, against
+    a float64 product; the MatMul's own ``run`` (numpy's GEMM and the epilogue as passes) is never reached."""
+    from nnhal.device.cpu import native
+    from nnhal.device.cpu.kernels.matmul import gemm_first
+
+    if not native.available():
+        pytest.skip("the native kernels are not built")
+    rng = np.random.default_rng(rows)
+    k, n = 256, 128
+    w = (rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    shape = (1, rows, n)
+    a = rng.standard_normal((1, rows, k)).astype(np.float32)
+    res = rng.standard_normal(shape).astype(np.float32)
+
+    def unreachable(inputs, outputs):
+        raise AssertionError("the product with a residual fell through to the MatMul's own path")
+
+    run = gemm_first(unreachable, w, bias, shape, None, False, ((np.add, 2),))
+    y = np.full(shape, np.nan, np.float32)
+    (got,) = run([a, w, res], [y])
+    assert got is y
+    want = (a.astype(np.float64).reshape(-1, k) @ w.astype(np.float64) + bias).reshape(shape) + res
+    a1 = np.concatenate([a.reshape(-1, k), np.ones((rows, 1), np.float32)], axis=1)
+    bound = matmul_bound(a1, np.concatenate([w, bias[None]], axis=0)).reshape(shape) \
+        + 2 * np.finfo(np.float32).eps * np.abs(res)
     assert_within_bound(got, want, bound)

@@ -111,8 +111,7 @@ def gemm_first(run: RunFn, w: np.ndarray | None, bias: np.ndarray | None, shape:
     """``run`` preceded by act(A @ B + bias) into the float32 output of ``shape``, A = inputs[0] flattened to
     a matrix: GEMVs for a few rows, else the native pool's GEMM (prepared once when B is the constant ``w``).
     ``fixed_b``: B is always ``w`` (a Gemm's packed weight), else inputs[1]. ``rest``: one more epilogue step
-    (ufunc, input) after the bias (a residual add), applied on the few rows' product; with it, more rows run
-    ``run``."""
+    (ufunc, input) after the bias (a residual add), applied on the product in place."""
     width = shape[-1]
     record = native.make_act(act)
     # a constant float32 B: its GEMM prepared once (the buffers of B and the bias held and checked now)
@@ -133,8 +132,13 @@ def gemm_first(run: RunFn, w: np.ndarray | None, bias: np.ndarray | None, shape:
                 for ufunc, k in rest:
                     ufunc(y, inputs[k], out=y)
                 return (y,)
-            if not rest and np.shares_memory(a2, a) and parallel.gemm(a2, b, y2, bias, record,
-                                                                      prepared=prepared if b is w else None):
+            if np.shares_memory(a2, a) and parallel.gemm(a2, b, y2, bias, record,
+                                                         prepared=prepared if b is w else None):
+                # NOTE: a residual add after the bias (a transformer's second FFN product) in one pass over
+                # the product: with it, the product had run numpy's GEMM and the bias as another pass
+                # (enc_dec's linear2 products)
+                for ufunc, k in rest:
+                    ufunc(y, inputs[k], out=y)
                 return (y,)
         return run(inputs, outputs)
 
