@@ -581,7 +581,7 @@ def nhwc_conv(s: _conv2d.Conv2d, wv: np.ndarray, bias: np.ndarray | None, act: A
     if path == "shift":
         return nhwc_shift(s, wv, finish)
     if path == "direct":
-        work = parallel.gemm_work(s.n * s.oh * s.ow * s.m * s.c * s.kernel[0] * s.kernel[1])
+        work = direct_conv.pool_work(s)
         return _native_rows_run(s, work, direct_conv.make(s, wv, bias, act_record(act)), strided=True)
     if path == "1x1":
         return nhwc_1x1(s, wv, finish, bias, act)
@@ -650,9 +650,8 @@ class ConvDirectChannelsFirst(Kernel):
 
     def prepare(self, node, ins, outs) -> RunFn:
         s = _conv2d.conv2d(node, ins, outs)
-        bias = ins[2].value if len(ins) > 2 and ins[2] is not None else None
-        conv = direct_conv.make(s, ins[1].value, bias, act_record(activation_of(node)), self.layouts)
-        work = parallel.gemm_work(s.n * s.oh * s.ow * s.m * s.c * s.kernel[0] * s.kernel[1])
+        conv = direct_conv.make(s, ins[1].value, bias_of(ins), act_record(activation_of(node)), self.layouts)
+        work = direct_conv.pool_work(s)
         rows = s.n * s.oh
         nchw_out = bool(self.layouts & direct_conv.WRITE_NCHW)
         out_shape = (s.n, s.m, s.oh, s.ow) if nchw_out else (s.n, s.oh, s.ow, s.m)

@@ -123,12 +123,17 @@ def nchw_fits(n: int, c: int, m: int, kernel: tuple[int, int], group: int, dtype
     return kernel != (1, 1) and (m >= BLOCK or few_pixels) and direct_fits(n, c, m, kernel, group, dtype)
 
 
+def pool_work(s) -> int:
+    """The pool's work units of the direct kernel's convolution ``s`` (its multiply-adds)."""
+    return parallel.gemm_work(s.n * s.oh * s.ow * s.m * s.c * s.kernel[0] * s.kernel[1])
+
+
 def nchw_run(s, wv: np.ndarray, bias: np.ndarray | None, act):
     """run(inputs, outputs) of the direct kernel for a convolution whose tensors stay NCHW (a region the
     layout pass keeps channels first: GroupNorm's reshapes, 1-D audio convolutions, a lone Conv), through
     channels_first (``act``: the native activation record)."""
     conv = make(s, wv, bias, act)
-    work = parallel.gemm_work(s.n * s.oh * s.ow * s.m * s.c * s.kernel[0] * s.kernel[1])
+    work = pool_work(s)
     rows = s.n * s.oh
     y_shape = (s.n, s.oh, s.ow, s.m)
 
