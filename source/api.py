@@ -234,10 +234,18 @@ def explain(model: Any, devices: list[str] | None = None, precision: str = "fp32
                         planned.placed.moved_by_min_group, min_group_size, stages=times.pairs())
 
 
+_RUNNABLE = (GraphState.PREPARED, GraphState.DONE, GraphState.RUNNING)
+
+
 def _prepared_for(g: GraphHandle, feeds: dict[str, np.ndarray]) -> bool:
     """Whether the prepared graph serves ``feeds`` as they are (same shapes as at prerun)."""
-    return g.state in (GraphState.PREPARED, GraphState.DONE, GraphState.RUNNING) and g.execution is not None \
-        and all(g.prepared_shapes.get(n) == a.shape for n, a in feeds.items())
+    if g.state not in _RUNNABLE or g.execution is None:
+        return False
+    shapes = g.prepared_shapes
+    for name, array in feeds.items():      # NOTE: once per run: a loop, no generator object and all()
+        if shapes.get(name) != array.shape:
+            return False
+    return True
 
 
 @_typed

@@ -130,11 +130,14 @@ def fall_back(ex: Execution, sg: Subgraph, stage: str, exc: BaseException, prepa
 # ---------------------------------------------------------------------- run
 def _enter(ex: Execution, sg: Subgraph) -> Subgraph:
     """This run's view of ``sg``, its inputs converted to the device's formats."""
-    local = {}
-    for name in sg.inputs:
-        value = ex.values[name]
-        fmt = sg.input_formats.get(name)
-        local[name] = to_device(value, fmt) if fmt is not None else value
+    values, formats = ex.values, sg.input_formats
+    if formats:
+        local = {}
+        for name in sg.inputs:
+            fmt = formats.get(name)
+            local[name] = to_device(values[name], fmt) if fmt is not None else values[name]
+    else:                                          # no device format: the run path's one dict of the inputs
+        local = {name: values[name] for name in sg.inputs}
     view = sg.for_run(local)
     ex.views[sg.index] = view
     return view

@@ -48,8 +48,8 @@ class Execution:
 
     def begin(self, values: dict[str, np.ndarray]) -> "Execution":
         """The execution of one run: shares the prepared part, owns ``values``, ``state`` and ``views``."""
-        self.dependencies()
-        self.users()
+        if self._users is None:                  # users() computes dependencies() first: both once
+            self.users()
         run = object.__new__(Execution)          # a shallow copy, as copy.copy made, without its protocol lookups
         run.__dict__.update(self.__dict__)
         run.values = values

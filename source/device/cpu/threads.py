@@ -38,7 +38,7 @@ def use_threads(n: int, pool: bool = True) -> None:
     plan's choice at prepare, parallel.choose: NNHAL_CPU_POOL=0 switched it off then), else BLAS's."""
     n = n or (os.cpu_count() or 1)
     parallel.use_pool(pool)
-    if parallel.enabled():
+    if pool:            # NOTE: what parallel.enabled() answers right after use_pool(pool), without the call
         parallel.set_threads(n)
         _limit_blas(1)
     else:
