@@ -69,8 +69,13 @@ def _typed(fn):
 
     @functools.wraps(fn)
     def call(*args, **kwargs):
-        with guard:     # stateless: shared by every call and thread
+        # NOTE: the guard's __exit__ only when something was raised: a Session.run's path makes no
+        # __enter__/__exit__ calls (the guard is stateless: shared by every call and thread)
+        try:
             return fn(*args, **kwargs)
+        except BaseException as exc:
+            guard.__exit__(type(exc), exc, exc.__traceback__)    # raises the typed error, or leaves exc as it is
+            raise
     return call
 
 

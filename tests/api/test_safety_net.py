@@ -42,3 +42,26 @@ def test_an_unforeseen_exception_leaves_typed_and_chained(relu_add_model, failur
         nnhal.destroy_graph(g)
     finally:
         unregister_device("faulty")
+
+
+@pytest.mark.parametrize("failure, error", [
+    (KeyError("no such key"), nnhal.InternalError),
+    (MemoryError("out of memory"), nnhal.LimitError),
+    (nnhal.InputError("a typed error"), nnhal.InputError),
+    (KeyboardInterrupt(), KeyboardInterrupt),
+])
+def test_a_run_passes_typed_errors_and_wraps_the_rest(relu_add_model, monkeypatch, failure, error):
+    with nnhal.Session(relu_add_model, devices=["cpu"]) as s:
+        x = np.ones((2, 4), np.float32)
+        expected = s.run({"x": x})
+
+        def failing(feeds):
+            raise failure
+
+        monkeypatch.setattr(s.graph.prepared, "begin", failing)     # inside the run, its read lock held
+        with pytest.raises(error) as info:
+            s.run({"x": x})
+        assert info.value is failure if error is type(failure) else info.value.__cause__ is failure
+        monkeypatch.undo()
+        for a, b in zip(s.run({"x": x}), expected):       # the failed run left the graph usable
+            np.testing.assert_array_equal(a, b)
