@@ -47,6 +47,10 @@ class Kernel:
     # C), which the CPU planner then hands it as its preallocated output (plan.concat_slices); a kernel whose
     # paths differ by node answers per node with a method strided_output_for(node, ins, outs) instead
     strided_output: ClassVar[bool] = False
+    # the inputs (by index) the run function reads from such a channel slice (a view with the wider tensor's
+    # strides) without first copying it to a contiguous array: the CPU planner places a tensor inside a
+    # Concat's output when all its other readers are here (plan.concat_slices)
+    strided_input: ClassVar[frozenset[int]] = frozenset()
     # the memory layout of input 0 and output 0 this implementation runs on: None = the ONNX layout
     # (NCHW); "NHWC" = channels last. A channels-last kernel is chosen only for nodes the CPU layout
     # pass (device/cpu/layout.py) puts in NHWC; its prepare still gets the ONNX (NCHW) shapes in ``ins``

@@ -32,6 +32,7 @@ from nnhal.device.cpu.layout import Layouts, assign_layouts
 from nnhal.device.cpu.matmul_views import fold_transposes
 from nnhal.device.cpu.planner import MemoryPlan, arena_views, plan_memory
 from nnhal.device.cpu.scale_fold import fold_operand_scales
+from nnhal.device.cpu.split_concat import merge_split_parts
 from nnhal.device.cpu.straight import Chunk, binds_input, failing_step, generate
 from nnhal.errors import DeviceError, NnhalError, where, wrapped
 from nnhal.graph.graph import Graph
@@ -380,6 +381,7 @@ def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: l
         chosen = fuse_rounded_concats(chosen, external, set(layouts.physical))
         chosen = fuse_table_tails(chosen, external)
         chosen = fuse_relayout_casts(chosen, external)
+        chosen = merge_split_parts(chosen, external)
         constants.update(layouts.constants)
     physical = layouts.physical
     sizes: dict[str, int] = {}
@@ -436,14 +438,19 @@ def concat_slices(graph: Graph, chosen: list, sizes: dict[str, int], physical: d
     A slice is a contiguous block where all dims before the axis are 1 (as at batch 1, NCHW); otherwise only
     a slice of the last axis (channels of a channels-last output, ``physical`` gives the NHWC shapes), whose
     view has the output's strides: there the producer's kernel must write such a view (strided_writer) and
-    the Concat must be the tensor's only reader. Inputs must be planned, read once by that Concat, produced
+    the Concat must be the tensor's only reader but for steps whose kernel reads such a view (strided_reader:
+    the Split a C2f Concat reads around, split_concat.py). Inputs must be planned, read once by that Concat, produced
     here, not a view of another tensor and not already placed in another Concat. Concats are taken last
     first so nested ones (DenseNet) chain; a strided slice neither holds nor sits in another Concat."""
     physical = physical or {}
     produced: dict[str, tuple[Node, int, object, list, list]] = {}
     reads: Counter = Counter()
+    readers: dict[str, list] = {}
     for node, kernel, ins, outs in chosen:
         reads.update(n for n in node.all_inputs if n)
+        for k, name in enumerate(node.all_inputs):
+            if name:
+                readers.setdefault(name, []).append((node, kernel, k))
         for k, name in enumerate(node.outputs):
             if name:
                 produced[name] = (node, k, kernel, ins, outs)
@@ -482,7 +489,8 @@ def concat_slices(graph: Graph, chosen: list, sizes: dict[str, int], physical: d
                 and prod[1] not in prod[2].view and idtype == dtype
             if fits and block and sizes[name] == size:
                 slices[name] = (out, off)
-            elif fits and not block and prod[1] == 0 and reads[name] == 1 and ishape[:axis] == shape[:axis] \
+            elif fits and not block and prod[1] == 0 and ishape[:axis] == shape[:axis] \
+                    and all(r is node or strided_reader(kr, r, k) for r, kr, k in readers[name]) \
                     and strided_writer(prod[2], prod[0], prod[3], prod[4]):
                 slices[name] = (out, off)
                 strided[name] = steps
@@ -496,6 +504,12 @@ def strided_writer(kernel, node: Node, ins: list, outs: list) -> bool:
     the NHWC convolutions' do), else its ``strided_output``."""
     hook = getattr(kernel, "strided_output_for", None)
     return bool(hook(node, ins, outs)) if hook is not None else bool(getattr(kernel, "strided_output", False))
+
+
+def strided_reader(kernel, node: Node, k: int) -> bool:
+    """Whether ``kernel`` reads input ``k`` of ``node`` from a channel slice of a wider channels-last tensor (its
+    pixels further apart than its channels) as fast as from a contiguous one: its ``strided_input`` names k."""
+    return k in getattr(kernel, "strided_input", ())
 
 
 def _verify(step: Step, result) -> None:

@@ -5,7 +5,9 @@
   recurrent body.
 * ``native``: any other static Split, each part copied out of its rows of the input by the native row copy
   (native/nn_concat.h ``copy_rows``): the channel Split of a channels-last region (YOLO's C2f blocks, which the
-  layout pass keeps NHWC), one row per pixel, where numpy's strided copy loops per pixel.
+  layout pass keeps NHWC), one row per pixel, where numpy's strided copy loops per pixel. Its input may be a
+  channel slice of a wider channels-last tensor (``strided_input``: a C2f Concat's output, which the Split's
+  input is written into, split_concat.py): the row copy reads it through its pixel stride.
 """
 from __future__ import annotations
 
@@ -87,6 +89,7 @@ class SplitRows(Kernel):
     op_type = "Split"
     name = "native"
     MIN_BYTES = 4096
+    strided_input = frozenset({0})
 
     def score(self, node, ins, outs) -> int:
         if not native.available() or _static_sizes(node, ins, outs) is None:
@@ -110,11 +113,22 @@ class SplitRows(Kernel):
                     for k, ((a, b), o) in enumerate(zip(pairwise(bounds), outs)) if node.outputs[k]]
         parts = parallel.native_parts(rows * stride // 4, rows) if parallel.native_pool() else 1
 
+        # NOTE: the strided input is the same arena view run after run: its byte view (as_strided, ~35 us) is
+        # kept with it; one (array, view, pitch) tuple swapped whole, so threads sharing the plan never mix two
+        last = [(None, None, 0)]
+
         def run(inputs, outputs):
             x = inputs[0]
-            if not x.flags.c_contiguous:
+            if x.flags.c_contiguous:
+                xb, pitch = x.reshape(-1).view(np.uint8), stride
+            else:
+                seen, xb, pitch = last[0]
+                if seen is not x:
+                    xb, pitch = pitched_rows(x, axis)
+                    last[0] = (x, xb, pitch)
+            if xb is None:
                 x = np.ascontiguousarray(x)
-            xb = x.reshape(-1).view(np.uint8)
+                xb, pitch = x.reshape(-1).view(np.uint8), stride
             result = [None] * len(outputs)
             for k, oshape, width, offset, part in parts_of:
                 y = outputs[k]
@@ -123,11 +137,36 @@ class SplitRows(Kernel):
                 if not y.flags.c_contiguous:           # not planned so; numpy's copy keeps it correct anyway
                     np.copyto(y, x[part])
                 elif width:
-                    native.copy_rows(xb, y.reshape(-1).view(np.uint8), rows, width, stride, offset, width, 0, parts)
+                    native.copy_rows(xb, y.reshape(-1).view(np.uint8), rows, width, pitch, offset, width, 0, parts)
                 result[k] = y
             return tuple(result)
 
         return run
+
+
+def pitched_rows(x: np.ndarray, axis: int) -> tuple[np.ndarray | None, int]:
+    """A slice of the last axis of a wider C-contiguous tensor (``axis`` the last) as the bytes from its first
+    element to its last, one C-contiguous uint8 array, and the byte distance of its rows (the wider tensor's
+    row); (None, 0) for any other layout."""
+    item = x.itemsize
+    if x.ndim < 2 or axis != x.ndim - 1 or x.strides[-1] != item or x.size == 0:
+        return None, 0
+    pitch = expect = 0
+    for n, step in zip(reversed(x.shape[:-1]), reversed(x.strides[:-1])):
+        if n == 1:
+            continue
+        if not pitch:
+            pitch = expect = step
+        if step != expect:
+            return None, 0
+        expect = step * n
+    if pitch < x.shape[-1] * item or pitch % item:
+        return None, 0
+    rows = x.size // x.shape[-1]
+    extent = (rows - 1) * (pitch // item) + x.shape[-1]
+    # NOTE: the view spans the other channels of the wider tensor between the rows: the row copy reads none of them
+    flat = np.lib.stride_tricks.as_strided(x, shape=(extent,), strides=(item,), writeable=False)
+    return flat.view(np.uint8), pitch
 
 
 IMPLEMENTATIONS = (SplitView, SplitRows)

@@ -40,7 +40,7 @@ static int nn_rows_side(const char *k, const char *name, int64_t width, int64_t 
 
 /* ---- copy_rows(x, y, rows, width, x_stride, x_offset, y_stride, y_offset, parts):
  * y[r * y_stride + y_offset + j] = x[r * x_stride + x_offset + j] for r < rows, j < width; bytes: x and y are
- * uint8 views, both C-contiguous, not overlapping */
+ * uint8 views, both C-contiguous, not overlapping, each at least as long as its last row's end */
 static PyObject *nn_py_copy_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
     const char *k = "copy_rows";
@@ -52,9 +52,11 @@ static PyObject *nn_py_copy_rows(PyObject *module, PyObject *const *args, Py_ssi
         nn_int(args[7], k, "y_offset", 0, INT64_MAX, &yo) || nn_get_parts(args[8], k, &parts) ||
         nn_rows_side(k, "x_offset", width, xs, xo) || nn_rows_side(k, "y_offset", width, ys, yo))
         return NULL;
-    const int64_t xn[2] = {rows, xs}, yn[2] = {rows, ys};
-    if (nn_get(&b[0], args[0], k, "x", NN_U8, 0) || nn_need(&b[0], k, "x", nn_mul(2, xn)) ||
-        nn_get(&b[1], args[1], k, "y", NN_U8, NN_OUT) || nn_need(&b[1], k, "y", nn_mul(2, yn)) ||
+    /* each side needs only the bytes its rows reach: the last row may end short of a full stride (a channel
+     * slice of a wider channels-last tensor, read from its first element: Split reading a Concat's part) */
+    const int64_t xn = rows ? (rows - 1) * xs + xo + width : 0, yn = rows ? (rows - 1) * ys + yo + width : 0;
+    if (nn_get(&b[0], args[0], k, "x", NN_U8, 0) || nn_need(&b[0], k, "x", xn) ||
+        nn_get(&b[1], args[1], k, "y", NN_U8, NN_OUT) || nn_need(&b[1], k, "y", yn) ||
         nn_disjoint(&b[1], &b[0], k, "y", "x", 0))
         goto fail;
     if (rows > 0 && width > 0) {
