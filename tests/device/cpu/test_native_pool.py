@@ -125,6 +125,21 @@ def test_global_pool_native_equals_numpy(monkeypatch, op, shape):
     np.testing.assert_array_equal(got, _numpy_nhwc(monkeypatch, node, ins, outs, x))
 
 
+@needs_native
+@pytest.mark.parametrize("kind", ["avg", "max"])
+@pytest.mark.parametrize("shape", [(1, 7, 7, 1280), (1, 28, 28, 72), (3, 5, 9, 40), (2, 4, 4, 130), (1, 3, 3, 64)])
+@pytest.mark.parametrize("parts", [1, 2, 3, 7])
+def test_global_pool_splits_channels_bit_for_bit(kind, shape, parts):
+    """The native global pool's parts split an image's blocks of channels too (a batch of one runs on every thread):
+    whatever the split, each channel is reduced over the pixels in order, the bits of np.mean / np.max (axis 1)."""
+    x = _with_specials(image(shape)) if kind == "max" else image(shape)
+    n, h, w, c = shape
+    want = (np.max if kind == "max" else np.mean)(x.reshape(n, h * w, c), axis=1)
+    got = np.full(n * c, np.nan, np.float32)
+    native.global_pool(x, got, native.POOLS[kind], parts)
+    np.testing.assert_array_equal(got.reshape(n, c), want)
+
+
 def _pool_model(op: str, shape: tuple, attrs: dict):
     from onnx import TensorProto, helper
     # a Conv in front makes the CPU layout pass run the pool channels last

@@ -28,6 +28,7 @@ from nnhal.device.cpu.kernels import (
     layer_normalization,
     lrn,
     matmul,
+    mul,
     pad,
     pool,
     qdq,
@@ -50,8 +51,8 @@ from nnhal.hostkernels.select import select as host_select
 from nnhal.operator.base import Info
 
 MODULES = (add, attention, batch_normalization, cast, concat, control, conv, conv1d, conv_patch, conv_transpose,
-           depth_to_space, gates, gather, gelu, gemm, instance_norm, layer_normalization, lrn, matmul, pad, pool, qdq,
-           qlinear_tables, quantized, recurrent, reduce, resize, softmax, split, transpose, view)
+           depth_to_space, gates, gather, gelu, gemm, instance_norm, layer_normalization, lrn, matmul, mul, pad, pool,
+           qdq, qlinear_tables, quantized, recurrent, reduce, resize, softmax, split, transpose, view)
 
 
 def _table() -> KernelTable:

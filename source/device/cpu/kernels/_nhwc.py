@@ -46,6 +46,8 @@ from nnhal.hostkernels.base import Kernel, RunFn
 from nnhal.operator.base import Info
 
 Index = tuple[slice, ...]
+# channels a work unit of the native global pooling reduces (kernels.c NN_POOL_BLOCK)
+GLOBAL_POOL_BLOCK = 64
 
 
 def image(info: Info | None) -> bool:
@@ -183,13 +185,16 @@ class GlobalPool(Kernel):
         reduce = self.reduce
         if native.available() and dtype == np.float32 and self.native_kind:
             kind = native.POOLS[self.native_kind]
+            # the native kernel's work units: an image's block of GLOBAL_POOL_BLOCK channels, so a batch of one
+            # splits over the pool too
+            units = n * -(-c // GLOBAL_POOL_BLOCK)
 
             def run_native(inputs, outputs):
                 x, out = inputs[0], outputs[0]
                 if out is None or not out.flags.c_contiguous:
                     out = np.empty((n, 1, 1, c), dtype)
                 x = np.ascontiguousarray(x)
-                native.global_pool(x, out, kind, parallel.native_parts(x.size, n) if parallel.native_pool() else 1)
+                native.global_pool(x, out, kind, parallel.native_parts(x.size, units) if parallel.native_pool() else 1)
                 return (out,)
 
             return run_native

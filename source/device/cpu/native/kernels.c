@@ -817,20 +817,22 @@ NN_API NN_CLONES void nn_pool_nhwc_f32(const float *x, float *y, const nn_pool_p
     }
 }
 
-/* Global pooling of images [r0, r1) of x (n, hw, c) C-contiguous into y (n, c): every channel reduced over
- * the pixels in order (the sum numpy's np.mean(x, axis=1) takes, then divided by hw), or its maximum. */
+/* Global pooling of work units [u0, u1) of x (n, hw, c) C-contiguous into y (n, c), a unit being one image's block
+ * of NN_POOL_BLOCK channels (the last one narrower), units of an image in channel order: every channel reduced over
+ * the pixels in order (the sum numpy's np.mean(x, axis=1) takes, then divided by hw), or its maximum. A channel's
+ * result does not depend on how the units are split (at batch 1 the pool splits the channels, not only images). */
 NN_API NN_CLONES void nn_global_pool_nhwc_f32(const float *x, float *y, int64_t hw, int64_t c, int32_t kind,
-                                              int64_t r0, int64_t r1) {
+                                              int64_t u0, int64_t u1) {
     const int is_max = kind == NN_POOL_MAX;
-    for (int64_t b = r0; b < r1; b++) {
-        for (int64_t c0 = 0; c0 < c; c0 += NN_POOL_BLOCK) {
-            const int64_t cb = c - c0 < NN_POOL_BLOCK ? c - c0 : NN_POOL_BLOCK;
-            float acc[NN_POOL_BLOCK] __attribute__((aligned(64)));
-            for (int64_t ch = 0; ch < NN_POOL_BLOCK; ch++) acc[ch] = is_max ? -INFINITY : 0.0f;
-            const float *xb = x + b * hw * c + c0;
-            for (int64_t i = 0; i < hw; i++) nn_pool_tap(acc, xb + i * c, cb, is_max);
-            nn_pool_store(acc, y + b * c + c0, cb, is_max, (float)hw);
-        }
+    const int64_t blocks = (c + NN_POOL_BLOCK - 1) / NN_POOL_BLOCK;
+    for (int64_t u = u0; u < u1; u++) {
+        const int64_t b = u / blocks, c0 = (u % blocks) * NN_POOL_BLOCK;
+        const int64_t cb = c - c0 < NN_POOL_BLOCK ? c - c0 : NN_POOL_BLOCK;
+        float acc[NN_POOL_BLOCK] __attribute__((aligned(64)));
+        for (int64_t ch = 0; ch < NN_POOL_BLOCK; ch++) acc[ch] = is_max ? -INFINITY : 0.0f;
+        const float *xb = x + b * hw * c + c0;
+        for (int64_t i = 0; i < hw; i++) nn_pool_tap(acc, xb + i * c, cb, is_max);
+        nn_pool_store(acc, y + b * c + c0, cb, is_max, (float)hw);
     }
 }
 
@@ -1163,12 +1165,13 @@ NN_API NN_CLONES void nn_add_act_f32(const float *a, const float *b, float *y, i
     }
 }
 
-/* The pools split over the native thread pool: 2-D pooling by output rows, global pooling by images. */
+/* The pools split over the native thread pool: 2-D pooling by output rows, global pooling by units of an image's
+ * block of channels (nn_global_pool_nhwc_f32). */
 typedef struct {
     const float *x;
     float *y;
     const nn_pool_params *p;     /* 2-D pooling; NULL for global pooling */
-    int64_t first, total, hw, c; /* rows [first, first + total) (2-D: of N * OH) or images (global) */
+    int64_t first, total, hw, c; /* rows [first, first + total) (2-D: of N * OH) or units (global) */
     int32_t kind;
 } nn_pool_args;
 
@@ -2136,7 +2139,8 @@ static PyObject *nn_py_global_pool(PyObject *module, PyObject *const *args, Py_s
     if (nn_get(&b[1], args[1], k, "y", NN_F32, NN_OUT) || nn_need(&b[1], k, "y", (int64_t)s[0] * s[3]) ||
         nn_disjoint(&b[1], &b[0], k, "y", "x", 0))
         goto fail;
-    nn_pool_args a = {b[0].view.buf, b[1].view.buf, NULL, 0, s[0], (int64_t)s[1] * s[2], s[3], (int32_t)kind};
+    const int64_t units = (int64_t)s[0] * (((int64_t)s[3] + NN_POOL_BLOCK - 1) / NN_POOL_BLOCK);
+    nn_pool_args a = {b[0].view.buf, b[1].view.buf, NULL, 0, units, (int64_t)s[1] * s[2], s[3], (int32_t)kind};
     Py_BEGIN_ALLOW_THREADS
     nn_pool_run(nn_pool_task, &a, parts);
     Py_END_ALLOW_THREADS
@@ -3040,7 +3044,8 @@ static PyMethodDef nn_methods[] = {
     {"softmax", (PyCFunction)(void (*)(void))nn_py_softmax, METH_FASTCALL,
      "softmax(x, y, inner, parts): Softmax over the last axis (inner 1) or axis -2 (inner: the last axis) (y may be x), split over the pool"},
     {"global_pool", (PyCFunction)(void (*)(void))nn_py_global_pool, METH_FASTCALL,
-     "global_pool(x, y, kind, parts): GlobalMaxPool (0) or GlobalAveragePool (1) of x (n, h, w, c) into y (n * c)"},
+     "global_pool(x, y, kind, parts): GlobalMaxPool (0) or GlobalAveragePool (1) of x (n, h, w, c) into y (n * c), "
+     "parts split over images and blocks of channels"},
     {"gather_last", (PyCFunction)(void (*)(void))nn_py_gather_last, METH_FASTCALL,
      "gather_last(x, y, idx, r0, r1): rows [r0, r1) of y[..., k] = x[..., idx[k]], 4-byte elements"},
     {"shuffle_last", (PyCFunction)(void (*)(void))nn_py_shuffle_last, METH_FASTCALL,
