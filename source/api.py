@@ -278,7 +278,12 @@ def execute(g: GraphHandle, feeds: dict[str, Any] | list[Any], options: Options 
         raise InputError(f"inputs not given: {missing} (the graph's inputs: {g.graph.inputs})")
     while True:
         g.lock.acquire_read()
-        if _prepared_for(g, arrays):
+        try:
+            ready = _prepared_for(g, arrays)
+        except BaseException:
+            g.lock.release_read()   # a failing check must not keep the read lock (close() would wait forever)
+            raise
+        if ready:
             break
         g.lock.release_read()
         with g.lock.write():

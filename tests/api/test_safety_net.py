@@ -65,3 +65,29 @@ def test_a_run_passes_typed_errors_and_wraps_the_rest(relu_add_model, monkeypatc
         monkeypatch.undo()
         for a, b in zip(s.run({"x": x}), expected):       # the failed run left the graph usable
             np.testing.assert_array_equal(a, b)
+
+
+def test_a_failing_shape_check_releases_the_read_lock(relu_add_model, monkeypatch):
+    """The check that the graph is prepared for these inputs runs with the read lock held: when it fails the
+    lock is released, so the session still runs and closes (a leaked read lock makes close() wait forever)."""
+    import threading
+
+    from nnhal import api
+
+    s = nnhal.Session(relu_add_model, devices=["cpu"])
+    x = np.ones((2, 4), np.float32)
+    expected = s.run({"x": x})
+
+    def failing(g, arrays):
+        raise KeyError("shape table")
+
+    monkeypatch.setattr(api, "_prepared_for", failing)
+    with pytest.raises(nnhal.InternalError):
+        s.run({"x": x})
+    monkeypatch.undo()
+    for a, b in zip(s.run({"x": x}), expected):
+        np.testing.assert_array_equal(a, b)
+    closer = threading.Thread(target=s.close, daemon=True)
+    closer.start()
+    closer.join(timeout=30)
+    assert not closer.is_alive(), "close() waits on a read lock the failed run kept"
