@@ -3,9 +3,10 @@
 torch.onnx's scaled-dot-product attention scales both q and k^T by sqrt(1 / sqrt(d)) before their product:
 ``MatMul(Mul(q, s), Mul(k^T, s))``. Each Mul is a separate pass over an operand (a reference kernel, on a
 transposed view for k^T) feeding nothing but the MatMul. ``fold_operand_scales`` drops such Muls and lets
-the MatMul's epilogue multiply its product by the scalars instead (EpilogueOp Mul steps, in cache, which the
-later epilogue steps such as the mask add follow), when the product has no more elements than the scaled
-operands together. (q s)(k t) and (q k) s t differ by roundings only (a few u of each product term).
+the MatMul's epilogue multiply its product by the scalar instead (an EpilogueOp Mul step, in cache, which the
+later epilogue steps such as the mask add follow; both operands scaled: one step by the float32 s t), when the
+product has no more elements than the scaled operands together. (q s)(k t) and (q k) fl(s t) differ by
+roundings only (a few u of each product term).
 
 When the product is larger (svtr: 128 tokens of depth 24, a 128 x 128 product per head), scaling it would cost
 more than the two Muls (measured: 5% slower on svtr); if both operands are scaled, the Mul of the first keeps
@@ -50,14 +51,22 @@ def fold_operand_scales(chosen: list[Chosen], external: set[str], constants: dic
                 chosen[found[0][1]], chosen[pos] = _merge_scales(chosen, found, constants, pos)
                 dropped.add(found[1][1])
             continue
-        inputs, infos, epilogue = list(node.inputs), list(ins), ()
+        inputs, infos = list(node.inputs), list(ins)
         for k, j, scale in found:
             mul = chosen[j]
             inputs[k], infos[k] = mul.node.inputs[1 - scale], mul.ins[1 - scale]
-            inputs.append(mul.node.inputs[scale])
-            infos.append(mul.ins[scale])
-            epilogue += (EpilogueOp("Mul", len(inputs) - 1),)
             dropped.add(j)
+        if len(found) == 2:
+            # NOTE: both operands scaled: one pass over the product by the float32 s t (the same few roundings
+            # as s then t), not two (enc_dec's scores, 4 x 32 x 32: ~2 us a pass)
+            name, value = _combined_scale(chosen, found, constants)
+            inputs.append(name)
+            infos.append(Info(_F32, value.shape, value))
+        else:
+            ((_, j, scale),) = found
+            inputs.append(chosen[j].node.inputs[scale])
+            infos.append(chosen[j].ins[scale])
+        epilogue = (EpilogueOp("Mul", len(inputs) - 1),)
         fused = node
         for _, j, _ in found:
             fused = fuse(fused, chosen[j].node, inputs=inputs, epilogue=epilogue)
@@ -87,10 +96,7 @@ def _merge_scales(chosen: list[Chosen], found: list, constants: dict[str, np.nda
     MatMul reading the second Mul's unscaled input."""
     (_, j0, c0), (_, j1, c1) = found
     first, second, (node, kernel, ins, outs) = chosen[j0], chosen[j1], chosen[pos]
-    value = (first.ins[c0].value.reshape(()) * second.ins[c1].value.reshape(())).astype(_F32).reshape(
-        first.ins[c0].value.shape)
-    name = f"{first.node.name}::{second.node.name}::scale"
-    constants[name] = value
+    name, value = _combined_scale(chosen, found, constants)
     mul_inputs = list(first.node.inputs)
     mul_inputs[c0] = name
     mul_ins = list(first.ins)
@@ -100,3 +106,15 @@ def _merge_scales(chosen: list[Chosen], found: list, constants: dict[str, np.nda
     inputs[1], infos[1] = second.node.inputs[1 - c1], second.ins[1 - c1]
     matmul = Chosen(dataclasses.replace(node, inputs=inputs), kernel, infos, outs)
     return Chosen(mul, first.kernel, mul_ins, first.outs), matmul
+
+
+def _combined_scale(chosen: list[Chosen], found: list, constants: dict[str, np.ndarray]) -> tuple[str, np.ndarray]:
+    """(name, value) of the float32 product of the two Muls' scalars (``found``: both operands' (k, Mul
+    position, scalar input)), added to the plan's ``constants``; shaped as the first Mul's scalar."""
+    (_, j0, c0), (_, j1, c1) = found
+    first, second = chosen[j0], chosen[j1]
+    value = (first.ins[c0].value.reshape(()) * second.ins[c1].value.reshape(())).astype(_F32).reshape(
+        first.ins[c0].value.shape)
+    name = f"{first.node.name}::{second.node.name}::scale"
+    constants[name] = value
+    return name, value

@@ -161,7 +161,7 @@ def test_a_linear_gemm_runs_the_native_gemm(monkeypatch, checked, rows, trans_b,
                                                    (200, 8, "both", 1), (200, 8, "q", 1), (128, 24, "both", 1),
                                                    (50, 64, "shared", 1)])
 def test_scalar_scalings_of_attention_operands_move_onto_the_product(monkeypatch, checked, rows, depth, sides, muls):
-    """cpu/scale_fold.py: torch's SDPA export, MatMul(Mul(q, s), Mul(k^T, s)), as MatMul(q, k^T) * s * s
+    """cpu/scale_fold.py: torch's SDPA export, MatMul(Mul(q, s), Mul(k^T, s)), as MatMul(q, k^T) * fl(s s)
     when the product is no larger than the operands, else as MatMul(q * (s t), k^T) when both are scaled; a
     scaled q also read elsewhere keeps its Mul."""
     rng = np.random.default_rng(rows)
@@ -185,6 +185,10 @@ def test_scalar_scalings_of_attention_operands_move_onto_the_product(monkeypatch
     got, steps = run(model, {"q": q, "k": k}, monkeypatch, checked)
     ops = [st.node.op_type for st in steps]
     assert ops.count("Mul") == muls
+    if muls == 0 and sides == "both":
+        # both scalars as one step on the product: the float32 s t
+        (mm,) = [st for st in steps if st.node.op_type == "MatMul"]
+        assert [e.op for e in epilogue_of(mm.node)] == ["Mul"]
     qs = q * np.float32(s) if sides in ("both", "q", "shared") else q
     kt = k.transpose(0, 1, 3, 2)
     ks = np.float32(t) * kt if sides in ("both", "k", "shared") else kt

@@ -23,8 +23,8 @@ class GemmPooled(Pooled, GemmKernel):
 
 class GemmNative(GemmPooled):
     """float32 act(A @ alpha B + beta c) for a constant B and a constant c of the output's width, A not
-    transposed: alpha and beta folded at prepare; anything else (and a fused activation) runs the pooled
-    host computation."""
+    transposed: alpha and beta folded at prepare, a fused activation in the GEMM's epilogue; anything else
+    runs the pooled host computation."""
 
     name = "native"
 
@@ -34,11 +34,13 @@ class GemmNative(GemmPooled):
 
     def prepare(self, node, ins, outs) -> RunFn:
         run = super().prepare(node, ins, outs)
-        linear = _linear(node, ins, outs) if activation_of(node) is None else None
+        linear = _linear(node, ins, outs)
         if linear is None:
             return run
         w, bias = linear
-        return gemm_first(run, w, bias, tuple(outs[0].shape), None, True)
+        # NOTE: a fused activation runs in the native GEMM's epilogue; ``run`` (the pooled host Gemm, which
+        # applies it itself) only when the native GEMM cannot take the operands
+        return gemm_first(run, w, bias, tuple(outs[0].shape), activation_of(node), True)
 
 
 def _linear(node, ins, outs) -> tuple[np.ndarray, np.ndarray | None] | None:

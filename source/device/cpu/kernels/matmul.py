@@ -12,11 +12,12 @@ from __future__ import annotations
 import numpy as np
 
 from nnhal.device.cpu import native, parallel
+from nnhal.device.cpu.kernels._conv_nhwc import act_record
 from nnhal.device.cpu.kernels._gates import fused
 from nnhal.device.cpu.kernels.gelu import gelu_chunk, gelu_inplace, gelu_tanh_inplace
 from nnhal.hostkernels import _blocks, _scratch, op_matmul
 from nnhal.hostkernels.base import Kernel, RunFn
-from nnhal.hostkernels.fused import epilogue_of
+from nnhal.hostkernels.fused import Activation, activation_of, epilogue_of
 
 _UFUNCS = op_matmul.UFUNCS
 _F32 = np.dtype(np.float32)
@@ -70,7 +71,9 @@ class MatMulFast(Kernel):
                     ufunc(y, inputs[k], out=y)
             return (y,)
 
-        return fused(_native_first(run, ops, ins, outs[0], None), node)
+        # NOTE: a fused activation (a feed-forward's linear1 + ReLU, SiLU) runs in the native GEMM's epilogue,
+        # each thread on its rows while they are in cache; the fallbacks (fused(run)) apply it as a pass
+        return _native_first(fused(run, node), ops, ins, outs[0], activation_of(node))
 
     def score(self, node, ins, outs) -> int:
         return 2                 # above the reference's 1: the same nodes, faster
@@ -86,11 +89,12 @@ def _small_stack(ins, out) -> bool:
     return parallel.small_product(int(np.prod(out.shape, dtype=np.int64)) * int(a.shape[-1]))
 
 
-def _native_first(run: RunFn, ops, ins, out_info, act: str | None) -> RunFn:
+def _native_first(run: RunFn, ops, ins, out_info, act: str | Activation | None) -> RunFn:
     """``run`` preceded by the native pool's GEMM with its bias and activation (parallel.gemm: each thread
     its rows' product, bias and ``act`` while in cache) when the epilogue is at most a constant bias of
     the product's width and the operands are float32 matrices it can read (a stacked A times a matrix B
-    flattened to one), or as GEMVs (_gemv_rows) when A has at most GEMV_ROWS rows; ``run`` itself otherwise."""
+    flattened to one), or as GEMVs (_gemv_rows) when A has at most GEMV_ROWS rows; ``run`` itself otherwise.
+    ``act`` as gemm_first takes it; ``run`` must apply it too (it runs whenever the native GEMM cannot)."""
     if out_info.dtype != np.float32 or out_info.shape is None or not out_info.shape:
         return run
     width = out_info.shape[-1]
@@ -106,14 +110,15 @@ def _native_first(run: RunFn, ops, ins, out_info, act: str | None) -> RunFn:
     return gemm_first(run, w, bias, tuple(out_info.shape), act, False, rest)
 
 
-def gemm_first(run: RunFn, w: np.ndarray | None, bias: np.ndarray | None, shape: tuple, act: str | None,
-               fixed_b: bool, rest: tuple = ()) -> RunFn:
+def gemm_first(run: RunFn, w: np.ndarray | None, bias: np.ndarray | None, shape: tuple,
+               act: str | Activation | None, fixed_b: bool, rest: tuple = ()) -> RunFn:
     """``run`` preceded by act(A @ B + bias) into the float32 output of ``shape``, A = inputs[0] flattened to
     a matrix: GEMVs for a few rows, else the native pool's GEMM (prepared once when B is the constant ``w``).
-    ``fixed_b``: B is always ``w`` (a Gemm's packed weight), else inputs[1]. ``rest``: one more epilogue step
-    (ufunc, input) after the bias (a residual add), applied on the product in place."""
+    ``act``: a native activation kind ("gelu", "gelu_tanh"), the Activation the plan fused into the node, or
+    None. ``fixed_b``: B is always ``w`` (a Gemm's packed weight), else inputs[1]. ``rest``: one more epilogue
+    step (ufunc, input) after the bias (a residual add), applied on the product in place; never with ``act``."""
     width = shape[-1]
-    record = native.make_act(act)
+    record = native.make_act(act) if act is None or isinstance(act, str) else act_record(act)
     # a constant float32 B: its GEMM prepared once (the buffers of B and the bias held and checked now)
     prepared = native.Gemm(w, bias, record) if native.available() and isinstance(w, np.ndarray) \
         and w.ndim == 2 and w.dtype == np.float32 and (w.flags.c_contiguous or w.flags.f_contiguous) else None
