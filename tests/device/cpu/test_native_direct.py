@@ -137,7 +137,7 @@ def test_direct_conv_forced_on_every_group1_case(monkeypatch, layout):
     calls = []
     real = native.Conv
     monkeypatch.setattr(native, "Conv", lambda kind, *a: (calls.append(kind), real(kind, *a))[1])
-    # Winograd keeps 64 channels and more (direct_conv.WINOGRAD_MIN_CHANNELS)
+    # Winograd keeps 48 channels and more (direct_conv.WINOGRAD_MIN_CHANNELS)
     names = [name for name, case in test_nhwc_conv.CASES.items() if case[9] == 1 and "winograd" not in case[10]]
     if layout == "nchw":        # channels first: 1x1 and fewer than 16 output channels keep the GEMM
         names = [name for name in names if test_nhwc_conv.CASES[name][5] != (1, 1)

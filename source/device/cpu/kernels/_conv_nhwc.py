@@ -71,7 +71,14 @@ WINOGRAD_BAND_BYTES = 4 << 20
 # 164, at 17x17 110 against 140; 48 at 28x28 172 against 161, at 24x24 131 against 135; 32 at 56x56 360
 # against 289, at 42x42 220 against 219 (24 at 56x56: 282 against 253); at 28x28 with 32 channels on
 # one side (DenseNet's 128->32: 278 against 220; 64->32 157 against 139; 32->32 105 against 99).
-WINOGRAD_MIN_OUT = {128: 17, 64: 24, 32: 28, 24: 56}
+# Those were the numpy transforms. With the native ones (native/nn_winograd.h) 48 channels and more win from
+# 12x12 up, against the GEMM or the direct kernel, whichever the plan took (issue 27; 2 threads, batch 1, min of
+# 60 alternating blocks in one process, loaded 2-core Zen 3 VM, us, GEMM or direct against Winograd): 128->128 at
+# 12x12 649 / 499, 96->96 at 14x14 351 / 332, at 16x16 465 / 308, 192->96 at 16x16 1813 / 394, 64->64 at 14x14
+# 205 / 182, 48->48 at 20x20 251 / 184, at 28x28 424 / 299, at 32x32 461 / 343; 64->128 at 12x12 ties (236 / 240),
+# at 8x8 and below the tiles' padding loses (192->192 at 8x8 402 / 425; at 1 thread 192->192 at 7x7 605 / 770,
+# 128->128 at 6x6 185 / 269).
+WINOGRAD_MIN_OUT = {48: 12, 32: 28, 24: 56}
 # input channels up to which the direct kernel reads a channels-first input in place instead of after a conversion
 # pass (its NCHW reads take the per-tap loop, not the one run of KW * C elements a kernel row; an image's 3 colour
 # planes are the case it is for)
@@ -671,6 +678,45 @@ class ConvDirectChannelsFirst(Kernel):
         return run
 
 
+def _native_winograd(s: _conv2d.Conv2d, u: np.ndarray, bias: np.ndarray | None, act: Activation | None, tw: int,
+                     nt: int, split: _Split) -> RunFn:
+    """The run of ConvWinogradNHWC on the native transforms (native/nn_winograd.h): per band, the input tiles
+    transformed straight from the input (its padding read as zeros), the 36 products on the BLAS, then the
+    output transform with the bias and the activation, written through the output's pixel stride. ``u``: the
+    transformed weights (36, C, M); ``nt``: the most tiles a band holds; ``split``: the bands over threads."""
+    n, c, m = s.n, s.c, s.m
+    out_shape = (n, s.oh, s.ow, m)
+    geo_in, geo_out = (n, s.h, s.w, c, s.pads[0], s.pads[1], tw), (n, s.oh, s.ow, m, tw)
+    b = None if bias is None else np.ascontiguousarray(bias, dtype=np.float32)
+    rec = act_record(act)
+    parts = [((36 * nt * c,), np.float32), ((36 * nt * m,), np.float32)]
+    _scratch.reserve(_scratch.nbytes_of(*parts))
+    transform_in, transform_out, product = native.winograd_input, native.winograd_output, parallel.matmul
+
+    def run_winograd(inputs, outputs):
+        x = inputs[0]
+        if not x.flags.c_contiguous or x.dtype != np.float32:
+            x = np.ascontiguousarray(x, dtype=np.float32)
+        y = pixel_rows(outputs[0], out_shape, np.float32)[0]
+        split.run(lambda group: bands(x, y, group))
+        return (y,)
+
+    def bands(x, y, group):
+        vbuf, zbuf = _scratch.scratch(*parts)       # the scratch of the thread running this group
+        pool = parallel.native_pool()
+        for band in group:
+            b0, b1, t0, t1 = band
+            k = (b1 - b0) * (t1 - t0) * tw
+            v, z = vbuf[:36 * k * c], zbuf[:36 * k * m]
+            # NOTE: a transform writes or reads 36 floats a tile and channel with a few adds each: one work unit
+            # an element, as the pool's copies count them
+            transform_in(x, v, geo_in, band, parallel.native_parts(36 * k * c, k) if pool else 1)
+            product(v.reshape(36, k, c), u, out=z.reshape(36, k, m))
+            transform_out(z, y, b, rec, geo_out, band, parallel.native_parts(36 * k * m, k) if pool else 1)
+
+    return run_winograd
+
+
 class ConvWinogradNHWC(Kernel):
     """3x3 stride-1 2-D convolution (group 1, constant weights, enough channels), channels last, by
     Winograd F(4x4, 3x3)."""
@@ -710,6 +756,8 @@ class ConvWinogradNHWC(Kernel):
         _scratch.reserve(_scratch.nbytes_of(*parts))
         split = _Split(bands, n, th, row_bytes, WINOGRAD_BAND_BYTES,
                        n * th * tw * 36 * (c + m) + parallel.gemm_work(n * th * tw * 36 * c * m))
+        if native.available() and dtype == np.float32 and os.environ.get("NNHAL_NATIVE_WINOGRAD") != "0":
+            return _native_winograd(s, u, bias_of(ins), activation_of(node), tw, nt, split)
 
         def run_winograd(inputs, outputs):
             x = inputs[0]

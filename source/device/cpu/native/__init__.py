@@ -143,6 +143,8 @@ if _k is not None:
     shuffle_last = _k.shuffle_last              # (x, y, groups, r0, r1)
     gemm = _k.gemm                              # (a, b, c, bias, act, parts, row_align, by_cols)
     batched_gemm = _k.batched_gemm              # (a, b, c, parts)
+    winograd_input = _k.winograd_input          # (x, v, (n, h, w, c, pt, pl, tw), (b0, b1, t0, t1), parts)
+    winograd_output = _k.winograd_output        # (z, y, bias, act, (n, oh, ow, m, tw), (b0, b1, t0, t1), parts)
     spin_wait = _k.spin_wait                    # (flag, value, max_ns)
     pool_set_threads = _k.pool_set_threads      # (n)
     pool_set_spin = _k.pool_set_spin            # (ns)

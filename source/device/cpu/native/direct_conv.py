@@ -90,8 +90,11 @@ WRITE_NCHW = 2
 # Winograd F(4x4, 3x3) against the direct kernel on the same machine (1 thread, interleaved min of 30-60,
 # ms direct / winograd): 24 -> 24 at 56^2 0.613 / 1.071; 32 -> 32 at 56^2 0.902 / 1.390, at 28^2 0.193 / 0.305;
 # 48 -> 48 at 56^2 1.635 / 1.792, at 32^2 0.545 / 0.632; 64 -> 32 at 56^2 1.785 / 2.351; 64 -> 64 at 56^2
-# 2.72 / 2.70, at 28^2 0.735 / 0.650. Below this many channels on either side the direct kernel wins.
-WINOGRAD_MIN_CHANNELS = 64
+# 2.72 / 2.70, at 28^2 0.735 / 0.650. Below this many channels on either side the direct kernel wins. With the
+# native Winograd transforms (issue 27; 1 thread, min of 40 alternating blocks, loaded, us, direct / Winograd) 48 ->
+# 48 at 28^2 493 / 427, at 32^2 961 / 624; 2 threads (min of 60) at 20^2 251 / 184, at 28^2 424 / 299; 32 channels
+# still went either way (32 -> 32 at 28^2: 273 / 208 by minimum, 377 / 1202 by median), so 48.
+WINOGRAD_MIN_CHANNELS = 48
 
 
 def beats_winograd(c: int, m: int, dtype) -> bool:

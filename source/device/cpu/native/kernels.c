@@ -1406,6 +1406,8 @@ static void nn_direct_task(const void *args, int64_t part, int64_t parts) {
     }
 }
 
+#include "nn_winograd.h"
+
 /* ------------------------------------------------------------------------------------------------
  * Recurrent layers (LSTM, GRU, RNN as ONNX defines them): the input projection of every step and
  * direction is one GEMM through the linked BLAS (X W^T + the biases that can be folded), then each
@@ -2945,6 +2947,77 @@ static PyTypeObject nn_rnn_type = {
     .tp_methods = nn_rnn_methods,
 };
 
+/* The tiles of a Winograd band (b0, b1, t0, t1) of an (n)-image map with tw tile columns and ``channels`` (at least 1);
+ * -1 with a ValueError when the band leaves the images or is empty. */
+static int64_t nn_wg_band_tiles(const char *k, const int64_t band[4], int64_t n, int64_t tw, int64_t channels) {
+    if (band[1] > n || band[0] >= band[1] || band[2] >= band[3] || tw < 1 || channels < 1) {
+        PyErr_Format(PyExc_ValueError, "native kernel %s: band (%lld, %lld, %lld, %lld) outside the %lld images or empty",
+                     k, (long long)band[0], (long long)band[1], (long long)band[2], (long long)band[3], (long long)n);
+        return -1;
+    }
+    return (band[1] - band[0]) * (band[3] - band[2]) * tw;
+}
+
+/* The transform's parts on the pool (GIL released), then the arguments released. */
+static PyObject *nn_wg_run(nn_task task, const void *a, int64_t parts, nn_arg *b, int nb) {
+    Py_BEGIN_ALLOW_THREADS
+    nn_pool_run(task, a, parts);
+    Py_END_ALLOW_THREADS
+    return nn_finish(b, nb, 1);
+}
+
+/* ---- winograd_input(x, v, (n, h, w, c, pad_top, pad_left, tw), (b0, b1, t0, t1), parts): the F(4x4, 3x3) input
+ * transform of the band's tiles (nn_winograd.h) from x (n, h, w, c) channels last (its pixels may be a channel
+ * slice of a wider tensor) into v (36, k, c), k = (b1 - b0) * (t1 - t0) * tw */
+static PyObject *nn_py_winograd_input(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    const char *k = "winograd_input";
+    nn_arg b[2] = {{.held = 0}, {.held = 0}};
+    int64_t g[7], band[4], parts, ldx = 0;
+    if (nn_nargs(nargs, 5, k) || nn_ints(args[2], k, "geometry", 7, 0, g) || nn_ints(args[3], k, "band", 4, 0, band) ||
+        nn_get_parts(args[4], k, &parts))
+        return NULL;
+    const int64_t tiles = nn_wg_band_tiles(k, band, g[0], g[6], g[3]);
+    if (tiles < 0) return NULL;
+    const int64_t vsize[3] = {36, tiles, g[3]};
+    if (nn_get_pixels(&b[0], args[0], k, "x", NN_F32, 0, g[0] * g[1] * g[2], g[3], &ldx) ||
+        nn_get(&b[1], args[1], k, "v", NN_F32, NN_OUT) || nn_need(&b[1], k, "v", nn_mul(3, vsize)) ||
+        nn_disjoint(&b[1], &b[0], k, "v", "x", 0))
+        goto fail;
+    nn_wg_in_args a = {b[0].view.buf, b[1].view.buf, ldx, g[1], g[2], g[3], g[4], g[5], g[6], band[0],
+                       band[1] - band[0], band[2], band[3] - band[2]};
+    return nn_wg_run(nn_wg_input_task, &a, NN_MIN(parts, tiles), b, 2);
+fail:
+    return nn_finish(b, 2, 0);
+}
+
+/* ---- winograd_output(z, y, bias, act, (n, oh, ow, m, tw), (b0, b1, t0, t1), parts): the F(4x4, 3x3) output
+ * transform of the band's tiles (nn_winograd.h) from z (36, k, m) into y (n, oh, ow, m) channels last (its pixels
+ * may be a channel slice of a wider tensor), plus the bias (m,) or None, then the activation */
+static PyObject *nn_py_winograd_output(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    const char *k = "winograd_output";
+    nn_arg b[3] = {{.held = 0}, {.held = 0}, {.held = 0}};
+    int64_t g[5], band[4], parts, ldy = 0;
+    const nn_act *act;
+    if (nn_nargs(nargs, 7, k) || (act = nn_get_act(args[3], k)) == NULL || nn_ints(args[4], k, "geometry", 5, 0, g) ||
+        nn_ints(args[5], k, "band", 4, 0, band) || nn_get_parts(args[6], k, &parts))
+        return NULL;
+    const int64_t tiles = nn_wg_band_tiles(k, band, g[0], g[4], g[3]);
+    if (tiles < 0) return NULL;
+    const int64_t zsize[3] = {36, tiles, g[3]};
+    if (nn_get(&b[0], args[0], k, "z", NN_F32, 0) || nn_need(&b[0], k, "z", nn_mul(3, zsize)) ||
+        nn_get_pixels(&b[1], args[1], k, "y", NN_F32, NN_OUT, g[0] * g[1] * g[2], g[3], &ldy) ||
+        nn_get(&b[2], args[2], k, "bias", NN_F32, NN_NONE_OK) || nn_need(&b[2], k, "bias", g[3]) ||
+        nn_disjoint(&b[1], &b[0], k, "y", "z", 0) || nn_disjoint(&b[1], &b[2], k, "y", "bias", 0))
+        goto fail;
+    nn_wg_out_args a = {b[0].view.buf, b[1].view.buf, b[2].view.buf, act, ldy, g[1], g[2], g[3], g[4], band[0],
+                        band[1] - band[0], band[2], band[3] - band[2]};
+    return nn_wg_run(nn_wg_output_task, &a, NN_MIN(parts, tiles), b, 3);
+fail:
+    return nn_finish(b, 3, 0);
+}
+
 /* ---- the pool, the spin and the BLAS */
 static PyObject *nn_py_spin_wait(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
@@ -3054,6 +3127,10 @@ static PyMethodDef nn_methods[] = {
      "gemm(a, b, c, bias, act, parts, row_align, by_cols): c = act(a @ b + bias) on the native pool"},
     {"batched_gemm", (PyCFunction)(void (*)(void))nn_py_batched_gemm, METH_FASTCALL,
      "batched_gemm(a, b, c, parts): c[i] = a[i] @ b[i] on the native pool"},
+    {"winograd_input", (PyCFunction)(void (*)(void))nn_py_winograd_input, METH_FASTCALL,
+     "winograd_input(x, v, geometry, band, parts): Winograd F(4x4, 3x3) input transform of a band of tiles"},
+    {"winograd_output", (PyCFunction)(void (*)(void))nn_py_winograd_output, METH_FASTCALL,
+     "winograd_output(z, y, bias, act, geometry, band, parts): Winograd F(4x4, 3x3) output transform, bias, act"},
     {"spin_wait", (PyCFunction)(void (*)(void))nn_py_spin_wait, METH_FASTCALL,
      "spin_wait(flag, value, max_ns): spin (GIL released) until flag[0] != value or max_ns passed; flag[0]"},
     {"pool_set_threads", (PyCFunction)(void (*)(void))nn_py_pool_set_threads, METH_FASTCALL,
