@@ -192,70 +192,35 @@ static inline int32_t load4(const uint8_t *p)
 #define T_AVXVNNI __attribute__((target("avx2,fma,avxvnni")))
 #define T_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma")))
 
-/* avx2: 6 rows x 16 columns, the 12 accumulators named (an array of them is spilled by the compiler). Per
-   K pair, the pair (a[2g], a[2g + 1]) of each row is broadcast as one int32 and vpmaddwd with the 16
-   columns' pairs (two registers, 8 columns each) gives each column's two products summed. Fewer than 6
-   rows: the missing rows read row 0 again and are not stored. */
-static T_AVX2 void micro_avx2(int mr, const void *av, int64_t lda, const void *bv, int64_t kp, int32_t *c)
+/* avx2: 6 rows x 16 columns, the 12 accumulators named (an array of them is spilled by the compiler); each
+   step reads 4 bytes of every row (broadcast as one int32) and 64 bytes of the panel (two registers, 8
+   columns each). Wide weights (narrow 0): the step is one K pair of int16, and vpmaddwd gives each column's
+   two products summed. Narrow weights (every bs in [-64, 64], the vnni byte layout): the step is one K group
+   of 4 bytes, vpmaddubsw multiplies the row's unsigned bytes by the columns' signed ones and adds pairs into
+   int16, exact because |255 * 64 * 2| < 2^15, and vpmaddwd by ones adds the two pairs into int32. Fewer than
+   6 rows: the missing rows read row 0 again and are not stored. step: bytes between rows. */
+static inline __attribute__((always_inline)) T_AVX2 void micro_avx2_body(int narrow, int mr, const void *av,
+                                                                         int64_t step, const void *bv,
+                                                                         int64_t steps, int32_t *c)
 {
-    const int16_t *b = bv;
-    /* bytes: the pairs are read as int32 through load4 (memcpy), the buffer being int16 */
+    const uint8_t *b = bv;
     const uint8_t *a0 = av, *a1 = a0, *a2 = a0, *a3 = a0, *a4 = a0, *a5 = a0;
-    int64_t step = lda * 2;        /* bytes between rows */
     if (mr > 1) a1 = a0 + step;
     if (mr > 2) a2 = a0 + 2 * step;
     if (mr > 3) a3 = a0 + 3 * step;
     if (mr > 4) a4 = a0 + 4 * step;
     if (mr > 5) a5 = a0 + 5 * step;
-    __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
-    __m256i c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
-#define NNQ_ROW(r, ar)                                                                                   \
-    do {                                                                                                  \
-        __m256i x = _mm256_set1_epi32(load4(ar + 4 * g));                                                 \
-        c##r##0 = _mm256_add_epi32(c##r##0, _mm256_madd_epi16(x, b0));                                    \
-        c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(x, b1));                                    \
-    } while (0)
-    for (int64_t g = 0, pairs = kp / 2; g < pairs; g++) {
-        __m256i b0 = _mm256_load_si256((const __m256i *)(b + g * 32));
-        __m256i b1 = _mm256_load_si256((const __m256i *)(b + g * 32 + 16));
-        NNQ_ROW(0, a0);
-        NNQ_ROW(1, a1);
-        NNQ_ROW(2, a2);
-        NNQ_ROW(3, a3);
-        NNQ_ROW(4, a4);
-        NNQ_ROW(5, a5);
-    }
-#undef NNQ_ROW
-    __m256i rows[12] = {c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51};
-    for (int i = 0; i < mr; i++) {
-        _mm256_storeu_si256((__m256i *)(c + i * 16), rows[2 * i]);
-        _mm256_storeu_si256((__m256i *)(c + i * 16 + 8), rows[2 * i + 1]);
-    }
-}
-
-/* avx2 on narrow weights (every bs in [-64, 64]): the vnni byte layout, 6 rows x 16 columns in 12 named
-   accumulators. Per K group of 4, vpmaddubsw multiplies one row's 4 broadcast bytes (unsigned) by 8
-   columns' 4 weights (signed) and adds pairs into int16, exact because |255 * 64 * 2| < 2^15; vpmaddwd by
-   ones adds the two pairs into int32. Fewer than 6 rows: the missing rows read row 0 again, not stored. */
-static T_AVX2 void micro_avx2_narrow(int mr, const void *av, int64_t lda, const void *bv, int64_t kp, int32_t *c)
-{
-    const int8_t *b = bv;
-    const uint8_t *a0 = av, *a1 = a0, *a2 = a0, *a3 = a0, *a4 = a0, *a5 = a0;
-    if (mr > 1) a1 = a0 + lda;
-    if (mr > 2) a2 = a0 + 2 * lda;
-    if (mr > 3) a3 = a0 + 3 * lda;
-    if (mr > 4) a4 = a0 + 4 * lda;
-    if (mr > 5) a5 = a0 + 5 * lda;
     const __m256i ones = _mm256_set1_epi16(1);
     __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
     __m256i c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+#define NNQ_MUL(x, bb) (narrow ? _mm256_madd_epi16(_mm256_maddubs_epi16(x, bb), ones) : _mm256_madd_epi16(x, bb))
 #define NNQ_ROW(r, ar)                                                                                   \
     do {                                                                                                  \
         __m256i x = _mm256_set1_epi32(load4(ar + 4 * g));                                                 \
-        c##r##0 = _mm256_add_epi32(c##r##0, _mm256_madd_epi16(_mm256_maddubs_epi16(x, b0), ones));        \
-        c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(_mm256_maddubs_epi16(x, b1), ones));        \
+        c##r##0 = _mm256_add_epi32(c##r##0, NNQ_MUL(x, b0));                                              \
+        c##r##1 = _mm256_add_epi32(c##r##1, NNQ_MUL(x, b1));                                              \
     } while (0)
-    for (int64_t g = 0, groups = kp / 4; g < groups; g++) {
+    for (int64_t g = 0; g < steps; g++) {
         __m256i b0 = _mm256_load_si256((const __m256i *)(b + g * 64));
         __m256i b1 = _mm256_load_si256((const __m256i *)(b + g * 64 + 32));
         NNQ_ROW(0, a0);
@@ -266,11 +231,24 @@ static T_AVX2 void micro_avx2_narrow(int mr, const void *av, int64_t lda, const 
         NNQ_ROW(5, a5);
     }
 #undef NNQ_ROW
+#undef NNQ_MUL
     __m256i rows[12] = {c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51};
     for (int i = 0; i < mr; i++) {
         _mm256_storeu_si256((__m256i *)(c + i * 16), rows[2 * i]);
         _mm256_storeu_si256((__m256i *)(c + i * 16 + 8), rows[2 * i + 1]);
     }
+}
+
+/* a: int16 (lda elements a row), b: the int16 K pairs */
+static T_AVX2 void micro_avx2(int mr, const void *av, int64_t lda, const void *bv, int64_t kp, int32_t *c)
+{
+    micro_avx2_body(0, mr, av, lda * 2, bv, kp / 2, c);
+}
+
+/* a: bytes, b: the vnni byte layout, every weight in [-64, 64] */
+static T_AVX2 void micro_avx2_narrow(int mr, const void *av, int64_t lda, const void *bv, int64_t kp, int32_t *c)
+{
+    micro_avx2_body(1, mr, av, lda, bv, kp / 4, c);
 }
 
 /* rows of packed bytes widened to int16 (the avx2 micro-kernel's A): n a multiple of 4 */
