@@ -422,13 +422,15 @@ def _lower_weighted(node: Node, g: Graph, quantizable, per_channel_int8, levels:
 
 
 def _on_int8_grid(w: np.ndarray) -> bool:
-    """Whether the float weights are already int8 codes times a per-output-channel scale whose peak code is
-    127 (a pre-quantized model's dequantized weights): re-quantizing them to 127 levels keeps them, to fewer
-    would change the model's own weights."""
+    """Whether the float weights are already int8 codes times a scale per output channel or per tensor whose
+    peak code is 127 (a pre-quantized model's dequantized weights): re-quantizing them to 127 levels keeps them
+    (or nearly, per tensor), to fewer would change the model's own weights."""
     flat = np.abs(w.reshape(w.shape[0], -1).astype(np.float64))
-    peak = flat.max(axis=1, keepdims=True)
-    codes = flat * (127.0 / np.where(peak > 0, peak, 1.0))
-    return bool(np.all(np.abs(codes - np.rint(codes)) <= 1e-3))
+    for peak in (flat.max(axis=1, keepdims=True), flat.max(keepdims=True)):
+        codes = flat * (127.0 / np.where(peak > 0, peak, 1.0))
+        if np.all(np.abs(codes - np.rint(codes)) <= 1e-3):
+            return True
+    return False
 
 
 def make_node(name: str, op: str, inputs: list[str], outputs: list[str], attrs: dict, opset: int,

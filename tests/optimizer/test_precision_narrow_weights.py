@@ -61,6 +61,9 @@ def test_weights_already_on_an_int8_grid_keep_their_codes():
     assert _on_int8_grid(numpy_helper.to_array(w))
     rng = np.random.default_rng(0)
     assert not _on_int8_grid(rng.standard_normal((8, 27)).astype(np.float32))
+    per_tensor = rng.integers(-40, 41, (8, 27))                  # one scale for the tensor, its peak code 127
+    per_tensor[3, 5] = -127
+    assert _on_int8_grid((per_tensor * np.float32(0.0123)).astype(np.float32))
     conv = next(iter(_lowered_weights(model, 64).values()))
     wq, scale = conv[1]
     assert np.abs(wq).max() == 127
