@@ -36,6 +36,19 @@ def _rand(rng, shape, dtype, extreme=False):
     return rng.integers(info.min, int(info.max) + 1, size=shape, dtype=dtype)
 
 
+def _narrow(rng, shape, dtype, extreme=False):
+    """Weights whose packed value (less the uint8 offset 128) lies in [-64, 64]: avx2's vpmaddubsw path."""
+    offset = 0 if dtype == np.int8 else 128
+    if extreme:       # only the two ends: the largest pair sums vpmaddubsw forms (255 * 64 * 2)
+        return (rng.choice(np.array([-64, 64]), size=shape) + offset).astype(dtype)
+    return (rng.integers(-64, 65, size=shape) + offset).astype(dtype)
+
+
+def _expect_narrow(packed, narrow):
+    """avx2 packs narrow weights for vpmaddubsw; the other paths do not distinguish them."""
+    assert packed.narrow == (narrow and _q().isa() == "avx2"), (packed, _q().isa())
+
+
 def _int_ref(a, za, b, zb):
     """(a - za) @ (b - zb) in int64, returned as int32 (the sums fit)."""
     aa = a.astype(np.int64) - (0 if za is None else za.astype(np.int64).reshape(-1, 1))
@@ -52,14 +65,19 @@ SHAPES = [(1, 1, 1), (3, 5, 7), (7, 17, 33), (9, 64, 32), (17, 67, 70), (33, 130
 @pytest.mark.parametrize("m,k,n", SHAPES)
 @pytest.mark.parametrize("adt,bdt", [(np.uint8, np.int8), (np.int8, np.int8), (np.uint8, np.uint8),
                                      (np.int8, np.uint8)])
-def test_kernels_gemm_int32(m, k, n, adt, bdt):
+@pytest.mark.parametrize("narrow", [False, True])
+def test_kernels_gemm_int32(m, k, n, adt, bdt, narrow):
+    """narrow: weights in 7 bits (avx2: vpmaddubsw + vpmaddwd), extreme values included: activations at
+    0 / 255 against weights at -64 / 64 give the largest pair sums vpmaddubsw forms, +-32640."""
     rng = np.random.default_rng(m * 1000 + k * 10 + n)
     for extreme in (False, True):
-        a, b = _rand(rng, (m, k), adt, extreme), _rand(rng, (k, n), bdt, extreme)
+        a, b = _rand(rng, (m, k), adt, extreme), (_narrow if narrow else _rand)(rng, (k, n), bdt, extreme)
         za = _rand(rng, (m,), adt) if m > 1 else None
         zb = _rand(rng, (n,), bdt)
         for trans in (0, 1):
             packed = _q().pack_b(np.ascontiguousarray(b.T) if trans else b, k, n, zb, trans)
+            if narrow:
+                _expect_narrow(packed, True)
             out = np.empty((m, n), np.int32)
             bias = rng.integers(-1000, 1000, n, dtype=np.int32)
             _q().gemm(a, za, packed, out, bias, None, 0, 0.0, 0.0, 0, 1)
@@ -67,11 +85,12 @@ def test_kernels_gemm_int32(m, k, n, adt, bdt):
 
 
 @pytest.mark.parametrize("m,k,n", [(13, 4099, 37), (6, 1030, 48), (12, 2, 16)])
-def test_kernels_gemm_extreme_long_k(m, k, n):
+@pytest.mark.parametrize("narrow", [False, True])
+def test_kernels_gemm_extreme_long_k(m, k, n, narrow):
     """The largest products over a long K (the int32 sums near their bound) and whole 6 x 16 tiles."""
     rng = np.random.default_rng(k)
     for adt, bdt in ((np.uint8, np.int8), (np.int8, np.uint8)):
-        a, b = _rand(rng, (m, k), adt, True), _rand(rng, (k, n), bdt, True)
+        a, b = _rand(rng, (m, k), adt, True), (_narrow if narrow else _rand)(rng, (k, n), bdt, True)
         zb = np.full(n, np.iinfo(bdt).min, bdt)
         packed = _q().pack_b(b, k, n, zb, 0)
         out = np.empty((m, n), np.int32)
@@ -259,39 +278,6 @@ def test_kernels_tables_gather_by_bytes(shape, b_shape, dtype):
     np.testing.assert_array_equal(out, channels[np.arange(shape[-1]), index])
     _q().table1(a, t1, a, 1)                            # in place
     np.testing.assert_array_equal(a, t1[index])
-
-
-def _narrow(rng, shape, dtype, extreme=False):
-    """Weights whose packed value (less the uint8 offset 128) lies in [-64, 64]: avx2's vpmaddubsw path."""
-    offset = 0 if dtype == np.int8 else 128
-    if extreme:       # only the two ends: the largest pair sums vpmaddubsw forms (255 * 64 * 2)
-        return (rng.choice(np.array([-64, 64]), size=shape) + offset).astype(dtype)
-    return (rng.integers(-64, 65, size=shape) + offset).astype(dtype)
-
-
-def _expect_narrow(packed, narrow):
-    """avx2 packs narrow weights for vpmaddubsw; the other paths do not distinguish them."""
-    assert packed.narrow == (narrow and _q().isa() == "avx2"), (packed, _q().isa())
-
-
-@pytest.mark.parametrize("m,k,n", SHAPES + [(13, 4099, 37), (6, 1030, 48), (12, 2, 16)])
-@pytest.mark.parametrize("adt,bdt", [(np.uint8, np.int8), (np.int8, np.int8), (np.uint8, np.uint8),
-                                     (np.int8, np.uint8)])
-def test_kernels_gemm_narrow_weights_int32(m, k, n, adt, bdt):
-    """7-bit weights (avx2: vpmaddubsw + vpmaddwd) exact against the int32 reference, extreme values included:
-    activations at 0 / 255 against weights at -64 / 64 give the largest pair sums, +-32640."""
-    rng = np.random.default_rng(m * 31 + k * 7 + n)
-    for extreme in (False, True):
-        a, b = _rand(rng, (m, k), adt, extreme), _narrow(rng, (k, n), bdt, extreme)
-        za = _rand(rng, (m,), adt) if m > 1 else None
-        zb = _rand(rng, (n,), bdt)
-        for trans in (0, 1):
-            packed = _q().pack_b(np.ascontiguousarray(b.T) if trans else b, k, n, zb, trans)
-            _expect_narrow(packed, True)
-            out = np.empty((m, n), np.int32)
-            bias = rng.integers(-1000, 1000, n, dtype=np.int32)
-            _q().gemm(a, za, packed, out, bias, None, 0, 0.0, 0.0, 0, 2)
-            np.testing.assert_array_equal(out, _int_ref(a, za, b, zb) + bias)
 
 
 @pytest.mark.parametrize("outlier", [-65, 65, -128, 127])
