@@ -133,7 +133,7 @@ MOVES = frozenset({"Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "M
 INTEGER_SINCE = {"MaxPool": 12}      # the first opset whose schema lets the op take int8/uint8
 
 
-def to_quantized(sg: Subgraph, precision: str, dynamic: bool = False) -> Subgraph:
+def to_quantized(sg: Subgraph, precision: str, dynamic: bool = False, conv_levels: int = 127) -> Subgraph:
     """Rewrite ``sg`` for integer execution with standard ONNX quantized operators.
 
     Conv, and Gemm / 2-D MatMul with constant weights (as 1x1 QLinearConv), run
@@ -154,6 +154,11 @@ def to_quantized(sg: Subgraph, precision: str, dynamic: bool = False) -> Subgrap
     ``sg.dynamic_block`` columns (weights per output channel and block; 0
     whole rows, None ``quantize.BLOCK``; NNHAL_DYNAMIC_BLOCK wins,
     ``quantize.dynamic_block``).
+
+    ``conv_levels`` bounds the QLinearConv weights (group-1 convolutions, Gemm / MatMul as 1x1) to
+    [-conv_levels, conv_levels]: a device whose integer GEMM runs 7-bit weights faster passes 64 (the cpu
+    device on AVX2: vpmaddubsw, exact on them). DynamicQuantizeGemm weights keep 127 levels: 7-bit ones took
+    MiniLM's cosine against fp32 below 0.999 (docs/int8.md).
     """
     from nnhal.optimizer.quantize import per_channel_int8
 
@@ -217,7 +222,7 @@ def to_quantized(sg: Subgraph, precision: str, dynamic: bool = False) -> Subgrap
                                        opset, "ai.nnhal"))
                 floats.add(node.outputs[0])
                 continue
-        lowered = None if node.name in keep else _lower_weighted(node, g, quantizable, per_channel_int8)
+        lowered = None if node.name in keep else _lower_weighted(node, g, quantizable, per_channel_int8, conv_levels)
         if lowered is not None:
             x, weight, bias, attrs, reshape = lowered
             out = node.outputs[0]
@@ -377,8 +382,9 @@ def _absorbs(node: Node, g: Graph, qdtype: np.dtype) -> bool:
     return lo is not None and float(np.asarray(lo)) == 0.0
 
 
-def _lower_weighted(node: Node, g: Graph, quantizable, per_channel_int8):
-    """(x, (wq, scales), bias, QLinearConv attrs, reshapes or None) for a quantizable Conv/Gemm/MatMul."""
+def _lower_weighted(node: Node, g: Graph, quantizable, per_channel_int8, levels: int = 127):
+    """(x, (wq, scales), bias, QLinearConv attrs, reshapes or None) for a quantizable Conv/Gemm/MatMul; the
+    weights in [-levels, levels] (grouped convolutions: always 127)."""
     if node.domain or node.op_type not in ("Conv", "Gemm", "MatMul") or not quantizable(node.inputs[0]):
         return None
     w = g.tensors[node.inputs[1]]
@@ -391,7 +397,9 @@ def _lower_weighted(node: Node, g: Graph, quantizable, per_channel_int8):
                 return None
             bias = g.tensors[node.inputs[2]].value
         attrs = {k: v for k, v in node.attrs.items() if v is not None}
-        return node.inputs[0], per_channel_int8(w.value), bias, attrs, None
+        # NOTE: the narrow weights serve a GEMM kernel; depthwise / grouped convolutions gain nothing from them
+        narrow = levels if attrs.get("group", 1) == 1 and not _on_int8_grid(w.value) else 127
+        return node.inputs[0], per_channel_int8(w.value, narrow), bias, attrs, None
     x = g.tensors[node.inputs[0]]
     if x.shape is None or len(x.shape) != 2 or w.value.ndim != 2:
         return None
@@ -409,7 +417,20 @@ def _lower_weighted(node: Node, g: Graph, quantizable, per_channel_int8):
         matrix = w.value.T
     m, k = matrix.shape
     shapes = (np.array([-1, k, 1, 1], np.int64), np.array([-1, m], np.int64))
-    return node.inputs[0], per_channel_int8(matrix.reshape(m, k, 1, 1)), bias, {}, shapes
+    narrow = 127 if _on_int8_grid(matrix) else levels
+    return node.inputs[0], per_channel_int8(matrix.reshape(m, k, 1, 1), narrow), bias, {}, shapes
+
+
+def _on_int8_grid(w: np.ndarray) -> bool:
+    """Whether the float weights are already int8 codes times a scale per output channel or per tensor whose
+    peak code is 127 (a pre-quantized model's dequantized weights): re-quantizing them to 127 levels keeps them
+    (or nearly, per tensor), to fewer would change the model's own weights."""
+    flat = np.abs(w.reshape(w.shape[0], -1).astype(np.float64))
+    for peak in (flat.max(axis=1, keepdims=True), flat.max(keepdims=True)):
+        codes = flat * (127.0 / np.where(peak > 0, peak, 1.0))
+        if np.all(np.abs(codes - np.rint(codes)) <= 1e-3):
+            return True
+    return False
 
 
 def make_node(name: str, op: str, inputs: list[str], outputs: list[str], attrs: dict, opset: int,

@@ -6,6 +6,7 @@ module reads.
 from __future__ import annotations
 
 import math
+import os
 import statistics
 
 from nnhal.device.cpu import native, parallel, qnative
@@ -129,13 +130,24 @@ def dynamic_block() -> int | None:
     return 0 if qnative.available() and qnative.status().isa in WHOLE_ROW_ISAS else None
 
 
+def conv_weight_levels() -> int:
+    """The int8 precision pass's weight levels for the convolutions it lowers to QLinearConv: 64 (7-bit
+    weights) where the integer GEMM runs the avx2 path, whose vpmaddubsw is exact on them and about 0.7x the
+    16-bit path's time (docs/int8.md); else 127. NNHAL_NARROW_WEIGHTS=0 / 1 forces 127 / 64."""
+    forced = os.environ.get("NNHAL_NARROW_WEIGHTS", "")
+    if forced in ("0", "1"):
+        return 64 if forced == "1" else 127
+    return 64 if qnative.available() and qnative.status().isa == "avx2" else 127
+
+
 def cpu_describe(device: Device) -> Description:
     return Description(
         ops=frozenset(op for table in DOMAINS.values() for op in table),
         precisions=("fp32", "fp16", "int8", "uint8"),
         performance={"fp32": Performance(1.0, 1.0)},
         summary=f"numpy reference and fast kernels, native C kernels {_native_state()}; integer kernels "
-                f"{_integer_state()}; fp16 is {COMPUTE}",
+                f"{_integer_state()}; int8 convolution weights {7 if conv_weight_levels() == 64 else 8}-bit; "
+                f"fp16 is {COMPUTE}",
         # NOTE: numpy has no float16 matrix product; fp16 computed in float16 ran 4x-16x slower than fp32.
         compute={"fp16": COMPUTE},
         reentrant=True,         # a plan's run takes its own arena from a pool (plan.py)
@@ -167,7 +179,7 @@ def cpu_optimize_graph(subgraph: Subgraph, precision: str) -> Subgraph:
     if precision == "fp16":
         return to_fp16_storage(subgraph)
     if precision in ("int8", "uint8"):
-        lowered = to_quantized(subgraph, precision, dynamic=True)
+        lowered = to_quantized(subgraph, precision, dynamic=True, conv_levels=conv_weight_levels())
         if fuse_code_tables(lowered.graph):
             lowered.nodes = lowered.graph.nodes
         return lowered

@@ -36,6 +36,19 @@ def _rand(rng, shape, dtype, extreme=False):
     return rng.integers(info.min, int(info.max) + 1, size=shape, dtype=dtype)
 
 
+def _narrow(rng, shape, dtype, extreme=False):
+    """Weights whose packed value (less the uint8 offset 128) lies in [-64, 64]: avx2's vpmaddubsw path."""
+    offset = 0 if dtype == np.int8 else 128
+    if extreme:       # only the two ends: the largest pair sums vpmaddubsw forms (255 * 64 * 2)
+        return (rng.choice(np.array([-64, 64]), size=shape) + offset).astype(dtype)
+    return (rng.integers(-64, 65, size=shape) + offset).astype(dtype)
+
+
+def _expect_narrow(packed, narrow):
+    """avx2 packs narrow weights for vpmaddubsw; the other paths do not distinguish them."""
+    assert packed.narrow == (narrow and _q().isa() == "avx2"), (packed, _q().isa())
+
+
 def _int_ref(a, za, b, zb):
     """(a - za) @ (b - zb) in int64, returned as int32 (the sums fit)."""
     aa = a.astype(np.int64) - (0 if za is None else za.astype(np.int64).reshape(-1, 1))
@@ -52,14 +65,19 @@ SHAPES = [(1, 1, 1), (3, 5, 7), (7, 17, 33), (9, 64, 32), (17, 67, 70), (33, 130
 @pytest.mark.parametrize("m,k,n", SHAPES)
 @pytest.mark.parametrize("adt,bdt", [(np.uint8, np.int8), (np.int8, np.int8), (np.uint8, np.uint8),
                                      (np.int8, np.uint8)])
-def test_kernels_gemm_int32(m, k, n, adt, bdt):
+@pytest.mark.parametrize("narrow", [False, True])
+def test_kernels_gemm_int32(m, k, n, adt, bdt, narrow):
+    """narrow: weights in 7 bits (avx2: vpmaddubsw + vpmaddwd), extreme values included: activations at
+    0 / 255 against weights at -64 / 64 give the largest pair sums vpmaddubsw forms, +-32640."""
     rng = np.random.default_rng(m * 1000 + k * 10 + n)
     for extreme in (False, True):
-        a, b = _rand(rng, (m, k), adt, extreme), _rand(rng, (k, n), bdt, extreme)
+        a, b = _rand(rng, (m, k), adt, extreme), (_narrow if narrow else _rand)(rng, (k, n), bdt, extreme)
         za = _rand(rng, (m,), adt) if m > 1 else None
         zb = _rand(rng, (n,), bdt)
         for trans in (0, 1):
             packed = _q().pack_b(np.ascontiguousarray(b.T) if trans else b, k, n, zb, trans)
+            if narrow:
+                _expect_narrow(packed, True)
             out = np.empty((m, n), np.int32)
             bias = rng.integers(-1000, 1000, n, dtype=np.int32)
             _q().gemm(a, za, packed, out, bias, None, 0, 0.0, 0.0, 0, 1)
@@ -67,11 +85,12 @@ def test_kernels_gemm_int32(m, k, n, adt, bdt):
 
 
 @pytest.mark.parametrize("m,k,n", [(13, 4099, 37), (6, 1030, 48), (12, 2, 16)])
-def test_kernels_gemm_extreme_long_k(m, k, n):
+@pytest.mark.parametrize("narrow", [False, True])
+def test_kernels_gemm_extreme_long_k(m, k, n, narrow):
     """The largest products over a long K (the int32 sums near their bound) and whole 6 x 16 tiles."""
     rng = np.random.default_rng(k)
     for adt, bdt in ((np.uint8, np.int8), (np.int8, np.uint8)):
-        a, b = _rand(rng, (m, k), adt, True), _rand(rng, (k, n), bdt, True)
+        a, b = _rand(rng, (m, k), adt, True), (_narrow if narrow else _rand)(rng, (k, n), bdt, True)
         zb = np.full(n, np.iinfo(bdt).min, bdt)
         packed = _q().pack_b(b, k, n, zb, 0)
         out = np.empty((m, n), np.int32)
@@ -168,9 +187,9 @@ def test_kernels_gemm_dynamic_per_row(m, k, n, signed):
     np.testing.assert_array_equal(out, _dynamic_ref(x, w, signed, scale_w, bias))
 
 
-def _conv_case(rng, xdt, n, c, h, w, m, kh, kw, stride, pad, dil, group=1):
+def _conv_case(rng, xdt, n, c, h, w, m, kh, kw, stride, pad, dil, group=1, narrow=False):
     x = _rand(rng, (n, c, h, w), xdt)
-    wt = _rand(rng, (m, c // group, kh, kw), np.int8)
+    wt = (_narrow if narrow else _rand)(rng, (m, c // group, kh, kw), np.int8)
     x_scale, y_scale = np.array(0.02, np.float32), np.array(0.3, np.float32)
     w_scale = rng.uniform(0.005, 0.02, m).astype(np.float32)
     x_zero, y_zero = np.array(_rand(rng, (), xdt)), np.array(_rand(rng, (), xdt))
@@ -259,6 +278,53 @@ def test_kernels_tables_gather_by_bytes(shape, b_shape, dtype):
     np.testing.assert_array_equal(out, channels[np.arange(shape[-1]), index])
     _q().table1(a, t1, a, 1)                            # in place
     np.testing.assert_array_equal(a, t1[index])
+
+
+@pytest.mark.parametrize("outlier", [-65, 65, -128, 127])
+def test_kernels_one_weight_outside_7_bits_keeps_the_wide_path(outlier):
+    """One weight beyond [-64, 64] would let vpmaddubsw saturate: the whole matrix packs wide, still exact."""
+    rng = np.random.default_rng(abs(outlier))
+    m, k, n = 7, 37, 19
+    a = np.full((m, k), 255, np.uint8)
+    b = _narrow(rng, (k, n), np.int8, True)
+    b[k - 1, n - 1] = outlier
+    packed = _q().pack_b(b, k, n, None, 0)
+    _expect_narrow(packed, False)
+    out = np.empty((m, n), np.int32)
+    _q().gemm(a, None, packed, out, None, None, 0, 0.0, 0.0, 0, 1)
+    np.testing.assert_array_equal(out, _int_ref(a, None, b, None))
+
+
+@pytest.mark.parametrize("m,k,n", SHAPES[:6])
+@pytest.mark.parametrize("signed", [True, False])
+def test_kernels_gemm_dynamic_narrow_weights(m, k, n, signed):
+    rng = np.random.default_rng(5 * m + k)
+    x = (rng.standard_normal((m, k)) * rng.uniform(0.1, 10, (m, 1))).astype(np.float32)
+    w = _narrow(rng, (n, k), np.int8)
+    w[0] = 64
+    scale_w = rng.uniform(1e-3, 1e-2, n).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    packed = _q().pack_b(w, k, n, None, 1)
+    _expect_narrow(packed, True)
+    out = np.empty((m, n), np.float32)
+    _q().gemm_dynamic(x, int(signed), packed, out, bias, scale_w, -np.inf, np.inf, 2)
+    np.testing.assert_array_equal(out, _dynamic_ref(x, w, signed, scale_w, bias))
+
+
+@pytest.mark.parametrize("xdt", [np.uint8, np.int8])
+@pytest.mark.parametrize("case", [(1, 3, 7, 9, 5, 3, 3, 1, 1, 1), (2, 8, 6, 6, 33, 3, 3, 2, 1, 1),
+                                  (1, 17, 5, 5, 40, 5, 5, 1, 2, 1)])
+def test_kernels_qlinear_conv_narrow_weights_equals_onnx_reference(xdt, case):
+    rng = np.random.default_rng(sum(case) + 2)
+    x, wt, x_zero, y_zero, bias, factor, geometry, want = _conv_case(rng, xdt, *case, narrow=True)
+    m = wt.shape[0]
+    packed = _q().pack_b(np.ascontiguousarray(wt.transpose(0, 2, 3, 1)), wt[0].size, m, None, 1)
+    _expect_narrow(packed, True)
+    out = np.empty((geometry[0], geometry[4], geometry[5], m), xdt)
+    for rounding, ref in ((0, want), (1, _float32_rescale(x, wt, x_zero, bias, factor, y_zero, geometry))):
+        _q().conv(np.ascontiguousarray(x.transpose(0, 2, 3, 1)), x_zero.reshape(1), packed, geometry, out, bias,
+                  factor, int(y_zero), -1e9, 1e9, rounding, 2)
+        np.testing.assert_array_equal(out.transpose(0, 3, 1, 2), ref)
 
 
 def test_kernels_forced_isa_is_used():

@@ -13,17 +13,21 @@
  * at import from the CPU (cpuid / xgetbv) or forced by NNHAL_QGEMM_ISA=avx512vnni|avxvnni|avx2|portable:
  *   avx512vnni  vpdpbusd on 512 bits, 8 x 32 tiles;
  *   avxvnni     vpdpbusd (VEX) on 256 bits, 6 x 16 tiles;
- *   avx2        no vpmaddubsw (its u8 x s8 pair sums saturate at 16 bits): the weights are widened to
- *               int16 once, when packed, the activations while packed (vpmovzxbw), and vpmaddwd
- *               multiplies a broadcast K pair of one row by 8 columns' pairs into int32, exact; 6 x 16
- *               tiles (12 accumulators);
+ *   avx2        vpmaddubsw's u8 x s8 pair sums saturate at 16 bits, so it runs only on narrow weights:
+ *               when every packed weight bs lies in [-64, 64] (7-bit weights, as nnhal's int8 pass
+ *               quantizes convolutions) a pair sum is at most 255 * 64 * 2 = 32640 < 2^15 and
+ *               vpmaddubsw + vpmaddwd(ones) is exact, on the vnni byte layout (6 x 16 tiles); other
+ *               weights are widened to int16 once, when packed, the activations while packed
+ *               (vpmovzxbw), and vpmaddwd multiplies a broadcast K pair of one row by 8 columns' pairs
+ *               into int32, exact; 6 x 16 tiles (12 accumulators);
  *   portable    plain C on the byte layout of the vnni paths, 4 x 8 tiles.
  * A forced instruction set the CPU lacks makes isa() and every kernel raise RuntimeError saying so.
  *
  * Packed weights (PackedB): panels of NR columns; within a panel, groups of KG along K, each group NR x KG
  * values (column-major inside the group): bytes in groups of 4 (one vpdpbusd operand per 16 columns) or,
- * for avx2, int16 in pairs (one vpmaddwd operand per 8 columns). K is padded to a multiple of 4 and N to
- * NR with zeros. The packed A (per thread, a chunk of rows) holds bytes, or int16 for avx2.
+ * for avx2's wide weights, int16 in pairs (one vpmaddwd operand per 8 columns). K is padded to a multiple of
+ * 4 and N to NR with zeros. The packed A (per thread, a chunk of rows) holds bytes, or int16 for avx2's wide
+ * weights.
  *
  * Offsets: A is held as unsigned bytes au = a + oa (oa = 128 for int8 A, its bits flipped while packing),
  * B as signed bytes bs = b - ob (ob = 128 for uint8 B). With za' = za + oa per row and d_n = ob - zb_n,
@@ -68,8 +72,10 @@ static const int ISA_KG[ISA_COUNT] = {4, 2, 4, 4};
 static const int ISA_ESIZE[ISA_COUNT] = {1, 2, 1, 1};
 static const char *ISA_DESCRIBE[ISA_COUNT] = {
     "portable: plain C, 4x8 tiles, int32 sums",
-    "avx2: weights widened to int16 K pairs once when packed, activations widened while packed, vpmaddwd "
-    "into int32 (exact; no vpmaddubsw, whose u8*s8 pair sums saturate at 16 bits), 6x16 tiles",
+    "avx2: weights that all fit 7 bits ([-64, 64], nnhal's int8 convolutions) as bytes, vpmaddubsw + "
+    "vpmaddwd(ones) into int32 (exact: a u8*s7 pair sum fits 16 bits); other weights widened to int16 K "
+    "pairs once when packed, activations widened while packed, vpmaddwd into int32 (exact; vpmaddubsw would "
+    "saturate on them), 6x16 tiles",
     "avxvnni: vpdpbusd (VEX, 256-bit) u8*s8 into int32, 6x16 tiles",
     "avx512vnni: vpdpbusd (512-bit) u8*s8 into int32, 8x32 tiles",
 };
@@ -186,32 +192,37 @@ static inline int32_t load4(const uint8_t *p)
 #define T_AVXVNNI __attribute__((target("avx2,fma,avxvnni")))
 #define T_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma")))
 
-/* avx2: 6 rows x 16 columns, the 12 accumulators named (an array of them is spilled by the compiler). Per
-   K pair, the pair (a[2g], a[2g + 1]) of each row is broadcast as one int32 and vpmaddwd with the 16
-   columns' pairs (two registers, 8 columns each) gives each column's two products summed. Fewer than 6
-   rows: the missing rows read row 0 again and are not stored. */
-static T_AVX2 void micro_avx2(int mr, const void *av, int64_t lda, const void *bv, int64_t kp, int32_t *c)
+/* avx2: 6 rows x 16 columns, the 12 accumulators named (an array of them is spilled by the compiler); each
+   step reads 4 bytes of every row (broadcast as one int32) and 64 bytes of the panel (two registers, 8
+   columns each). Wide weights (narrow 0): the step is one K pair of int16, and vpmaddwd gives each column's
+   two products summed. Narrow weights (every bs in [-64, 64], the vnni byte layout): the step is one K group
+   of 4 bytes, vpmaddubsw multiplies the row's unsigned bytes by the columns' signed ones and adds pairs into
+   int16, exact because |255 * 64 * 2| < 2^15, and vpmaddwd by ones adds the two pairs into int32. Fewer than
+   6 rows: the missing rows read row 0 again and are not stored. step: bytes between rows. */
+static inline __attribute__((always_inline)) T_AVX2 void micro_avx2_body(int narrow, int mr, const void *av,
+                                                                         int64_t step, const void *bv,
+                                                                         int64_t steps, int32_t *c)
 {
-    const int16_t *b = bv;
-    /* bytes: the pairs are read as int32 through load4 (memcpy), the buffer being int16 */
+    const uint8_t *b = bv;
     const uint8_t *a0 = av, *a1 = a0, *a2 = a0, *a3 = a0, *a4 = a0, *a5 = a0;
-    int64_t step = lda * 2;        /* bytes between rows */
     if (mr > 1) a1 = a0 + step;
     if (mr > 2) a2 = a0 + 2 * step;
     if (mr > 3) a3 = a0 + 3 * step;
     if (mr > 4) a4 = a0 + 4 * step;
     if (mr > 5) a5 = a0 + 5 * step;
+    const __m256i ones = _mm256_set1_epi16(1);
     __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
     __m256i c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+#define NNQ_MUL(x, bb) (narrow ? _mm256_madd_epi16(_mm256_maddubs_epi16(x, bb), ones) : _mm256_madd_epi16(x, bb))
 #define NNQ_ROW(r, ar)                                                                                   \
     do {                                                                                                  \
         __m256i x = _mm256_set1_epi32(load4(ar + 4 * g));                                                 \
-        c##r##0 = _mm256_add_epi32(c##r##0, _mm256_madd_epi16(x, b0));                                    \
-        c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(x, b1));                                    \
+        c##r##0 = _mm256_add_epi32(c##r##0, NNQ_MUL(x, b0));                                              \
+        c##r##1 = _mm256_add_epi32(c##r##1, NNQ_MUL(x, b1));                                              \
     } while (0)
-    for (int64_t g = 0, pairs = kp / 2; g < pairs; g++) {
-        __m256i b0 = _mm256_load_si256((const __m256i *)(b + g * 32));
-        __m256i b1 = _mm256_load_si256((const __m256i *)(b + g * 32 + 16));
+    for (int64_t g = 0; g < steps; g++) {
+        __m256i b0 = _mm256_load_si256((const __m256i *)(b + g * 64));
+        __m256i b1 = _mm256_load_si256((const __m256i *)(b + g * 64 + 32));
         NNQ_ROW(0, a0);
         NNQ_ROW(1, a1);
         NNQ_ROW(2, a2);
@@ -220,11 +231,24 @@ static T_AVX2 void micro_avx2(int mr, const void *av, int64_t lda, const void *b
         NNQ_ROW(5, a5);
     }
 #undef NNQ_ROW
+#undef NNQ_MUL
     __m256i rows[12] = {c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51};
     for (int i = 0; i < mr; i++) {
         _mm256_storeu_si256((__m256i *)(c + i * 16), rows[2 * i]);
         _mm256_storeu_si256((__m256i *)(c + i * 16 + 8), rows[2 * i + 1]);
     }
+}
+
+/* a: int16 (lda elements a row), b: the int16 K pairs */
+static T_AVX2 void micro_avx2(int mr, const void *av, int64_t lda, const void *bv, int64_t kp, int32_t *c)
+{
+    micro_avx2_body(0, mr, av, lda * 2, bv, kp / 2, c);
+}
+
+/* a: bytes, b: the vnni byte layout, every weight in [-64, 64] */
+static T_AVX2 void micro_avx2_narrow(int mr, const void *av, int64_t lda, const void *bv, int64_t kp, int32_t *c)
+{
+    micro_avx2_body(1, mr, av, lda, bv, kp / 4, c);
 }
 
 /* rows of packed bytes widened to int16 (the avx2 micro-kernel's A): n a multiple of 4 */
@@ -312,9 +336,11 @@ static T_AVX512 void micro_avx512(int mr, const void *av, int64_t lda, const voi
 }
 #endif
 
-static micro_fn micro_for(int isa)
+static micro_fn micro_for(int isa, int narrow)
 {
 #ifdef NNQ_X86
+    if (isa == ISA_AVX2 && narrow)
+        return micro_avx2_narrow;
     switch (isa) {
     case ISA_AVX2: return micro_avx2;
     case ISA_AVXVNNI: return micro_avxvnni;
@@ -323,6 +349,7 @@ static micro_fn micro_for(int isa)
     }
 #endif
     (void)isa;
+    (void)narrow;
     return micro_portable;
 }
 
@@ -527,6 +554,7 @@ typedef struct {
     int isa, nr, kg, esize;   /* kg, esize: the K group and the element size (ISA_KG, ISA_ESIZE) */
     int64_t k, kp, n, panels;
     int b_signed;
+    int narrow;          /* avx2: every bs in [-64, 64], packed as bytes for vpmaddubsw (micro_avx2_narrow) */
     int8_t *data;        /* panels * kp * nr elements of esize bytes, 64-byte aligned */
     int32_t *d;          /* [n] ob - zb_n */
     int32_t *cterm;      /* [n] colsum(bs)_n + k d_n */
@@ -543,13 +571,15 @@ static void packed_dealloc(PackedB *self)
 
 static PyObject *packed_repr(PackedB *self)
 {
-    return PyUnicode_FromFormat("<qkernels.PackedB K=%lld N=%lld %s %s>", (long long)self->k, (long long)self->n,
-                                self->b_signed ? "int8" : "uint8", ISA_NAMES[self->isa]);
+    return PyUnicode_FromFormat("<qkernels.PackedB K=%lld N=%lld %s %s%s>", (long long)self->k, (long long)self->n,
+                                self->b_signed ? "int8" : "uint8", ISA_NAMES[self->isa],
+                                self->narrow ? " narrow" : "");
 }
 
 static PyObject *packed_get_k(PackedB *self, void *c) { (void)c; return PyLong_FromLongLong(self->k); }
 static PyObject *packed_get_n(PackedB *self, void *c) { (void)c; return PyLong_FromLongLong(self->n); }
 static PyObject *packed_get_isa(PackedB *self, void *c) { (void)c; return PyUnicode_FromString(ISA_NAMES[self->isa]); }
+static PyObject *packed_get_narrow(PackedB *self, void *c) { (void)c; return PyBool_FromLong(self->narrow); }
 static PyObject *packed_get_nbytes(PackedB *self, void *c)
 {
     (void)c;
@@ -561,6 +591,8 @@ static PyGetSetDef packed_getset[] = {
     {"n", (getter)packed_get_n, NULL, "columns N", NULL},
     {"isa", (getter)packed_get_isa, NULL, "the instruction set the panels are laid out for", NULL},
     {"nbytes", (getter)packed_get_nbytes, NULL, "bytes held", NULL},
+    {"narrow", (getter)packed_get_narrow, NULL,
+     "avx2: every weight (less the uint8 offset 128) in [-64, 64], run by vpmaddubsw (exact)", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -722,6 +754,18 @@ static int mul_ok(const char *kernel, int64_t a, int64_t b, int64_t *r)
 }
 
 /* ------------------------------------------------------------------------------------------ pack_b */
+/* every weight less its offset (bs = b - ob) in [-64, 64]: vpmaddubsw's pair sums cannot saturate */
+static int fits_7bit(const uint8_t *src, int64_t count, int b_signed)
+{
+    int lo = 127, hi = -128;
+    for (int64_t i = 0; i < count; i++) {
+        int v = b_signed ? (int)(int8_t)src[i] : (int)src[i] - 128;
+        lo = v < lo ? v : lo;
+        hi = v > hi ? v : hi;
+    }
+    return lo >= -64 && hi <= 64;
+}
+
 /* pack_b(b, b_zero, trans) -> PackedB. b: 2-D int8 or uint8 [K, N] (trans 0) or [N, K] (trans 1), given
    as a flat C-contiguous array with its two sizes; b_zero: None or an array of 1 or N zero points. */
 static PyObject *qk_pack_b(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
@@ -756,10 +800,15 @@ static PyObject *qk_pack_b(PyObject *mod, PyObject *const *args, Py_ssize_t narg
         release_all(a, 2);
         return NULL;
     }
+    const uint8_t *src = a[0].view.buf;
+    int ob = b_signed ? 0 : 128;
     p->isa = g_isa;
-    p->nr = ISA_NR[g_isa];
-    p->kg = ISA_KG[g_isa];
-    p->esize = ISA_ESIZE[g_isa];
+    p->narrow = g_isa == ISA_AVX2 && fits_7bit(src, kn, b_signed);
+    /* NOTE: narrow avx2 weights take the vnni byte layout (avxvnni's NR, KG and element size) */
+    int layout = p->narrow ? ISA_AVXVNNI : g_isa;
+    p->nr = ISA_NR[layout];
+    p->kg = ISA_KG[layout];
+    p->esize = ISA_ESIZE[layout];
     p->k = k;
     p->kp = (k + 3) & ~(int64_t)3;
     p->n = n;
@@ -774,9 +823,8 @@ static PyObject *qk_pack_b(PyObject *mod, PyObject *const *args, Py_ssize_t narg
         release_all(a, 2);
         return PyErr_NoMemory();
     }
-    const uint8_t *src = a[0].view.buf;
     const uint8_t *zb = a[1].held ? a[1].view.buf : NULL;
-    int nr = p->nr, kg = p->kg, ob = b_signed ? 0 : 128, any_d = 0;
+    int nr = p->nr, kg = p->kg, any_d = 0;
     memset(p->data, 0, bytes);
     Py_BEGIN_ALLOW_THREADS
     for (int64_t col = 0; col < n; col++) {
@@ -906,7 +954,7 @@ static void run_part(const void *job, int part)
     const job_t *j = job;
     const PackedB *b = j->b;
     int isa = b->isa, nr = b->nr, mr_max = ISA_MR[isa];
-    micro_fn micro = micro_for(isa);
+    micro_fn micro = micro_for(isa, b->narrow);
     epilogue_fn epi = epilogue_for(isa);
     int64_t m_lo = 0, m_hi = j->m, p_lo = 0, p_hi = b->panels;
     if (j->by_rows) {
