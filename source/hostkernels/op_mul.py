@@ -22,9 +22,10 @@ class MulKernel(BinaryKernel):
     ufunc = np.multiply
 
 
-def _channel_operand(ins, outs) -> int | None:
+def channel_operand(ins, outs, per_image: bool = False) -> int | None:
     """Which input (0 or 1) is a vector along the output's last axis when the other has the output's
-    shape, all of one float dtype and static; else None."""
+    shape, all of one float dtype and static; else None. ``per_image``: the vector may also be one per
+    image, shaped (N, 1, ..., 1, C) against an output (N, ..., C) (a squeeze-excite gate)."""
     if len(ins) != 2 or any(i is None or not i.static or i.dtype not in _FLOATS for i in ins) \
             or not outs[0].static or outs[0].dtype != ins[0].dtype or ins[1].dtype != ins[0].dtype:
         return None
@@ -33,7 +34,10 @@ def _channel_operand(ins, outs) -> int | None:
         return None
     for k in (0, 1):
         full, vec = tuple(ins[1 - k].shape), tuple(ins[k].shape)
-        if full == out and len(vec) <= len(out) and vec[-1:] == out[-1:] and all(d == 1 for d in vec[:-1]):
+        if full != out or len(vec) > len(out) or vec[-1:] != out[-1:]:
+            continue
+        lead = vec[1:-1] if per_image and len(vec) == len(out) and vec[0] == out[0] else vec[:-1]
+        if all(d == 1 for d in lead):
             return k
     return None
 
@@ -46,14 +50,14 @@ class ChannelMulKernel(BinaryKernel):
     name = "fast"
 
     def score(self, node, ins, outs) -> int:
-        k = _channel_operand(ins, outs)
+        k = channel_operand(ins, outs)
         if k is None:
             return 0
         size = int(np.prod(outs[0].shape))
         return 2 if size >= (CONSTANT_MIN if ins[k].value is not None else RUNTIME_MIN) else 0
 
     def prepare(self, node, ins, outs):
-        k = _channel_operand(ins, outs)
+        k = channel_operand(ins, outs)
         dtype, shape = outs[0].dtype, tuple(outs[0].shape)
         const = ins[k].value
         block = None if const is None else _blocks.tiled(np.asarray(const, dtype).reshape(-1))

@@ -13,30 +13,21 @@ from __future__ import annotations
 import numpy as np
 
 from nnhal.device.cpu import native, parallel
+from nnhal.hostkernels import op_mul
 from nnhal.hostkernels.base import RunFn, ufunc_run
 from nnhal.hostkernels.op_mul import MulKernel
 from nnhal.operator.base import Info
 
 
 def channel_operand(ins: list[Info | None], outs: list[Info]) -> int | None:
-    """Which input (0 or 1) is the gate: float32, static, shaped (1, ..., 1, C) or (N, 1, ..., 1, C) against
-    the other input's (N, ..., C), which is the output's shape (at least 2-D); None for any other Mul."""
-    if len(ins) != 2 or any(i is None or not i.static or i.dtype != np.float32 for i in ins) \
-            or not outs[0].static or outs[0].dtype != np.float32:
+    """Which input (0 or 1) is the gate: op_mul.channel_operand's per-image vector, float32, smaller than the
+    map; None for any other Mul."""
+    if outs[0].dtype != np.float32:
         return None
-    out = tuple(outs[0].shape)
-    if len(out) < 2:
+    k = op_mul.channel_operand(ins, outs, per_image=True)
+    if k is None or int(np.prod(ins[k].shape)) >= int(np.prod(outs[0].shape)):
         return None
-    for k in (0, 1):
-        full, vec = tuple(ins[1 - k].shape), tuple(ins[k].shape)
-        if full != out or not vec or len(vec) > len(out) or vec[-1] != out[-1] \
-                or int(np.prod(vec)) >= int(np.prod(out)):
-            continue
-        # a shorter vector broadcasts from the left; a full-rank one may hold one vector per image
-        inner = vec[1:-1] if len(vec) == len(out) and vec[0] == out[0] else vec[:-1]
-        if all(d == 1 for d in inner):
-            return k
-    return None
+    return k
 
 
 class MulChannelNative(MulKernel):
