@@ -68,6 +68,40 @@ def test_an_input_already_placed_in_the_output_is_not_copied_again():
     assert (out[..., :40] == 1.0).all() and (out[..., 40:] == 2.0).all()
 
 
+
+@needs_native
+def test_a_pair_found_in_place_is_remembered_and_other_pairs_are_still_checked(monkeypatch):
+    """The kernel remembers which (input, output) arrays it found in place: the same arrays again copy nothing,
+    while another input array, or the same input with another output, is checked and copied."""
+    shapes = [(2, 5, 3, 40), (2, 5, 3, 24)]
+    _, run, shape = _prepare(shapes, 3, np.float32)
+    copies = []
+    copy_rows = native.copy_rows
+    monkeypatch.setattr(native, "copy_rows", lambda *a: copies.append(a[7]) or copy_rows(*a))
+    out = np.zeros(shape, np.float32)
+    placed = out[..., :40]
+    placed[...] = 1.0
+    second = np.full(shapes[1], 2.0, np.float32)
+    for _ in range(3):
+        run([placed, second], [out])
+    assert copies == [40 * 4] * 3                           # only the second input, every run
+    assert (out[..., :40] == 1.0).all() and (out[..., 40:] == 2.0).all()
+    copies.clear()
+    other = np.full(shapes[0], 3.0, np.float32)             # not in place: copied
+    run([other, second], [out])
+    assert copies == [0, 40 * 4] and (out[..., :40] == 3.0).all()
+    copies.clear()
+    elsewhere = np.zeros(shape, np.float32)                 # the remembered input, another output: copied there
+    run([placed, second], [elsewhere])
+    assert copies == [0, 40 * 4]
+    np.testing.assert_array_equal(elsewhere, np.concatenate([placed, second], 3))
+    shifted = out[..., 24:]                                  # a view of the output at the wrong offset: copied
+    shifted_in = np.full(shapes[0], 5.0, np.float32)
+    np.copyto(shifted, shifted_in)
+    copies.clear()
+    run([shifted, second], [elsewhere])
+    assert copies == [0, 40 * 4] and (elsewhere[..., :40] == 5.0).all()
+
 def test_small_concats_keep_the_reference_kernel():
     score, _, _ = _prepare([(1, 4, 2, 2), (1, 4, 2, 2)], 1, np.float32)
     assert score == 0
