@@ -14,3 +14,13 @@ def contiguous_io(inputs: list, outputs: list, shape: tuple, dtype) -> tuple[np.
     if y is None or not y.flags.c_contiguous:
         y = np.empty(shape, dtype)
     return x, y
+
+
+def evenly_spaced_pixels(y: np.ndarray) -> bool:
+    """Whether a 4-D channels-last array has unit-stride channels and evenly spaced pixels at least its channels
+    apart: C-contiguous, or a channel slice of a wider channels-last tensor (plan.concat_slices), what the native
+    kernels take as an output with a pixel stride (native/nn_buffer.h nn_get_pixels)."""
+    _, h, w, c = y.shape
+    s, item = y.strides, y.itemsize
+    pixel = s[2]
+    return s[3] == item and pixel % item == 0 and pixel >= c * item and s[1] == w * pixel and s[0] == h * w * pixel

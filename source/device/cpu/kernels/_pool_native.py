@@ -13,6 +13,7 @@ from collections.abc import Callable
 import numpy as np
 
 from nnhal.device.cpu import native, parallel
+from nnhal.device.cpu.kernels._io import evenly_spaced_pixels
 from nnhal.operator._nn import pool_geometry
 from nnhal.operator.base import Info
 
@@ -45,9 +46,7 @@ def make_pool(g: dict, shape: tuple[int, ...], kind: str) -> Callable[[np.ndarra
     def run(x: np.ndarray, out: np.ndarray) -> np.ndarray:
         if not x.flags.c_contiguous:
             x = np.ascontiguousarray(x)
-        strides = out.strides
-        pixel = strides[2]
-        if strides[3] != 4 or pixel % 4 or pixel < 4 * c or strides[1] != ow * pixel or strides[0] != oh * ow * pixel:
+        if not evenly_spaced_pixels(out):
             # NOTE: an output whose pixels are not evenly spaced cannot come from the CPU plan; kept correct anyway
             tmp = np.empty((n, oh, ow, c), np.float32)
             run(x, tmp)

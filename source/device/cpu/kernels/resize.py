@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from nnhal.device.cpu import native, parallel
-from nnhal.device.cpu.kernels._io import contiguous_io
+from nnhal.device.cpu.kernels._io import contiguous_io, evenly_spaced_pixels
 from nnhal.hostkernels._nn import resample, resample_plan
 from nnhal.hostkernels.base import Kernel, RunFn, store
 from nnhal.operator._nn import resize_targets
@@ -82,6 +82,9 @@ class ResizeNHWCNative(ResizeNHWC):
     """Resize of a static float32 channels-last image with constant scales or sizes, natively."""
 
     name = "nhwc-native"
+    # the output may be a channel slice of a wider channels-last tensor (plan.concat_slices): an FPN/PAN neck's
+    # or DBNet's upsampled maps written straight into their Concat, which then copies nothing
+    strided_output = True
 
     def score(self, node, ins, outs) -> int:
         if not native.available() or super().score(node, ins, outs) == 0 or ins[0].dtype != np.float32 \
@@ -98,7 +101,12 @@ class ResizeNHWCNative(ResizeNHWC):
         resize = native.resize_nhwc
 
         def run(inputs, outputs):
-            x, y = contiguous_io(inputs, outputs, oshape, np.float32)
+            x = inputs[0] if inputs[0].flags.c_contiguous else np.ascontiguousarray(inputs[0])
+            y = outputs[0] if outputs[0] is not None else np.empty(oshape, np.float32)
+            if not evenly_spaced_pixels(y):
+                # NOTE: an output whose pixels are not evenly spaced cannot come from the CPU plan; kept correct anyway
+                np.copyto(y, run([x], [None])[0])
+                return (y,)
             parts = parallel.native_parts(work, rows) if parallel.native_pool() else 1
             resize(x, y, hidx, hw, widx, ww, parts)
             return (y,)
@@ -121,6 +129,7 @@ class ResizeToNCHW(ResizeNHWCNative):
     products re-associated)."""
 
     name = "nhwc-to-nchw"
+    strided_output = False      # its NCHW output is C-contiguous
 
     def __init__(self, round_half: bool = False):
         self.round_half = round_half

@@ -1037,6 +1037,7 @@ typedef struct {
     const int32_t *hidx, *widx;
     const float *hw, *ww;
     int64_t n, h, w, c, oh, ow, th, tw;
+    int64_t ldy;            /* resize_nhwc: y's pixel stride in elements (c, or a wider tensor's channels) */
     int *failed;            /* set when a part's scratch row could not be allocated */
     int round_half;         /* resize_to_nchw: each output rounded through float16 (fp16 storage, nn_resize_nchw.h) */
 } nn_resize_args;
@@ -1062,11 +1063,11 @@ NN_API NN_CLONES void nn_resize_rows(const nn_resize_args *a, int64_t r0, int64_
             }
             line = row;
         }
-        float *out = a->y + r * a->ow * c;
+        float *out = a->y + r * a->ow * a->ldy;
         for (int64_t ow = 0; ow < a->ow; ow++) {
             const int32_t *wi = a->widx + ow * a->tw;
             const float *wv = a->ww + ow * a->tw;
-            float *o = out + ow * c;
+            float *o = out + ow * a->ldy;
             const float *p0 = line + (int64_t)wi[0] * c;
             if (nn_resize_copies(a->tw, wv)) {
                 memcpy(o, p0, (size_t)c * sizeof(float));
@@ -1926,7 +1927,8 @@ fail:
     return nn_finish(b, 2, 0);
 }
 
-/* ---- resize_nhwc(x, y, hidx, hw, widx, ww, parts): x (n, h, w, c), y (n, oh, ow, c); hidx / hw (oh, th) and
+/* ---- resize_nhwc(x, y, hidx, hw, widx, ww, parts): x (n, h, w, c), y (n, oh, ow, c), C-contiguous or evenly
+ * spaced pixels (a channel slice of a wider channels-last tensor, nn_get_pixels); hidx / hw (oh, th) and
  * widx / ww (ow, tw): int32 source rows / columns and their float32 weights, 1 <= th, tw <= 64 */
 static int nn_resize_taps(nn_arg *idx, nn_arg *wts, int64_t out, int64_t limit, const char *k, const char *iname,
                    const char *wname, int64_t *taps) {
@@ -1947,12 +1949,12 @@ static int nn_resize_taps(nn_arg *idx, nn_arg *wts, int64_t out, int64_t limit, 
 /* resize_nhwc (y (n, oh, ow, c)) and resize_to_nchw (y (n, c, oh, ow)): one argument check, two tasks */
 static PyObject *nn_resize_entry(PyObject *const *args, Py_ssize_t nargs, const char *k, int nchw) {
     nn_arg b[6] = {{.held = 0}, {.held = 0}, {.held = 0}, {.held = 0}, {.held = 0}, {.held = 0}};
-    int64_t parts, th, tw, round_half = 0;
+    int64_t parts, th, tw, round_half = 0, ldy = 0;
     if (nn_nargs(nargs, nchw ? 8 : 7, k) || nn_get_parts(args[6], k, &parts) ||
         (nchw && nn_int(args[7], k, "round_half", 0, NN_HAVE_F16, &round_half)))
         return NULL;
     if (nn_get(&b[0], args[0], k, "x", NN_F32, 0) || nn_ndim(&b[0], k, "x", 4) ||
-        nn_get(&b[1], args[1], k, "y", NN_F32, NN_OUT) || nn_ndim(&b[1], k, "y", 4) ||
+        nn_get(&b[1], args[1], k, "y", NN_F32, nchw ? NN_OUT : NN_OUT | NN_STRIDED) || nn_ndim(&b[1], k, "y", 4) ||
         nn_get(&b[2], args[2], k, "hidx", NN_I32, 0) || nn_get(&b[3], args[3], k, "hw", NN_F32, 0) ||
         nn_get(&b[4], args[4], k, "widx", NN_I32, 0) || nn_get(&b[5], args[5], k, "ww", NN_F32, 0))
         goto fail;
@@ -1965,11 +1967,12 @@ static PyObject *nn_resize_entry(PyObject *const *args, Py_ssize_t nargs, const 
     if (nn_resize_taps(&b[2], &b[3], yh, xs[1], k, "hidx", "hw", &th) ||
         nn_resize_taps(&b[4], &b[5], yw, xs[2], k, "widx", "ww", &tw))
         goto fail;
+    if (!nchw && nn_pixels(&b[1], k, "y", ys[0] * yh * yw, yc, &ldy)) goto fail;
     for (int i = 0; i < 6; i++)
         if (i != 1 && nn_disjoint(&b[1], &b[i], k, "y", i == 0 ? "x" : "a tap table", 0)) goto fail;
     int failed = 0;
     nn_resize_args a = {b[0].view.buf, b[1].view.buf, b[2].view.buf, b[4].view.buf, b[3].view.buf, b[5].view.buf,
-                        xs[0], xs[1], xs[2], xs[3], yh, yw, th, tw, &failed, (int)round_half};
+                        xs[0], xs[1], xs[2], xs[3], yh, yw, th, tw, nchw ? xs[3] : ldy, &failed, (int)round_half};
     Py_BEGIN_ALLOW_THREADS
     nn_pool_run(nchw ? nn_resize_nchw_task : nn_resize_task, &a, parts);
     Py_END_ALLOW_THREADS

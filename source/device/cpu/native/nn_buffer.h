@@ -137,9 +137,16 @@ static int nn_get(nn_arg *a, PyObject *obj, const char *kernel, const char *name
  * elements: the channels have a unit stride and every axis but the last collapses into one of evenly spaced
  * pixels ``ld`` >= ``cols`` elements apart (C-contiguous: ld == cols; a channel slice of a wider channels-last
  * tensor: its total channels), so that no two pixels overlap. Anything else is refused like nn_get. */
+static int nn_pixels(nn_arg *a, const char *kernel, const char *name, int64_t rows, int64_t cols, int64_t *ld);
+
 static int nn_get_pixels(nn_arg *a, PyObject *obj, const char *kernel, const char *name, int type, int flags,
                          int64_t rows, int64_t cols, int64_t *ld) {
     if (nn_get(a, obj, kernel, name, type, flags | NN_STRIDED)) return -1;
+    return nn_pixels(a, kernel, name, rows, cols, ld);
+}
+
+/* nn_get_pixels' check of an argument already taken with NN_STRIDED (when its geometry comes from its own shape) */
+static int nn_pixels(nn_arg *a, const char *kernel, const char *name, int64_t rows, int64_t cols, int64_t *ld) {
     *ld = cols;
     if (a->view.buf == NULL) return 0;
     const int nd = a->view.ndim;
