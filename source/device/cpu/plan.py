@@ -16,6 +16,7 @@ import numpy as np
 
 from nnhal.device.cpu.castfuse import fuse_half_round_trips, fuse_relayout_casts, fuse_rounded_concats
 from nnhal.device.cpu.channel_gather import fuse_channel_selections
+from nnhal.device.cpu.commute import hoist_activations
 from nnhal.device.cpu.fusions import (
     Chosen,
     fuse_activations,
@@ -371,6 +372,7 @@ def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: l
         chosen = fold_operand_scales(chosen, external, constants)
         chosen = fuse_matmul(chosen, external)
         chosen = fuse_group_norm(chosen, external, constants)
+        chosen = hoist_activations(chosen, external)
         chosen = fuse_activations(chosen, external)
         chosen = fuse_conv1d_transposes(chosen, external)
         chosen = fuse_channel_shuffle(chosen, external, constants)

@@ -13,7 +13,6 @@ from onnx import TensorProto, helper, numpy_helper
 import nnhal
 from nnhal.conformance.tolerance import assert_within_bound, gamma
 from nnhal.device.cpu import native
-from nnhal.device.cpu.kernels import concat as concat_kernel
 from nnhal.device.cpu.kernels.resize import ResizeNHWCNative
 from nnhal.graph.node import Node
 from nnhal.operator.base import Info
@@ -78,29 +77,11 @@ def _ort(model, feeds):
     return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
 
 
-def _copied(monkeypatch) -> list:
-    """The Concat inputs the native Concat copies (not already inside its output), over every run."""
-    copied = []
-    prepare = concat_kernel.ConcatNative.prepare
-
-    def counting_prepare(self, node, ins, outs):
-        run = prepare(self, node, ins, outs)
-
-        def counted(inputs, outputs):
-            copied.extend(node.inputs[i] for i, a in enumerate(inputs) if not np.may_share_memory(a, outputs[0]))
-            return run(inputs, outputs)
-
-        return counted
-
-    monkeypatch.setattr(concat_kernel.ConcatNative, "prepare", counting_prepare)
-    return copied
-
-
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("reread", [False, True], ids=["placed", "resize-read-twice"])
 @pytest.mark.parametrize("attrs", [NEAREST, BILINEAR], ids=["nearest", "bilinear"])
-def test_an_upsampled_map_is_written_into_its_concat(monkeypatch, attrs, reread, threads):
-    copied = _copied(monkeypatch)
+def test_an_upsampled_map_is_written_into_its_concat(concat_copies, attrs, reread, threads):
+    copied = concat_copies
     model, values = _neck(attrs, reread)
     rng = np.random.default_rng(0)
     feeds = {"x": rng.standard_normal((2, 13, 6, 5)).astype(np.float32),
@@ -122,10 +103,10 @@ def test_an_upsampled_map_is_written_into_its_concat(monkeypatch, attrs, reread,
         assert_within_bound(g, w, 2 * gamma(14 + 4 + 20 + 1) * m)
 
 
-def test_dbnet_style_levels_are_all_written_into_one_concat(monkeypatch):
+def test_dbnet_style_levels_are_all_written_into_one_concat(concat_copies):
     """Four levels of 6 channels at 1/1, 1/2, 1/4, 1/8 scale, the coarser three resized (nearest) to the finest:
     every Resize writes its slice; the finest (a Conv) too; the Concat copies nothing."""
-    copied = _copied(monkeypatch)
+    copied = concat_copies
     rng = np.random.default_rng(6)
     inits, nodes, ins = [], [], []
     for k, side in enumerate((16, 8, 4, 2)):

@@ -14,7 +14,6 @@ from onnx.reference import ReferenceEvaluator
 import nnhal
 from nnhal.conformance.tolerance import assert_within_bound, gamma
 from nnhal.device.cpu import native
-from nnhal.device.cpu.kernels import concat as concat_kernel
 from nnhal.device.cpu.kernels.split import pitched_rows
 
 ort = pytest.importorskip("onnxruntime")
@@ -64,25 +63,12 @@ def plan_path(request, monkeypatch):
     return request.param
 
 
-def _run(case, threads, monkeypatch):
+def _run(case, threads, copied):
     """Two runs of one session on two inputs (the Split's strided view is made on the first and kept), each
-    against onnxruntime; the plan, its Concat and Split steps and the inputs the Concat copied."""
+    against onnxruntime; the plan, its Concat and Split steps and the inputs the Concat copied (``copied``: the
+    concat_copies fixture)."""
     model, values, shape = _model(case)
     xs = [np.random.default_rng(seed).standard_normal(shape).astype(np.float32) for seed in (0, 1)]
-    copied = []
-    run_of = concat_kernel.ConcatNative.prepare
-
-    def counting_prepare(self, node, ins, outs):
-        run = run_of(self, node, ins, outs)
-
-        def run_counted(inputs, outputs):
-            # the inputs the Concat must copy: those not already inside its output
-            copied.extend(node.inputs[i] for i, a in enumerate(inputs) if not np.may_share_memory(a, outputs[0]))
-            return run(inputs, outputs)
-
-        return run_counted
-
-    monkeypatch.setattr(concat_kernel.ConcatNative, "prepare", counting_prepare)
     oracle = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     magnitude_model, _, _ = _model(case, {k: np.abs(v) for k, v in values.items()})
     with nnhal.Session(model, devices=["cpu"], num_thread=threads) as s:
@@ -102,8 +88,8 @@ def _run(case, threads, monkeypatch):
 
 @pytest.mark.skipif(not native.available(), reason="the row copies are native")
 @pytest.mark.parametrize("threads", [1, 2])
-def test_c2f_concat_reads_the_convolution_in_place(plan_path, monkeypatch, threads):
-    plan, concat, split, copied = _run("c2f", threads, monkeypatch)
+def test_c2f_concat_reads_the_convolution_in_place(plan_path, concat_copies, threads):
+    plan, concat, split, copied = _run("c2f", threads, concat_copies)
     assert concat.node.inputs == ["c", "a"]
     assert split.node.outputs == ["", "s1"] and split.kernel_name == "native"
     assert set(plan.memory.strides) == {"c"}
@@ -122,8 +108,8 @@ def test_c2f_concat_reads_the_convolution_in_place(plan_path, monkeypatch, threa
     # a part read elsewhere: still produced by the Split, c still placed
     ("s0-read", ["c", "a"], ["s0", "s1"], {"c"}, ["a"]),
 ])
-def test_cases_that_keep_a_copy(plan_path, monkeypatch, case, inputs, parts, placed, copies):
-    plan, concat, split, copied = _run(case, 2, monkeypatch)
+def test_cases_that_keep_a_copy(plan_path, concat_copies, case, inputs, parts, placed, copies):
+    plan, concat, split, copied = _run(case, 2, concat_copies)
     assert concat.node.inputs == inputs
     assert split.node.outputs == parts
     assert set(plan.memory.strides) == placed
