@@ -119,8 +119,12 @@ def gemm_first(run: RunFn, w: np.ndarray | None, bias: np.ndarray | None, shape:
     step (ufunc, input) after the bias (a residual add), applied on the product in place; never with ``act``."""
     width = shape[-1]
     record = native.make_act(act) if act is None or isinstance(act, str) else act_record(act)
-    # a constant float32 B: its GEMM prepared once (the buffers of B and the bias held and checked now)
-    prepared = native.Gemm(w, bias, record) if native.available() and isinstance(w, np.ndarray) \
+    static = all(isinstance(d, (int, np.integer)) for d in shape)
+    rows = int(np.prod(shape[:-1], dtype=np.int64)) if static else GEMV_ROWS + 1
+    # a constant float32 B: its GEMM prepared once (the buffers of B and the bias held and checked now); for
+    # products of at most GEMV_ROWS rows also packed in column panels (kernels.c nn_gemv.h: one contiguous
+    # read of B per column range; gpt_kv's 1x256 @ 256x1024 from L3 took 80 us by the BLAS GEMV, 23 packed)
+    prepared = native.Gemm(w, bias, record, rows <= GEMV_ROWS) if native.available() and isinstance(w, np.ndarray) \
         and w.ndim == 2 and w.dtype == np.float32 and (w.flags.c_contiguous or w.flags.f_contiguous) else None
 
     def run_native(inputs, outputs):
@@ -147,8 +151,6 @@ def gemm_first(run: RunFn, w: np.ndarray | None, bias: np.ndarray | None, shape:
                 return (y,)
         return run(inputs, outputs)
 
-    static = all(isinstance(d, (int, np.integer)) for d in shape)
-    rows = int(np.prod(shape[:-1], dtype=np.int64)) if static else GEMV_ROWS + 1
     if prepared is None or rows > GEMV_ROWS or (act is not None and record is None):
         return run_native
     depth, macs = w.shape[0], rows * width * w.shape[0]
