@@ -228,3 +228,35 @@ def test_a_packed_gemm_keeps_its_own_copy_of_b():
     y = np.empty((1, 96), np.float32)
     gemm.run(a, y, 1, 1, 1)
     assert_within_bound(y, a.astype(np.float64) @ want_b.astype(np.float64), matmul_bound(a, want_b))
+
+
+@pytest.mark.parametrize("cap", [0, 1 << 20])
+@pytest.mark.parametrize("rows", [1, 2, 3])
+def test_gemm_first_packs_a_few_rows_constant_b_up_to_the_cap(cap, rows, monkeypatch):
+    """gemm_first asks the prepared Gemm for the packed copy only for a product of at most GEMV_ROWS rows whose B
+    is at most matmul.PACK_MAX_BYTES (a larger one keeps the BLAS GEMV); either way the product is right."""
+    from nnhal.device.cpu.kernels import matmul
+
+    made = []
+    real = native.Gemm
+
+    def recording(b, bias, act, pack=False):
+        made.append(pack)
+        return real(b, bias, act, pack)
+
+    monkeypatch.setattr(native, "Gemm", recording)
+    monkeypatch.setattr(matmul, "PACK_MAX_BYTES", cap)
+    rng = np.random.default_rng(rows)
+    k, n = 128, 96
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    shape = (1, rows, n)
+
+    def unreachable(inputs, outputs):
+        raise AssertionError("fell through to the MatMul's own path")
+
+    run = matmul.gemm_first(unreachable, w, None, shape, None, False)
+    assert made == [rows <= matmul.GEMV_ROWS and w.nbytes <= cap]
+    a = rng.standard_normal((1, rows, k)).astype(np.float32)
+    (got,) = run([a, w], [np.full(shape, np.nan, np.float32)])
+    a2 = a.reshape(rows, k)
+    assert_within_bound(got.reshape(rows, n), a2.astype(np.float64) @ w.astype(np.float64), matmul_bound(a2, w))
