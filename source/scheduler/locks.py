@@ -92,7 +92,9 @@ class ReadWriteLock:
                 self._depth -= 1
                 return
             self._readers -= 1
-            if self._readers == 0:
+            # NOTE: only a waiting writer waits for the readers to leave (a reader waits only while a writer
+            # holds the lock or waits for it): no notify_all (~1 us of Python) on the run path without one
+            if self._readers == 0 and self._waiting_writers:
                 self._cond.notify_all()
 
     def acquire_write(self) -> None:

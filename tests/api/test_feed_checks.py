@@ -110,3 +110,35 @@ def test_read_write_lock_keeps_writers_first_and_nesting():
     lock.acquire_read()                  # free again: a reader enters at once
     lock.release_read()
     assert lock._readers == 0 and lock._writer is None
+
+
+def test_read_write_lock_wakes_a_writer_and_the_readers_behind_it():
+    """The last reader to leave wakes the writer waiting for it (release_read notifies only when a writer waits);
+    a reader arriving while the writer waits enters after the writer."""
+    lock = ReadWriteLock()
+    lock.acquire_read()
+    lock.acquire_read()
+    order, wrote = [], threading.Event()
+
+    def writer():
+        with lock.write():
+            order.append("writer")
+        wrote.set()
+
+    def late_reader():
+        with lock.read():
+            order.append("reader")
+
+    w = threading.Thread(target=writer)
+    w.start()
+    while not lock._waiting_writers:
+        threading.Event().wait(0.001)
+    r = threading.Thread(target=late_reader)
+    r.start()
+    lock.release_read()
+    assert not wrote.wait(0.05)          # one reader still holds it
+    lock.release_read()
+    assert wrote.wait(10)
+    w.join(10)
+    r.join(10)
+    assert order == ["writer", "reader"] and lock._readers == 0 and lock._writer is None

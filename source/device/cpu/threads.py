@@ -17,6 +17,9 @@ from nnhal.device.cpu import native, parallel
 
 _current: int | None = None
 _controller = None
+# NOTE: read once: os.cpu_count() costs ~8 us on some Linux machines (it parses /sys), once per run of a
+# plan whose num_thread is 0 (the default): a sixth of a small model's whole Session.run
+_CORES = os.cpu_count() or 1
 
 
 def _limit_blas(n: int) -> None:
@@ -36,7 +39,7 @@ def _limit_blas(n: int) -> None:
 def use_threads(n: int, pool: bool = True) -> None:
     """Run this thread's host kernels on ``n`` threads (0 means one per core): the pools' when ``pool`` (the
     plan's choice at prepare, parallel.choose: NNHAL_CPU_POOL=0 switched it off then), else BLAS's."""
-    n = n or (os.cpu_count() or 1)
+    n = n or _CORES
     parallel.use_pool(pool)
     if pool:            # NOTE: what parallel.enabled() answers right after use_pool(pool), without the call
         parallel.set_threads(n)

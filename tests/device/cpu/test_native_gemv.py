@@ -189,3 +189,74 @@ def test_gemm_first_many_rows_with_a_residual_take_the_native_gemm(rows):
     bound = matmul_bound(a1, np.concatenate([w, bias[None]], axis=0)).reshape(shape) \
         + 2 * np.finfo(np.float32).eps * np.abs(res)
     assert_within_bound(got, want, bound)
+
+
+@pytest.mark.parametrize("k", [1, 7, 256])
+@pytest.mark.parametrize("n", [1, 31, 32, 33, 70, 520])
+@pytest.mark.parametrize("transposed", [False, True])
+def test_a_packed_gemm_runs_a_few_rows_over_its_panels(k, n, transposed):
+    """Gemm(..., pack=True) (nn_gemv.h nn_gemv_pack / nn_gemv_packed_f32): b packed in zero-padded panels of 32
+    columns at construction, read by the GEMVs of 1 or 2 rows split by columns over 1-3 parts (a part's range a
+    multiple of the panel; odd k ends on one row of b; a partial last panel), with the bias and activation,
+    against a float64 product within the reordered-sum bound; more rows, or split by rows, take the BLAS as
+    before from the same object."""
+    rng = np.random.default_rng(k * 1000 + n)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    if transposed:
+        b = np.ascontiguousarray(b.T).T
+    bias = rng.standard_normal(n).astype(np.float32)
+    gemm = native.Gemm(b, bias, native.make_act("relu"), True)
+    for rows, parts, by_cols in [(1, 1, 1), (1, 2, 1), (2, 3, 1), (2, 2, 0), (3, 2, 1), (5, 2, 0)]:
+        a = rng.standard_normal((rows, k)).astype(np.float32)
+        y = np.full((rows, n), np.nan, np.float32)
+        gemm.run(a, y, parts, 1, by_cols)
+        want = np.maximum(a.astype(np.float64) @ b.astype(np.float64) + bias, 0)
+        bound = matmul_bound(np.concatenate([a, np.ones((rows, 1), np.float32)], axis=1),
+                             np.concatenate([b, bias[None]], axis=0))
+        assert_within_bound(y, want, bound)
+
+
+def test_a_packed_gemm_keeps_its_own_copy_of_b():
+    """The panels are packed once, at construction: the product is of b as it was then (the planner hands a
+    constant, never changed after; the copy is the Gemm's own, freed with it)."""
+    rng = np.random.default_rng(5)
+    b = rng.standard_normal((64, 96)).astype(np.float32)
+    want_b = b.copy()
+    gemm = native.Gemm(b, None, native.make_act(None), True)
+    b[:] = 0
+    a = rng.standard_normal((1, 64)).astype(np.float32)
+    y = np.empty((1, 96), np.float32)
+    gemm.run(a, y, 1, 1, 1)
+    assert_within_bound(y, a.astype(np.float64) @ want_b.astype(np.float64), matmul_bound(a, want_b))
+
+
+@pytest.mark.parametrize("cap", [0, 1 << 20])
+@pytest.mark.parametrize("rows", [1, 2, 3])
+def test_gemm_first_packs_a_few_rows_constant_b_up_to_the_cap(cap, rows, monkeypatch):
+    """gemm_first asks the prepared Gemm for the packed copy only for a product of at most GEMV_ROWS rows whose B
+    is at most matmul.PACK_MAX_BYTES (a larger one keeps the BLAS GEMV); either way the product is right."""
+    from nnhal.device.cpu.kernels import matmul
+
+    made = []
+    real = native.Gemm
+
+    def recording(b, bias, act, pack=False):
+        made.append(pack)
+        return real(b, bias, act, pack)
+
+    monkeypatch.setattr(native, "Gemm", recording)
+    monkeypatch.setattr(matmul, "PACK_MAX_BYTES", cap)
+    rng = np.random.default_rng(rows)
+    k, n = 128, 96
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    shape = (1, rows, n)
+
+    def unreachable(inputs, outputs):
+        raise AssertionError("fell through to the MatMul's own path")
+
+    run = matmul.gemm_first(unreachable, w, None, shape, None, False)
+    assert made == [rows <= matmul.GEMV_ROWS and w.nbytes <= cap]
+    a = rng.standard_normal((1, rows, k)).astype(np.float32)
+    (got,) = run([a, w], [np.full(shape, np.nan, np.float32)])
+    a2 = a.reshape(rows, k)
+    assert_within_bound(got.reshape(rows, n), a2.astype(np.float64) @ w.astype(np.float64), matmul_bound(a2, w))

@@ -27,6 +27,10 @@ _GELU_ACTS = {"Gelu": "gelu", "GeluTanh": "gelu_tanh"}
 # native pool's) takes 3-4x a GEMV's time on one row (1x256 @ 256x1024: 96 us against 26, 1x1024 @ 1024x256:
 # 67 against 19, one thread) and ~1.5x on two; from 4 rows on the GEMM is as fast (loaded 2-core Zen 3)
 GEMV_ROWS = 2
+# the largest constant B (bytes) a few-row product packs in column panels for the native GEMV (gemm_first): the
+# packed copy is a second copy of the weight, measured faster only for matrices read from the caches (gpt_kv's
+# 0.25-2 MiB); a larger one (a language model's vocabulary head) keeps the BLAS GEMV and its one copy
+PACK_MAX_BYTES = 16 << 20
 # elements of the product per epilogue + Gelu block (the dozen passes of the Gelu stay in L2)
 BLOCK = 1 << 16
 
@@ -119,9 +123,14 @@ def gemm_first(run: RunFn, w: np.ndarray | None, bias: np.ndarray | None, shape:
     step (ufunc, input) after the bias (a residual add), applied on the product in place; never with ``act``."""
     width = shape[-1]
     record = native.make_act(act) if act is None or isinstance(act, str) else act_record(act)
-    # a constant float32 B: its GEMM prepared once (the buffers of B and the bias held and checked now)
-    prepared = native.Gemm(w, bias, record) if native.available() and isinstance(w, np.ndarray) \
-        and w.ndim == 2 and w.dtype == np.float32 and (w.flags.c_contiguous or w.flags.f_contiguous) else None
+    static = all(isinstance(d, (int, np.integer)) for d in shape)
+    rows = int(np.prod(shape[:-1], dtype=np.int64)) if static else GEMV_ROWS + 1
+    # a constant float32 B: its GEMM prepared once (the buffers of B and the bias held and checked now); for
+    # products of at most GEMV_ROWS rows also packed in column panels (kernels.c nn_gemv.h: one contiguous
+    # read of B per column range; gpt_kv's 1x256 @ 256x1024 from L3 took 80 us by the BLAS GEMV, 23 packed)
+    prepared = native.Gemm(w, bias, record, rows <= GEMV_ROWS and w.nbytes <= PACK_MAX_BYTES) \
+        if native.available() and isinstance(w, np.ndarray) and w.ndim == 2 and w.dtype == np.float32 \
+        and (w.flags.c_contiguous or w.flags.f_contiguous) else None
 
     def run_native(inputs, outputs):
         a, b, y = inputs[0], w if fixed_b else inputs[1], outputs[0]
@@ -147,8 +156,6 @@ def gemm_first(run: RunFn, w: np.ndarray | None, bias: np.ndarray | None, shape:
                 return (y,)
         return run(inputs, outputs)
 
-    static = all(isinstance(d, (int, np.integer)) for d in shape)
-    rows = int(np.prod(shape[:-1], dtype=np.int64)) if static else GEMV_ROWS + 1
     if prepared is None or rows > GEMV_ROWS or (act is not None and record is None):
         return run_native
     depth, macs = w.shape[0], rows * width * w.shape[0]

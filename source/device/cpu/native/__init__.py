@@ -119,7 +119,7 @@ if _k is not None:
     Act = _k.Act
     Conv = _k.Conv
     Pool2d = _k.Pool2d
-    Gemm = _k.Gemm                              # Gemm(b, bias, act).run(a, c, parts, row_align, by_cols)
+    Gemm = _k.Gemm                              # Gemm(b, bias, act[, pack]).run(a, c, parts, row_align, by_cols)
     Program = _k.Program                        # Program(tensors, steps, constants).run(arena, arrays)
     Recurrent = _k.Recurrent                    # Recurrent(cell, ...).run(x, y, y_h, y_c, h0, c0, lens, parts)
     # the module's functions themselves: one FASTCALL each, no Python frame between

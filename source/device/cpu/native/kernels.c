@@ -545,12 +545,17 @@ typedef struct {
     int64_t m, n, k, lda, ldb, ldc, row_align;
     int32_t trans_b, by_cols;
     nn_act act;
+    const float *packed;       /* b packed for GEMVs (nn_gemv_pack), or NULL */
 } nn_gemm_args;
 
 static NN_CLONES void nn_gemm_task(const void *args, int64_t p, int64_t parts) {
     const nn_gemm_args *g = (const nn_gemm_args *)args;
     int64_t lo, hi;
-    if (g->by_cols) {
+    if (g->by_cols && g->packed && g->m <= NN_GEMV_ROWS) {
+        nn_split(g->n, NN_PANEL, p, parts, &lo, &hi);
+        for (int64_t r = 0; r < g->m; r++) nn_gemv_packed_f32(g->a + r * g->lda, g->packed, g->k, g->c + r * g->ldc, lo, hi);
+        nn_epilogue(g->c + lo, g->ldc, g->m, hi - lo, g->bias ? g->bias + lo : NULL, &g->act);
+    } else if (g->by_cols) {
         nn_split(g->n, 16, p, parts, &lo, &hi);
         const float *b = g->trans_b ? g->b + lo * g->ldb : g->b + lo;
         if (nn_gemv_fits(g->m, hi - lo, g->k, g->trans_b))
@@ -2283,6 +2288,7 @@ typedef struct {
     int64_t ldb;
     int tb;
     nn_act act;
+    float *packed;      /* b packed for GEMVs (Gemm's pack=True; owned, freed with the Gemm), or NULL */
 } nn_gemm_operands;
 
 /* Take b and bias into ``o``; -1 otherwise (the caller releases o->b and o->bias). */
@@ -2316,7 +2322,7 @@ static PyObject *nn_gemm_call(const nn_gemm_operands *o, PyObject *const *args, 
         nn_disjoint(&v[1], &o->bias, k, "c", "bias", 0))
         goto fail;
     nn_gemm_args g = {v[0].view.buf, o->b.view.buf, v[1].view.buf, o->bias.view.buf, m, n, kk, lda, o->ldb, ldc,
-                      row_align, o->tb, (int32_t)by_cols, o->act};
+                      row_align, o->tb, (int32_t)by_cols, o->act, o->packed};
     Py_BEGIN_ALLOW_THREADS
     nn_pool_run(nn_gemm_task, &g, parts);
     Py_END_ALLOW_THREADS
@@ -2346,17 +2352,21 @@ typedef struct {
 } nn_gemm_object;
 
 static void nn_gemm_dealloc(nn_gemm_object *self) {
+    PyMem_RawFree(self->o.packed);
     nn_release(&self->o.b, 1);
     nn_release(&self->o.bias, 1);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* Gemm(b, bias, act): b (k, n) float32 with a unit stride along one axis, bias (n,) or None; both held */
+/* Gemm(b, bias, act[, pack]): b (k, n) float32 with a unit stride along one axis, bias (n,) or None; both
+ * held. pack: also keep b packed in panels (nn_gemv_pack) for the runs of at most NN_GEMV_ROWS rows split by
+ * columns (a decoder's one-token projections), k * n more floats */
 static PyObject *nn_gemm_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
     const char *k = "Gemm";
     PyObject *b, *bias, *act_obj;
+    int pack = 0;
     if (kwargs && PyDict_GET_SIZE(kwargs)) return PyErr_Format(PyExc_TypeError, "Gemm takes no keyword arguments");
-    if (!PyArg_ParseTuple(args, "OOO:Gemm", &b, &bias, &act_obj)) return NULL;
+    if (!PyArg_ParseTuple(args, "OOO|p:Gemm", &b, &bias, &act_obj, &pack)) return NULL;
     const nn_act *act = nn_get_act(act_obj, k);
     if (act == NULL) return NULL;
     nn_gemm_object *self = (nn_gemm_object *)type->tp_alloc(type, 0);
@@ -2365,6 +2375,16 @@ static PyObject *nn_gemm_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
     if (nn_gemm_take(&self->o, b, bias, k)) {
         Py_DECREF(self);
         return NULL;
+    }
+    if (pack) {
+        const int64_t kk = self->o.b.view.shape[0], n = self->o.b.view.shape[1];
+        const int64_t panels = (n + NN_PANEL - 1) / NN_PANEL;
+        self->o.packed = PyMem_RawMalloc((size_t)(panels * kk * NN_PANEL) * sizeof(float));
+        if (self->o.packed == NULL) {
+            Py_DECREF(self);
+            return PyErr_NoMemory();
+        }
+        nn_gemv_pack(self->o.b.view.buf, self->o.ldb, self->o.tb, kk, n, self->o.packed);
     }
     return (PyObject *)self;
 }
@@ -2384,7 +2404,8 @@ static PyMethodDef nn_gemm_methods[] = {
 static PyTypeObject nn_gemm_type = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "nnhal._kernels.Gemm",
-    .tp_doc = "Gemm(b, bias, act): a prepared GEMM with a constant b, its bias and activation (held, read only)",
+    .tp_doc = "Gemm(b, bias, act[, pack]): a prepared GEMM with a constant b, its bias and activation (held, read "
+              "only); pack: also a panel-packed copy of b for the GEMVs of 1 or 2 rows split by columns",
     .tp_basicsize = sizeof(nn_gemm_object),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = nn_gemm_new,

@@ -57,3 +57,90 @@ NN_INLINE void nn_gemv_rows_blas(const float *a, int64_t lda, const float *b, in
                               a + r * lda, 1, 0.0f, c + r * ldc, 1);
     }
 }
+
+/* A GEMV over a packed copy of a constant b (Gemm(b, bias, act, pack=True), made at prepare for the products
+ * of a decoder's one token): b (k, n) in panels of NN_PANEL columns, panel after panel, each panel's k rows of
+ * NN_PANEL floats in order (the last panel zero-padded), so a column range reads one contiguous stretch of
+ * memory (the row-major b took ldb-strided 64-float pieces; the BLAS GEMV on 1x256 @ 256x1024 reached 13 GB/s
+ * from L3 against 44 GB/s packed, one thread, loaded machine). Each panel is summed in four AVX2 registers
+ * per parity of p (even and odd rows of b in separate accumulators, added at the end): not the BLAS's order,
+ * which the callers' tolerances allow. */
+#define NN_PANEL 32
+
+/* pk (ceil(n / NN_PANEL) * k * NN_PANEL floats) = b (k, n) packed; b read transposed ((n, k)) when tb */
+static void nn_gemv_pack(const float *b, int64_t ldb, int tb, int64_t k, int64_t n, float *pk) {
+    for (int64_t j0 = 0; j0 < n; j0 += NN_PANEL) {
+        float *panel = pk + j0 * k;
+        for (int64_t p = 0; p < k; p++)
+            for (int64_t j = 0; j < NN_PANEL; j++)
+                panel[p * NN_PANEL + j] = j0 + j >= n ? 0.0f : tb ? b[(j0 + j) * ldb + p] : b[p * ldb + j0 + j];
+    }
+}
+
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+#include <immintrin.h>
+#define NN_GEMV_SIMD 1
+
+/* acc[0..NN_PANEL) = a (k) @ one panel */
+__attribute__((target("avx2,fma"))) static void nn_gemv_panel_avx2(const float *a, const float *w, int64_t k,
+                                                                   float *acc) {
+    __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0, d0 = c0, d1 = c0, d2 = c0, d3 = c0;
+    int64_t p = 0;
+    for (; p + 2 <= k; p += 2) {
+        const __m256 s = _mm256_broadcast_ss(a + p), t = _mm256_broadcast_ss(a + p + 1);
+        const float *r = w + p * NN_PANEL;
+        c0 = _mm256_fmadd_ps(s, _mm256_loadu_ps(r), c0);
+        c1 = _mm256_fmadd_ps(s, _mm256_loadu_ps(r + 8), c1);
+        c2 = _mm256_fmadd_ps(s, _mm256_loadu_ps(r + 16), c2);
+        c3 = _mm256_fmadd_ps(s, _mm256_loadu_ps(r + 24), c3);
+        d0 = _mm256_fmadd_ps(t, _mm256_loadu_ps(r + 32), d0);
+        d1 = _mm256_fmadd_ps(t, _mm256_loadu_ps(r + 40), d1);
+        d2 = _mm256_fmadd_ps(t, _mm256_loadu_ps(r + 48), d2);
+        d3 = _mm256_fmadd_ps(t, _mm256_loadu_ps(r + 56), d3);
+    }
+    if (p < k) {
+        const __m256 s = _mm256_broadcast_ss(a + p);
+        const float *r = w + p * NN_PANEL;
+        c0 = _mm256_fmadd_ps(s, _mm256_loadu_ps(r), c0);
+        c1 = _mm256_fmadd_ps(s, _mm256_loadu_ps(r + 8), c1);
+        c2 = _mm256_fmadd_ps(s, _mm256_loadu_ps(r + 16), c2);
+        c3 = _mm256_fmadd_ps(s, _mm256_loadu_ps(r + 24), c3);
+    }
+    _mm256_storeu_ps(acc, _mm256_add_ps(c0, d0));
+    _mm256_storeu_ps(acc + 8, _mm256_add_ps(c1, d1));
+    _mm256_storeu_ps(acc + 16, _mm256_add_ps(c2, d2));
+    _mm256_storeu_ps(acc + 24, _mm256_add_ps(c3, d3));
+}
+
+NN_CPU_HAS2(nn_gemv_simd_ok, "avx2", "fma")
+#else
+#define NN_GEMV_SIMD 0
+#endif
+
+/* acc[0..NN_PANEL) = a (k) @ one panel, in plain C (summed in the order of p) */
+NN_INLINE void nn_gemv_panel_c(const float *a, const float *w, int64_t k, float *acc) {
+    for (int j = 0; j < NN_PANEL; j++) acc[j] = 0.0f;
+    for (int64_t p = 0; p < k; p++) {
+        const float s = a[p];
+        for (int j = 0; j < NN_PANEL; j++) acc[j] += s * w[p * NN_PANEL + j];
+    }
+}
+
+/* c[j0..j1) = a (k) @ columns [j0, j1) of the packed b; j0 a multiple of NN_PANEL */
+NN_INLINE void nn_gemv_packed_f32(const float *a, const float *pk, int64_t k, float *c, int64_t j0, int64_t j1) {
+#if NN_GEMV_SIMD
+    const int simd = nn_gemv_simd_ok();
+#endif
+    float acc[NN_PANEL];
+    for (int64_t j = j0; j < j1; j += NN_PANEL) {
+        const float *w = pk + j * k;
+#if NN_GEMV_SIMD
+        if (simd)
+            nn_gemv_panel_avx2(a, w, k, acc);
+        else
+#endif
+            nn_gemv_panel_c(a, w, k, acc);
+        const int64_t w_cols = (j1 - j < NN_PANEL ? j1 - j : NN_PANEL);
+        for (int64_t q = 0; q < w_cols; q++) c[j + q] = acc[q];
+    }
+}
