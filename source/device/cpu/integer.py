@@ -507,11 +507,19 @@ class _IntegerConv(Kernel):
     w_index = 1
     w_zero_index = 3
 
+    def __init__(self, table: np.ndarray | None = None):
+        # a fused CodeTable's 256 output codes (fuse_code_tables), applied in the requantizing write-back
+        self.table = table
+        if table is not None:
+            self.name = f"{self.name}+table"
+
     def channels_last(self, node, ins, outs) -> Kernel | None:
         """The NHWC form of this kernel for the layout pass (layout.py, qlayout.py): the same node, its input 0
         and output 0 stored (N, H, W, C); only for a static input shape."""
         ok = not self.nhwc and ins[0].static and self.score(node, ins, outs) > 0
-        return type(self).nhwc_kernel if ok else None
+        if not ok:
+            return None
+        return type(self).nhwc_kernel if self.table is None else type(type(self).nhwc_kernel)(self.table)
 
     def epilogue(self, ins, m: int) -> tuple:
         """(output dtype, int32 bias or None, float32 factor or None, output zero point) for ``m`` channels."""
@@ -534,6 +542,7 @@ class _IntegerConv(Kernel):
                               _zero(w_zero_value, w.dtype), 1)
         x_zero = _zero(_const(ins[2]) if len(ins) > 2 else None, ins[0].dtype)
         dtype, bias, factor, yz = self.epilogue(ins, m)
+        table = None if self.table is None else np.ascontiguousarray(self.table, dtype)
         act = activation_of(node)           # a clamp of the output codes (fuse_code_clamps)
         lo = -_INF if act is None or act.lo is None else float(act.lo)
         hi = _INF if act is None or act.hi is None else float(act.hi)
@@ -548,8 +557,10 @@ class _IntegerConv(Kernel):
             yt = out((n, oh, ow, m))
             if packed is None:
                 q.dwconv(xt, x_zero, taps, geo, yt, bias, factor, yz, lo, hi, 1, _threads())
-            else:
+            elif table is None:
                 q.conv(xt, x_zero, packed, geo, yt, bias, factor, yz, lo, hi, 1, _threads())
+            else:
+                q.conv(xt, x_zero, packed, geo, yt, bias, factor, yz, lo, hi, 1, _threads(), table)
             return yt
 
         def run_nhwc(inputs: list, outputs: list):
@@ -696,6 +707,36 @@ def fuse_code_clamps(chosen: list[Chosen], external: set[str]) -> list[Chosen]:
         act = Activation("clip", np.asarray(bounds[0], dtype), np.asarray(bounds[1], dtype))
         node = fuse(conv.node, entry.node, outputs=list(entry.node.outputs), activation=act)
         out[producer[src]] = conv._replace(node=node, outs=entry.outs)
+        dropped.add(pos)
+    return [entry for pos, entry in enumerate(out) if pos not in dropped]
+
+
+def fuse_code_tables(chosen: list[Chosen], external: set[str]) -> list[Chosen]:
+    """Each group-1 QLinearConv on the integer kernels whose only reader is an ai.nnhal CodeTable of 256 codes of
+    its output type (a quantized SiLU or another element-wise chain, optimizer/qtables.py; clamping ones are folded
+    by :func:`fuse_code_clamps` first) with the table applied in the convolution's write-back (qkernels.c conv's
+    ``table``): the same codes, one pass over the output fewer. YOLO's every convolution is followed by one."""
+    reads: dict[str, int] = {}
+    for entry in chosen:
+        for name in entry.node.all_inputs:
+            reads[name] = reads.get(name, 0) + 1
+    producer = {entry.node.outputs[0]: pos for pos, entry in enumerate(chosen)
+                if entry.node.outputs and type(entry.kernel) is QLinearConvKernel and entry.kernel.table is None
+                and entry.node.attrs.get("group", 1) == 1 and activation_of(entry.node) is None}
+    out, dropped = list(chosen), set()
+    for pos, entry in enumerate(chosen):
+        node, ins = entry.node, entry.ins
+        src = node.inputs[0] if node.inputs else ""
+        if src not in producer or src in external or reads.get(src) != 1 or node.op_type != "CodeTable" \
+                or node.domain != "ai.nnhal" or len(ins) != 2 or ins[1] is None or ins[1].value is None \
+                or ins[0] is None or ins[0].dtype not in (np.uint8, np.int8):
+            continue
+        table = np.asarray(ins[1].value)
+        if table.shape != (256,) or table.dtype != ins[0].dtype or entry.outs[0].dtype != ins[0].dtype:
+            continue
+        conv = chosen[producer[src]]
+        fused = fuse(conv.node, node, outputs=list(node.outputs))
+        out[producer[src]] = Chosen(fused, QLinearConvKernel(table), conv.ins, entry.outs)
         dropped.add(pos)
     return [entry for pos, entry in enumerate(out) if pos not in dropped]
 
