@@ -716,29 +716,17 @@ def fuse_code_tables(chosen: list[Chosen], external: set[str]) -> list[Chosen]:
     its output type (a quantized SiLU or another element-wise chain, optimizer/qtables.py; clamping ones are folded
     by :func:`fuse_code_clamps` first) with the table applied in the convolution's write-back (qkernels.c conv's
     ``table``): the same codes, one pass over the output fewer. YOLO's every convolution is followed by one."""
-    reads: dict[str, int] = {}
-    for entry in chosen:
-        for name in entry.node.all_inputs:
-            reads[name] = reads.get(name, 0) + 1
-    producer = {entry.node.outputs[0]: pos for pos, entry in enumerate(chosen)
-                if entry.node.outputs and type(entry.kernel) is QLinearConvKernel and entry.kernel.table is None
-                and entry.node.attrs.get("group", 1) == 1 and activation_of(entry.node) is None}
-    out, dropped = list(chosen), set()
-    for pos, entry in enumerate(chosen):
-        node, ins = entry.node, entry.ins
-        src = node.inputs[0] if node.inputs else ""
-        if src not in producer or src in external or reads.get(src) != 1 or node.op_type != "CodeTable" \
-                or node.domain != "ai.nnhal" or len(ins) != 2 or ins[1] is None or ins[1].value is None \
-                or ins[0] is None or ins[0].dtype not in (np.uint8, np.int8):
-            continue
-        table = np.asarray(ins[1].value)
-        if table.shape != (256,) or table.dtype != ins[0].dtype or entry.outs[0].dtype != ins[0].dtype:
-            continue
-        conv = chosen[producer[src]]
-        fused = fuse(conv.node, node, outputs=list(node.outputs))
-        out[producer[src]] = Chosen(fused, QLinearConvKernel(table), conv.ins, entry.outs)
-        dropped.add(pos)
-    return [entry for pos, entry in enumerate(out) if pos not in dropped]
+
+    def produces(entry: Chosen) -> bool:
+        return type(entry.kernel) is QLinearConvKernel and entry.kernel.table is None \
+            and entry.node.attrs.get("group", 1) == 1
+
+    def fold(conv: Chosen, tail: Chosen) -> Kernel | None:
+        table = np.asarray(tail.ins[1].value)
+        same = table.dtype == tail.ins[0].dtype == tail.outs[0].dtype
+        return QLinearConvKernel(table) if same else None
+
+    return _fold_code_tables(chosen, external, produces, fold)
 
 
 def fuse_table_tails(chosen: list[Chosen], external: set[str]) -> list[Chosen]:
@@ -746,13 +734,22 @@ def fuse_table_tails(chosen: list[Chosen], external: set[str]) -> list[Chosen]:
     ai.nnhal CodeTable (a Relu after a residual Add that rescales, as the int8 precision pass writes it) with the
     CodeTable composed into its table: the same codes, one gather over the output fewer. Runs after the layout
     pass, which chooses the element-wise kernels again for NHWC tensors."""
+    return _fold_code_tables(chosen, external,
+                             lambda entry: type(entry.kernel) in (QLinearAddTable, QLinearMulTable),
+                             lambda table, tail: TailedBinaryTable(table.kernel, tail.ins[1].value))
+
+
+def _fold_code_tables(chosen: list[Chosen], external: set[str], produces, fold) -> list[Chosen]:
+    """The walk shared by :func:`fuse_code_tables` and :func:`fuse_table_tails`: each one-output entry that
+    ``produces`` accepts (with no fused activation) whose only reader is an ai.nnhal CodeTable of 256 codes over an
+    8-bit input becomes one entry standing for both, on the kernel ``fold(producer, code_table)`` returns (None:
+    both left as they are)."""
     reads: dict[str, int] = {}
     for entry in chosen:
         for name in entry.node.all_inputs:
             reads[name] = reads.get(name, 0) + 1
     producer = {entry.node.outputs[0]: pos for pos, entry in enumerate(chosen)
-                if len(entry.node.outputs) == 1 and type(entry.kernel) in (QLinearAddTable, QLinearMulTable)
-                and activation_of(entry.node) is None}
+                if len(entry.node.outputs) == 1 and produces(entry) and activation_of(entry.node) is None}
     out, dropped = list(chosen), set()
     for pos, entry in enumerate(chosen):
         node, ins = entry.node, entry.ins
@@ -761,8 +758,10 @@ def fuse_table_tails(chosen: list[Chosen], external: set[str]) -> list[Chosen]:
                 or node.domain != "ai.nnhal" or len(ins) != 2 or ins[1] is None or ins[1].value is None \
                 or np.shape(ins[1].value) != (256,) or ins[0] is None or ins[0].dtype not in (np.uint8, np.int8):
             continue
-        table = chosen[producer[src]]
-        fused = fuse(table.node, node, outputs=list(node.outputs))
-        out[producer[src]] = Chosen(fused, TailedBinaryTable(table.kernel, ins[1].value), table.ins, entry.outs)
+        head = chosen[producer[src]]
+        kernel = fold(head, entry)
+        if kernel is None:
+            continue
+        out[producer[src]] = Chosen(fuse(head.node, node, outputs=list(node.outputs)), kernel, head.ins, entry.outs)
         dropped.add(pos)
     return [entry for pos, entry in enumerate(out) if pos not in dropped]
