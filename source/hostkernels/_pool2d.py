@@ -13,10 +13,12 @@ from nnhal.hostkernels import _scratch
 from nnhal.operator._nn import pool_geometry
 
 
-def usable(node, ins, outs) -> dict | None:
-    """The pooling geometry when the fast path applies: 4-D float static input, no dilation."""
+def usable(node, ins, outs, kinds: str = "f") -> dict | None:
+    """The pooling geometry when the fast path applies: 4-D static input whose dtype kind is in ``kinds`` (float
+    unless told), no dilation."""
     x = ins[0]
-    if x is None or x.shape is None or len(x.shape) != 4 or not x.static or x.dtype is None or x.dtype.kind != "f":
+    if x is None or x.shape is None or len(x.shape) != 4 or not x.static or x.dtype is None \
+            or x.dtype.kind not in kinds:
         return None
     if outs[0].shape is None or not outs[0].static:
         return None

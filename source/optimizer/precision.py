@@ -277,18 +277,19 @@ def to_quantized(sg: Subgraph, precision: str, dynamic: bool = False, conv_level
             nodes.append(make_node(node.name + "::" + op, op, operands, [qy], attrs, opset, "com.microsoft"))
             twins[out] = qy
             continue
-        if node.op_type in MOVES and not node.domain and node.name not in keep \
-                and len([o for o in node.outputs if o]) == 1 and quantizable(node.inputs[0]) \
+        if _moves_codes(node, g) and node.name not in keep and quantizable(node.inputs[0]) \
                 and node.inputs[0] not in floats:
-            out = node.outputs[0]
-            g.tensors[out].quant = g.tensors[node.inputs[0]].quant     # same numbers, same parameters
-            qy = f"{out}::q"
-            g.tensors[qy] = Tensor(qy)
+            outs = []
+            for out in node.outputs:
+                if out:
+                    g.tensors[out].quant = g.tensors[node.inputs[0]].quant     # same numbers, same parameters
+                    twins[out] = f"{out}::q"
+                    g.tensors[twins[out]] = Tensor(twins[out])
+                outs.append(twins[out] if out else out)
             # NOTE: MaxPool takes 8-bit integers from opset 12 on (the schema check refuses an older node)
             version = max(node.version, INTEGER_SINCE.get(node.op_type, 0))
-            nodes.append(replace(node, inputs=[quantized(node.inputs[0])] + node.inputs[1:], outputs=[qy],
+            nodes.append(replace(node, inputs=[quantized(node.inputs[0])] + node.inputs[1:], outputs=outs,
                                  version=version, opset=max(node.opset, version)))
-            twins[out] = qy
             continue
         node.inputs = [floated(n) if n and n not in floats and n in twins else n for n in node.inputs]
         nodes.append(node)
@@ -300,6 +301,23 @@ def to_quantized(sg: Subgraph, precision: str, dynamic: bool = False, conv_level
     sg.graph, sg.nodes = g, nodes
     sg.precision = precision
     return sg
+
+
+def _moves_codes(node: Node, g: Graph) -> bool:
+    """Whether ``node`` gives the same numbers on the 8-bit codes as on their float values, so its outputs keep its
+    input's quantization: MOVES with one output, a Split along constant sizes, and a nearest Resize (opset 11 on,
+    whose schema takes 8-bit data) with constant roi, scales and sizes (a detector's upsampling neck: no
+    DequantizeLinear / QuantizeLinear around them, and no second rounding of their outputs)."""
+    if node.domain or not node.inputs or not node.inputs[0]:
+        return False
+    constant = all(not n or g.tensors[n].is_constant for n in node.inputs[1:])
+    if node.op_type == "Split":
+        return constant and any(node.outputs)
+    if len([o for o in node.outputs if o]) != 1:
+        return False
+    if node.op_type == "Resize":
+        return constant and node.version >= 11 and node.attrs.get("mode", "nearest") == "nearest"
+    return node.op_type in MOVES
 
 
 def _lower_integer(node: Node, g: Graph, quantizable, floats: set[str], keep: frozenset[str]):

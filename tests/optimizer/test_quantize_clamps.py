@@ -58,9 +58,13 @@ def test_the_clamps_fold_into_the_integer_convolutions(precision, checked, monke
     monkeypatch.setenv("NNHAL_CHECK", checked)
     with nnhal.Session(model, devices=["cpu"], precision=precision, calibration=table) as s:
         (got,) = s.run({"x": x})
-        ops = [st.node.op_type for sg in s.graph.execution.subgraphs for st in sg.device_graph.steps]
+        steps = [st for sg in s.graph.execution.subgraphs for st in sg.device_graph.steps]
+        ops = [st.node.op_type for st in steps]
+        in_conv = [st.kernel_name for st in steps if st.kernel_name.endswith("+table")]
     assert ops.count("QLinearConv") == 3, ops
-    assert ops.count("CodeTable") + ops.count("Relu") == 1, ops        # Conv c's Relu: c has two readers
+    # Conv c's Relu: c has two readers, so its Relu is no clamp of c's codes; with the Add it is one CodeTable
+    # (optimizer/qtables.py), left as a step or applied in c's write-back (integer.fuse_code_tables)
+    assert ops.count("CodeTable") + ops.count("Relu") + len(in_conv) == 1, ops
     monkeypatch.setenv("NNHAL_CPU_REFERENCE", "1")
     with nnhal.Session(model, devices=["cpu"], precision=precision, calibration=table) as s:
         (want,) = s.run({"x": x})

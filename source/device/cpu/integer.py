@@ -507,11 +507,19 @@ class _IntegerConv(Kernel):
     w_index = 1
     w_zero_index = 3
 
+    def __init__(self, table: np.ndarray | None = None):
+        # a fused CodeTable's 256 output codes (fuse_code_tables), applied in the requantizing write-back
+        self.table = table
+        if table is not None:
+            self.name = f"{self.name}+table"
+
     def channels_last(self, node, ins, outs) -> Kernel | None:
         """The NHWC form of this kernel for the layout pass (layout.py, qlayout.py): the same node, its input 0
         and output 0 stored (N, H, W, C); only for a static input shape."""
         ok = not self.nhwc and ins[0].static and self.score(node, ins, outs) > 0
-        return type(self).nhwc_kernel if ok else None
+        if not ok:
+            return None
+        return type(self).nhwc_kernel if self.table is None else type(type(self).nhwc_kernel)(self.table)
 
     def epilogue(self, ins, m: int) -> tuple:
         """(output dtype, int32 bias or None, float32 factor or None, output zero point) for ``m`` channels."""
@@ -534,6 +542,7 @@ class _IntegerConv(Kernel):
                               _zero(w_zero_value, w.dtype), 1)
         x_zero = _zero(_const(ins[2]) if len(ins) > 2 else None, ins[0].dtype)
         dtype, bias, factor, yz = self.epilogue(ins, m)
+        table = None if self.table is None else np.ascontiguousarray(self.table, dtype)
         act = activation_of(node)           # a clamp of the output codes (fuse_code_clamps)
         lo = -_INF if act is None or act.lo is None else float(act.lo)
         hi = _INF if act is None or act.hi is None else float(act.hi)
@@ -548,8 +557,10 @@ class _IntegerConv(Kernel):
             yt = out((n, oh, ow, m))
             if packed is None:
                 q.dwconv(xt, x_zero, taps, geo, yt, bias, factor, yz, lo, hi, 1, _threads())
-            else:
+            elif table is None:
                 q.conv(xt, x_zero, packed, geo, yt, bias, factor, yz, lo, hi, 1, _threads())
+            else:
+                q.conv(xt, x_zero, packed, geo, yt, bias, factor, yz, lo, hi, 1, _threads(), table)
             return yt
 
         def run_nhwc(inputs: list, outputs: list):
@@ -700,18 +711,45 @@ def fuse_code_clamps(chosen: list[Chosen], external: set[str]) -> list[Chosen]:
     return [entry for pos, entry in enumerate(out) if pos not in dropped]
 
 
+def fuse_code_tables(chosen: list[Chosen], external: set[str]) -> list[Chosen]:
+    """Each group-1 QLinearConv on the integer kernels whose only reader is an ai.nnhal CodeTable of 256 codes of
+    its output type (a quantized SiLU or another element-wise chain, optimizer/qtables.py; clamping ones are folded
+    by :func:`fuse_code_clamps` first) with the table applied in the convolution's write-back (qkernels.c conv's
+    ``table``): the same codes, one pass over the output fewer. YOLO's every convolution is followed by one."""
+
+    def produces(entry: Chosen) -> bool:
+        return type(entry.kernel) is QLinearConvKernel and entry.kernel.table is None \
+            and entry.node.attrs.get("group", 1) == 1
+
+    def fold(conv: Chosen, tail: Chosen) -> Kernel | None:
+        table = np.asarray(tail.ins[1].value)
+        same = table.dtype == tail.ins[0].dtype == tail.outs[0].dtype
+        return QLinearConvKernel(table) if same else None
+
+    return _fold_code_tables(chosen, external, produces, fold)
+
+
 def fuse_table_tails(chosen: list[Chosen], external: set[str]) -> list[Chosen]:
     """Each QLinearAdd / QLinearMul on its 256 x 256 table (kernels/qlinear_tables.py) whose only reader is an
     ai.nnhal CodeTable (a Relu after a residual Add that rescales, as the int8 precision pass writes it) with the
     CodeTable composed into its table: the same codes, one gather over the output fewer. Runs after the layout
     pass, which chooses the element-wise kernels again for NHWC tensors."""
+    return _fold_code_tables(chosen, external,
+                             lambda entry: type(entry.kernel) in (QLinearAddTable, QLinearMulTable),
+                             lambda table, tail: TailedBinaryTable(table.kernel, tail.ins[1].value))
+
+
+def _fold_code_tables(chosen: list[Chosen], external: set[str], produces, fold) -> list[Chosen]:
+    """The walk shared by :func:`fuse_code_tables` and :func:`fuse_table_tails`: each one-output entry that
+    ``produces`` accepts (with no fused activation) whose only reader is an ai.nnhal CodeTable of 256 codes over an
+    8-bit input becomes one entry standing for both, on the kernel ``fold(producer, code_table)`` returns (None:
+    both left as they are)."""
     reads: dict[str, int] = {}
     for entry in chosen:
         for name in entry.node.all_inputs:
             reads[name] = reads.get(name, 0) + 1
     producer = {entry.node.outputs[0]: pos for pos, entry in enumerate(chosen)
-                if len(entry.node.outputs) == 1 and type(entry.kernel) in (QLinearAddTable, QLinearMulTable)
-                and activation_of(entry.node) is None}
+                if len(entry.node.outputs) == 1 and produces(entry) and activation_of(entry.node) is None}
     out, dropped = list(chosen), set()
     for pos, entry in enumerate(chosen):
         node, ins = entry.node, entry.ins
@@ -720,8 +758,10 @@ def fuse_table_tails(chosen: list[Chosen], external: set[str]) -> list[Chosen]:
                 or node.domain != "ai.nnhal" or len(ins) != 2 or ins[1] is None or ins[1].value is None \
                 or np.shape(ins[1].value) != (256,) or ins[0] is None or ins[0].dtype not in (np.uint8, np.int8):
             continue
-        table = chosen[producer[src]]
-        fused = fuse(table.node, node, outputs=list(node.outputs))
-        out[producer[src]] = Chosen(fused, TailedBinaryTable(table.kernel, ins[1].value), table.ins, entry.outs)
+        head = chosen[producer[src]]
+        kernel = fold(head, entry)
+        if kernel is None:
+            continue
+        out[producer[src]] = Chosen(fuse(head.node, node, outputs=list(node.outputs)), kernel, head.ins, entry.outs)
         dropped.add(pos)
     return [entry for pos, entry in enumerate(out) if pos not in dropped]

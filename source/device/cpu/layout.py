@@ -201,7 +201,7 @@ def _image(info: Info | None) -> bool:
 
 def _layout_free(node: Node, ins: list, outs: list) -> bool:
     """Whether ``node`` runs unchanged (or with its axis moved: Concat, Gather, Split) on NHWC tensors."""
-    if qlayout.quantized_free(node, ins, outs, _image):
+    if qlayout.quantized_free(node, ins, outs, _image) or qlayout.quantized_concat(node, ins, outs, _image):
         return True
     live = [o for o, name in zip(outs, node.outputs) if name]
     if node.op_type == "Split" and not node.domain and live and not node.implicit_inputs:
@@ -443,7 +443,7 @@ def assign_layouts(chosen: list[Chosen], external: set[str]) -> tuple[list[Chose
                     info = physical[name]
                 new_outs.append(info)
             attrs = node.attrs
-            if node.op_type in ("Concat", "Gather", "Split"):
+            if node.op_type in ("Concat", "Gather", "Split", "QLinearConcat"):
                 attrs = {**attrs, "axis": TO_NHWC.index(attrs["axis"] % 4)}
             # the kernel was chosen for the NCHW shapes; choose again for the NHWC ones
             node = replace(node, inputs=inputs, attrs=attrs)

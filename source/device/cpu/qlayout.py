@@ -9,6 +9,8 @@ NHWC and its output back. Here:
 * :func:`quantized_free`: the quantized element-wise nodes that run unchanged on NHWC data, so the layout
   pass joins their 8-bit and float tensors into one region; their constant operands (per-tensor scales and
   zero points, a CodeTable's 256 codes) are not images and stay as they are (:func:`keeps_constants`);
+* com.microsoft QLinearConcat of 4-D 8-bit images with per-tensor parameters (:func:`quantized_concat`): it
+  runs on NHWC images with its axis moved, as Concat does (YOLO's C2f and neck concatenations);
 * a kernel with a ``channels_last(node, ins, outs)`` method (integer.py's QLinearConv) offers its own NHWC
   variant to the layout pass, as a table kernel with ``layout = "NHWC"`` does for a float op.
 """
@@ -30,9 +32,28 @@ def eight_bit(info) -> bool:
     return info is not None and info.dtype is not None and np.dtype(info.dtype) in EIGHT_BIT
 
 
+CONCAT = ("com.microsoft", "QLinearConcat")
+
+
 def keeps_constants(node: Node) -> bool:
-    """Whether ``node`` is a quantized element-wise op whose constant operands are parameters, not images."""
-    return (node.domain, node.op_type) in _ELEMENTWISE
+    """Whether ``node`` is a quantized op whose constant operands are parameters, not images."""
+    return (node.domain, node.op_type) in _ELEMENTWISE or (node.domain, node.op_type) == CONCAT
+
+
+def quantized_concat(node: Node, ins: list, outs: list, image) -> bool:
+    """Whether ``node`` is a QLinearConcat of 4-D images (``image``: layout.py's test) into one, every scale and
+    zero point a constant single value: it concatenates NHWC images along the moved axis."""
+    live = [o for o, name in zip(outs, node.outputs) if name]
+    if (node.domain, node.op_type) != CONCAT or node.implicit_inputs or len(live) != 1 or not image(live[0]) \
+            or len(ins) < 5 or (len(ins) - 2) % 3:
+        return False
+    for k, info in enumerate(ins):
+        if k >= 2 and (k - 2) % 3 == 0:
+            if not image(info):
+                return False
+        elif info is None or info.value is None or np.size(info.value) != 1:
+            return False
+    return True
 
 
 def quantized_free(node: Node, ins: list, outs: list, image) -> bool:

@@ -6,9 +6,12 @@ from __future__ import annotations
 import numpy as np
 
 from nnhal.device.cpu.kernels import _nhwc, _pool_native
+from nnhal.hostkernels import _pool2d
 from nnhal.hostkernels.base import RunFn
 from nnhal.hostkernels.op_average_pool import AveragePoolSeparable
 from nnhal.hostkernels.op_max_pool import MaxPoolSeparable
+
+EIGHT_BIT = (np.dtype(np.uint8), np.dtype(np.int8))
 
 
 class MaxPoolNHWC(MaxPoolSeparable):
@@ -34,6 +37,35 @@ class MaxPoolNHWC(MaxPoolSeparable):
 
         def run(inputs, outputs):
             out = outputs[0] if outputs[0] is not None else np.empty((n, oh, ow, c), np.float32)
+            return (pool(inputs[0], out),) + (None,) * (len(outputs) - 1)
+
+        return run
+
+
+class MaxPoolNHWC8(MaxPoolSeparable):
+    """Channels last, 2-D, 8-bit codes (a quantized network's MaxPool between two integer convolutions, as
+    YOLO's SPPF): separable maxima of the codes themselves (see _nhwc), padding never chosen (the type's least
+    value fills only empty windows). Exact: quantizing is monotone, so the maximum of the codes is the code of
+    the maximum, and the tensor keeps its input's parameters."""
+
+    name = "nhwc-8bit"
+    layout = "NHWC"
+    strided_output = True
+
+    def score(self, node, ins, outs) -> int:
+        if len(node.outputs) > 1 and node.outputs[1] or ins[0] is None or ins[0].dtype not in EIGHT_BIT \
+                or outs[0].dtype != ins[0].dtype:
+            return 0
+        return 10 if _pool2d.usable(node, ins, outs, kinds="iu") is not None else 0
+
+    def prepare(self, node, ins, outs) -> RunFn:
+        g = _pool2d.usable(node, ins, outs, kinds="iu")
+        dtype = np.dtype(outs[0].dtype)
+        pool = _nhwc.make_pool(g, tuple(ins[0].shape), dtype, np.maximum, np.iinfo(dtype).min)
+        n, c, oh, ow = outs[0].shape
+
+        def run(inputs, outputs):
+            out = outputs[0] if outputs[0] is not None else np.empty((n, oh, ow, c), dtype)
             return (pool(inputs[0], out),) + (None,) * (len(outputs) - 1)
 
         return run
@@ -92,4 +124,4 @@ class GlobalMaxPoolNHWC(_nhwc.GlobalPool):
         np.maximum.reduce(x, axis=1, out=out)
 
 
-IMPLEMENTATIONS = (MaxPoolNHWC, AveragePoolNHWC, GlobalAveragePoolNHWC, GlobalMaxPoolNHWC)
+IMPLEMENTATIONS = (MaxPoolNHWC, MaxPoolNHWC8, AveragePoolNHWC, GlobalAveragePoolNHWC, GlobalMaxPoolNHWC)

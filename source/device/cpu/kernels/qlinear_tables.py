@@ -172,9 +172,19 @@ class QLinearConcatTables(Kernel):
             same = np.array_equal(scale, y_scale) and np.array_equal(zero, y_zero)
             tables.append(None if same else reference.compute(_Axis0(), y_scale, y_zero, codes, scale, zero))
         axis = node.attrs["axis"]
+        q = _native()
+
+        def requantized(x: np.ndarray, table: np.ndarray) -> np.ndarray:
+            if q is None:
+                return np.take(table, _bytes(x))
+            # NOTE: the native gather (one pass; numpy's take makes three with an intp index), then the
+            # concatenation copies it: YOLO's neck concatenations at 640x640 took 12.2 ms with take
+            part = np.empty(x.shape, dtype)
+            q.table1(np.ascontiguousarray(x), table, part, parallel.threads())
+            return part
 
         def run(inputs: list, outputs: list):
-            parts = [x if t is None else np.take(t, _bytes(x)) for x, t in zip(inputs[2::3], tables)]
+            parts = [x if t is None else requantized(x, t) for x, t in zip(inputs[2::3], tables)]
             shape = parts[0].shape[:axis % parts[0].ndim] + (sum(p.shape[axis] for p in parts),) \
                 + parts[0].shape[axis % parts[0].ndim + 1:]
             out = outputs[0] if outputs else None

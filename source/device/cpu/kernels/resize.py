@@ -22,6 +22,8 @@ from nnhal.hostkernels.base import Kernel, RunFn, store
 from nnhal.operator._nn import resize_targets
 from nnhal.operator.table import get_prototype
 
+EIGHT_BIT = (np.dtype(np.uint8), np.dtype(np.int8))
+
 
 class ResizeNHWC(Kernel):
     """Resize of a channels-last image (the CPU layout pass keeps upsampling necks and decoders in NHWC): the
@@ -31,10 +33,11 @@ class ResizeNHWC(Kernel):
     op_type = "Resize"
     name = "nhwc"
     layout = "NHWC"
+    kinds = "f"     # the input dtype kinds taken
 
     def score(self, node, ins, outs) -> int:
         x = ins[0]
-        if x is None or x.shape is None or len(x.shape) != 4 or not x.static or x.dtype.kind != "f":
+        if x is None or x.shape is None or len(x.shape) != 4 or not x.static or x.dtype.kind not in self.kinds:
             return 0
         extra = [i for i in ins[1:] if i is not None]
         return 1 if all(i.value is not None for i in extra) and outs[0].static else 0
@@ -53,6 +56,21 @@ class ResizeNHWC(Kernel):
             return (store(resample(inputs[0], plan, extrapolation, dtype), outputs[0], dtype),)
 
         return run
+
+
+class ResizeNHWC8(ResizeNHWC):
+    """Nearest-neighbour Resize of 8-bit codes, channels last (a quantized network's upsampling neck, as YOLO's,
+    stays in its integer NHWC region): the reference's nearest gather (whole channel vectors) on the codes
+    themselves, exact (picking a code is picking its value; the tensor keeps its input's parameters)."""
+
+    name = "nhwc-8bit"
+    kinds = "iu"
+
+    def score(self, node, ins, outs) -> int:
+        if node.attrs.get("mode", "nearest") != "nearest" or ins[0] is None \
+                or np.dtype(ins[0].dtype) not in EIGHT_BIT or outs[0].dtype != ins[0].dtype:
+            return 0
+        return super().score(node, ins, outs)
 
 
 MAX_TAPS = 64       # kernels.c nn_resize_taps
@@ -157,4 +175,4 @@ class ResizeToNCHW(ResizeNHWCNative):
 
 
 # ResizeToNCHW is not listed: only the layout pass takes it, through ResizeNHWCNative.nchw_output
-IMPLEMENTATIONS = (ResizeNHWC, ResizeNHWCNative)
+IMPLEMENTATIONS = (ResizeNHWC, ResizeNHWC8, ResizeNHWCNative)

@@ -366,6 +366,8 @@ typedef struct {
     double y_zero;               /* U8/S8 */
     float lo, hi;                /* F32: clamp (fused Relu / Clip); U8/S8: clamp in the quantized domain */
     int f32_rounding;            /* U8/S8: 0: ONNX's reference (double); 1: float32, as onnxruntime */
+    const uint8_t *table;        /* U8/S8: 256 output bytes indexed by each requantized code's byte (a fused
+                                    element-wise CodeTable, as a quantized SiLU), or NULL */
 } epilogue_t;
 
 /* Per-row state of the packed A: za' (zero point in the au domain), rowsum(au), the row scale (F32) */
@@ -441,6 +443,11 @@ static inline __attribute__((always_inline)) void epilogue_body(const epilogue_t
                 int8_t *y = (int8_t *)e->out + m * e->ldo + n0;
                 for (int j = 0; j < nc; j++)
                     y[j] = (int8_t)v[j];
+            }
+            if (e->table) {
+                uint8_t *y = (uint8_t *)e->out + m * e->ldo + n0;
+                for (int j = 0; j < nc; j++)
+                    y[j] = e->table[y[j]];
             }
         }
     }
@@ -523,6 +530,11 @@ static T_AVX2 void epilogue_avx2(const epilogue_t *e, const rows_t *r, const col
                 _mm_storel_epi64((__m128i *)((uint8_t *)e->out + m * e->ldo + n), _mm_packus_epi16(q16, q16));
             else
                 _mm_storel_epi64((__m128i *)((int8_t *)e->out + m * e->ldo + n), _mm_packs_epi16(q16, q16));
+            if (e->table) {
+                uint8_t *y = (uint8_t *)e->out + m * e->ldo + n;
+                for (int k = 0; k < 8; k++)
+                    y[k] = e->table[y[k]];
+            }
         }
         if (nv < nc)
             epilogue_body(e, r, cs, t + nv, nr, m, 1, n0 + nv, nc - nv);
@@ -1421,16 +1433,17 @@ static int get_geometry(const char *kernel, PyObject *obj, int64_t *g)
     return 1;
 }
 
-/* conv(x, x_zero, packed, geometry, out, bias, scale, y_zero, lo, hi, rounding, threads): a group-1 convolution in
-   NHWC as an implicit GEMM: x uint8 / int8 [N, H, W, C]; packed from the weights as [M, KH, KW, C] (trans 1);
-   geometry a tuple (n, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, pad_top, pad_left); out [N, OH, OW, M]
-   with the epilogue of gemm. */
+/* conv(x, x_zero, packed, geometry, out, bias, scale, y_zero, lo, hi, rounding, threads[, table]): a group-1
+   convolution in NHWC as an implicit GEMM: x uint8 / int8 [N, H, W, C]; packed from the weights as [M, KH, KW, C]
+   (trans 1); geometry a tuple (n, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, pad_top, pad_left); out [N, OH, OW, M]
+   with the epilogue of gemm; table (None or 256 codes of out's 8-bit type): each output code replaced by
+   table[its byte] in the same pass (a CodeTable fused into the convolution). */
 static PyObject *qk_conv(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
 {
     static const char *kernel = "conv";
-    static const char *const names[] = {"x", "x_zero", "bias", "scale"};
+    static const char *const names[] = {"x", "x_zero", "bias", "scale", "table"};
     (void)mod;
-    if (!isa_ok() || !check_nargs(kernel, nargs, 12))
+    if (!isa_ok() || !check_nargs(kernel, nargs, nargs == 13 ? 13 : 12))
         return NULL;
     const PackedB *b;
     int64_t threads, g[14];
@@ -1443,7 +1456,7 @@ static PyObject *qk_conv(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
                      (long long)(g[6] * g[7] * g[3]), (long long)b->k);
         return NULL;
     }
-    arg_t in[4], out;
+    arg_t in[5], out;
     memset(in, 0, sizeof in);
     memset(&out, 0, sizeof out);
     job_t j;
@@ -1463,8 +1476,18 @@ static PyObject *qk_conv(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     j.m = rows;
     j.h = g[1]; j.w = g[2]; j.c = g[3]; j.oh = g[4]; j.ow = g[5]; j.kh = g[6]; j.kw = g[7];
     j.sh = g[8]; j.sw = g[9]; j.dh = g[10]; j.dw = g[11]; j.pt = g[12]; j.pl = g[13];
-    if (!get_epilogue(kernel, args + 4, &out, &in[2], &in[3], rows, b->n, &j.e)
-        || !check_no_overlap(kernel, &out, in, names, 4) || !alloc_rows(&j, 0))
+    if (!get_epilogue(kernel, args + 4, &out, &in[2], &in[3], rows, b->n, &j.e))
+        goto done;
+    if (nargs == 13 && args[12] != Py_None) {
+        if (j.e.kind != OUT_U8 && j.e.kind != OUT_S8) {
+            PyErr_Format(PyExc_TypeError, "%s: argument 'table' needs a uint8 or int8 'out'", kernel);
+            goto done;
+        }
+        if (!get_array(kernel, "table", args[12], &in[4], j.e.kind == OUT_U8 ? "B" : "b", 256, 0, 0))
+            goto done;
+        j.e.table = in[4].view.buf;
+    }
+    if (!check_no_overlap(kernel, &out, in, names, 5) || !alloc_rows(&j, 0))
         goto done;
     j.rows.scale = NULL;
     j.cols.d = b->any_d ? b->d : NULL;
@@ -1474,7 +1497,7 @@ static PyObject *qk_conv(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
         result = Py_NewRef(Py_None);
     free_rows(&j);
 done:
-    release_all(in, 4);
+    release_all(in, 5);
     release_all(&out, 1);
     return result;
 }
@@ -1682,7 +1705,7 @@ static PyMethodDef qk_methods[] = {
     {"gemm_dynamic", (PyCFunction)(void (*)(void))qk_gemm_dynamic, METH_FASTCALL,
      "gemm_dynamic(x, signed, packed, out, bias, scale, lo, hi, threads)"},
     {"conv", (PyCFunction)(void (*)(void))qk_conv, METH_FASTCALL,
-     "conv(x, x_zero, packed, geometry, out, bias, scale, y_zero, lo, hi, rounding, threads)"},
+     "conv(x, x_zero, packed, geometry, out, bias, scale, y_zero, lo, hi, rounding, threads[, table])"},
     {"dwconv", (PyCFunction)(void (*)(void))qk_dwconv, METH_FASTCALL,
      "dwconv(x, x_zero, w, geometry, out, bias, scale, y_zero, lo, hi, rounding, threads)"},
     {"table1", (PyCFunction)(void (*)(void))qk_table1, METH_FASTCALL,
