@@ -76,8 +76,8 @@ static const char *ISA_DESCRIBE[ISA_COUNT] = {
     "vpmaddwd(ones) into int32 (exact: a u8*s7 pair sum fits 16 bits); other weights widened to int16 K "
     "pairs once when packed, activations widened while packed, vpmaddwd into int32 (exact; vpmaddubsw would "
     "saturate on them), 6x16 tiles; weights packed for 7-bit activations (gemm_dynamic rows quantized to [0, "
-    "127], the int8/uint8 precision passes' token products) as bytes, vpmaddubsw + vpmaddwd(ones) (exact: a "
-    "u7*s8 pair sum fits 16 bits)",
+    "127]; which token products: qnative.activation_mode, NNHAL_QGEMM_A7) as bytes, vpmaddubsw + "
+    "vpmaddwd(ones) (exact: a u7*s8 pair sum fits 16 bits)",
     "avxvnni: vpdpbusd (VEX, 256-bit) u8*s8 into int32, 6x16 tiles",
     "avx512vnni: vpdpbusd (512-bit) u8*s8 into int32, 8x32 tiles",
 };
