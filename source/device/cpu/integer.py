@@ -6,7 +6,9 @@ which pack the constant weights once at prepare:
 
 * ai.nnhal ``DynamicQuantizeGemm`` with whole-row scales (``block`` 0): every row of X quantized while the
   GEMM packs it (int8 symmetric or uint8 asymmetric, per token), dequantized with the bias in the GEMM's
-  epilogue (``float_columns`` still run in float32 beside it);
+  epilogue (``float_columns`` still run in float32 beside it). On avx2 the expanding products' rows are
+  quantized to 7 bits instead (asymmetric, [0, 127]) and the others' asymmetrically to 8 bits, whatever
+  ``activation`` says (``qnative.activation_mode``);
 * ``MatMulInteger`` with a constant 2-D B: int32 out;  with a run-time B (both operands activations), each
   matrix of B packed per run, batch dimensions broadcast;
 * com.microsoft ``MatMulIntegerToFloat`` with a constant 2-D B (what qchains.py makes of onnxruntime's
@@ -91,11 +93,13 @@ class DynamicQuantizeGemmInteger(Kernel):
         q = qnative.kernels()
         w = np.ascontiguousarray(_const(ins[1]), np.int8)             # [N, K]
         n, k = w.shape
-        packed = q.pack_b(w, k, n, None, 1)
+        # NOTE: read once per prepared node: the int8 lowering happens at the first run
+        mode = qnative.activation_mode()
+        packed = q.pack_b(w, k, n, None, 1, int(mode == "1" or (mode == "expanding" and n > k)))
         scale = np.ascontiguousarray(_const(ins[2]), np.float32).reshape(-1)
         bias = _const(ins[3]) if len(ins) > 3 else None
         bias = None if bias is None else np.ascontiguousarray(bias, np.float32).reshape(-1)
-        signed = int(node.attrs["activation"] == "int8")
+        signed = int(node.attrs["activation"] == "int8" and mode == "0")
         columns = np.asarray(node.attrs["float_columns"] or [], np.int64)
         w_float = np.ascontiguousarray(_const(ins[4]).T, np.float32) if columns.size else None
         bias_cols = None if bias is None or not columns.size else bias[columns]

@@ -10,6 +10,8 @@ from onnx.reference import ReferenceEvaluator
 
 import nnhal
 from nnhal.device.cpu import qnative
+from tests.device.cpu.test_qkernels import _dynamic_ref
+from tests.device.cpu.test_qkernels_a7 import a7_reference
 
 pytestmark = pytest.mark.skipif(not qnative.status().available,
                                 reason=f"integer kernels not loaded: {qnative.status().reason}")
@@ -85,16 +87,46 @@ def test_qlinear_conv_equals_the_numpy_kernel(group, xdt, monkeypatch):
     _check(_model([node], inits, x.shape, xdt, xdt), x, "QLinearConv", monkeypatch)
 
 
-@pytest.mark.parametrize("activation", ["int8", "uint8"])
-def test_dynamic_quantize_gemm_whole_rows_runs_the_integer_gemm(activation, monkeypatch):
+def _dynamic_quantize_gemm(activation, n=21):
     rng = np.random.default_rng(4)
     x = rng.standard_normal((9, 67)).astype(np.float32)
-    w = rng.integers(-127, 128, (21, 67), dtype=np.int8)
-    inits = {"w": w, "ws": rng.uniform(0.001, 0.01, 21).astype(np.float32),
-             "bias": rng.standard_normal(21).astype(np.float32)}
+    w = rng.integers(-127, 128, (n, 67), dtype=np.int8)
+    inits = {"w": w, "ws": rng.uniform(0.001, 0.01, n).astype(np.float32),
+             "bias": rng.standard_normal(n).astype(np.float32)}
     node = helper.make_node("DynamicQuantizeGemm", ["x", "w", "ws", "bias"], ["y"], domain="ai.nnhal",
                             activation=activation, block=0)
-    model = _model([node], inits, x.shape, np.float32, np.float32, domains=("ai.nnhal",))
+    return _model([node], inits, x.shape, np.float32, np.float32, domains=("ai.nnhal",)), x, inits
+
+
+@pytest.mark.parametrize("activation", ["int8", "uint8"])
+def test_dynamic_quantize_gemm_seven_bit_activations(activation, monkeypatch):
+    """NNHAL_QGEMM_A7=1 (avx2's default): rows quantized to [0, 127] whatever the node's activation type,
+    equal to that integer reference bit for bit (the kernel tests run it on every instruction set)."""
+    monkeypatch.setenv("NNHAL_QGEMM_A7", "1")
+    model, x, inits = _dynamic_quantize_gemm(activation)
+    session = nnhal.Session(model, devices=["cpu"])
+    (got,) = session.run({"x": x})
+    assert [st.kernel_name for st in _steps(session)] == ["int8 gemm"]
+    np.testing.assert_array_equal(got, a7_reference(x, inits["w"], inits["ws"], inits["bias"]))
+
+
+@pytest.mark.parametrize("activation", ["int8", "uint8"])
+@pytest.mark.parametrize("n", [21, 80])
+def test_dynamic_quantize_gemm_expanding_products_take_seven_bits(activation, n, monkeypatch):
+    """NNHAL_QGEMM_A7=expanding (avx2's default): 7-bit rows where N > K (67), asymmetric uint8 rows elsewhere,
+    int8 nodes included; each equal to its integer reference bit for bit."""
+    monkeypatch.setenv("NNHAL_QGEMM_A7", "expanding")
+    model, x, inits = _dynamic_quantize_gemm(activation, n)
+    (got,) = nnhal.Session(model, devices=["cpu"]).run({"x": x})
+    want = a7_reference(x, inits["w"], inits["ws"], inits["bias"]) if n > 67 \
+        else _dynamic_ref(x, inits["w"], False, inits["ws"], inits["bias"])
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("activation", ["int8", "uint8"])
+def test_dynamic_quantize_gemm_whole_rows_runs_the_integer_gemm(activation, monkeypatch):
+    monkeypatch.setenv("NNHAL_QGEMM_A7", "0")       # the node's own 8-bit activations
+    model, x, _ = _dynamic_quantize_gemm(activation)
     session = nnhal.Session(model, devices=["cpu"])
     (got,) = session.run({"x": x})
     assert [st.kernel_name for st in _steps(session)] == ["int8 gemm"]

@@ -57,3 +57,28 @@ def available() -> bool:
 def kernels():
     """The extension module (only after :func:`available` said True)."""
     return _load()[0]
+
+
+def activation_mode() -> str:
+    """How DynamicQuantizeGemm (whole rows) quantizes its rows for the integer GEMM: ``NNHAL_QGEMM_A7``, by
+    default "expanding" where the integer kernels run on avx2 (no VNNI) and "0" elsewhere.
+
+    * "0": as the node says (int8 symmetric or uint8 asymmetric, 8 bits);
+    * "expanding": products with N > K (a transformer's first FFN product) quantize their rows to 7 bits
+      (asymmetric, [0, 127]), so that avx2's ``vpmaddubsw`` multiplies them by the 8-bit weights exactly
+      (a u7 x s8 pair sum fits int16), about 0.8x the time of the exact 16-bit path; every other product
+      quantizes its rows asymmetrically to uint8, int8 nodes included (scale (max(x, 0) - min(x, 0)) / 255,
+      at most int8's max|x| / 127), which pays for the 7-bit products' error: MiniLM's sentence embeddings
+      keep cosine >= 0.999 against fp32 at int8 and uint8 (docs/int8.md), where 7 bits on every product do not;
+    * "1": 7 bits on every product (tests, A/B runs).
+    """
+    forced = os.environ.get("NNHAL_QGEMM_A7")
+    if forced is not None:
+        return forced if forced in ("0", "1") else "expanding"
+    return "expanding" if status().isa == "avx2" else "0"
+
+
+def describe_activation_mode() -> str:
+    """:func:`activation_mode` in words, for the cpu device's description."""
+    return {"0": "8-bit as each node says", "1": "7-bit ([0, 127]) on every product",
+            "expanding": "7-bit ([0, 127]) where N > K, else asymmetric uint8"}[activation_mode()]

@@ -75,7 +75,9 @@ static const char *ISA_DESCRIBE[ISA_COUNT] = {
     "avx2: weights that all fit 7 bits ([-64, 64], nnhal's int8 convolutions) as bytes, vpmaddubsw + "
     "vpmaddwd(ones) into int32 (exact: a u8*s7 pair sum fits 16 bits); other weights widened to int16 K "
     "pairs once when packed, activations widened while packed, vpmaddwd into int32 (exact; vpmaddubsw would "
-    "saturate on them), 6x16 tiles",
+    "saturate on them), 6x16 tiles; weights packed for 7-bit activations (gemm_dynamic rows quantized to [0, "
+    "127]; which token products: qnative.activation_mode, NNHAL_QGEMM_A7) as bytes, vpmaddubsw + "
+    "vpmaddwd(ones) (exact: a u7*s8 pair sum fits 16 bits)",
     "avxvnni: vpdpbusd (VEX, 256-bit) u8*s8 into int32, 6x16 tiles",
     "avx512vnni: vpdpbusd (512-bit) u8*s8 into int32, 8x32 tiles",
 };
@@ -566,7 +568,8 @@ typedef struct {
     int isa, nr, kg, esize;   /* kg, esize: the K group and the element size (ISA_KG, ISA_ESIZE) */
     int64_t k, kp, n, panels;
     int b_signed;
-    int narrow;          /* avx2: every bs in [-64, 64], packed as bytes for vpmaddubsw (micro_avx2_narrow) */
+    int narrow;          /* avx2: every bs in [-64, 64], or a7, packed as bytes for vpmaddubsw (micro_avx2_narrow) */
+    int a7;              /* gemm_dynamic quantizes the activations to 7 bits ([0, 127]); no other kernel takes it */
     int8_t *data;        /* panels * kp * nr elements of esize bytes, 64-byte aligned */
     int32_t *d;          /* [n] ob - zb_n */
     int32_t *cterm;      /* [n] colsum(bs)_n + k d_n */
@@ -583,15 +586,16 @@ static void packed_dealloc(PackedB *self)
 
 static PyObject *packed_repr(PackedB *self)
 {
-    return PyUnicode_FromFormat("<qkernels.PackedB K=%lld N=%lld %s %s%s>", (long long)self->k, (long long)self->n,
-                                self->b_signed ? "int8" : "uint8", ISA_NAMES[self->isa],
-                                self->narrow ? " narrow" : "");
+    return PyUnicode_FromFormat("<qkernels.PackedB K=%lld N=%lld %s %s%s%s>", (long long)self->k,
+                                (long long)self->n, self->b_signed ? "int8" : "uint8", ISA_NAMES[self->isa],
+                                self->narrow ? " narrow" : "", self->a7 ? " a7" : "");
 }
 
 static PyObject *packed_get_k(PackedB *self, void *c) { (void)c; return PyLong_FromLongLong(self->k); }
 static PyObject *packed_get_n(PackedB *self, void *c) { (void)c; return PyLong_FromLongLong(self->n); }
 static PyObject *packed_get_isa(PackedB *self, void *c) { (void)c; return PyUnicode_FromString(ISA_NAMES[self->isa]); }
 static PyObject *packed_get_narrow(PackedB *self, void *c) { (void)c; return PyBool_FromLong(self->narrow); }
+static PyObject *packed_get_a7(PackedB *self, void *c) { (void)c; return PyBool_FromLong(self->a7); }
 static PyObject *packed_get_nbytes(PackedB *self, void *c)
 {
     (void)c;
@@ -604,7 +608,10 @@ static PyGetSetDef packed_getset[] = {
     {"isa", (getter)packed_get_isa, NULL, "the instruction set the panels are laid out for", NULL},
     {"nbytes", (getter)packed_get_nbytes, NULL, "bytes held", NULL},
     {"narrow", (getter)packed_get_narrow, NULL,
-     "avx2: every weight (less the uint8 offset 128) in [-64, 64], run by vpmaddubsw (exact)", NULL},
+     "avx2: every weight (less the uint8 offset 128) in [-64, 64], or packed for 7-bit activations, run by "
+     "vpmaddubsw (exact)", NULL},
+    {"a7", (getter)packed_get_a7, NULL, "packed for 7-bit activations: gemm_dynamic quantizes rows to [0, 127]",
+     NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -778,17 +785,19 @@ static int fits_7bit(const uint8_t *src, int64_t count, int b_signed)
     return lo >= -64 && hi <= 64;
 }
 
-/* pack_b(b, b_zero, trans) -> PackedB. b: 2-D int8 or uint8 [K, N] (trans 0) or [N, K] (trans 1), given
-   as a flat C-contiguous array with its two sizes; b_zero: None or an array of 1 or N zero points. */
+/* pack_b(b, k, n, b_zero, trans[, a7]) -> PackedB. b: 2-D int8 or uint8 [K, N] (trans 0) or [N, K] (trans 1),
+   given as a flat C-contiguous array with its two sizes; b_zero: None or an array of 1 or N zero points.
+   a7 (default 0): the weights serve gemm_dynamic with 7-bit activations (rows quantized to [0, 127]); on avx2
+   they are then packed as bytes for vpmaddubsw whatever their range (|127 * 128 * 2| < 2^15: exact). */
 static PyObject *qk_pack_b(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
 {
     static const char *kernel = "pack_b";
     (void)mod;
-    if (!isa_ok() || !check_nargs(kernel, nargs, 5))
+    if (!isa_ok() || (nargs != 6 && !check_nargs(kernel, nargs, 5)))
         return NULL;
-    int64_t k, n, trans;
+    int64_t k, n, trans, a7 = 0;
     if (!get_int(kernel, "k", args[1], 1, MAX_K, &k) || !get_int(kernel, "n", args[2], 1, INT32_MAX, &n)
-        || !get_int(kernel, "trans", args[4], 0, 1, &trans))
+        || !get_int(kernel, "trans", args[4], 0, 1, &trans) || (nargs == 6 && !get_int(kernel, "a7", args[5], 0, 1, &a7)))
         return NULL;
     arg_t a[2];
     memset(a, 0, sizeof a);
@@ -815,7 +824,8 @@ static PyObject *qk_pack_b(PyObject *mod, PyObject *const *args, Py_ssize_t narg
     const uint8_t *src = a[0].view.buf;
     int ob = b_signed ? 0 : 128;
     p->isa = g_isa;
-    p->narrow = g_isa == ISA_AVX2 && fits_7bit(src, kn, b_signed);
+    p->a7 = (int)a7;
+    p->narrow = g_isa == ISA_AVX2 && (a7 || fits_7bit(src, kn, b_signed));
     /* NOTE: narrow avx2 weights take the vnni byte layout (avxvnni's NR, KG and element size) */
     int layout = p->narrow ? ISA_AVXVNNI : g_isa;
     p->nr = ISA_NR[layout];
@@ -1069,43 +1079,117 @@ static inline __attribute__((always_inline)) void pack_quantized_body(const job_
     }
 }
 
+/* one row's quantization: dst[k] = clamp(rint(x[k] / scale) + zf, qlo, qhi) + add, in float32 (rint half to
+   even, as numpy); returns the sum of dst. range_row: lo = min(x, 0), hi = max(x, 0). The avx2 versions do the
+   same float operations on 8 lanes (vdivps, vroundps to nearest even, vaddps, max / min, exact conversion), so
+   every path gives the same bytes; the compiler left the scalar loops unvectorized (branches, 2x slower). */
+typedef void (*range_fn)(const float *x, int64_t k, float *lo, float *hi);
+typedef int32_t (*quant_fn)(const float *x, int64_t k, float scale, float zf, float qlo, float qhi, int32_t add,
+                            uint8_t *dst);
+
+static void range_row_c(const float *x, int64_t k, float *plo, float *phi)
+{
+    float lo = 0.0f, hi = 0.0f;
+    for (int64_t kk = 0; kk < k; kk++) {
+        lo = x[kk] < lo ? x[kk] : lo;
+        hi = x[kk] > hi ? x[kk] : hi;
+    }
+    *plo = lo;
+    *phi = hi;
+}
+
+static int32_t quant_row_c(const float *x, int64_t k, float scale, float zf, float qlo, float qhi, int32_t add,
+                           uint8_t *dst)
+{
+    int32_t sum = 0;
+    for (int64_t kk = 0; kk < k; kk++) {
+        float q = nearbyintf(x[kk] / scale) + zf;
+        q = q < qlo ? qlo : q > qhi ? qhi : q;
+        int32_t v = (int32_t)q + add;
+        dst[kk] = (uint8_t)v;
+        sum += v;
+    }
+    return sum;
+}
+
+#ifdef NNQ_X86
+static T_AVX2 void range_row_avx2(const float *x, int64_t k, float *plo, float *phi)
+{
+    __m256 lo8 = _mm256_setzero_ps(), hi8 = lo8;
+    int64_t kk = 0;
+    for (; kk + 8 <= k; kk += 8) {
+        __m256 v = _mm256_loadu_ps(x + kk);
+        lo8 = _mm256_min_ps(v, lo8);
+        hi8 = _mm256_max_ps(v, hi8);
+    }
+    float l[8], h[8];
+    _mm256_storeu_ps(l, lo8);
+    _mm256_storeu_ps(h, hi8);
+    float lo = 0.0f, hi = 0.0f;
+    for (int i = 0; i < 8; i++) {
+        lo = l[i] < lo ? l[i] : lo;
+        hi = h[i] > hi ? h[i] : hi;
+    }
+    for (; kk < k; kk++) {
+        lo = x[kk] < lo ? x[kk] : lo;
+        hi = x[kk] > hi ? x[kk] : hi;
+    }
+    *plo = lo;
+    *phi = hi;
+}
+
+static T_AVX2 int32_t quant_row_avx2(const float *x, int64_t k, float scale, float zf, float qlo, float qhi,
+                                     int32_t add, uint8_t *dst)
+{
+    const __m256 s8 = _mm256_set1_ps(scale), z8 = _mm256_set1_ps(zf), lo8 = _mm256_set1_ps(qlo),
+                 hi8 = _mm256_set1_ps(qhi);
+    const __m256i add8 = _mm256_set1_epi32(add);
+    __m256i sum8 = _mm256_setzero_si256();
+    int64_t kk = 0;
+    for (; kk + 8 <= k; kk += 8) {
+        __m256 q = _mm256_round_ps(_mm256_div_ps(_mm256_loadu_ps(x + kk), s8), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        q = _mm256_min_ps(_mm256_max_ps(_mm256_add_ps(q, z8), lo8), hi8);
+        __m256i v = _mm256_add_epi32(_mm256_cvttps_epi32(q), add8);      /* 0..255 */
+        sum8 = _mm256_add_epi32(sum8, v);
+        __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+        _mm_storel_epi64((__m128i *)(dst + kk), _mm_packus_epi16(w, w));
+    }
+    int32_t lanes[8];
+    _mm256_storeu_si256((__m256i *)lanes, sum8);
+    int32_t sum = 0;
+    for (int i = 0; i < 8; i++)
+        sum += lanes[i];
+    return sum + quant_row_c(x + kk, k - kk, scale, zf, qlo, qhi, add, dst + kk);
+}
+#endif
+
 /* per-row dynamic quantization, as DynamicQuantizeGemm defines it (operator/nn_dynamic_quantize_gemm.py):
    int8: scale max|x| / 127, xq = rint(x / scale); uint8: over [min(x, 0), max(x, 0)], scale range / 255,
-   zero rint(-lo / scale), xq = clip(rint(x / scale) + zero, 0, 255). Float32 throughout, as numpy. */
+   zero rint(-lo / scale), xq = clip(rint(x / scale) + zero, 0, 255). Float32 throughout, as numpy.
+   Weights packed a7: 7 bits whatever the row's type, over [min(x, 0), max(x, 0)], scale range / 127, zero
+   rint(-lo / scale), xq = clip(rint(x / scale) + zero, 0, 127): a scale at most int8's max|x| / 127, twice
+   uint8's. */
 static inline __attribute__((always_inline)) void pack_dynamic_body(const job_t *j, int64_t m0, int mr,
-                                                             uint8_t *apack)
+                                                                    uint8_t *apack, range_fn range, quant_fn quant)
 {
     int64_t k = j->b->k, kp = j->b->kp;
     for (int i = 0; i < mr; i++) {
         int64_t m = m0 + i;
         const float *x = (const float *)j->a + m * k;
         uint8_t *dst = apack + i * kp;
-        float lo = 0.0f, hi = 0.0f;
-        for (int64_t kk = 0; kk < k; kk++) {
-            lo = x[kk] < lo ? x[kk] : lo;
-            hi = x[kk] > hi ? x[kk] : hi;
-        }
-        float scale;
-        int32_t zero, sum = 0;
-        if (j->a_signed) {
+        float lo, hi, scale;
+        range(x, k, &lo, &hi);
+        int32_t zero, sum;
+        if (j->a_signed && !j->b->a7) {
             float peak = -lo > hi ? -lo : hi;
             scale = peak > 0 ? peak / 127.0f : 1.0f;
             zero = 128;
-            for (int64_t kk = 0; kk < k; kk++) {
-                float q = nearbyintf(x[kk] / scale);
-                q = q < -127.0f ? -127.0f : q > 127.0f ? 127.0f : q;
-                dst[kk] = (uint8_t)((int32_t)q + 128);
-                sum += dst[kk];
-            }
+            sum = quant(x, k, scale, 0.0f, -127.0f, 127.0f, 128, dst);
         } else {
-            scale = hi > lo ? (hi - lo) / 255.0f : 1.0f;
+            float levels = j->b->a7 ? 127.0f : 255.0f;
+            scale = hi > lo ? (hi - lo) / levels : 1.0f;
             zero = (int32_t)nearbyintf(-lo / scale);
-            for (int64_t kk = 0; kk < k; kk++) {
-                float q = nearbyintf(x[kk] / scale) + (float)zero;
-                q = q < 0.0f ? 0.0f : q > 255.0f ? 255.0f : q;
-                dst[kk] = (uint8_t)(int32_t)q;
-                sum += dst[kk];
-            }
+            sum = quant(x, k, scale, (float)zero, 0.0f, levels, 0, dst);
         }
         for (int64_t kk = k; kk < kp; kk++)
             dst[kk] = 0;
@@ -1183,13 +1267,17 @@ static inline __attribute__((always_inline)) void pack_conv_body(const job_t *j,
     }                                                                                                     \
     static target void pack_dynamic_##suffix(const job_t *j, int64_t m0, int mr, uint8_t *apack)        \
     {                                                                                                     \
-        pack_dynamic_body(j, m0, mr, apack);                                                              \
+        pack_dynamic_body(j, m0, mr, apack, range_row_##suffix, quant_row_##suffix);                    \
     }                                                                                                     \
     static target void pack_conv_##suffix(const job_t *j, int64_t m0, int mr, uint8_t *apack)           \
     {                                                                                                     \
         pack_conv_body(j, m0, mr, apack);                                                                 \
     }
 #define T_NONE
+#define range_row_portable range_row_c
+#define quant_row_portable quant_row_c
+#define range_row_avx512 range_row_avx2
+#define quant_row_avx512 quant_row_avx2
 PACKERS(portable, T_NONE)
 #ifdef NNQ_X86
 PACKERS(avx2, T_AVX2)
@@ -1273,6 +1361,13 @@ static int get_packed(const char *kernel, PyObject *obj, const PackedB **b)
         return 0;
     }
     *b = (const PackedB *)obj;
+    /* NOTE: avx2 multiplies a7 weights by vpmaddubsw, exact only on activations below 128: only gemm_dynamic,
+       which quantizes them, may take them */
+    if ((*b)->a7 && strcmp(kernel, "gemm_dynamic") != 0) {
+        PyErr_Format(PyExc_ValueError, "%s: argument 'packed' was packed for 7-bit activations (a7), which only "
+                     "gemm_dynamic takes", kernel);
+        return 0;
+    }
     if ((*b)->isa != g_isa) {
         PyErr_Format(PyExc_RuntimeError, "%s: argument 'packed' was packed for %s; this process runs %s", kernel,
                      ISA_NAMES[(*b)->isa], ISA_NAMES[g_isa]);
@@ -1358,7 +1453,8 @@ done:
 
 /* gemm_dynamic(x, signed, packed, out, bias, scale, lo, hi, threads): out float32 [M, N] =
    clamp((xq - zx) bs * sx[m] * scale[n] + bias) with every row of float32 x [M, K] quantized while packed
-   (int8 symmetric when signed, else uint8 asymmetric); the weights must be int8 with no zero point. */
+   (int8 symmetric when signed, else uint8 asymmetric; 7-bit asymmetric when the weights were packed a7);
+   the weights must be int8 with no zero point. */
 static PyObject *qk_gemm_dynamic(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
 {
     static const char *kernel = "gemm_dynamic";
@@ -1699,7 +1795,7 @@ static PyMethodDef qk_methods[] = {
     {"uses_pool", qk_uses_pool, METH_NOARGS, "Whether the kernels split their parts over the cpu device's thread "
                                              "pool (the native kernels' capsule loaded), else over their own threads."},
     {"pack_b", (PyCFunction)(void (*)(void))qk_pack_b, METH_FASTCALL,
-     "pack_b(b, k, n, b_zero, trans) -> PackedB"},
+     "pack_b(b, k, n, b_zero, trans[, a7]) -> PackedB"},
     {"gemm", (PyCFunction)(void (*)(void))qk_gemm, METH_FASTCALL,
      "gemm(a, a_zero, packed, out, bias, scale, y_zero, lo, hi, rounding, threads)"},
     {"gemm_dynamic", (PyCFunction)(void (*)(void))qk_gemm_dynamic, METH_FASTCALL,
