@@ -9,10 +9,11 @@ separate steps cost a few microseconds of dispatch each against a few of arithme
 
 ``fuse_attention`` replaces each such chain, float32 of static shapes, by one FusedAttention node
 (kernels/attention.py ``FusedAttentionNative``, native/nn_attention.h) whose inputs are the sources of q, k^T,
-v and the mask. A Transpose feeding q, k^T or v (its only reader being the chain) is taken as a view of its
-input instead (strided operands: the head split is not copied), and a Transpose after the product that keeps
-the last axis last becomes the layout the step writes its output in. A Where with a constant condition and a
-fill of -inf (or a finite fill at most -1e4 when no row is fully masked) becomes a constant additive mask.
+v and the mask. The Transposes and row gathers feeding q, k^T or v (the head split) are read as strided views
+of their input, as matmul_views.py reads them for the MatMuls (its ``_operand``), and a Transpose after the
+product that keeps the last axis last becomes the layout the step writes its output in. A Where with a
+constant condition and a fill of -inf (or a finite fill at most -1e4 when no row is fully masked) becomes a
+constant additive mask.
 Every intermediate must have no other reader and not leave the subgraph; anything else keeps the separate
 steps.
 """
@@ -23,6 +24,7 @@ import numpy as np
 from nnhal.device.cpu import native
 from nnhal.device.cpu.fusions import Chosen, _readers
 from nnhal.device.cpu.kernels.attention import FusedAttentionNative
+from nnhal.device.cpu.matmul_views import _operand, _product_perm
 from nnhal.graph.node import Node
 from nnhal.operator.base import Info
 
@@ -48,6 +50,7 @@ def fuse_attention(chosen: list[Chosen], external: set[str], constants: dict[str
         return chosen
     reads, reader, producer = _readers(chosen)
     dropped: set[int] = set()
+    folded: set[int] = set()
     replaced: dict[int, Chosen] = {}
 
     def only_reader(name: str) -> int | None:
@@ -156,38 +159,44 @@ def fuse_attention(chosen: list[Chosen], external: set[str], constants: dict[str
                 or v_shape[-2] != shape[-1]:
             continue
         chain.append(j_pv)
-        perms: list = [None, None, None]
+        views: list = [None, None, None]
         src_infos = list(infos)
+        seen = external | {chosen[d].node.outputs[0] for d in dropped}
         for side in range(3):
-            j = source(srcs[side], "Transpose", set(chain))
-            if j is None or not _static_f32(chosen[j].ins[0]):
+            j = producer.get(srcs[side])
+            if j is None or j in dropped or srcs[side] in external or reads[srcs[side]] != 1:
                 continue
-            perm = chosen[j].node.attrs.get("perm")
-            if perm is None or len(perm) != rank:
+            found = _operand(chosen, j, producer, seen, reads)
+            if found is None:
                 continue
-            perms[side] = tuple(int(p) for p in perm)
-            srcs[side], src_infos[side] = chosen[j].node.inputs[0], chosen[j].ins[0]
-            chain.append(j)
+            views[side], links = found
+            first = chosen[links[-1]]
+            srcs[side], src_infos[side] = first.node.inputs[0], first.ins[0]
+            folded.update(links)
         out, out_info, out_perm = pv.node.outputs[0], pv.outs[0], None
         j = only_reader(out)
-        if j is not None and chosen[j].node.op_type == "Transpose" and not chosen[j].node.domain \
-                and _static_f32(chosen[j].outs[0]) and chosen[j].node.outputs[0]:
-            perm = chosen[j].node.attrs.get("perm")
-            if perm is not None and len(perm) == rank and int(perm[-1]) == rank - 1:
-                out_perm = tuple(int(p) for p in perm)
-                out, out_info = chosen[j].node.outputs[0], chosen[j].outs[0]
-                chain.append(j)
+        if j is not None and _product_perm(chosen[j]) is not None:
+            out_perm = _product_perm(chosen[j])
+            out, out_info = chosen[j].node.outputs[0], chosen[j].outs[0]
+            chain.append(j)
         inputs = srcs + [mask]
         if mask_value is not None:
             inputs[3] = f"{node.name}/attention_mask"
             constants[inputs[3]] = mask_value
             m_info = Info(_F32, mask_value.shape, mask_value)
-        attrs = {"perms": perms, "out_perm": out_perm, "scale": scale, "rank": rank, "scores": shape}
-        fused = Node(f"{node.name}/attention", "FusedAttention", inputs, [out], attrs, domain="ai.nnhal.cpu")
+        fused = Node(f"{node.name}/attention", "FusedAttention", inputs, [out], {"scale": scale},
+                     domain="ai.nnhal.cpu")
         # NOTE: placed where the chain's last step was: every input of the chain is made before it
         last = max(chain)
-        replaced[last] = Chosen(fused, FusedAttentionNative(), src_infos + [m_info], [out_info])
+        kernel = FusedAttentionNative(views, out_perm, scale, shape)
+        replaced[last] = Chosen(fused, kernel, src_infos + [m_info], [out_info])
         dropped.update(c for c in chain if c != last)
+    # the operands' folded Transposes and row views, dropped once nothing else reads them (as fold_transposes)
+    for j in sorted(folded, reverse=True):
+        still_read = {n for pos, e in enumerate(chosen) if pos not in dropped
+                      for n in (replaced.get(pos, e).node.all_inputs) if n}
+        if chosen[j].node.outputs[0] not in still_read:
+            dropped.add(j)
     return [replaced.get(p, e) for p, e in enumerate(chosen) if p not in dropped]
 
 

@@ -21,56 +21,53 @@ class FusedAttentionNative(Kernel):
     """The CPU plan's fused attention step (device/cpu/attention_fuse.py): one native call (native/nn_attention.h)
     computes ``softmax(Q K^T * scale + mask) V`` for every (batch, head) of float32 operands of static shapes.
 
-    The node's inputs are the sources of Q, K^T, V and the additive mask (absent: no mask); ``attrs`` holds
-    ``perms`` (per input, the Transpose taken as a view at run time, or None), ``out_perm`` (the Transpose of
-    the product that the node's output is, or None) and ``scale``. Q, K^T and V of rank 3 get a leading axis
-    of 1; the mask is broadcast to the scores' shape (a view: stride 0 where it broadcasts)."""
+    The node's inputs are the arrays Q, K^T and V are read from and the additive mask (absent: none);
+    ``views[k]`` (None: the array itself) makes operand k from its input without a copy (matmul_views.py's
+    head-split views); with ``out_perm`` the node's output is the Transpose of the product by it, written through
+    the inverse view. Operands of rank 3 get a leading axis of 1; the mask is broadcast to the scores' shape
+    (a view: stride 0 where it broadcasts)."""
 
     op_type = "FusedAttention"
     name = "native attention"
+
+    def __init__(self, views, out_perm, scale: float, scores: tuple[int, ...]):
+        self.views, self.out_perm, self.scale, self.scores = list(views), out_perm, float(scale), tuple(scores)
 
     def score(self, node, ins, outs) -> int:
         return 10 if native.available() else 0
 
     def prepare(self, node, ins, outs) -> RunFn:
-        perms, out_perm = node.attrs["perms"], node.attrs["out_perm"]
-        scale, rank = float(node.attrs["scale"]), int(node.attrs["rank"])
-        scores = tuple(node.attrs["scores"])
-        lead = (1,) * (4 - rank)
-        scores4 = lead + scores
-        inverse = None if out_perm is None else tuple(int(i) for i in np.argsort(out_perm))
+        views, scale = self.views, self.scale
+        lead = (1,) * (4 - len(self.scores))
+        scores4 = lead + self.scores
+        inverse = None if self.out_perm is None else tuple(int(i) for i in np.argsort(self.out_perm))
         units = int(np.prod(scores4[:2])) * -(-scores4[2] // 32)
         work = int(np.prod(scores4)) * 4 * 8
-        const_mask = None
-        if len(node.inputs) > 3 and node.inputs[3] and ins[3].value is not None:
-            const_mask = np.asarray(ins[3].value, np.float32)
+        shape = tuple(outs[0].shape)
 
-        def view(x, perm):
-            x = x if perm is None else x.transpose(perm)
-            return x.reshape(lead + x.shape) if lead else x
+        def operand(x, k):
+            x = x if views[k] is None else views[k](x)
+            x = x.reshape(lead + x.shape) if lead else x
+            rows = x.shape[-2] < 2 or x.strides[-2] >= 4 * x.shape[-1]       # BLAS's leading dimension
+            return x if x.strides[-1] == 4 and rows else np.ascontiguousarray(x)
 
         def run(inputs, outputs):
             parts = parallel.native_parts(work, units) if parallel.native_pool() else 1
-            q, kt, v = (view(inputs[i], perms[i]) for i in range(3))
-            if q.strides[-1] != 4:
-                q = np.ascontiguousarray(q)
-            if v.strides[-1] != 4:
-                v = np.ascontiguousarray(v)
+            q, v = operand(inputs[0], 0), operand(inputs[2], 2)
+            kt = inputs[1] if views[1] is None else views[1](inputs[1])
+            kt = kt.reshape(lead + kt.shape) if lead else kt
             k, flag = kt.swapaxes(-1, -2), 0
-            if k.strides[-1] != 4:
-                k, flag = (kt, 1) if kt.strides[-1] == 4 else (np.ascontiguousarray(k), 0)
-            mask = None
-            if len(inputs) > 3 and inputs[3] is not None:
-                m = const_mask if const_mask is not None else inputs[3]
-                mask = np.broadcast_to(m.reshape((1,) * (4 - m.ndim) + m.shape), scores4)
+            if k.strides[-1] != 4 or (k.shape[-2] > 1 and k.strides[-2] < 4 * k.shape[-1]):
+                k, flag = (kt, 1) if kt.strides[-1] == 4 and (kt.shape[-2] < 2 or kt.strides[-2] >= 4 * kt.shape[-1]) \
+                    else (np.ascontiguousarray(k), 0)
+            mask = inputs[3] if len(inputs) > 3 else None
+            if mask is not None:
+                mask = np.broadcast_to(mask.reshape((1,) * (4 - mask.ndim) + mask.shape), scores4)
                 if mask.strides[-1] != 4:
                     mask = np.ascontiguousarray(mask)
-            y = outputs[0]
-            if y is None:
-                y = np.empty(outs[0].shape, np.float32)
+            y = outputs[0] if outputs[0] is not None else np.empty(shape, np.float32)
             o = y if inverse is None else y.transpose(inverse)
-            o = o.reshape(lead + o.shape) if lead else o
-            native.attention(q, k, v, mask, o, scale, flag, parts)
+            native.attention(q, k, v, mask, o.reshape(lead + o.shape) if lead else o, scale, flag, parts)
             return (y,)
 
         return run
