@@ -190,3 +190,37 @@ def test_non_matching_keeps_old_path():
     model = _export(Weights().eval(), (x,), ["x"])
     kernels = _check(model, {"x": x.numpy()}, 16, 6)
     assert "native attention" not in kernels
+
+
+def _where_model(fill: float, cond: np.ndarray) -> bytes:
+    """MatMul(q, k^T) / 4 -> Where(constant cond, scores, fill) -> Softmax -> MatMul(., v), built by hand."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    shape_q, shape_kt, shape_v = [1, 2, 6, 16], [1, 2, 16, 6], [1, 2, 6, 8]
+    nodes = [helper.make_node("MatMul", ["q", "kt"], ["s"]), helper.make_node("Div", ["s", "four"], ["d"]),
+             helper.make_node("Where", ["cond", "d", "fill"], ["w"]),
+             helper.make_node("Softmax", ["w"], ["p"], axis=-1), helper.make_node("MatMul", ["p", "v"], ["y"])]
+    inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, s)
+              for n, s in (("q", shape_q), ("kt", shape_kt), ("v", shape_v))]
+    inits = [numpy_helper.from_array(np.float32(4.0), "four"), numpy_helper.from_array(np.float32(fill), "fill"),
+             numpy_helper.from_array(cond, "cond")]
+    graph = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 6, 8])],
+                              inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+@pytest.mark.parametrize("fill,full_row,fused", [(-np.inf, False, True), (-1e9, False, True), (-1e9, True, False),
+                                                 (-1.0, False, False)])
+def test_where_mask(fill, full_row, fused):
+    """A causal Where with a constant condition becomes an additive mask: -inf, or a very negative finite fill when
+    no row is fully masked; a fully masked row or a mild fill keeps the old path (the results differ there)."""
+    cond = np.tril(np.ones((6, 6), bool))
+    if full_row:
+        cond[0] = False
+    feeds = {"q": RNG.standard_normal((1, 2, 6, 16)).astype(np.float32),
+             "kt": RNG.standard_normal((1, 2, 16, 6)).astype(np.float32),
+             "v": RNG.standard_normal((1, 2, 6, 8)).astype(np.float32)}
+    kernels = _check(_where_model(fill, cond), feeds, 16, 6)
+    assert ("native attention" in kernels) == fused
