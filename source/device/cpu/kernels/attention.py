@@ -41,7 +41,7 @@ class FusedAttentionNative(Kernel):
         lead = (1,) * (4 - len(self.scores))
         scores4 = lead + self.scores
         inverse = None if self.out_perm is None else tuple(int(i) for i in np.argsort(self.out_perm))
-        units = int(np.prod(scores4[:2])) * -(-scores4[2] // 32)
+        units = int(np.prod(scores4[:2])) * -(-scores4[2] // 16)
         work = int(np.prod(scores4)) * 4 * 8
         shape = tuple(outs[0].shape)
 

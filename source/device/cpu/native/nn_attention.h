@@ -7,33 +7,36 @@
  * split of a projection's (B, S, H*D) output and the (B, Sq, H*Dv) layout of O are views, so neither is copied.
  * A mask broadcast over heads or query rows has stride 0 there.
  *
- * Work units are (batch, head, block of NN_ATT_ROWS query rows), split over the native pool. Per unit: the
- * block's mask rows copied into the scores S (NN_ATT_ROWS x Sk, the part's scratch, in L1/L2), then
+ * Work units are (batch, head, block of query rows), split over the native pool: a head's rows in one block
+ * when there are at least two heads per part (BLAS packs K and V once per block), else cut into blocks of at
+ * least NN_ATT_ROWS rows to give every part two units; a block's scores stay within NN_ATT_BYTES. Per unit:
+ * the block's mask rows copied into the scores S (rows x Sk, the part's scratch), then
  * S = scale Q K^T + S by one cblas_sgemm reading Q and K in place through their row strides (K transposed, or
  * K^T as it is), each row's softmax in place by nn_softmax_f32 (max-subtracted, its exp, its NaN and infinity
  * rules), and O's rows = P V by a second cblas_sgemm writing O through its row stride. BLAS runs
  * single-threaded inside a part, as batched_gemm's products do. */
 
-#define NN_ATT_ROWS 32
+#define NN_ATT_ROWS 16
+#define NN_ATT_BYTES (256 * 1024)
 
 typedef struct {
     const float *q, *k, *v, *mask;
-    float *o, *scratch;     /* scratch: NN_ATT_ROWS * sk floats per part */
-    int64_t b, h, sq, sk, d, dv, kt;      /* kt: k is K^T (B, H, D, Sk) */
+    float *o, *scratch;     /* scratch: rows * sk floats per part */
+    int64_t b, h, sq, sk, d, dv, kt, rows;    /* rows: query rows per unit */      /* kt: k is K^T (B, H, D, Sk) */
     int64_t qs[3], ks[3], vs[3], ms[3], os[3];   /* element strides of axes 0..2 (axis 3 is unit) */
     float scale;
 } nn_attention_args;
 
 static void nn_attention_task(const void *args, int64_t part, int64_t parts) {
     const nn_attention_args *a = (const nn_attention_args *)args;
-    const int64_t blocks = (a->sq + NN_ATT_ROWS - 1) / NN_ATT_ROWS;
+    const int64_t blocks = (a->sq + a->rows - 1) / a->rows;
     int64_t lo, hi;
     nn_split(a->b * a->h * blocks, 1, part, parts, &lo, &hi);
     const int64_t sk = a->sk;
-    float *s = a->scratch + part * NN_ATT_ROWS * sk;
+    float *s = a->scratch + part * a->rows * sk;
     for (int64_t u = lo; u < hi; u++) {
         const int64_t bh = u / blocks, blk = u % blocks, bi = bh / a->h, hh = bh % a->h;
-        const int64_t i0 = blk * NN_ATT_ROWS, n = NN_MIN(a->sq, i0 + NN_ATT_ROWS) - i0;
+        const int64_t i0 = blk * a->rows, n = NN_MIN(a->sq, i0 + a->rows) - i0;
         const float *q = a->q + bi * a->qs[0] + hh * a->qs[1] + i0 * a->qs[2];
         const float *k = a->k + bi * a->ks[0] + hh * a->ks[1];
         const float *v = a->v + bi * a->vs[0] + hh * a->vs[1];
@@ -125,7 +128,11 @@ static PyObject *nn_py_attention(PyObject *module, PyObject *const *args, Py_ssi
         nn_value_error(k, "k", "must have at least one key");
         goto fail;
     }
-    a.scratch = (float *)malloc(sizeof(float) * (size_t)(parts * NN_ATT_ROWS * a.sk));
+    /* rows per unit (module comment) */
+    const int64_t heads = a.b * a.h, per_head = heads >= 2 * parts ? 1 : (2 * parts + heads - 1) / heads;
+    a.rows = NN_MAX(NN_ATT_ROWS, (a.sq + per_head - 1) / per_head);
+    a.rows = NN_MAX(1, NN_MIN(a.rows, NN_ATT_BYTES / (4 * a.sk)));
+    a.scratch = (float *)malloc(sizeof(float) * (size_t)(parts * a.rows * a.sk));
     if (a.scratch == NULL) {
         PyErr_NoMemory();
         goto fail;
