@@ -224,3 +224,35 @@ def test_where_mask(fill, full_row, fused):
              "v": RNG.standard_normal((1, 2, 6, 8)).astype(np.float32)}
     kernels = _check(_where_model(fill, cond), feeds, 16, 6)
     assert ("native attention" in kernels) == fused
+
+
+def _attention23(shapes, **attrs) -> bytes:
+    from onnx import TensorProto, helper
+
+    out = list(shapes[0][:-1]) + [shapes[2][-1] if len(shapes[0]) == 4 else shapes[2][-1]]
+    inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(s)) for n, s in zip("qkv", shapes)]
+    graph = helper.make_graph([helper.make_node("Attention", ["q", "k", "v"], ["y"], **attrs)], "g", inputs,
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, out)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)])
+    model.ir_version = 10
+    return model.SerializeToString()
+
+
+@pytest.mark.parametrize("shapes,attrs", [
+    (((2, 3, 7, 8), (2, 3, 11, 8), (2, 3, 11, 5)), {}),
+    (((1, 4, 9, 16), (1, 4, 9, 16), (1, 4, 9, 16)), {"is_causal": 1}),
+    (((2, 6, 12), (2, 9, 12), (2, 9, 8)), {"q_num_heads": 4, "kv_num_heads": 4, "scale": 0.3}),
+    (((1, 5, 12), (1, 5, 12), (1, 5, 12)), {"q_num_heads": 3, "kv_num_heads": 3, "is_causal": 1}),
+])
+def test_onnx_attention_op_native(shapes, attrs):
+    """The opset-23 Attention op on the native step, against onnx's reference implementation."""
+    from onnx.reference import ReferenceEvaluator
+
+    model = _attention23(shapes, **attrs)
+    feeds = {n: RNG.standard_normal(s).astype(np.float32) for n, s in zip("qkv", shapes)}
+    want = ReferenceEvaluator(model).run(None, feeds)[0]
+    got, kernels = _run(model, feeds)
+    assert kernels == ["native"]
+    d = shapes[0][-1] if len(shapes[0]) == 4 else shapes[0][-1] // attrs["q_num_heads"]
+    bound = 64 * (gamma(d + 2) * d * 16 + gamma(shapes[1][-2] + 40)) * 4 + 1e-6
+    assert np.abs(got[0] - want).max() <= bound * max(1.0, float(np.abs(want).max()))

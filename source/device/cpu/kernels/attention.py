@@ -14,7 +14,74 @@ class AttentionPooled(Pooled, AttentionKernel):
     pass
 
 
-IMPLEMENTATIONS = (AttentionPooled,)
+class AttentionNative(Kernel):
+    """The ONNX Attention op (opset 23) on the native attention step (native/nn_attention.h) where it is plain
+    scaled-dot-product attention: float32 of static shapes, Q, K and V 4-D, or 3-D with as many key as query
+    heads, no past cache or non-pad lengths, no softcap, window or softmax precision, only output Y wanted, and
+    no mask or ``is_causal`` without a mask (every row keeps key 0, so no row is fully masked: the op's zeros
+    for such rows and the native softmax's NaN never differ). The 3-D operands are head-split views and Y is
+    written through the merged view. Scores are scale * (q . k) instead of (q sqrt(scale)) . (k sqrt(scale)):
+    roundings only."""
+
+    op_type = "Attention"
+    name = "native"
+
+    def score(self, node, ins, outs) -> int:
+        if not native.available() or len(ins) < 3 or any(i is None or i.dtype != np.float32 or not i.static
+                                                          for i in ins[:3]):
+            return 0
+        a = node.attrs
+        if any(i is not None for i in ins[3:]) or any(n for n in node.outputs[1:]) or a.get("softcap", 0.0) \
+                or a.get("softmax_precision") is not None or a.get("qk_matmul_output_mode", 0) \
+                or a.get("left_window_size", -1) != -1 or a.get("right_window_size", -1) != -1:
+            return 0
+        rank = len(ins[0].shape)
+        if rank not in (3, 4) or any(len(i.shape) != rank for i in ins[1:3]) or 0 in ins[0].shape \
+                or 0 in ins[1].shape:
+            return 0
+        if rank == 3:
+            q, kv = a.get("q_num_heads"), a.get("kv_num_heads")
+            if not q or q != kv or ins[0].shape[2] % q or ins[1].shape[2] % kv or ins[2].shape[2] % kv:
+                return 0
+        elif ins[0].shape[1] != ins[1].shape[1] or ins[1].shape[1] != ins[2].shape[1]:
+            return 0
+        return 20
+
+    def prepare(self, node, ins, outs) -> RunFn:
+        rank = len(ins[0].shape)
+        heads = node.attrs.get("q_num_heads") if rank == 3 else None
+        q_len, total = ins[0].shape[-2 if rank == 4 else 1], ins[1].shape[-2 if rank == 4 else 1]
+        depth = ins[0].shape[-1] // heads if rank == 3 else ins[0].shape[-1]
+        scale = node.attrs.get("scale")
+        scale = float(1.0 / np.sqrt(depth) if scale is None else scale)
+        causal = None
+        if node.attrs.get("is_causal"):
+            causal = np.where(np.arange(total)[None, :] <= np.arange(q_len)[:, None], np.float32(0.0),
+                              np.float32(-np.inf)).astype(np.float32)
+        batch = ins[0].shape[0]
+        units = batch * (heads or ins[0].shape[1]) * -(-q_len // 16)
+        work = units * 16 * total * 4 * 8
+        shape = tuple(outs[0].shape)
+
+        def split(x):
+            b, n, hidden = x.shape
+            return x.reshape(b, n, heads, hidden // heads).transpose(0, 2, 1, 3)
+
+        def run(inputs, outputs):
+            parts = parallel.native_parts(work, units) if parallel.native_pool() else 1
+            q, k, v = inputs[:3]
+            if heads:
+                q, k, v = split(q), split(k), split(v)
+            y = outputs[0] if outputs[0] is not None else np.empty(shape, np.float32)
+            o = split(y) if heads else y
+            mask = None if causal is None else np.broadcast_to(causal, q.shape[:2] + causal.shape)
+            native.attention(q, k, v, mask, o, scale, 0, parts)
+            return (y,) + (None,) * (len(outputs) - 1)
+
+        return run
+
+
+IMPLEMENTATIONS = (AttentionPooled, AttentionNative)
 
 
 class FusedAttentionNative(Kernel):
