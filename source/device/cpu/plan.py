@@ -14,6 +14,7 @@ from functools import partial
 
 import numpy as np
 
+from nnhal.device.cpu.attention_fuse import fuse_attention
 from nnhal.device.cpu.castfuse import fuse_half_round_trips, fuse_relayout_casts, fuse_rounded_concats
 from nnhal.device.cpu.channel_gather import fuse_channel_selections
 from nnhal.device.cpu.commute import hoist_activations
@@ -370,6 +371,7 @@ def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: l
         chosen = fuse_half_round_trips(chosen, external)
         chosen = fuse_gelu(chosen, external)
         chosen = fuse_gelu_tanh(chosen, external)
+        chosen = fuse_attention(chosen, external, constants)
         chosen = fold_operand_scales(chosen, external, constants)
         chosen = fuse_matmul(chosen, external)
         chosen = fuse_group_norm(chosen, external, constants)

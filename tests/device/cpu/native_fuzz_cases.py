@@ -84,6 +84,9 @@ def cases():
     yield "group_norm", native.group_norm, lambda: [arr(2, 4, 3, 3), arr(2, 4, 3, 3), arr(4), arr(4), 4, 2, 1e-5, act(),
                                                      2], \
         [("in", None), ("out", tiny), ("opt", tiny), ("opt", tiny), "int", "int", "float", "act", "int"]
+    yield "attention", native.attention, \
+        lambda: [arr(1, 2, 3, 4), arr(1, 2, 5, 4), arr(1, 2, 5, 6), arr(1, 2, 3, 5), arr(1, 2, 3, 6), 0.5, 0, 2], \
+        [("in", tiny), ("in", tiny), ("in", tiny), ("opt", tiny), ("out", tiny), "float", "int", "int"]
     yield "softmax", native.softmax, lambda: [arr(3, 8), arr(3, 8), 1, 2], [("in", None), ("out", tiny), "int", "int"]
     yield "softmax middle axis", native.softmax, lambda: [arr(2, 3, 8), arr(2, 3, 8), 8, 2], \
         [("in", np.zeros((1, 1, 1), F)), ("out", tiny), "int", "int"]

@@ -1,8 +1,12 @@
 """Attention on the cpu device: the host's kernel (hostkernels/op_attention.py) with its two products on
-the pool."""
+the pool; and the fused attention step of the CPU plan (:class:`FusedAttentionNative`, device/cpu/attention_fuse.py)."""
 from __future__ import annotations
 
+import numpy as np
+
+from nnhal.device.cpu import native, parallel
 from nnhal.device.cpu.kernels._pooled import Pooled
+from nnhal.hostkernels.base import Kernel, RunFn
 from nnhal.hostkernels.op_attention import AttentionKernel
 
 
@@ -10,4 +14,127 @@ class AttentionPooled(Pooled, AttentionKernel):
     pass
 
 
-IMPLEMENTATIONS = (AttentionPooled,)
+class AttentionNative(Kernel):
+    """The ONNX Attention op (opset 23) on the native attention step (native/nn_attention.h) where it is plain
+    scaled-dot-product attention: float32 of static shapes, Q, K and V 4-D, or 3-D with as many key as query
+    heads, no past cache or non-pad lengths, no softcap, window or softmax precision, only output Y wanted, and
+    no mask or ``is_causal`` without a mask (every row keeps key 0, so no row is fully masked: the op's zeros
+    for such rows and the native softmax's NaN never differ). The 3-D operands are head-split views and Y is
+    written through the merged view. Scores are scale * (q . k) instead of (q sqrt(scale)) . (k sqrt(scale)):
+    roundings only."""
+
+    op_type = "Attention"
+    name = "native"
+
+    def score(self, node, ins, outs) -> int:
+        if not native.available() or len(ins) < 3 or any(i is None or i.dtype != np.float32 or not i.static
+                                                          for i in ins[:3]):
+            return 0
+        a = node.attrs
+        if any(i is not None for i in ins[3:]) or any(n for n in node.outputs[1:]) or a.get("softcap", 0.0) \
+                or a.get("softmax_precision") is not None or a.get("qk_matmul_output_mode", 0) \
+                or a.get("left_window_size", -1) != -1 or a.get("right_window_size", -1) != -1:
+            return 0
+        rank = len(ins[0].shape)
+        if rank not in (3, 4) or any(len(i.shape) != rank for i in ins[1:3]) or 0 in ins[0].shape \
+                or 0 in ins[1].shape:
+            return 0
+        if rank == 3:
+            q, kv = a.get("q_num_heads"), a.get("kv_num_heads")
+            if not q or q != kv or ins[0].shape[2] % q or ins[1].shape[2] % kv or ins[2].shape[2] % kv:
+                return 0
+        elif ins[0].shape[1] != ins[1].shape[1] or ins[1].shape[1] != ins[2].shape[1]:
+            return 0
+        return 20
+
+    def prepare(self, node, ins, outs) -> RunFn:
+        rank = len(ins[0].shape)
+        heads = node.attrs.get("q_num_heads") if rank == 3 else None
+        q_len, total = ins[0].shape[-2 if rank == 4 else 1], ins[1].shape[-2 if rank == 4 else 1]
+        depth = ins[0].shape[-1] // heads if rank == 3 else ins[0].shape[-1]
+        scale = node.attrs.get("scale")
+        scale = float(1.0 / np.sqrt(depth) if scale is None else scale)
+        causal = None
+        if node.attrs.get("is_causal"):
+            causal = np.where(np.arange(total)[None, :] <= np.arange(q_len)[:, None], np.float32(0.0),
+                              np.float32(-np.inf)).astype(np.float32)
+        batch = ins[0].shape[0]
+        units = batch * (heads or ins[0].shape[1]) * -(-q_len // 16)
+        work = units * 16 * total * 4 * 8
+        shape = tuple(outs[0].shape)
+
+        def split(x):
+            b, n, hidden = x.shape
+            return x.reshape(b, n, heads, hidden // heads).transpose(0, 2, 1, 3)
+
+        def run(inputs, outputs):
+            parts = parallel.native_parts(work, units) if parallel.native_pool() else 1
+            q, k, v = inputs[:3]
+            if heads:
+                q, k, v = split(q), split(k), split(v)
+            y = outputs[0] if outputs[0] is not None else np.empty(shape, np.float32)
+            o = split(y) if heads else y
+            mask = None if causal is None else np.broadcast_to(causal, q.shape[:2] + causal.shape)
+            native.attention(q, k, v, mask, o, scale, 0, parts)
+            return (y,) + (None,) * (len(outputs) - 1)
+
+        return run
+
+
+IMPLEMENTATIONS = (AttentionPooled, AttentionNative)
+
+
+class FusedAttentionNative(Kernel):
+    """The CPU plan's fused attention step (device/cpu/attention_fuse.py): one native call (native/nn_attention.h)
+    computes ``softmax(Q K^T * scale + mask) V`` for every (batch, head) of float32 operands of static shapes.
+
+    The node's inputs are the arrays Q, K^T and V are read from and the additive mask (absent: none);
+    ``views[k]`` (None: the array itself) makes operand k from its input without a copy (matmul_views.py's
+    head-split views); with ``out_perm`` the node's output is the Transpose of the product by it, written through
+    the inverse view. Operands of rank 3 get a leading axis of 1; the mask is broadcast to the scores' shape
+    (a view: stride 0 where it broadcasts)."""
+
+    op_type = "FusedAttention"
+    name = "native attention"
+
+    def __init__(self, views, out_perm, scale: float, scores: tuple[int, ...]):
+        self.views, self.out_perm, self.scale, self.scores = list(views), out_perm, float(scale), tuple(scores)
+
+    def score(self, node, ins, outs) -> int:
+        return 10 if native.available() else 0
+
+    def prepare(self, node, ins, outs) -> RunFn:
+        views, scale = self.views, self.scale
+        lead = (1,) * (4 - len(self.scores))
+        scores4 = lead + self.scores
+        inverse = None if self.out_perm is None else tuple(int(i) for i in np.argsort(self.out_perm))
+        units = int(np.prod(scores4[:2])) * -(-scores4[2] // 16)
+        work = int(np.prod(scores4)) * 4 * 8
+        shape = tuple(outs[0].shape)
+
+        def operand(x, k):
+            x = x if views[k] is None else views[k](x)
+            x = x.reshape(lead + x.shape) if lead else x
+            rows = x.shape[-2] < 2 or x.strides[-2] >= 4 * x.shape[-1]       # BLAS's leading dimension
+            return x if x.strides[-1] == 4 and rows else np.ascontiguousarray(x)
+
+        def run(inputs, outputs):
+            parts = parallel.native_parts(work, units) if parallel.native_pool() else 1
+            q, v = operand(inputs[0], 0), operand(inputs[2], 2)
+            kt = inputs[1] if views[1] is None else views[1](inputs[1])
+            kt = kt.reshape(lead + kt.shape) if lead else kt
+            k, flag = kt.swapaxes(-1, -2), 0
+            if k.strides[-1] != 4 or (k.shape[-2] > 1 and k.strides[-2] < 4 * k.shape[-1]):
+                k, flag = (kt, 1) if kt.strides[-1] == 4 and (kt.shape[-2] < 2 or kt.strides[-2] >= 4 * kt.shape[-1]) \
+                    else (np.ascontiguousarray(k), 0)
+            mask = inputs[3] if len(inputs) > 3 else None
+            if mask is not None:
+                mask = np.broadcast_to(mask.reshape((1,) * (4 - mask.ndim) + mask.shape), scores4)
+                if mask.strides[-1] != 4:
+                    mask = np.ascontiguousarray(mask)
+            y = outputs[0] if outputs[0] is not None else np.empty(shape, np.float32)
+            o = y if inverse is None else y.transpose(inverse)
+            native.attention(q, k, v, mask, o.reshape(lead + o.shape) if lead else o, scale, flag, parts)
+            return (y,)
+
+        return run

@@ -23,6 +23,7 @@ never a crash. They release the GIL around their loops. What they compute:
 * :func:`gather_last` / :func:`shuffle_last`: Gather along the last axis of 4-byte elements, the channel
   shuffle's permutation by interleaving stores;
 * :func:`add_act`: a + b with a fused activation in one pass; :func:`layernorm`: LayerNormalization;
+* :func:`attention`: softmax(Q K^T * scale + mask) V per (batch, head) on strided views (nn_attention.h);
 * :func:`group_norm`: Instance and GroupNormalization, channels first, per-channel affine;
 * :func:`channel_affine`: act(x * scale + shift) over the last axis in one pass (BatchNormalization, NHWC);
 * :func:`transpose_blocks`: a swap of two axis groups of 4-byte elements (the NCHW <-> NHWC conversions);
@@ -138,6 +139,7 @@ if _k is not None:
     layernorm = _k.layernorm                    # (x, y, scale, bias, eps, parts)
     group_norm = _k.group_norm                  # (x, y, scale, bias, channels, groups, eps, act, parts)
     softmax = _k.softmax                        # (x, y, parts)
+    attention = _k.attention                    # (q, k, v, mask, o, scale, kt, parts)
     global_pool = _k.global_pool                # (x, y, kind, parts)
     gather_last = _k.gather_last                # (x, y, idx, r0, r1)
     shuffle_last = _k.shuffle_last              # (x, y, groups, r0, r1)

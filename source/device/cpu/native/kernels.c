@@ -28,6 +28,7 @@
  * - layernorm: LayerNormalization over the last axis.
  * - group_norm: Instance and GroupNormalization of channels-first tensors, per-channel affine (nn_norm.h).
  * - softmax: Softmax over the last axis or a middle one (nn_softmax.h).
+ * - attention: softmax(Q K^T * scale + mask) V per (batch, head) on strided views (nn_attention.h).
  * - Program (nn_steps.h): a prepared run of small element-wise steps, executed by one call per plan run.
  * - Recurrent: a prepared LSTM, GRU or RNN layer: the input projection of every step as one GEMM, then each
  *   direction's steps (recurrent product and fused gate math) in C, the two directions on two parts.
@@ -3107,6 +3108,7 @@ static PyObject *nn_py_blas_info(PyObject *module, PyObject *unused) {
 }
 
 #include "nn_softmax.h"
+#include "nn_attention.h"
 
 static PyMethodDef nn_methods[] = {
     {"activation", (PyCFunction)(void (*)(void))nn_py_activation, METH_FASTCALL,
@@ -3140,6 +3142,8 @@ static PyMethodDef nn_methods[] = {
      "group_norm(x, y, scale, bias, channels, groups, eps, act, parts): Instance/GroupNormalization, channels first"},
     {"softmax", (PyCFunction)(void (*)(void))nn_py_softmax, METH_FASTCALL,
      "softmax(x, y, inner, parts): Softmax over the last axis (inner 1) or axis -2 (inner: the last axis) (y may be x), split over the pool"},
+    {"attention", (PyCFunction)(void (*)(void))nn_py_attention, METH_FASTCALL,
+     "attention(q, k, v, mask, o, scale, kt, parts): o = softmax(q k^T * scale + mask) v per (batch, head), strided views"},
     {"global_pool", (PyCFunction)(void (*)(void))nn_py_global_pool, METH_FASTCALL,
      "global_pool(x, y, kind, parts): GlobalMaxPool (0) or GlobalAveragePool (1) of x (n, h, w, c) into y (n * c), "
      "parts split over images and blocks of channels"},
