@@ -67,13 +67,20 @@
 #endif
 
 #define NN_API static
-/* defines ``static int name(void)``: 1 where the CPU has features f1 and f2, asked once (a benign race: every
- * thread stores the same value); used only inside x86 GCC/clang guards, by the hand-written intrinsic paths
- * chosen at run time */
+/* NNHAL_NATIVE_SIMD=0 in the environment turns the hand-written intrinsic paths below off, so the tests can
+ * run their plain C paths (the only ones on a CPU without the features, and on Arm) on any machine; read
+ * once per path, at its first call */
+static int nn_simd_allowed(void) {
+    const char *v = getenv("NNHAL_NATIVE_SIMD");
+    return !(v != NULL && strcmp(v, "0") == 0);
+}
+/* defines ``static int name(void)``: 1 where the CPU has features f1 and f2 and nn_simd_allowed, asked once (a
+ * benign race: every thread stores the same value); used only inside x86 GCC/clang guards, by the
+ * hand-written intrinsic paths chosen at run time */
 #define NN_CPU_HAS2(name, f1, f2) \
     static int name(void) { \
         static int ok = -1; \
-        if (ok < 0) ok = __builtin_cpu_supports(f1) && __builtin_cpu_supports(f2); \
+        if (ok < 0) ok = nn_simd_allowed() && __builtin_cpu_supports(f1) && __builtin_cpu_supports(f2); \
         return ok; \
     }
 /* Helpers are forced inline: a helper left out of line is compiled for the baseline target only, and the
@@ -3110,6 +3117,29 @@ static PyObject *nn_py_blas_info(PyObject *module, PyObject *unused) {
 #include "nn_softmax.h"
 #include "nn_attention.h"
 
+/* which hand-written intrinsic paths run on this CPU (NN_CPU_HAS2 checks, NNHAL_NATIVE_SIMD=0 included) */
+static PyObject *nn_py_simd_paths(PyObject *module, PyObject *unused) {
+    (void)module;
+    (void)unused;
+#if NN_GEMV_SIMD
+    const int gemv = nn_gemv_simd_ok();
+#else
+    const int gemv = 0;
+#endif
+#if NN_HALF_SIMD
+    const int half = nn_half_simd_ok();
+#else
+    const int half = 0;
+#endif
+#if NN_SOFTMAX_SIMD
+    const int softmax = nn_softmax_simd_ok();
+#else
+    const int softmax = 0;
+#endif
+    return Py_BuildValue("{s:O,s:O,s:O}", "gemv", gemv ? Py_True : Py_False, "half", half ? Py_True : Py_False,
+                         "softmax", softmax ? Py_True : Py_False);
+}
+
 static PyMethodDef nn_methods[] = {
     {"activation", (PyCFunction)(void (*)(void))nn_py_activation, METH_FASTCALL,
      "activation(x, y, act, parts): y = act(x) for float32 x and y of one size (y may be x)"},
@@ -3168,6 +3198,8 @@ static PyMethodDef nn_methods[] = {
     {"blas_set_threads", (PyCFunction)(void (*)(void))nn_py_blas_set_threads, METH_FASTCALL,
      "blas_set_threads(n): the linked OpenBLAS's threads"},
     {"blas_info", nn_py_blas_info, METH_NOARGS, "blas_info(): the linked BLAS's name, configuration and threads"},
+    {"simd_paths", nn_py_simd_paths, METH_NOARGS,
+     "simd_paths(): {path: bool}, the hand-written intrinsic paths this CPU runs (NNHAL_NATIVE_SIMD=0: none)"},
     {NULL, NULL, 0, NULL},
 };
 
