@@ -6,6 +6,7 @@ import numpy as np
 
 from nnhal.device.cpu import native, parallel
 from nnhal.device.cpu.kernels._pooled import Pooled
+from nnhal.device.cpu.kernels.matmul import native_rows
 from nnhal.hostkernels.base import Kernel, RunFn
 from nnhal.hostkernels.op_attention import AttentionKernel
 
@@ -59,6 +60,8 @@ class AttentionNative(Kernel):
             causal = np.where(np.arange(total)[None, :] <= np.arange(q_len)[:, None], np.float32(0.0),
                               np.float32(-np.inf)).astype(np.float32)
         batch = ins[0].shape[0]
+        # the causal mask as the step reads it, broadcast over (batch, heads) once (a read-only view)
+        mask = None if causal is None else np.broadcast_to(causal, (batch, heads or ins[0].shape[1]) + causal.shape)
         units = batch * (heads or ins[0].shape[1]) * -(-q_len // 16)
         work = units * 16 * total * 4 * 8
         shape = tuple(outs[0].shape)
@@ -74,7 +77,6 @@ class AttentionNative(Kernel):
                 q, k, v = split(q), split(k), split(v)
             y = outputs[0] if outputs[0] is not None else np.empty(shape, np.float32)
             o = split(y) if heads else y
-            mask = None if causal is None else np.broadcast_to(causal, q.shape[:2] + causal.shape)
             native.attention(q, k, v, mask, o, scale, 0, parts)
             return (y,) + (None,) * (len(outputs) - 1)
 
@@ -115,8 +117,7 @@ class FusedAttentionNative(Kernel):
         def operand(x, k):
             x = x if views[k] is None else views[k](x)
             x = x.reshape(lead + x.shape) if lead else x
-            rows = x.shape[-2] < 2 or x.strides[-2] >= 4 * x.shape[-1]       # BLAS's leading dimension
-            return x if x.strides[-1] == 4 and rows else np.ascontiguousarray(x)
+            return x if native_rows(x) else np.ascontiguousarray(x)
 
         def run(inputs, outputs):
             parts = parallel.native_parts(work, units) if parallel.native_pool() else 1
@@ -124,9 +125,8 @@ class FusedAttentionNative(Kernel):
             kt = inputs[1] if views[1] is None else views[1](inputs[1])
             kt = kt.reshape(lead + kt.shape) if lead else kt
             k, flag = kt.swapaxes(-1, -2), 0
-            if k.strides[-1] != 4 or (k.shape[-2] > 1 and k.strides[-2] < 4 * k.shape[-1]):
-                k, flag = (kt, 1) if kt.strides[-1] == 4 and (kt.shape[-2] < 2 or kt.strides[-2] >= 4 * kt.shape[-1]) \
-                    else (np.ascontiguousarray(k), 0)
+            if not native_rows(k):
+                k, flag = (kt, 1) if native_rows(kt) else (np.ascontiguousarray(k), 0)
             mask = inputs[3] if len(inputs) > 3 else None
             if mask is not None:
                 mask = np.broadcast_to(mask.reshape((1,) * (4 - mask.ndim) + mask.shape), scores4)

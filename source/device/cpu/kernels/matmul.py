@@ -137,7 +137,7 @@ def gemm_first(run: RunFn, w: np.ndarray | None, bias: np.ndarray | None, shape:
         if b.ndim == 2 and a.ndim >= 2 and y is not None and y.flags.c_contiguous and y.shape == shape:
             a2, y2 = a.reshape(-1, a.shape[-1]), y.reshape(-1, width)
             if a2.shape[0] <= GEMV_ROWS and (act is None or record is not None):
-                if prepared is not None and b is w and _native_rows(a2):
+                if prepared is not None and b is w and native_rows(a2):
                     # NOTE: one native call for the GEMVs (kernels.c nn_gemm_task by columns), bias and
                     # activation: numpy's GEMV per row and the bias add were 3 calls of a few us each
                     prepared.run(a2, y2, _gemv_parts(y2.size * a2.shape[1], y2.shape[1]), 1, 1)
@@ -176,9 +176,10 @@ def gemm_first(run: RunFn, w: np.ndarray | None, bias: np.ndarray | None, shape:
     return run_rows
 
 
-def _native_rows(a: np.ndarray) -> bool:
-    """``a`` is a float32 matrix the native GEMM reads in place: unit stride along its rows, rows apart."""
-    return a.dtype == np.float32 and a.strides[1] == 4 and (a.shape[0] <= 1 or a.strides[0] >= 4 * a.shape[1])
+def native_rows(a: np.ndarray) -> bool:
+    """The float32 matrices (the last two axes) of ``a`` are ones the native GEMM (BLAS) reads in place: unit
+    stride along the rows, rows at least a row apart (a valid leading dimension)."""
+    return a.dtype == np.float32 and a.strides[-1] == 4 and (a.shape[-2] <= 1 or a.strides[-2] >= 4 * a.shape[-1])
 
 
 def _gemv_parts(macs: int, n: int) -> int:
