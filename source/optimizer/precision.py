@@ -306,8 +306,8 @@ def to_quantized(sg: Subgraph, precision: str, dynamic: bool = False, conv_level
 def _moves_codes(node: Node, g: Graph) -> bool:
     """Whether ``node`` gives the same numbers on the 8-bit codes as on their float values, so its outputs keep its
     input's quantization: MOVES with one output, a Split along constant sizes, and a nearest Resize (opset 11 on,
-    whose schema takes 8-bit data) with constant roi, scales and sizes (a detector's upsampling neck: no
-    DequantizeLinear / QuantizeLinear around them, and no second rounding of their outputs)."""
+    whose schema takes 8-bit data; not tf_crop_and_resize) with constant roi, scales and sizes (a detector's
+    upsampling neck: no DequantizeLinear / QuantizeLinear around them, and no second rounding of their outputs)."""
     if node.domain or not node.inputs or not node.inputs[0]:
         return False
     constant = all(not n or g.tensors[n].is_constant for n in node.inputs[1:])
@@ -316,7 +316,10 @@ def _moves_codes(node: Node, g: Graph) -> bool:
     if len([o for o in node.outputs if o]) != 1:
         return False
     if node.op_type == "Resize":
-        return constant and node.version >= 11 and node.attrs.get("mode", "nearest") == "nearest"
+        # NOTE: not tf_crop_and_resize: its extrapolated pixels take extrapolation_value, a float that on the codes
+        # would be read as a code
+        return constant and node.version >= 11 and node.attrs.get("mode", "nearest") == "nearest" \
+            and node.attrs.get("coordinate_transformation_mode") != "tf_crop_and_resize"
     return node.op_type in MOVES
 
 

@@ -11,19 +11,24 @@ import nnhal
 from tests.conftest import make_model, vinfo
 
 
-def _model(mode: str = "nearest"):
-    """x -> Conv a -> Split [3, 5] -> (Conv b, Conv c) -> Concat -> Resize x2 (``mode``) -> Conv d -> y."""
+def _model(mode: str = "nearest", crop: bool = False):
+    """x -> Conv a -> Split [3, 5] -> (Conv b, Conv c) -> Concat -> Resize x2 (``mode``; with ``crop``
+    tf_crop_and_resize over a roi reaching outside the image, whose pixels there take extrapolation_value) ->
+    Conv d -> y."""
     rng = np.random.default_rng(31)
     inits = {"wa": rng.standard_normal((8, 3, 3, 3)) * 0.3, "wb": rng.standard_normal((4, 3, 1, 1)) * 0.5,
              "wc": rng.standard_normal((4, 5, 3, 3)) * 0.2, "wd": rng.standard_normal((6, 8, 3, 3)) * 0.2,
-             "sizes": np.array([3, 5], np.int64), "scales": np.array([1, 1, 2, 2], np.float32)}
+             "sizes": np.array([3, 5], np.int64), "scales": np.array([1, 1, 2, 2], np.float32),
+             "roi": np.array([0, 0, -0.2, -0.2, 1, 1, 1.2, 1.2], np.float32)}
     inits = {k: v.astype(np.float32) if v.dtype == np.float64 else v for k, v in inits.items()}
     nodes = [helper.make_node("Conv", ["x", "wa"], ["a"], pads=[1, 1, 1, 1]),
              helper.make_node("Split", ["a", "sizes"], ["s0", "s1"], axis=1),
              helper.make_node("Conv", ["s0", "wb"], ["b"]),
              helper.make_node("Conv", ["s1", "wc"], ["c"], pads=[1, 1, 1, 1]),
              helper.make_node("Concat", ["b", "c"], ["cat"], axis=1),
-             helper.make_node("Resize", ["cat", "", "scales"], ["up"], mode=mode),
+             helper.make_node("Resize", ["cat", "roi", "scales"], ["up"], mode=mode,
+                              coordinate_transformation_mode="tf_crop_and_resize", extrapolation_value=0.5)
+             if crop else helper.make_node("Resize", ["cat", "", "scales"], ["up"], mode=mode),
              helper.make_node("Conv", ["up", "wd"], ["y"], pads=[1, 1, 1, 1])]
     model = make_model(nodes, [vinfo("x", [2, 3, 10, 9])], [vinfo("y", [2, 6, 20, 18])],
                        [numpy_helper.from_array(v, k) for k, v in inits.items()])
@@ -60,3 +65,17 @@ def test_a_linear_resize_stays_in_float():
         q.run(feeds[2])
         ops = _ops(q)
     assert ops.count("DequantizeLinear") == 2 and ops.count("QuantizeLinear") == 2, ops
+
+
+def test_a_cropping_resize_stays_in_float():
+    """tf_crop_and_resize fills the pixels outside the image with extrapolation_value, a float: on the codes it
+    would be read as a code, so that Resize keeps its DequantizeLinear / QuantizeLinear and stays near fp32."""
+    model, feeds = _model(crop=True)
+    table = nnhal.calibrate(model, feeds[:2], progress=False)
+    with nnhal.Session(model, devices=["cpu"], precision="int8", calibration=table) as q:
+        got = q.run(feeds[2])[0]
+        ops = _ops(q)
+    assert ops.count("DequantizeLinear") == 2 and ops.count("QuantizeLinear") == 2, ops
+    with nnhal.Session(model, devices=["cpu"]) as fp32:
+        want = fp32.run(feeds[2])[0]
+    assert np.linalg.norm(got - want) <= 0.05 * np.linalg.norm(want)
