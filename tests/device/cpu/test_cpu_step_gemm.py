@@ -100,3 +100,47 @@ def test_a_large_product_in_a_body_keeps_the_pooled_kernels():
         ys = s.run({"s0": np.zeros(1, np.float32), "xs": np.ones((2, 1, big), np.float32)})[1]
         assert "step-gemm" not in _body_kernels(s)
     np.testing.assert_array_equal(ys, np.full((2, 1, big), big, np.float32))
+
+
+def _body_plans(session) -> list:
+    step = next(st for st in session.subgraphs[0].device_graph.steps if st.node.op_type == "Scan")
+    scan = dict(zip(step.run.__code__.co_freevars, step.run.__closure__))["scan"].cell_contents
+    runner = dict(zip(scan.__code__.co_freevars, scan.__closure__))["runner"].cell_contents
+    return list(runner.cache.values())
+
+
+def _direct_calls(plan) -> list[int]:
+    """The steps whose GEMM the plan's generated code calls itself (straight.py binds it as ``g<step>``)."""
+    names = set(plan.chunks[0].call_code.co_varnames)
+    return [k for k, st in enumerate(plan.steps) if st.kernel_name == "step-gemm" and f"g{k}" in names]
+
+
+@pytest.mark.parametrize("rank", [2, 3])
+def test_the_generated_body_calls_the_step_gemm_directly(rank, monkeypatch):
+    # a (1, K) row and a (1, 1, K) one (reshaped to a matrix in the call): both skip the kernel's run function,
+    # and both give what the kernel's own run gives (the same native call: bit-identical)
+    rng = np.random.default_rng(3)
+    w, b = rng.standard_normal((K, N)).astype(np.float32), rng.standard_normal(N).astype(np.float32)
+    lead = [1] * (rank - 1)
+    body = helper.make_graph([helper.make_node("MatMul", ["x_t", "w"], ["p"]),
+                              helper.make_node("Add", ["p", "b"], ["z"]), helper.make_node("Relu", ["z"], ["y_t"]),
+                              helper.make_node("Identity", ["s_in"], ["s_out"])], "body",
+                             [vinfo("s_in", [1]), vinfo("x_t", lead + [K])],
+                             [vinfo("s_out", [1]), vinfo("y_t", lead + [N])],
+                             [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    model = make_model([helper.make_node("Scan", ["s0", "xs"], ["sn", "ys"], body=body, num_scan_inputs=1)],
+                       [vinfo("s0", [1]), vinfo("xs", [T] + lead + [K])],
+                       [vinfo("sn", [1]), vinfo("ys", [T] + lead + [N])])
+    feeds = {"s0": np.zeros(1, np.float32), "xs": rng.standard_normal([T] + lead + [K]).astype(np.float32)}
+    with nnhal.Session(model, devices=["cpu"]) as s:
+        got = s.run(feeds)[1]
+        plans = _body_plans(s)
+        assert [len(_direct_calls(p)) for p in plans] == [1]
+    monkeypatch.setattr("nnhal.device.cpu.straight._direct_gemm", lambda step: None)
+    with nnhal.Session(model, devices=["cpu"]) as s:
+        want = s.run(feeds)[1]
+        assert [len(_direct_calls(p)) for p in _body_plans(s)] == [0]
+    np.testing.assert_array_equal(got, want)
+    xs = feeds["xs"].astype(np.float64)
+    bound = reduction_bound(np.abs(xs) @ np.abs(w.astype(np.float64)) + np.abs(b), K + 1)
+    np.testing.assert_array_less(np.abs(got - np.maximum(xs @ w.astype(np.float64) + b, 0)), bound + 1e-30)
