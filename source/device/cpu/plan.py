@@ -319,6 +319,12 @@ class Iteration:
 
     def __init__(self, plan: Plan, sets: tuple[Buffers, ...]):
         self.plan, self.sets, self.turn = plan, sets, 0
+        # NOTE: what Plan.call_on decides per call, decided once per Loop or Scan run (a run is profiled or not as
+        # a whole): the plan's one positional chunk, with each turn's (per_step, arena, the other set's arena)
+        chunk = plan.chunks[0] if len(plan.chunks) == 1 else None
+        self.direct = chunk.call if chunk is not None and plan.timings is None and not NESTED.active else None
+        self.turns = tuple((sets[t].per_step, sets[t].arena, sets[1 - t].arena) for t in range(len(sets))) \
+            if len(sets) == 2 else ()
 
     def call(self, arrays: Sequence[np.ndarray], check: bool = False) -> list[np.ndarray]:
         """One iteration (:meth:`Plan.call` on this turn's buffer set)."""
@@ -326,8 +332,19 @@ class Iteration:
             return self.plan.call_on(arrays, check, self.sets[0])
         turn = self.turn
         self.turn = 1 - turn
-        results = self.plan.call_on(arrays, check, self.sets[turn])
-        other = self.sets[1 - turn].arena
+        direct = self.direct
+        if direct is None or check:
+            results = self.plan.call_on(arrays, check, self.sets[turn])
+            other = self.sets[1 - turn].arena
+        else:
+            per_step, arena, other = self.turns[turn]
+            try:
+                results = direct(arrays, per_step, arena)
+            except (NnhalError, MemoryError):
+                raise
+            except Exception as exc:
+                plan = self.plan
+                plan._explain_failure(exc, plan._filled(zip(plan.in_slots, arrays)), self.sets[turn])
         return [np.array(r) if getattr(r, "base", None) is other else r for r in results]
 
     def close(self) -> None:

@@ -194,6 +194,24 @@ def _chunk(steps: Sequence, slots: Sequence, first: int, stop: int, last_read: d
             body.append(f"    s{step.outs[0]} = _copy({src}, order='C')" if step.fresh else
                         f"    s{step.outs[0]} = {src}")
             continue
+        gemm = _direct_gemm(step)
+        if gemm is not None:
+            # NOTE: a body's step GEMM: the prepared native call on the planned output, without the kernel's frame
+            # (kernels/step_gemm.py; per iteration of a Loop or Scan), reshaped only where not matrices already
+            env[f"g{k}"] = gemm[0]
+            bound.append(f"g{k}")
+            out, a = f"s{step.outs[0]}", f"_asc({name(step.ins[0])}, _f32)"
+            k_, n_ = step.run.dims
+            y = out
+            if gemm[1]:
+                a, y = f"{a}.reshape({gemm[2]}, {k_})", f"{out}.reshape({gemm[2]}, {n_})"
+            if step.fresh:
+                env[f"sh{k}"] = step.fresh[0][1]
+                bound.append(f"sh{k}")
+            made = f"_empty(sh{k}, _f32)" if step.fresh else f"per_step[{k}][0]"
+            body.append(f"    {out} = {made}; g{k}.run({a}, {y}, 1, 1, False)")
+            defined.add(step.outs[0])
+            continue
         direct = _direct_ufunc(step)
         env[f"f{k}"] = step.run if direct is None else direct
         bound.append(f"f{k}")
@@ -286,6 +304,32 @@ def _direct_ufunc(step):
     if step.buffers[0].size >= 2 * parallel.MIN_PART_WORK:
         return parallel.elementwise(ufunc)     # split over the pool when it runs (device/cpu/parallel.py)
     return ufunc
+
+
+def _direct_gemm(step):
+    """(gemm, reshape, rows): the prepared native GEMM a step's run function stands for (kernels/step_gemm.py),
+    when its input A is float32 of a static shape (..., k) and its output a planned C-contiguous float32 buffer (or
+    one allocated per run, a graph output's) of (..., n) with as many rows; ``reshape``: either is not a matrix
+    (the call passes (rows, k) and (rows, n) views). None otherwise."""
+    gemm = getattr(step.run, "gemm", None)
+    if gemm is None or len(step.outs) != 1 or step.outs[0] == 1 or not step.ins or step.ins[0] == 0 \
+            or not step.inputs:
+        return None     # the other inputs (B, C, a bias) are the constants the GEMM was prepared with
+    k, n = step.run.dims
+    info, buf = step.inputs[0], step.buffers[0]
+    if step.fresh:      # a graph output allocated per run: a new C-contiguous array, as the kernel's run makes
+        (pos, shape, dtype), = step.fresh
+        if pos != 0 or np.dtype(dtype) != np.float32:
+            return None
+        buf = np.empty(shape, np.float32)
+    if info is None or info.dtype != np.float32 or not info.static or not info.shape or buf is None \
+            or buf.dtype != np.float32 or not buf.flags.c_contiguous or not buf.ndim or buf.shape[-1] != n \
+            or info.shape[-1] != k:
+        return None
+    rows = int(np.prod(buf.shape[:-1], dtype=np.int64))
+    if rows != int(np.prod(info.shape[:-1], dtype=np.int64)):
+        return None
+    return gemm, (len(info.shape) != 2 or buf.ndim != 2), rows
 
 
 def failing_step(exc: BaseException, chunks: Sequence[Chunk]) -> int | None:

@@ -64,6 +64,8 @@ def _run(gemm, k: int, n: int, shape: tuple) -> RunFn:
         gemm.run(a.reshape(-1, k), y.reshape(-1, n), 1, 1, False)
         return (y,)
 
+    # the straight-line code calls ``gemm`` itself where the step's operands are matrices (straight.py)
+    run.gemm, run.dims = gemm, (k, n)
     return run
 
 
