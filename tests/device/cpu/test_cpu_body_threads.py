@@ -89,3 +89,17 @@ def test_a_profiled_run_times_the_body_steps_and_gives_the_same_outputs():
         assert sum(1 for n in prof.nodes if n.op == "Gemm") == 2
         for a, b in zip(s.run(feeds), want):
             np.testing.assert_array_equal(a, b)
+
+
+def test_a_checked_session_runs_the_body_step_by_step_with_the_same_outputs(monkeypatch):
+    # NNHAL_CHECK=1 (read at prepare): the iterations take Plan.call_on's checked loop, not the direct call
+    model, _ = _recurrent()
+    rng = np.random.default_rng(8)
+    feeds = {"h0": np.zeros((1, H), np.float32), "xs": rng.standard_normal((T, 1, K)).astype(np.float32)}
+    with nnhal.Session(model, devices=["cpu"]) as s:
+        want = s.run(feeds)
+    monkeypatch.setenv("NNHAL_CHECK", "1")
+    with nnhal.Session(model, devices=["cpu"]) as s:
+        got = s.run(feeds)
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)     # the same kernels' native calls in the same order
