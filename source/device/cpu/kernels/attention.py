@@ -94,19 +94,25 @@ class FusedAttentionNative(Kernel):
     ``views[k]`` (None: the array itself) makes operand k from its input without a copy (matmul_views.py's
     head-split views); with ``out_perm`` the node's output is the Transpose of the product by it, written through
     the inverse view. Operands of rank 3 get a leading axis of 1; the mask is broadcast to the scores' shape
-    (a view: stride 0 where it broadcasts)."""
+    (a view: stride 0 where it broadcasts). With ``where`` (fill, kept), the mask input is a boolean condition
+    (a Where's, known at run time) and the additive mask is made from it each run, 0 where the condition equals
+    kept and fill elsewhere, at the condition's own (broadcasting) shape; with a finite fill, a query row whose
+    keys are all masked gets what Where then Softmax give it, the mean of the values (uniform weights).
+    K and V may have fewer heads than Q (a divisor: grouped-query attention, query head h reads kv head h // g,
+    g the ratio), as the views give them."""
 
     op_type = "FusedAttention"
     name = "native attention"
 
-    def __init__(self, views, out_perm, scale: float, scores: tuple[int, ...]):
+    def __init__(self, views, out_perm, scale: float, scores: tuple[int, ...], where: tuple | None = None):
         self.views, self.out_perm, self.scale, self.scores = list(views), out_perm, float(scale), tuple(scores)
+        self.where = where
 
     def score(self, node, ins, outs) -> int:
         return 10 if native.available() else 0
 
     def prepare(self, node, ins, outs) -> RunFn:
-        views, scale = self.views, self.scale
+        views, scale, where = self.views, self.scale, self.where
         lead = (1,) * (4 - len(self.scores))
         scores4 = lead + self.scores
         inverse = None if self.out_perm is None else tuple(int(i) for i in np.argsort(self.out_perm))
@@ -127,14 +133,24 @@ class FusedAttentionNative(Kernel):
             k, flag = kt.swapaxes(-1, -2), 0
             if not native_rows(k):
                 k, flag = (kt, 1) if native_rows(kt) else (np.ascontiguousarray(k), 0)
-            mask = inputs[3] if len(inputs) > 3 else None
+            mask, full = inputs[3] if len(inputs) > 3 else None, None
+            if mask is not None and where is not None:
+                kept = mask.reshape((1,) * (4 - mask.ndim) + mask.shape) == where[1]
+                mask = np.where(kept, np.float32(0.0), np.float32(where[0]))
+                if where[0] != -np.inf:
+                    full = ~kept.any(axis=-1)
             if mask is not None:
                 mask = np.broadcast_to(mask.reshape((1,) * (4 - mask.ndim) + mask.shape), scores4)
                 if mask.strides[-1] != 4:
                     mask = np.ascontiguousarray(mask)
             y = outputs[0] if outputs[0] is not None else np.empty(shape, np.float32)
             o = y if inverse is None else y.transpose(inverse)
-            native.attention(q, k, v, mask, o.reshape(lead + o.shape) if lead else o, scale, flag, parts)
+            o = o.reshape(lead + o.shape) if lead else o
+            native.attention(q, k, v, mask, o, scale, flag, parts)
+            if full is not None and full.any():
+                rows = np.broadcast_to(full, o.shape[:3])
+                mean = np.repeat(v.mean(axis=-2, dtype=np.float32), o.shape[1] // v.shape[1], axis=1)
+                o[rows] = np.broadcast_to(mean[:, :, None, :], o.shape)[rows]
             return (y,)
 
         return run
