@@ -1,5 +1,6 @@
 """Attention on the cpu device: the host's kernel (hostkernels/op_attention.py) with its two products on
-the pool; and the fused attention step of the CPU plan (:class:`FusedAttentionNative`, device/cpu/attention_fuse.py)."""
+the pool; the com.microsoft Attention and MultiHeadAttention ops on the native step; and the fused attention
+step of the CPU plan (:class:`FusedAttentionNative`, device/cpu/attention_fuse.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,6 +9,9 @@ from nnhal.device.cpu import native, parallel
 from nnhal.device.cpu.kernels._pooled import Pooled
 from nnhal.device.cpu.kernels.matmul import native_rows
 from nnhal.hostkernels.base import Kernel, RunFn
+from nnhal.hostkernels.ms_attention import projection
+from nnhal.hostkernels.ms_multi_head_attention import with_bias
+from nnhal.hostkernels.ms_qattention import key_bias
 from nnhal.hostkernels.op_attention import AttentionKernel
 
 
@@ -83,7 +87,79 @@ class AttentionNative(Kernel):
         return run
 
 
+class _MsNative(Kernel):
+    """The com.microsoft attention ops on the native attention step (native/nn_attention.h), float32 of static
+    shapes: the heads of (B, S, H*D) query, key and value are strided views, the output is written through the
+    (B, S, H*Dv) view, and the optional key mask (ms_qattention.py ``key_bias``: [B] key lengths or a [B, L]
+    0 / 1 mask, mask_filter_value where blocked) is the additive (B, 1, 1, L) mask, read broadcast."""
+
+    name = "native"
+
+    def score(self, node, ins, outs) -> int:
+        given = [(n, i) for n, i in enumerate(ins) if i is not None]
+        if not native.available() or any(not i.static or n != self.mask_at and i.dtype != np.float32
+                                         for n, i in given):
+            return 0
+        return 20 if self.op_type != "MultiHeadAttention" or ins[0].shape[2] == ins[1].shape[2] else 0
+
+    def qkv(self, inputs) -> tuple:
+        """(q, k, v) as (B, S, H) float32 arrays of the inputs."""
+        raise NotImplementedError
+
+    def prepare(self, node, ins, outs) -> RunFn:
+        heads, shape = node.attrs["num_heads"], tuple(outs[0].shape)
+        batch, seq = shape[:2]
+        mask_at = self.mask_at
+
+        def split(x):
+            b, n, hidden = x.shape
+            return x.reshape(b, n, heads, hidden // heads).transpose(0, 2, 1, 3)
+
+        def run(inputs, outputs):
+            q, k, v = self.qkv(inputs)
+            total = k.shape[1]
+            scale = float(node.attrs["scale"] or 1.0 / np.sqrt(q.shape[2] // heads))
+            mask = inputs[mask_at] if len(inputs) > mask_at else None
+            bias = key_bias(node, mask, batch, total)
+            if bias is not None:
+                bias = np.broadcast_to(bias, (batch, heads, seq, total))
+            units = batch * heads * -(-seq // 16)
+            parts = parallel.native_parts(units * 16 * total * 4 * 8, units) if parallel.native_pool() else 1
+            y = outputs[0] if outputs[0] is not None else np.empty(shape, np.float32)
+            native.attention(split(q), split(k), split(v), bias, split(y), scale, 0, parts)
+            return (y,)
+
+        return run
+
+
+class MsAttentionNative(_MsNative):
+    """com.microsoft Attention: the QKV projection (hostkernels/ms_attention.py ``projection``), then the native
+    step on the three column blocks of the packed QKV as views."""
+
+    op_type = "Attention"
+    mask_at = 3
+    matmul = staticmethod(np.matmul)
+
+    def qkv(self, inputs) -> tuple:
+        qkv = projection(inputs[0], inputs[1], inputs[2] if len(inputs) > 2 else None, self.matmul)
+        hidden = qkv.shape[2] // 3
+        return tuple(qkv[..., i * hidden:(i + 1) * hidden] for i in range(3))
+
+
+class MultiHeadAttentionNative(_MsNative):
+    """com.microsoft MultiHeadAttention: the optional bias added (hostkernels/ms_multi_head_attention.py
+    ``with_bias``), then the native step."""
+
+    op_type = "MultiHeadAttention"
+    mask_at = 4
+
+    def qkv(self, inputs) -> tuple:
+        q, k, v = (np.asarray(x) for x in inputs[:3])
+        return with_bias(q, k, v, inputs[3] if len(inputs) > 3 else None)
+
+
 IMPLEMENTATIONS = (AttentionPooled, AttentionNative)
+DOMAINS = {"com.microsoft": (MsAttentionNative, MultiHeadAttentionNative)}
 
 
 class FusedAttentionNative(Kernel):
