@@ -235,30 +235,52 @@ def test_where_mask(fill, full_row, fused):
     assert ("native attention" in kernels) == fused
 
 
-def _attention23(shapes, **attrs) -> bytes:
+def _attention23(shapes, mask=None, **attrs) -> bytes:
     from onnx import TensorProto, helper
 
-    out = list(shapes[0][:-1]) + [shapes[2][-1] if len(shapes[0]) == 4 else shapes[2][-1]]
+    if len(shapes[0]) == 4:
+        out = list(shapes[0][:-1]) + [shapes[2][-1]]
+    else:
+        out = list(shapes[0][:-1]) + [shapes[2][-1] // attrs["kv_num_heads"] * attrs["q_num_heads"]]
     inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(s)) for n, s in zip("qkv", shapes)]
-    graph = helper.make_graph([helper.make_node("Attention", ["q", "k", "v"], ["y"], **attrs)], "g", inputs,
+    names = ["q", "k", "v"]
+    if mask is not None:
+        kind = TensorProto.BOOL if mask.dtype == np.bool_ else TensorProto.FLOAT
+        inputs.append(helper.make_tensor_value_info("mask", kind, list(mask.shape)))
+        names.append("mask")
+    graph = helper.make_graph([helper.make_node("Attention", names, ["y"], **attrs)], "g", inputs,
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, out)])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)])
     model.ir_version = 10
     return model.SerializeToString()
 
 
-@pytest.mark.parametrize("shapes,attrs", [
-    (((2, 3, 7, 8), (2, 3, 11, 8), (2, 3, 11, 5)), {}),
-    (((1, 4, 9, 16), (1, 4, 9, 16), (1, 4, 9, 16)), {"is_causal": 1}),
-    (((2, 6, 12), (2, 9, 12), (2, 9, 8)), {"q_num_heads": 4, "kv_num_heads": 4, "scale": 0.3}),
-    (((1, 5, 12), (1, 5, 12), (1, 5, 12)), {"q_num_heads": 3, "kv_num_heads": 3, "is_causal": 1}),
+_BOOL = RNG.random((2, 1, 7, 11)) < 0.6
+_BOOL[0, 0, 3] = False          # a query row with every key masked: the op's zeros
+_FLOAT = np.where(RNG.random((7, 11)) < 0.3, -np.inf, RNG.standard_normal((7, 11))).astype(np.float32)
+_FLOAT[2] = -np.inf
+
+
+@pytest.mark.parametrize("shapes,attrs,mask", [
+    (((2, 3, 7, 8), (2, 3, 11, 8), (2, 3, 11, 5)), {}, None),
+    (((1, 4, 9, 16), (1, 4, 9, 16), (1, 4, 9, 16)), {"is_causal": 1}, None),
+    (((2, 6, 12), (2, 9, 12), (2, 9, 8)), {"q_num_heads": 4, "kv_num_heads": 4, "scale": 0.3}, None),
+    (((1, 5, 12), (1, 5, 12), (1, 5, 12)), {"q_num_heads": 3, "kv_num_heads": 3, "is_causal": 1}, None),
+    (((2, 6, 7, 9), (2, 2, 11, 9), (2, 2, 11, 5)), {}, None),                              # grouped, 4-D
+    (((2, 7, 54), (2, 11, 18), (2, 11, 10)), {"q_num_heads": 6, "kv_num_heads": 2}, None),  # grouped, 3-D
+    (((2, 6, 7, 9), (2, 2, 11, 9), (2, 2, 11, 5)), {}, _BOOL),
+    (((2, 3, 7, 8), (2, 3, 11, 8), (2, 3, 11, 5)), {}, _FLOAT),
+    (((2, 3, 7, 8), (2, 3, 7, 8), (2, 3, 7, 5)), {"is_causal": 1}, _FLOAT[:, :7]),
 ])
-def test_onnx_attention_op_native(shapes, attrs):
-    """The opset-23 Attention op on the native step, against onnx's reference implementation."""
+def test_onnx_attention_op_native(shapes, attrs, mask):
+    """The opset-23 Attention op on the native step, against onnx's reference implementation: grouped key/value
+    heads, bool and float masks with fully masked rows (the op's zeros), causal with a mask."""
     from onnx.reference import ReferenceEvaluator
 
-    model = _attention23(shapes, **attrs)
+    model = _attention23(shapes, mask, **attrs)
     feeds = {n: RNG.standard_normal(s).astype(np.float32) for n, s in zip("qkv", shapes)}
+    if mask is not None:
+        feeds["mask"] = mask
     want = ReferenceEvaluator(model).run(None, feeds)[0]
     got, kernels = _run(model, feeds)
     assert kernels == ["native"]

@@ -12,7 +12,7 @@ from nnhal.hostkernels.base import Kernel, RunFn
 from nnhal.hostkernels.ms_attention import projection
 from nnhal.hostkernels.ms_multi_head_attention import with_bias
 from nnhal.hostkernels.ms_qattention import key_bias
-from nnhal.hostkernels.op_attention import AttentionKernel
+from nnhal.hostkernels.op_attention import AttentionKernel, attention_bias
 
 
 class AttentionPooled(Pooled, AttentionKernel):
@@ -21,12 +21,13 @@ class AttentionPooled(Pooled, AttentionKernel):
 
 class AttentionNative(Kernel):
     """The ONNX Attention op (opset 23) on the native attention step (native/nn_attention.h) where it is plain
-    scaled-dot-product attention: float32 of static shapes, Q, K and V 4-D, or 3-D with as many key as query
-    heads, no past cache or non-pad lengths, no softcap, window or softmax precision, only output Y wanted, and
-    no mask or ``is_causal`` without a mask (every row keeps key 0, so no row is fully masked: the op's zeros
-    for such rows and the native softmax's NaN never differ). The 3-D operands are head-split views and Y is
-    written through the merged view. Scores are scale * (q . k) instead of (q sqrt(scale)) . (k sqrt(scale)):
-    roundings only."""
+    scaled-dot-product attention: float32 of static shapes, Q, K and V 4-D, or 3-D, with a number of key/value
+    heads dividing the query's (grouped-query attention: kv head h // g, read in place), no past cache or non-pad
+    lengths, no softcap, window or softmax precision, only output Y wanted. ``is_causal`` and an attn_mask (bool
+    or float32) become the host kernel's additive bias (hostkernels/op_attention.py ``attention_bias``), read as a
+    broadcast view; rows whose every key is masked (-inf) are written as the op's zeros after the native call
+    (the native softmax gives NaN there). The 3-D operands are head-split views and Y is written through the
+    merged view. Scores are scale * (q . k) instead of (q sqrt(scale)) . (k sqrt(scale)): roundings only."""
 
     op_type = "Attention"
     name = "native"
@@ -36,7 +37,10 @@ class AttentionNative(Kernel):
                                                           for i in ins[:3]):
             return 0
         a = node.attrs
-        if any(i is not None for i in ins[3:]) or any(n for n in node.outputs[1:]) or a.get("softcap", 0.0) \
+        mask = ins[3] if len(ins) > 3 else None
+        if mask is not None and (mask.dtype not in (np.bool_, np.float32) or not mask.static):
+            return 0
+        if any(i is not None for i in ins[4:]) or any(n for n in node.outputs[1:]) or a.get("softcap", 0.0) \
                 or a.get("softmax_precision") is not None or a.get("qk_matmul_output_mode", 0) \
                 or a.get("left_window_size", -1) != -1 or a.get("right_window_size", -1) != -1:
             return 0
@@ -46,42 +50,48 @@ class AttentionNative(Kernel):
             return 0
         if rank == 3:
             q, kv = a.get("q_num_heads"), a.get("kv_num_heads")
-            if not q or q != kv or ins[0].shape[2] % q or ins[1].shape[2] % kv or ins[2].shape[2] % kv:
+            if not q or not kv or q % kv or ins[0].shape[2] % q or ins[1].shape[2] % kv or ins[2].shape[2] % kv:
                 return 0
-        elif ins[0].shape[1] != ins[1].shape[1] or ins[1].shape[1] != ins[2].shape[1]:
+        elif ins[0].shape[1] % ins[1].shape[1] or ins[1].shape[1] != ins[2].shape[1]:
             return 0
         return 20
 
     def prepare(self, node, ins, outs) -> RunFn:
         rank = len(ins[0].shape)
         heads = node.attrs.get("q_num_heads") if rank == 3 else None
+        kv_heads = node.attrs.get("kv_num_heads") if rank == 3 else None
         q_len, total = ins[0].shape[-2 if rank == 4 else 1], ins[1].shape[-2 if rank == 4 else 1]
         depth = ins[0].shape[-1] // heads if rank == 3 else ins[0].shape[-1]
         scale = node.attrs.get("scale")
         scale = float(1.0 / np.sqrt(depth) if scale is None else scale)
-        causal = None
-        if node.attrs.get("is_causal"):
-            causal = np.where(np.arange(total)[None, :] <= np.arange(q_len)[:, None], np.float32(0.0),
-                              np.float32(-np.inf)).astype(np.float32)
         batch = ins[0].shape[0]
-        # the causal mask as the step reads it, broadcast over (batch, heads) once (a read-only view)
-        mask = None if causal is None else np.broadcast_to(causal, (batch, heads or ins[0].shape[1]) + causal.shape)
-        units = batch * (heads or ins[0].shape[1]) * -(-q_len // 16)
+        scores = (batch, heads or ins[0].shape[1], q_len, total)
+        units = batch * scores[1] * -(-q_len // 16)
         work = units * 16 * total * 4 * 8
         shape = tuple(outs[0].shape)
 
-        def split(x):
+        def split(x, n_heads):
             b, n, hidden = x.shape
-            return x.reshape(b, n, heads, hidden // heads).transpose(0, 2, 1, 3)
+            return x.reshape(b, n, n_heads, hidden // n_heads).transpose(0, 2, 1, 3)
 
         def run(inputs, outputs):
             parts = parallel.native_parts(work, units) if parallel.native_pool() else 1
             q, k, v = inputs[:3]
             if heads:
-                q, k, v = split(q), split(k), split(v)
+                q, k, v = split(q, heads), split(k, kv_heads), split(v, kv_heads)
+            bias = attention_bias(node, np.dtype(np.float32), inputs[3] if len(inputs) > 3 else None, q_len, total,
+                                  0, None)
+            blocked = None
+            if bias is not None:
+                blocked = np.broadcast_to(np.isneginf(bias).all(axis=-1), scores[:3])
+                bias = np.broadcast_to(bias, scores)
+                if bias.strides[-1] != 4:
+                    bias = np.ascontiguousarray(bias)
             y = outputs[0] if outputs[0] is not None else np.empty(shape, np.float32)
-            o = split(y) if heads else y
-            native.attention(q, k, v, mask, o, scale, 0, parts)
+            o = split(y, heads) if heads else y
+            native.attention(q, k, v, bias, o, scale, 0, parts)
+            if blocked is not None and blocked.any():
+                o[blocked] = 0.0
             return (y,) + (None,) * (len(outputs) - 1)
 
         return run
