@@ -427,6 +427,30 @@ if torch is not None:
             return self.o(y.transpose(1, 2).reshape(b, n, c))
 
 
+    class _LlamaCache(torch.nn.Module):
+        """A decoder step with a key-value cache: the new keys and values appended to past ones (B, Hk, P, D),
+        then repeated to the query heads (repeat_kv) and attended without a mask; the grown cache is returned."""
+
+        def __init__(self, dim, heads, kv_heads):
+            super().__init__()
+            self.d, self.heads, self.kv_heads = dim // heads, heads, kv_heads
+            self.q = torch.nn.Linear(dim, dim, bias=False)
+            self.kv = torch.nn.Linear(dim, 2 * kv_heads * self.d, bias=False)
+            self.o = torch.nn.Linear(dim, dim, bias=False)
+
+        def forward(self, x, past_k, past_v):
+            b, n, c = x.shape
+            g = self.heads // self.kv_heads
+            q = self.q(x).view(b, n, self.heads, self.d).transpose(1, 2)
+            k, v = self.kv(x).view(b, n, 2, self.kv_heads, self.d).permute(2, 0, 3, 1, 4)
+            k, v = torch.cat([past_k, k], 2), torch.cat([past_v, v], 2)
+            t = k.shape[2]
+            kk = k[:, :, None].expand(b, self.kv_heads, g, t, self.d).reshape(b, self.heads, t, self.d)
+            vv = v[:, :, None].expand(b, self.kv_heads, g, t, self.d).reshape(b, self.heads, t, self.d)
+            y = torch.nn.functional.scaled_dot_product_attention(q, kk, vv)
+            return self.o(y.transpose(1, 2).reshape(b, n, c)), k, v
+
+
 def _export_dynamic(module, args, names) -> bytes:
     """torch.onnx export with the batch and sequence axes of every input symbolic."""
     buf = io.BytesIO()
@@ -495,3 +519,26 @@ def test_llama_grouped_query_dynamic(repeat, heads, kv_heads):
         assert ("FusedAttention", "native attention") in plan
         if n > 1:   # at length 1 the k transpose is a reshape step: the repeat stays (docs/cpu-device.md)
             assert not {op for op, _ in plan} & {"Expand", "Tile", "Softmax"}
+
+
+@needs_torch
+def test_llama_grouped_query_cache():
+    """A grouped-query decoder step with a key-value cache (symbolic batch, new and past lengths): fused, the
+    repeat folded, against onnxruntime for one and three new tokens after 7, 30 and 12 cached ones."""
+    torch.manual_seed(5)
+    module = _LlamaCache(54, 6, 2).eval()
+    buf = io.BytesIO()
+    cache = {0: "batch", 2: "past"}
+    torch.onnx.export(module, (torch.randn(2, 1, 54), torch.randn(2, 2, 7, 9), torch.randn(2, 2, 7, 9)), buf,
+                      input_names=["x", "pk", "pv"], output_names=["y", "k", "v"], opset_version=17, dynamo=False,
+                      dynamic_axes={"x": {0: "batch", 1: "seq"}, "pk": cache, "pv": cache})
+
+    def feeds(batch, n):
+        past = {1: 7, 3: 12}.get(n, 30) if batch == 2 else 30
+        return {"x": RNG.standard_normal((batch, n, 54)).astype(np.float32),
+                "pk": RNG.standard_normal((batch, 2, past, 9)).astype(np.float32),
+                "pv": RNG.standard_normal((batch, 2, past, 9)).astype(np.float32)}
+
+    for plan in _check_lengths(buf.getvalue(), feeds, [(2, 1), (1, 1), (2, 3)], 9):
+        assert ("FusedAttention", "native attention") in plan
+        assert not {op for op, _ in plan} & {"Expand", "Tile", "Softmax"}
