@@ -28,13 +28,21 @@ def key_bias(node, mask: np.ndarray | None, batch: int, total: int) -> np.ndarra
 
 def self_attention(node, qkv: np.ndarray, mask: np.ndarray | None, matmul) -> np.ndarray:
     """softmax(scale * Q K^T + mask) V over the heads of qkv [B, S, 3H] (float32), merged to [B, S, H]."""
+    hidden = qkv.shape[2] // 3
+    return multi_head(node, *(np.ascontiguousarray(qkv[..., i * hidden:(i + 1) * hidden]) for i in range(3)),
+                      mask, matmul)
+
+
+def multi_head(node, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None, matmul) -> np.ndarray:
+    """softmax(scale * Q K^T + mask) V over the ``num_heads`` heads of q [B, S, H], k [B, L, H] and v [B, L, Hv]
+    (float32; scale 1/sqrt(H / heads) unless the node's ``scale``), merged to [B, S, Hv]; ``mask`` as
+    ``key_bias`` takes it."""
     heads = node.attrs["num_heads"]
-    batch, seq, three = qkv.shape
-    hidden = three // 3
-    q, k, v = (split_heads(np.ascontiguousarray(qkv[..., i * hidden:(i + 1) * hidden]), heads) for i in range(3))
-    scale = np.float32(node.attrs["scale"] or 1.0 / np.sqrt(hidden // heads))
+    batch, total = k.shape[:2]
+    scale = np.float32(node.attrs["scale"] or 1.0 / np.sqrt(q.shape[2] // heads))
+    q, k, v = (split_heads(x, heads) for x in (q, k, v))
     scores = matmul(q, k.transpose(0, 1, 3, 2)) * scale
-    bias = key_bias(node, mask, batch, seq)
+    bias = key_bias(node, mask, batch, total)
     if bias is not None:
         scores += bias
     scores -= scores.max(axis=-1, keepdims=True)

@@ -193,7 +193,8 @@ ONNX_OPS: dict[str, str] = {
     "Scan": "op_scan",}
 
 # The quantized operators of the com.microsoft domain that onnxruntime's quantization tool writes
-# (QOperator format) and nnhal's own int8/uint8 CPU path uses.
+# (QOperator format) and nnhal's own int8/uint8 CPU path uses; the float attention ops its transformer
+# optimizer writes.
 MS_OPS: dict[str, str] = {
     "QLinearAdd": "ms_qlinear_add",
     "QLinearMul": "ms_qlinear_mul",
@@ -206,6 +207,8 @@ MS_OPS: dict[str, str] = {
     "MatMulIntegerToFloat": "ms_matmul_integer_to_float",
     "DynamicQuantizeMatMul": "ms_dynamic_quantize_matmul",
     "QAttention": "ms_qattention",
+    "Attention": "ms_attention",
+    "MultiHeadAttention": "ms_multi_head_attention",
 }
 
 # nnhal's own operators (what its passes write; no onnx file carries them)

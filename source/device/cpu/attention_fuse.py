@@ -13,7 +13,10 @@ v and the mask. The Transposes and row gathers feeding q, k^T or v (the head spl
 of their input, as matmul_views.py reads them for the MatMuls (its ``_operand``), and a Transpose after the
 product that keeps the last axis last becomes the layout the step writes its output in. A Where with a
 constant condition and a fill of -inf (or a finite fill at most -1e4 when no row is fully masked) becomes a
-constant additive mask.
+constant additive mask; with a run-time condition (a key-padding mask) under the same fill rule, the node reads
+the condition and the step makes the mask each run. K and V repeated to the query heads (grouped-query
+attention's repeat_kv, or the optimizer's row gather of it) are read once per kv head (``_side``). Shapes are
+static here: nnhal prepares a graph again when its input shapes change.
 Every intermediate must have no other reader and not leave the subgraph; anything else keeps the separate
 steps.
 """
@@ -77,7 +80,7 @@ def fuse_attention(chosen: list[Chosen], external: set[str], constants: dict[str
         if rank not in (3, 4) or node.attrs.get("axis", -1) not in (-1, rank - 1) or 0 in shape:
             continue
         chain = [pos]
-        scale, mask, m_info, mask_value = 1.0, "", None, None
+        scale, mask, m_info, mask_value, where = 1.0, "", None, None, None
         cur = node.inputs[0]
         j = producer.get(cur)
         if source(cur, "Add", set()) is not None:
@@ -98,15 +101,21 @@ def fuse_attention(chosen: list[Chosen], external: set[str], constants: dict[str
             chain.append(j)
             cur = add.node.inputs[k]
         elif source(cur, "Where", set()) is not None:
-            where = chosen[j]
-            ks = [k for k in (1, 2) if where.ins[k] is not None and where.ins[k].value is None]
+            ks = [k for k in (1, 2) if chosen[j].ins[k] is not None and chosen[j].ins[k].value is None]
             if len(ks) != 1:
                 continue
-            mask_value = _where_mask(where, ks[0], shape)
-            if mask_value is None:
+            parts = _where_parts(chosen[j], ks[0], shape)
+            if parts is None:
                 continue
+            cond, kept_if, fill = parts
+            if cond.value is not None:
+                mask_value = _constant_mask(np.asarray(cond.value) == kept_if, fill, shape)
+                if mask_value is None:
+                    continue
+            else:       # a run-time condition: the step makes the additive mask from it (FusedAttentionNative)
+                mask, m_info, where = chosen[j].node.inputs[0], cond, (fill, kept_if)
             chain.append(j)
-            cur = where.node.inputs[ks[0]]
+            cur = chosen[j].node.inputs[ks[0]]
         for op in ("Mul", "Div"):
             j = source(cur, op, set())
             if j is None:
@@ -162,14 +171,14 @@ def fuse_attention(chosen: list[Chosen], external: set[str], constants: dict[str
         views: list = [None, None, None]
         src_infos = list(infos)
         seen = external | {chosen[d].node.outputs[0] for d in dropped}
+        found = [_side(chosen, srcs[side], infos[side], side > 0, producer, seen, reads, dropped)
+                 for side in range(3)]
+        if _group(found[1]) != _group(found[2]):     # K and V repeated alike, or neither
+            found[1:] = [_side(chosen, srcs[s], infos[s], False, producer, seen, reads, dropped) for s in (1, 2)]
         for side in range(3):
-            j = producer.get(srcs[side])
-            if j is None or j in dropped or srcs[side] in external or reads[srcs[side]] != 1:
+            if found[side] is None:
                 continue
-            found = _operand(chosen, j, producer, seen, reads)
-            if found is None:
-                continue
-            views[side], links = found
+            views[side], links, _ = found[side]
             first = chosen[links[-1]]
             srcs[side], src_infos[side] = first.node.inputs[0], first.ins[0]
             folded.update(links)
@@ -188,7 +197,7 @@ def fuse_attention(chosen: list[Chosen], external: set[str], constants: dict[str
                      domain="ai.nnhal.cpu")
         # NOTE: placed where the chain's last step was: every input of the chain is made before it
         last = max(chain)
-        kernel = FusedAttentionNative(views, out_perm, scale, shape)
+        kernel = FusedAttentionNative(views, out_perm, scale, shape, where)
         replaced[last] = Chosen(fused, kernel, src_infos + [m_info], [out_info])
         dropped.update(c for c in chain if c != last)
     # the operands' folded Transposes and row views, dropped once nothing else reads them (as fold_transposes)
@@ -200,27 +209,85 @@ def fuse_attention(chosen: list[Chosen], external: set[str], constants: dict[str
     return [replaced.get(p, e) for p, e in enumerate(chosen) if p not in dropped]
 
 
-def _where_mask(entry: Chosen, k: int, shape: tuple) -> np.ndarray | None:
-    """Where(condition, scores, fill) (``k`` 1) or Where(condition, fill, scores) (``k`` 2) with a constant
-    condition and a constant scalar fill as a float32 additive mask (0 where the scores are kept), or None
-    (module docstring)."""
+def _group(found: tuple | None) -> int:
+    """The group of a ``_side`` result (1: none found)."""
+    return 1 if found is None else found[2]
+
+
+def _side(chosen: list[Chosen], name: str, info: Info, grouped: bool, producer, seen, reads,
+          dropped: set[int]) -> tuple | None:
+    """(view, positions, group) of the operand ``name`` (q, k^T or v, ``info`` as the products read it) read
+    through its producers (matmul_views' ``_operand``), or None. When ``grouped`` (K and V), it may be a row
+    gather repeating each key/value head g times along the head axis (grouped-query attention's repeat_kv,
+    collapsed by optimizer/movement.py), or read (through Transposes) from a repeat_kv chain (_repeat_kv): the
+    view then reads each kv head once and group is g (the native step maps query head h to kv head h // g),
+    else group is 1. The view is None when the operand is the repeat chain's input itself."""
+    j = producer.get(name)
+    if j is None or j in dropped or name in seen or reads[name] != 1:
+        return None
+    view, links = _operand(chosen, j, producer, seen, reads, 1 if grouped else None) or (None, [])
+    if grouped:
+        more = _repeat_kv(chosen, chosen[links[-1]].node.inputs[0] if links else name, producer, seen, reads,
+                          dropped)
+        links = links + (more or [])
+    if not links:
+        return None
+    first = chosen[links[-1]].ins[0]
+    # NOTE: the view's shape on a stand-in of its input (no copy: the strided view of an uninitialised array)
+    stand_in = np.empty(first.shape, _F32)
+    got, want = (stand_in if view is None else view(stand_in)).shape, tuple(info.shape)
+    if got == want:
+        return view, links, 1
+    if len(got) == 4 and got[:1] + got[2:] == want[:1] + want[2:] and got[1] and want[1] % got[1] == 0:
+        return view, links, want[1] // got[1]
+    return None
+
+
+def _repeat_kv(chosen: list[Chosen], name: str, producer, seen, reads, dropped: set[int]) -> list[int] | None:
+    """The positions (Reshape, Expand, Unsqueeze) of Llama's repeat_kv making ``name``: x (B, Hk, S, D) unsqueezed
+    (Unsqueeze or Reshape) to (B, Hk, 1, S, D), expanded (Expand, or Tile: torch's repeat_interleave) to
+    (B, Hk, g, S, D), reshaped to (B, Hk g, S, D), each read only by the next; else None."""
+    links = []
+    for op in (("Reshape",), ("Expand", "Tile"), ("Unsqueeze", "Reshape")):
+        j = producer.get(name)
+        if j is None or j in dropped or name in seen or reads[name] != 1 or chosen[j].node.domain \
+                or chosen[j].node.op_type not in op \
+                or not all(_static_f32(i) for i in (chosen[j].ins[0], chosen[j].outs[0])):
+            return None
+        links.append(j)
+        name = chosen[j].node.inputs[0]
+    out, expanded, ones = (tuple(chosen[j].outs[0].shape) for j in links)
+    x = tuple(chosen[links[-1]].ins[0].shape)
+    if len(x) != 4 or ones != x[:2] + (1,) + x[2:] or len(expanded) != 5 or expanded[:2] + expanded[3:] != x \
+            or out != (x[0], x[1] * expanded[2]) + x[2:]:
+        return None
+    return links
+
+
+def _where_parts(entry: Chosen, k: int, shape: tuple) -> tuple[Info, bool, float] | None:
+    """(condition, the condition value that keeps the score, fill) of Where(condition, scores, fill) (``k`` 1)
+    or Where(condition, fill, scores) (``k`` 2) with a boolean condition broadcasting to the scores' ``shape``
+    and a constant scalar fill, or None."""
     node, ins = entry.node, entry.ins
     cond = ins[0]
-    if len(node.inputs) != 3 or cond is None or cond.value is None or np.asarray(cond.value).dtype != np.bool_ \
+    if len(node.inputs) != 3 or cond is None or cond.dtype != np.bool_ or cond.shape is None or not cond.static \
             or node.inputs[0] == node.inputs[k]:
         return None
     fill = _scalar_value(ins[3 - k])
-    c = np.asarray(cond.value)
-    if fill is None or c.ndim > len(shape) or tuple(entry.outs[0].shape or ()) != shape \
-            or tuple(ins[k].shape or ()) != shape:
+    if fill is None or len(cond.shape) > len(shape) or tuple(entry.outs[0].shape or ()) != shape \
+            or tuple(ins[k].shape or ()) != shape or (fill != -np.inf and fill > -1e4):
         return None
     try:
-        if np.broadcast_shapes(c.shape, shape) != shape:
+        if np.broadcast_shapes(tuple(cond.shape), shape) != shape:
             return None
     except ValueError:
         return None
-    kept = c if k == 1 else ~c
-    if fill != -np.inf:
-        if fill > -1e4 or not np.broadcast_to(kept, shape).any(axis=-1).all():
-            return None
+    return cond, k == 1, fill
+
+
+def _constant_mask(kept: np.ndarray, fill: float, shape: tuple) -> np.ndarray | None:
+    """The additive float32 mask of a constant Where (0 where the scores are kept), or None when a finite fill
+    masks a whole row (module docstring)."""
+    if fill != -np.inf and not np.broadcast_to(kept, shape).any(axis=-1).all():
+        return None
     return np.where(kept, np.float32(0.0), np.float32(fill)).astype(np.float32)

@@ -105,18 +105,18 @@ def _chain(chosen: list[Chosen], j: int, producer: dict[str, int], external: set
     return (lambda x: x.transpose(perm)), links
 
 
-def _operand(chosen: list[Chosen], j: int, producer: dict[str, int], external: set[str], reads) \
-        -> tuple[View, list[int]] | None:
+def _operand(chosen: list[Chosen], j: int, producer: dict[str, int], external: set[str], reads,
+             group_axis: int | None = None) -> tuple[View, list[int]] | None:
     """(view, positions) of the operand produced at ``j``: a chain of Transposes (_chain), possibly of a row
     gather's Reshape read by nothing else (_rows: the view is then the transposed strided one), or that
-    Reshape alone."""
+    Reshape alone. ``group_axis`` goes to _rows."""
     found = _chain(chosen, j, producer, external)
     if found is None:
-        return _rows(chosen, j, producer, external, reads)
+        return _rows(chosen, j, producer, external, reads, group_axis)
     transpose, links = found
     src = chosen[links[-1]].node.inputs[0]
     r = producer.get(src)
-    rows = _rows(chosen, r, producer, external, reads) if r is not None and src not in external \
+    rows = _rows(chosen, r, producer, external, reads, group_axis) if r is not None and src not in external \
         and reads[src] == 1 else None
     if rows is None:
         return found
@@ -124,13 +124,15 @@ def _operand(chosen: list[Chosen], j: int, producer: dict[str, int], external: s
     return (lambda x: transpose(strided(x))), links + more
 
 
-def _rows(chosen: list[Chosen], j: int, producer: dict[str, int], external: set[str], reads) \
-        -> tuple[View, list[int]] | None:
+def _rows(chosen: list[Chosen], j: int, producer: dict[str, int], external: set[str], reads,
+          group_axis: int | None = None) -> tuple[View, list[int]] | None:
     """(view, positions) of a Reshape view at ``j`` of a Gather of constant rows (axis 0) of a matrix (R, C),
     the sole reader of the gather (optimizer/movement.py's collapsed head split: q, k or v of a fused
     projection, rows t * 3H + h), when the rows, laid out as the Reshape's leading axes, are an affine grid
     with non-negative steps: the result is then the matrix seen with strides (no copy), its last axis the
-    rows' C elements; positions: the Reshape, the Gather."""
+    rows' C elements; positions: the Reshape, the Gather. With ``group_axis``, rows repeated in runs of g along
+    that axis of the Reshape (grouped-query attention's repeated key/value heads) are read once: the view has
+    1/g of that axis (its reader maps index i to i // g)."""
     node, kernel, ins, outs = chosen[j]
     if node.op_type != "Reshape" or kernel.name != "view" or outs[0].dtype != _F32 or not _static(outs[0]):
         return None
@@ -150,6 +152,8 @@ def _rows(chosen: list[Chosen], j: int, producer: dict[str, int], external: set[
             or idx.min() < -rows or idx.max() >= rows:
         return None
     grid = np.where(idx < 0, idx + rows, idx).reshape(shape[:-1])
+    if group_axis is not None and group_axis < grid.ndim:
+        grid, shape = _ungrouped(grid, shape, group_axis)
     base = int(grid.flat[0])
     steps = [int(grid[(0,) * d + (1,) + (0,) * (grid.ndim - d - 1)]) - base if shape[d] > 1 else 0
              for d in range(grid.ndim)]
@@ -170,6 +174,22 @@ def _rows(chosen: list[Chosen], j: int, producer: dict[str, int], external: set[
         return np.take(x, grid.reshape(-1), axis=0).reshape(shape)      # the gather's own copy
 
     return view, [j, g]
+
+
+def _ungrouped(grid: np.ndarray, shape: tuple, axis: int) -> tuple[np.ndarray, tuple]:
+    """(grid, shape) with runs of g equal index slices along ``axis`` kept once (g the first run's length when
+    every run has it and g > 1), else as given."""
+    n = grid.shape[axis]
+    first = np.moveaxis(grid, axis, 0)
+    g = 1
+    while g < n and np.array_equal(first[g], first[0]):
+        g += 1
+    if g == 1 or n % g:
+        return grid, shape
+    kept = first[::g]
+    if not np.array_equal(np.repeat(kept, g, axis=0), first):
+        return grid, shape
+    return np.moveaxis(kept, 0, axis), shape[:axis] + (n // g,) + shape[axis + 1:]
 
 
 def _product_perm(entry: Chosen) -> tuple[int, ...] | None:

@@ -2,9 +2,11 @@
  * O = softmax(Q K^T * scale + mask) V for every (batch, head), the CPU plan's fused attention
  * (device/cpu/attention_fuse.py, kernels/attention.py).
  *
- * Q (B, H, Sq, D), K (B, H, Sk, D) or K^T (B, H, D, Sk), V (B, H, Sk, Dv), the additive mask (B, H, Sq, Sk)
- * and O (B, H, Sq, Dv) are strided views (any non-negative strides, a unit stride along the last axis): the head
- * split of a projection's (B, S, H*D) output and the (B, Sq, H*Dv) layout of O are views, so neither is copied.
+ * Q (B, H, Sq, D), K (B, Hk, Sk, D) or K^T (B, Hk, D, Sk), V (B, Hk, Sk, Dv), the additive mask (B, H, Sq, Sk)
+ * and O (B, H, Sq, Dv); Hk divides H and query head h reads key/value head h / (H / Hk) (grouped-query
+ * attention: repeated K/V heads are never copied). All are strided views (any non-negative strides, a unit
+ * stride along the last axis): the head split of a projection's (B, S, H*D) output and the (B, Sq, H*Dv) layout
+ * of O are views, so neither is copied.
  * A mask broadcast over heads or query rows has stride 0 there.
  *
  * Work units are (batch, head, block of query rows), split over the native pool: a head's rows in one block
@@ -22,7 +24,8 @@
 typedef struct {
     const float *q, *k, *v, *mask;
     float *o, *scratch;     /* scratch: rows * sk floats per part */
-    int64_t b, h, sq, sk, d, dv, kt, rows;    /* rows: query rows per unit */      /* kt: k is K^T (B, H, D, Sk) */
+    int64_t b, h, hk, sq, sk, d, dv, kt, rows;    /* hk: key/value heads (divides h); rows: query rows per unit */
+    /* kt: k is K^T (B, Hk, D, Sk) */
     int64_t qs[3], ks[3], vs[3], ms[3], os[3];   /* element strides of axes 0..2 (axis 3 is unit) */
     float scale;
 } nn_attention_args;
@@ -38,8 +41,9 @@ static void nn_attention_task(const void *args, int64_t part, int64_t parts) {
         const int64_t bh = u / blocks, blk = u % blocks, bi = bh / a->h, hh = bh % a->h;
         const int64_t i0 = blk * a->rows, n = NN_MIN(a->sq, i0 + a->rows) - i0;
         const float *q = a->q + bi * a->qs[0] + hh * a->qs[1] + i0 * a->qs[2];
-        const float *k = a->k + bi * a->ks[0] + hh * a->ks[1];
-        const float *v = a->v + bi * a->vs[0] + hh * a->vs[1];
+        const int64_t kh = hh / (a->h / a->hk);     /* grouped-query attention: query head hh reads kv head kh */
+        const float *k = a->k + bi * a->ks[0] + kh * a->ks[1];
+        const float *v = a->v + bi * a->vs[0] + kh * a->vs[1];
         float *o = a->o + bi * a->os[0] + hh * a->os[1] + i0 * a->os[2];
         float beta = 0.0f;
         if (a->mask) {
@@ -81,8 +85,9 @@ static int nn_attention_ld(const char *k, const char *name, int64_t n2, int64_t 
 }
 
 /* ---- attention(q, k, v, mask, o, scale, kt, parts): o = softmax(q k^T * scale + mask) v per (batch, head);
- * q (B, H, Sq, D); k (B, H, Sk, D), or k^T (B, H, D, Sk) when kt is 1; v (B, H, Sk, Dv); mask (B, H, Sq, Sk) or
- * None; o (B, H, Sq, Dv); all float32 strided views with a unit last-axis stride (mask strides may be 0) */
+ * q (B, H, Sq, D); k (B, Hk, Sk, D), or k^T (B, Hk, D, Sk) when kt is 1; v (B, Hk, Sk, Dv), Hk dividing H;
+ * mask (B, H, Sq, Sk) or None; o (B, H, Sq, Dv); all float32 strided views with a unit last-axis stride (mask
+ * strides may be 0) */
 static PyObject *nn_py_attention(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
     const char *k = "attention";
@@ -105,12 +110,16 @@ static PyObject *nn_py_attention(PyObject *module, PyObject *const *args, Py_ssi
         nn_value_error(k, "v", "must be (B, H, Sk, Dv)");
         goto fail;
     }
-    a.sk = b[2].view.shape[2], a.dv = b[2].view.shape[3];
+    a.hk = b[2].view.shape[1], a.sk = b[2].view.shape[2], a.dv = b[2].view.shape[3];
+    if (a.hk < 1 || a.h % a.hk) {
+        nn_value_error(k, "v", "must have a number of heads that divides the query's");
+        goto fail;
+    }
     nn_release(&b[2], 1);
     nn_release(&b[0], 1);
     if (nn_attention_view(&b[0], args[0], k, "q", 0, a.b, a.h, a.sq, a.d, a.qs) ||
-        nn_attention_view(&b[1], args[1], k, "k", 0, a.b, a.h, kt ? a.d : a.sk, kt ? a.sk : a.d, a.ks) ||
-        nn_attention_view(&b[2], args[2], k, "v", 0, a.b, a.h, a.sk, a.dv, a.vs) ||
+        nn_attention_view(&b[1], args[1], k, "k", 0, a.b, a.hk, kt ? a.d : a.sk, kt ? a.sk : a.d, a.ks) ||
+        nn_attention_view(&b[2], args[2], k, "v", 0, a.b, a.hk, a.sk, a.dv, a.vs) ||
         nn_attention_view(&b[4], args[4], k, "o", NN_OUT, a.b, a.h, a.sq, a.dv, a.os) ||
         nn_attention_ld(k, "q", a.sq, a.d, a.qs) || nn_attention_ld(k, "k", kt ? a.d : a.sk, kt ? a.sk : a.d, a.ks) ||
         nn_attention_ld(k, "v", a.sk, a.dv, a.vs) || nn_attention_ld(k, "o", a.sq, a.dv, a.os))
