@@ -370,6 +370,8 @@ typedef struct {
     int f32_rounding;            /* U8/S8: 0: ONNX's reference (double); 1: float32, as onnxruntime */
     const uint8_t *table;        /* U8/S8: 256 output bytes indexed by each requantized code's byte (a fused
                                     element-wise CodeTable, as a quantized SiLU), or NULL */
+    const int32_t *table32;      /* the same table widened to int32 (each entry as out's type reads it), for the
+                                    avx2 epilogue's gather; set with table */
 } epilogue_t;
 
 /* Per-row state of the packed A: za' (zero point in the au domain), rowsum(au), the row scale (F32) */
@@ -484,6 +486,8 @@ static T_AVX2 void epilogue_avx2(const epilogue_t *e, const rows_t *r, const col
                                  int64_t m0, int mr, int64_t n0, int nc)
 {
     int nv = nc & ~7;
+    const int *table32 = e->table32;
+    const __m256i byte_mask = _mm256_set1_epi32(0xff);
     for (int i = 0; i < mr; i++) {
         int64_t m = m0 + i;
         const int32_t *t = tile + i * nr;
@@ -511,12 +515,11 @@ static T_AVX2 void epilogue_avx2(const epilogue_t *e, const rows_t *r, const col
                 _mm256_storeu_ps((float *)e->out + m * e->ldo + n, clamp_ps(f, flo, fhi));
                 continue;
             }
-            __m128i q16;
+            __m256i qi;
             if (e->f32_rounding) {
                 __m256 q = _mm256_round_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(v), _mm256_loadu_ps(e->col_scale + n)),
                                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-                __m256i qi = _mm256_cvttps_epi32(clamp_ps(_mm256_add_ps(q, fz), flo, fhi));
-                q16 = _mm_packs_epi32(_mm256_castsi256_si128(qi), _mm256_extracti128_si256(qi, 1));
+                qi = _mm256_cvttps_epi32(clamp_ps(_mm256_add_ps(q, fz), flo, fhi));
             } else {
                 __m256d half[2];
                 for (int h = 0; h < 2; h++) {
@@ -526,17 +529,19 @@ static T_AVX2 void epilogue_avx2(const epilogue_t *e, const rows_t *r, const col
                                         | _MM_FROUND_NO_EXC);
                     half[h] = clamp_pd(x, dlo, dhi);
                 }
-                q16 = _mm_packs_epi32(_mm256_cvttpd_epi32(half[0]), _mm256_cvttpd_epi32(half[1]));
+                qi = _mm256_set_m128i(_mm256_cvttpd_epi32(half[1]), _mm256_cvttpd_epi32(half[0]));
             }
+            /* NOTE: a fused CodeTable is gathered from its int32 copy while the codes are still in a register:
+               the byte-wise lookup after the store (8 loads of bytes just stored, and a store each) took more
+               time than the rest of the epilogue on the detector's N = 16 / 32 convolutions. The index is the
+               code's byte (qi is clamped to out's range, so for int8 the low byte is the two's complement). */
+            if (table32)
+                qi = _mm256_i32gather_epi32(table32, _mm256_and_si256(qi, byte_mask), 4);
+            __m128i q16 = _mm_packs_epi32(_mm256_castsi256_si128(qi), _mm256_extracti128_si256(qi, 1));
             if (e->kind == OUT_U8)
                 _mm_storel_epi64((__m128i *)((uint8_t *)e->out + m * e->ldo + n), _mm_packus_epi16(q16, q16));
             else
                 _mm_storel_epi64((__m128i *)((int8_t *)e->out + m * e->ldo + n), _mm_packs_epi16(q16, q16));
-            if (e->table) {
-                uint8_t *y = (uint8_t *)e->out + m * e->ldo + n;
-                for (int k = 0; k < 8; k++)
-                    y[k] = e->table[y[k]];
-            }
         }
         if (nv < nc)
             epilogue_body(e, r, cs, t + nv, nr, m, 1, n0 + nv, nc - nv);
@@ -1560,6 +1565,7 @@ static PyObject *qk_conv(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     j.b = b;
     PyObject *result = NULL;
     int64_t xsize, rows;
+    int32_t table32[256];
     if (!mul_ok(kernel, g[0] * g[1], g[2] * g[3], &xsize) || !mul_ok(kernel, g[0] * g[4], g[5], &rows)
         || !get_array(kernel, "x", args[0], &in[0], "Bb", xsize, 0, 0))
         goto done;
@@ -1582,6 +1588,9 @@ static PyObject *qk_conv(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
         if (!get_array(kernel, "table", args[12], &in[4], j.e.kind == OUT_U8 ? "B" : "b", 256, 0, 0))
             goto done;
         j.e.table = in[4].view.buf;
+        for (int i = 0; i < 256; i++)
+            table32[i] = j.e.kind == OUT_U8 ? (int32_t)j.e.table[i] : (int32_t)(int8_t)j.e.table[i];
+        j.e.table32 = table32;
     }
     if (!check_no_overlap(kernel, &out, in, names, 5) || !alloc_rows(&j, 0))
         goto done;
