@@ -1204,18 +1204,48 @@ static inline __attribute__((always_inline)) void pack_dynamic_body(const job_t 
     }
 }
 
-/* implicit GEMM: row m is the output pixel (n, oy, ox); its K = kh * kw * c taps in (ky, kx, c) order, a
-   tap outside the image reads the zero point (contributes nothing) */
-/* n bytes from src to dst, each xor flip (0x80: int8 codes to the unsigned domain) */
+/* n bytes from src to dst, each xor flip (0x80: int8 codes to the unsigned domain). NOTE: inline 8-byte moves
+   (the last one overlapping the one before) instead of a memcpy call: a convolution's taps are a few bytes each
+   (the 3-channel stem copies 9 bytes a kernel row), where the call and its size dispatch cost more than the copy */
 static inline __attribute__((always_inline)) void copy_flip(uint8_t *dst, const uint8_t *src, int64_t n, uint8_t flip)
 {
-    if (flip)
-        for (int64_t k = 0; k < n; k++)
-            dst[k] = src[k] ^ flip;
-    else
-        memcpy(dst, src, (size_t)n);
+    uint64_t f8 = flip ? 0x8080808080808080ull : 0, v;
+    if (n >= 8) {
+        int64_t k = 0;
+        for (; k + 8 <= n; k += 8) {
+            memcpy(&v, src + k, 8);
+            v ^= f8;
+            memcpy(dst + k, &v, 8);
+        }
+        if (k < n) {
+            memcpy(&v, src + n - 8, 8);
+            v ^= f8;
+            memcpy(dst + n - 8, &v, 8);
+        }
+        return;
+    }
+    for (int64_t k = 0; k < n; k++)
+        dst[k] = src[k] ^ flip;
 }
 
+/* the sum of n bytes */
+static inline __attribute__((always_inline)) int32_t byte_sum(const uint8_t *p, int64_t n)
+{
+    int64_t k = 0;
+    uint32_t sum = 0;
+#ifdef NNQ_X86
+    __m128i acc = _mm_setzero_si128(), zero = _mm_setzero_si128();
+    for (; k + 16 <= n; k += 16)
+        acc = _mm_add_epi64(acc, _mm_sad_epu8(_mm_loadu_si128((const __m128i *)(p + k)), zero));
+    sum = (uint32_t)(_mm_cvtsi128_si64(acc) + _mm_cvtsi128_si64(_mm_unpackhi_epi64(acc, acc)));
+#endif
+    for (; k < n; k++)
+        sum += p[k];
+    return (int32_t)sum;
+}
+
+/* implicit GEMM: row m is the output pixel (n, oy, ox); its K = kh * kw * c taps in (ky, kx, c) order, a
+   tap outside the image reads the zero point (contributes nothing) */
 static inline __attribute__((always_inline)) void pack_conv_body(const job_t *j, int64_t m0, int mr,
                                                           uint8_t *apack)
 {
@@ -1225,9 +1255,12 @@ static inline __attribute__((always_inline)) void pack_conv_body(const job_t *j,
     if (j->a_zero)
         z = j->a_signed ? (int32_t)(int8_t)j->a_zero[0] : j->a_zero[0];
     uint8_t pad = (uint8_t)(z + (j->a_signed ? 128 : 0));
+    /* NOTE: the row sums feed only the d_n * rowsum term, zero unless the weights have zero points (uint8 or
+       nonzero int8 ones): symmetric int8 weights skip the pass over the row */
+    int need_sum = j->cols.d != NULL;
+    int64_t ox = m0 % j->ow, oy = (m0 / j->ow) % j->oh, img = m0 / (j->ow * j->oh);
     for (int i = 0; i < mr; i++) {
         int64_t m = m0 + i;
-        int64_t ox = m % j->ow, oy = (m / j->ow) % j->oh, img = m / (j->ow * j->oh);
         uint8_t *dst = apack + i * kp;
         int64_t pos = 0, x0 = ox * j->sw - j->pl;
         for (int64_t ky = 0; ky < j->kh; ky++) {
@@ -1253,13 +1286,17 @@ static inline __attribute__((always_inline)) void pack_conv_body(const job_t *j,
                     copy_flip(dst + pos, row + ix * c, c, flip);
             }
         }
-        int32_t sum = 0;
-        for (int64_t kk = 0; kk < pos; kk++)
-            sum += dst[kk];
         for (int64_t kk = pos; kk < kp; kk++)
             dst[kk] = 0;
         j->rows.za[m] = z + (j->a_signed ? 128 : 0);
-        j->rows.rowsum[m] = sum;
+        j->rows.rowsum[m] = need_sum ? byte_sum(dst, pos) : 0;
+        if (++ox == j->ow) {
+            ox = 0;
+            if (++oy == j->oh) {
+                oy = 0;
+                img++;
+            }
+        }
     }
 }
 
