@@ -35,18 +35,24 @@ def _conv_args(rng, out_dtype, m=21, shape=(2, 9, 7, 13), k=3):
 @pytest.mark.parametrize("out_dtype", [np.uint8, np.int8])
 @pytest.mark.parametrize("m", [21, 64, 5])          # column tails of the 8-wide epilogue, whole vectors, fewer
 @pytest.mark.parametrize("threads", [1, 2])
-def test_the_table_equals_the_lookup_after_the_convolution(out_dtype, m, threads):
+@pytest.mark.parametrize("rounding", [1, 0])        # float32 requantization (the plan's), ONNX's double one
+@pytest.mark.parametrize("clamped", [False, True])  # a fused Relu's clamp inside the type's range
+def test_the_table_equals_the_lookup_after_the_convolution(out_dtype, m, threads, rounding, clamped):
     q = qnative.kernels()
     rng = np.random.default_rng(m)
     x, packed, geo, factor, plain = _conv_args(rng, out_dtype, m)
     table = rng.integers(0, 256, 256, dtype=np.uint8).view(out_dtype)
     zero = 3 if out_dtype == np.uint8 else -5
-    q.conv(x, np.full(1, 9, np.uint8), packed, geo, plain, None, factor, zero, -np.inf, np.inf, 1, threads)
+    lo, hi = (zero, 100) if clamped else (-np.inf, np.inf)
+    args = (x, np.full(1, 9, np.uint8), packed, geo)
+    q.conv(*args, plain, None, factor, zero, lo, hi, rounding, threads)
     fused = np.empty_like(plain)
-    q.conv(x, np.full(1, 9, np.uint8), packed, geo, fused, None, factor, zero, -np.inf, np.inf, 1, threads, table)
+    q.conv(*args, fused, None, factor, zero, lo, hi, rounding, threads, table)
     assert len(np.unique(plain)) > 20                                 # the lookup sees many codes
+    if not clamped:
+        assert plain.min() == np.iinfo(out_dtype).min and plain.max() == np.iinfo(out_dtype).max   # saturated too
     np.testing.assert_array_equal(fused, table[plain.view(np.uint8)])
-    q.conv(x, np.full(1, 9, np.uint8), packed, geo, fused, None, factor, zero, -np.inf, np.inf, 1, threads, None)
+    q.conv(*args, fused, None, factor, zero, lo, hi, rounding, threads, None)
     np.testing.assert_array_equal(fused, plain)                       # None: no table
 
 

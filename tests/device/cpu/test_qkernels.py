@@ -327,6 +327,35 @@ def test_kernels_qlinear_conv_narrow_weights_equals_onnx_reference(xdt, case):
         np.testing.assert_array_equal(out.transpose(0, 3, 1, 2), ref)
 
 
+@pytest.mark.parametrize("xdt", [np.uint8, np.int8])
+@pytest.mark.parametrize("wdt,narrow", [(np.uint8, False), (np.int8, False), (np.uint8, True), (np.int8, True)])
+@pytest.mark.parametrize("c,k,stride,pad", [(3, 3, 2, 1), (6, 1, 1, 0), (11, 3, 1, 1)])
+def test_kernels_conv_with_weight_zero_points_is_exact(xdt, wdt, narrow, c, k, stride, pad):
+    """Weight zero points (uint8 weights, per channel) need the row sums of the packed A, which the conv packer
+    forms only then: int32 sums against an int64 reference, on taps of 3, 6 and 33 bytes (the inline copies'
+    short, 8-byte and overlapping-tail moves), two images split over 3 parts mid-image."""
+    rng = np.random.default_rng(c * 10 + k + narrow)
+    n, h, w, m = 2, 13, 11, 19
+    x = _rand(rng, (n, h, w, c), xdt)
+    x_zero = np.array(_rand(rng, (), xdt)).reshape(1)
+    wt = (_narrow(rng, (m, k, k, c), wdt) if narrow else _rand(rng, (m, k, k, c), wdt)).reshape(m, -1)
+    w_zero = _rand(rng, m, wdt)
+    packed = _q().pack_b(wt, k * k * c, m, w_zero, 1)
+    _expect_narrow(packed, narrow)
+    oh, ow = (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1
+    out = np.empty((n, oh, ow, m), np.int32)
+    _q().conv(x, x_zero, packed, (n, h, w, c, oh, ow, k, k, stride, stride, 1, 1, pad, pad), out, None, None, 0,
+              0.0, 0.0, 0, 3)
+    xs = np.pad(x.astype(np.int64) - int(x_zero[0]), ((0, 0), (pad, pad + k), (pad, pad + k), (0, 0)))
+    want = np.zeros((n, oh, ow, m), np.int64)
+    wz = wt.astype(np.int64).reshape(m, k, k, c) - w_zero.astype(np.int64).reshape(m, 1, 1, 1)
+    for ky in range(k):
+        for kx in range(k):
+            patch = xs[:, ky:ky + stride * oh:stride, kx:kx + stride * ow:stride]
+            want += np.einsum("nhwc,mc->nhwm", patch, wz[:, ky, kx])
+    np.testing.assert_array_equal(out, want)
+
+
 def test_kernels_forced_isa_is_used():
     forced = os.environ.get("NNHAL_QGEMM_ISA")
     if forced:

@@ -370,6 +370,8 @@ typedef struct {
     int f32_rounding;            /* U8/S8: 0: ONNX's reference (double); 1: float32, as onnxruntime */
     const uint8_t *table;        /* U8/S8: 256 output bytes indexed by each requantized code's byte (a fused
                                     element-wise CodeTable, as a quantized SiLU), or NULL */
+    const int32_t *table32;      /* the same table widened to int32 (each entry as out's type reads it), for the
+                                    avx2 epilogue's gather; set with table */
 } epilogue_t;
 
 /* Per-row state of the packed A: za' (zero point in the au domain), rowsum(au), the row scale (F32) */
@@ -484,6 +486,8 @@ static T_AVX2 void epilogue_avx2(const epilogue_t *e, const rows_t *r, const col
                                  int64_t m0, int mr, int64_t n0, int nc)
 {
     int nv = nc & ~7;
+    const int *table32 = e->table32;
+    const __m256i byte_mask = _mm256_set1_epi32(0xff);
     for (int i = 0; i < mr; i++) {
         int64_t m = m0 + i;
         const int32_t *t = tile + i * nr;
@@ -511,12 +515,11 @@ static T_AVX2 void epilogue_avx2(const epilogue_t *e, const rows_t *r, const col
                 _mm256_storeu_ps((float *)e->out + m * e->ldo + n, clamp_ps(f, flo, fhi));
                 continue;
             }
-            __m128i q16;
+            __m256i qi;
             if (e->f32_rounding) {
                 __m256 q = _mm256_round_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(v), _mm256_loadu_ps(e->col_scale + n)),
                                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-                __m256i qi = _mm256_cvttps_epi32(clamp_ps(_mm256_add_ps(q, fz), flo, fhi));
-                q16 = _mm_packs_epi32(_mm256_castsi256_si128(qi), _mm256_extracti128_si256(qi, 1));
+                qi = _mm256_cvttps_epi32(clamp_ps(_mm256_add_ps(q, fz), flo, fhi));
             } else {
                 __m256d half[2];
                 for (int h = 0; h < 2; h++) {
@@ -526,17 +529,19 @@ static T_AVX2 void epilogue_avx2(const epilogue_t *e, const rows_t *r, const col
                                         | _MM_FROUND_NO_EXC);
                     half[h] = clamp_pd(x, dlo, dhi);
                 }
-                q16 = _mm_packs_epi32(_mm256_cvttpd_epi32(half[0]), _mm256_cvttpd_epi32(half[1]));
+                qi = _mm256_set_m128i(_mm256_cvttpd_epi32(half[1]), _mm256_cvttpd_epi32(half[0]));
             }
+            /* NOTE: a fused CodeTable is gathered from its int32 copy while the codes are still in a register:
+               the byte-wise lookup after the store (8 loads of bytes just stored, and a store each) took more
+               time than the rest of the epilogue on the detector's N = 16 / 32 convolutions. The index is the
+               code's byte (qi is clamped to out's range, so for int8 the low byte is the two's complement). */
+            if (table32)
+                qi = _mm256_i32gather_epi32(table32, _mm256_and_si256(qi, byte_mask), 4);
+            __m128i q16 = _mm_packs_epi32(_mm256_castsi256_si128(qi), _mm256_extracti128_si256(qi, 1));
             if (e->kind == OUT_U8)
                 _mm_storel_epi64((__m128i *)((uint8_t *)e->out + m * e->ldo + n), _mm_packus_epi16(q16, q16));
             else
                 _mm_storel_epi64((__m128i *)((int8_t *)e->out + m * e->ldo + n), _mm_packs_epi16(q16, q16));
-            if (e->table) {
-                uint8_t *y = (uint8_t *)e->out + m * e->ldo + n;
-                for (int k = 0; k < 8; k++)
-                    y[k] = e->table[y[k]];
-            }
         }
         if (nv < nc)
             epilogue_body(e, r, cs, t + nv, nr, m, 1, n0 + nv, nc - nv);
@@ -1199,18 +1204,48 @@ static inline __attribute__((always_inline)) void pack_dynamic_body(const job_t 
     }
 }
 
-/* implicit GEMM: row m is the output pixel (n, oy, ox); its K = kh * kw * c taps in (ky, kx, c) order, a
-   tap outside the image reads the zero point (contributes nothing) */
-/* n bytes from src to dst, each xor flip (0x80: int8 codes to the unsigned domain) */
+/* n bytes from src to dst, each xor flip (0x80: int8 codes to the unsigned domain). NOTE: inline 8-byte moves
+   (the last one overlapping the one before) instead of a memcpy call: a convolution's taps are a few bytes each
+   (the 3-channel stem copies 9 bytes a kernel row), where the call and its size dispatch cost more than the copy */
 static inline __attribute__((always_inline)) void copy_flip(uint8_t *dst, const uint8_t *src, int64_t n, uint8_t flip)
 {
-    if (flip)
-        for (int64_t k = 0; k < n; k++)
-            dst[k] = src[k] ^ flip;
-    else
-        memcpy(dst, src, (size_t)n);
+    uint64_t f8 = flip ? 0x8080808080808080ull : 0, v;
+    if (n >= 8) {
+        int64_t k = 0;
+        for (; k + 8 <= n; k += 8) {
+            memcpy(&v, src + k, 8);
+            v ^= f8;
+            memcpy(dst + k, &v, 8);
+        }
+        if (k < n) {
+            memcpy(&v, src + n - 8, 8);
+            v ^= f8;
+            memcpy(dst + n - 8, &v, 8);
+        }
+        return;
+    }
+    for (int64_t k = 0; k < n; k++)
+        dst[k] = src[k] ^ flip;
 }
 
+/* the sum of n bytes */
+static inline __attribute__((always_inline)) int32_t byte_sum(const uint8_t *p, int64_t n)
+{
+    int64_t k = 0;
+    uint32_t sum = 0;
+#ifdef NNQ_X86
+    __m128i acc = _mm_setzero_si128(), zero = _mm_setzero_si128();
+    for (; k + 16 <= n; k += 16)
+        acc = _mm_add_epi64(acc, _mm_sad_epu8(_mm_loadu_si128((const __m128i *)(p + k)), zero));
+    sum = (uint32_t)(_mm_cvtsi128_si64(acc) + _mm_cvtsi128_si64(_mm_unpackhi_epi64(acc, acc)));
+#endif
+    for (; k < n; k++)
+        sum += p[k];
+    return (int32_t)sum;
+}
+
+/* implicit GEMM: row m is the output pixel (n, oy, ox); its K = kh * kw * c taps in (ky, kx, c) order, a
+   tap outside the image reads the zero point (contributes nothing) */
 static inline __attribute__((always_inline)) void pack_conv_body(const job_t *j, int64_t m0, int mr,
                                                           uint8_t *apack)
 {
@@ -1220,9 +1255,12 @@ static inline __attribute__((always_inline)) void pack_conv_body(const job_t *j,
     if (j->a_zero)
         z = j->a_signed ? (int32_t)(int8_t)j->a_zero[0] : j->a_zero[0];
     uint8_t pad = (uint8_t)(z + (j->a_signed ? 128 : 0));
+    /* NOTE: the row sums feed only the d_n * rowsum term, zero unless the weights have zero points (uint8 or
+       nonzero int8 ones): symmetric int8 weights skip the pass over the row */
+    int need_sum = j->cols.d != NULL;
+    int64_t ox = m0 % j->ow, oy = (m0 / j->ow) % j->oh, img = m0 / (j->ow * j->oh);
     for (int i = 0; i < mr; i++) {
         int64_t m = m0 + i;
-        int64_t ox = m % j->ow, oy = (m / j->ow) % j->oh, img = m / (j->ow * j->oh);
         uint8_t *dst = apack + i * kp;
         int64_t pos = 0, x0 = ox * j->sw - j->pl;
         for (int64_t ky = 0; ky < j->kh; ky++) {
@@ -1248,13 +1286,17 @@ static inline __attribute__((always_inline)) void pack_conv_body(const job_t *j,
                     copy_flip(dst + pos, row + ix * c, c, flip);
             }
         }
-        int32_t sum = 0;
-        for (int64_t kk = 0; kk < pos; kk++)
-            sum += dst[kk];
         for (int64_t kk = pos; kk < kp; kk++)
             dst[kk] = 0;
         j->rows.za[m] = z + (j->a_signed ? 128 : 0);
-        j->rows.rowsum[m] = sum;
+        j->rows.rowsum[m] = need_sum ? byte_sum(dst, pos) : 0;
+        if (++ox == j->ow) {
+            ox = 0;
+            if (++oy == j->oh) {
+                oy = 0;
+                img++;
+            }
+        }
     }
 }
 
@@ -1560,6 +1602,7 @@ static PyObject *qk_conv(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     j.b = b;
     PyObject *result = NULL;
     int64_t xsize, rows;
+    int32_t table32[256];
     if (!mul_ok(kernel, g[0] * g[1], g[2] * g[3], &xsize) || !mul_ok(kernel, g[0] * g[4], g[5], &rows)
         || !get_array(kernel, "x", args[0], &in[0], "Bb", xsize, 0, 0))
         goto done;
@@ -1582,6 +1625,9 @@ static PyObject *qk_conv(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
         if (!get_array(kernel, "table", args[12], &in[4], j.e.kind == OUT_U8 ? "B" : "b", 256, 0, 0))
             goto done;
         j.e.table = in[4].view.buf;
+        for (int i = 0; i < 256; i++)
+            table32[i] = j.e.kind == OUT_U8 ? (int32_t)j.e.table[i] : (int32_t)(int8_t)j.e.table[i];
+        j.e.table32 = table32;
     }
     if (!check_no_overlap(kernel, &out, in, names, 5) || !alloc_rows(&j, 0))
         goto done;
