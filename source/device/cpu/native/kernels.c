@@ -12,7 +12,8 @@
  *   output pixel's channels are still in L1; Conv "grouped": grouped convolution of narrow groups; Conv
  *   "im2col": a group-1 convolution by im2col bands and GEMM.
  * - fake_quantize_blocks: per-block dynamic int8/uint8 quantization of activations, dequantized.
- * - activation: Relu, Clip, HardSigmoid, HardSwish, Sigmoid, SiLU, Gelu (exact or tanh) in one pass.
+ * - activation: Relu, Clip, HardSigmoid, HardSwish, Sigmoid, SiLU, Gelu (exact or tanh) in one pass (Sigmoid and
+ *   SiLU in AVX2 intrinsics where the CPU has them: nn_exp_simd.h).
  * - Pool2d: 2-D MaxPool / AveragePool, channels last, one pass over the input; global_pool: GlobalAveragePool
  *   / GlobalMaxPool.
  * - gather_last / shuffle_last: Gather along the last axis of 4-byte elements, the channel shuffle.
@@ -143,6 +144,7 @@ NN_INLINE float nn_expf(float x) {
 
 /* NaN in, NaN out (the clamps inside nn_expf would turn it into a number) */
 NN_INLINE float nn_sigmoid(float x) { return x != x ? x : 1.0f / (1.0f + nn_expf(-x)); }
+#include "nn_exp_simd.h"
 #include "nn_tanh.h"
 
 /* erf(x) by the rational approximation the numpy fast Erf uses (hostkernels/op_erf.py, the same
@@ -186,10 +188,22 @@ NN_INLINE void nn_apply(float *restrict y, int64_t len, const nn_act *act) {
             y[i] = y[i] * NN_CLAMP(y[i] * (1.0f / 6.0f) + 0.5f, 0.0f, 1.0f);
         break;
     case NN_ACT_SIGMOID:
+#if NN_EXP_SIMD
+        if (nn_exp_simd_ok()) {
+            nn_sigmoid_avx2(y, len, 0);
+            break;
+        }
+#endif
 #pragma omp simd
         for (int64_t i = 0; i < len; i++) y[i] = nn_sigmoid(y[i]);
         break;
     case NN_ACT_SILU:
+#if NN_EXP_SIMD
+        if (nn_exp_simd_ok()) {
+            nn_sigmoid_avx2(y, len, 1);
+            break;
+        }
+#endif
 #pragma omp simd
         for (int64_t i = 0; i < len; i++) y[i] = y[i] * nn_sigmoid(y[i]);
         break;
@@ -3136,8 +3150,13 @@ static PyObject *nn_py_simd_paths(PyObject *module, PyObject *unused) {
 #else
     const int softmax = 0;
 #endif
-    return Py_BuildValue("{s:O,s:O,s:O}", "gemv", gemv ? Py_True : Py_False, "half", half ? Py_True : Py_False,
-                         "softmax", softmax ? Py_True : Py_False);
+#if NN_EXP_SIMD
+    const int sigmoid = nn_exp_simd_ok();
+#else
+    const int sigmoid = 0;
+#endif
+    return Py_BuildValue("{s:O,s:O,s:O,s:O}", "gemv", gemv ? Py_True : Py_False, "half", half ? Py_True : Py_False,
+                         "softmax", softmax ? Py_True : Py_False, "sigmoid", sigmoid ? Py_True : Py_False);
 }
 
 static PyMethodDef nn_methods[] = {
