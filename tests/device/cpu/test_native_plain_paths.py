@@ -21,7 +21,7 @@ HERE = Path(__file__).parent
 # conversions (test_cast_half, test_native_resize_nchw's float16 rows), the softmax (test_softmax_middle_axis,
 # the attention step's rows in test_attention_fuse)
 ORACLE_FILES = ("test_native_gemv.py", "test_cast_half.py", "test_native_resize_nchw.py",
-                "test_softmax_middle_axis.py", "test_attention_fuse.py")
+                "test_softmax_middle_axis.py", "test_attention_fuse.py", "test_native_sigmoid.py")
 
 
 def _child_env(value: str | None) -> dict:
@@ -43,7 +43,7 @@ def test_the_switch_turns_every_intrinsic_path_off():
     """With NNHAL_NATIVE_SIMD=0 no path reports its intrinsics; without it, what the CPU has (here: as many as
     this process reports, each a bool)."""
     off = _paths("0")
-    assert set(off) == {"gemv", "half", "softmax"}
+    assert set(off) == {"gemv", "half", "softmax", "sigmoid"}
     assert not any(off.values()), off
     on = _paths(None)
     assert on == native.simd_paths()

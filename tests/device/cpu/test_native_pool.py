@@ -23,8 +23,9 @@ POOLS = {
     "3x3s1p1": {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]},
     "dil2": {"kernel_shape": [3, 2], "strides": [1, 2], "pads": [2, 1, 1, 0], "dilations": [2, 3]},
 }
-# channel counts: below one 64-channel block, several blocks, blocks and a tail
-SHAPES = [(1, 24, 13, 13), (2, 128, 9, 8), (1, 100, 11, 12)]
+# channel counts: below one 64-channel block, several blocks, blocks and a tail; after the 32-channel register
+# blocks, 1 to 3 whole 8-lane vectors in registers (24, 16, 44) and the last c % 8 (44, 100, 5)
+SHAPES = [(1, 24, 13, 13), (2, 128, 9, 8), (1, 100, 11, 12), (2, 16, 7, 9), (1, 44, 9, 10), (1, 5, 8, 8)]
 
 
 def _numpy_nhwc(monkeypatch, node, ins, outs, x):

@@ -41,8 +41,9 @@ never a crash. They release the GIL around their loops. What they compute:
 * :func:`gemm` / :func:`batched_gemm`: GEMMs with their bias and activation through the cblas_sgemm of the
   linked OpenBLAS (:func:`blas_info`), single-threaded inside the pool's parts (:func:`blas_set_threads`).
 
-Three kernels have hand-written AVX2/F16C intrinsic paths chosen at run time (the few-row packed GEMV, the
-float16 conversions, the softmax rows); :func:`simd_paths` says which this CPU runs. ``NNHAL_NATIVE_SIMD=0``
+Four kernels have hand-written AVX2/F16C intrinsic paths chosen at run time (the few-row packed GEMV, the
+float16 conversions, the softmax rows, the Sigmoid and SiLU activations, fused or not); :func:`simd_paths` says
+which this CPU runs. ``NNHAL_NATIVE_SIMD=0``
 turns them off (read at their first call) so the tests run the plain C paths, the only ones on other CPUs.
 
 The native pool (kernels.c ``nn_pool_run``): pinned pthread workers that survive a fork as none (a child

@@ -12,7 +12,8 @@
  *   output pixel's channels are still in L1; Conv "grouped": grouped convolution of narrow groups; Conv
  *   "im2col": a group-1 convolution by im2col bands and GEMM.
  * - fake_quantize_blocks: per-block dynamic int8/uint8 quantization of activations, dequantized.
- * - activation: Relu, Clip, HardSigmoid, HardSwish, Sigmoid, SiLU, Gelu (exact or tanh) in one pass.
+ * - activation: Relu, Clip, HardSigmoid, HardSwish, Sigmoid, SiLU, Gelu (exact or tanh) in one pass (Sigmoid and
+ *   SiLU in AVX2 intrinsics where the CPU has them: nn_exp_simd.h).
  * - Pool2d: 2-D MaxPool / AveragePool, channels last, one pass over the input; global_pool: GlobalAveragePool
  *   / GlobalMaxPool.
  * - gather_last / shuffle_last: Gather along the last axis of 4-byte elements, the channel shuffle.
@@ -143,6 +144,7 @@ NN_INLINE float nn_expf(float x) {
 
 /* NaN in, NaN out (the clamps inside nn_expf would turn it into a number) */
 NN_INLINE float nn_sigmoid(float x) { return x != x ? x : 1.0f / (1.0f + nn_expf(-x)); }
+#include "nn_exp_simd.h"
 #include "nn_tanh.h"
 
 /* erf(x) by the rational approximation the numpy fast Erf uses (hostkernels/op_erf.py, the same
@@ -186,10 +188,22 @@ NN_INLINE void nn_apply(float *restrict y, int64_t len, const nn_act *act) {
             y[i] = y[i] * NN_CLAMP(y[i] * (1.0f / 6.0f) + 0.5f, 0.0f, 1.0f);
         break;
     case NN_ACT_SIGMOID:
+#if NN_EXP_SIMD
+        if (nn_exp_simd_ok()) {
+            nn_sigmoid_avx2(y, len, 0);
+            break;
+        }
+#endif
 #pragma omp simd
         for (int64_t i = 0; i < len; i++) y[i] = nn_sigmoid(y[i]);
         break;
     case NN_ACT_SILU:
+#if NN_EXP_SIMD
+        if (nn_exp_simd_ok()) {
+            nn_sigmoid_avx2(y, len, 1);
+            break;
+        }
+#endif
 #pragma omp simd
         for (int64_t i = 0; i < len; i++) y[i] = y[i] * nn_sigmoid(y[i]);
         break;
@@ -756,8 +770,8 @@ typedef struct {
     int64_t nr, nc;
 } nn_window;
 
-/* One output pixel's block of ``cb`` <= NN_POOL_BLOCK channels at c0 (the last, narrower block of a channel
- * count that is not a multiple of NN_POOL_VBLOCK): every tap, row by row, through an L1 accumulator. */
+/* One output pixel's block of ``cb`` <= NN_POOL_BLOCK channels at c0 (the last c % 8 channels, after the register
+ * blocks of nn_pool_pixel_vn): every tap, row by row, through an L1 accumulator. */
 NN_INLINE void nn_pool_pixel(const float *restrict ximg, float *restrict yp, const nn_window *win, int is_max,
                              int64_t c0, int64_t cb, float divisor) {
     float acc[NN_POOL_BLOCK] __attribute__((aligned(64)));
@@ -782,33 +796,36 @@ NN_INLINE nn_v8 nn_vmax_nan(nn_v8 a, nn_v8 v) {
  * channels no faster than numpy's separable passes). */
 #define NN_POOL_VBLOCK 32
 
-/* nn_pool_pixel for a full register block of NN_POOL_VBLOCK channels at c0: the same taps in the same
- * order, so the same sums and maxima. */
-NN_INLINE void nn_pool_pixel_v32(const float *restrict ximg, float *restrict yp, const nn_window *win,
-                                 int is_max, int64_t c0, float divisor) {
+/* nn_pool_pixel for V (a constant, 1 to 4) whole 8-lane vectors of channels at c0, held in registers across the
+ * window: the same taps in the same order, so the same sums and maxima. Full blocks of NN_POOL_VBLOCK channels
+ * take V = 4; the rest of a channel count that is not a multiple of it takes its whole vectors (ShuffleNet's 24
+ * channels: 3), and only the last c % 8 go through nn_pool_pixel's L1 accumulator. */
+NN_INLINE void nn_pool_pixel_vn(const float *restrict ximg, float *restrict yp, const nn_window *win,
+                                int is_max, int64_t c0, float divisor, const int V) {
     const float init = is_max ? -INFINITY : 0.0f;
-    nn_v8 a0 = {init, init, init, init, init, init, init, init}, a1 = a0, a2 = a0, a3 = a0;
+    nn_v8 acc[4];
+    for (int v = 0; v < V; v++) acc[v] = (nn_v8){init, init, init, init, init, init, init, init};
     for (int64_t a = 0; a < win->nr; a++) {
         for (int64_t b = 0; b < win->nc; b++) {
             const nn_v8 *xp = (const nn_v8 *)(ximg + win->rows[a] + win->cols[b] + c0);
-            if (is_max) {
-                a0 = nn_vmax_nan(a0, xp[0]), a1 = nn_vmax_nan(a1, xp[1]);
-                a2 = nn_vmax_nan(a2, xp[2]), a3 = nn_vmax_nan(a3, xp[3]);
-            } else {
-                a0 += xp[0], a1 += xp[1], a2 += xp[2], a3 += xp[3];
-            }
+            if (is_max)
+                for (int v = 0; v < V; v++) acc[v] = nn_vmax_nan(acc[v], xp[v]);
+            else
+                for (int v = 0; v < V; v++) acc[v] += xp[v];
         }
     }
-    if (!is_max) a0 /= divisor, a1 /= divisor, a2 /= divisor, a3 /= divisor;
     nn_v8 *out = (nn_v8 *)(yp + c0);
-    out[0] = a0, out[1] = a1, out[2] = a2, out[3] = a3;
+    for (int v = 0; v < V; v++) {
+        if (!is_max) acc[v] /= divisor;
+        out[v] = acc[v];
+    }
 }
 
 /* Output rows [r0, r1) of the flattened (n * oh) rows: each pixel's window, its channels in blocks. The
  * window's row taps are found once per output row, its column taps once per pixel. */
 NN_API NN_CLONES void nn_pool_nhwc_f32(const float *x, float *y, const nn_pool_params *p, int64_t r0,
                                        int64_t r1) {
-    const int64_t c = p->c, ow = p->ow, full = c - c % NN_POOL_VBLOCK;
+    const int64_t c = p->c, ow = p->ow, full = c - c % NN_POOL_VBLOCK, vecs = (c - full) / 8, tail = full + 8 * vecs;
     const int is_max = p->kind == NN_POOL_MAX, with_pad = p->kind == NN_POOL_AVG_PAD;
     int64_t rows[p->kh], cols[p->kw];
     for (int64_t r = r0; r < r1; r++) {
@@ -824,8 +841,14 @@ NN_API NN_CLONES void nn_pool_nhwc_f32(const float *x, float *y, const nn_pool_p
                                         : win.nc;
             const float divisor = (float)(wr * wc);
             float *yp = y + (r * ow + j) * p->y_stride;
-            for (int64_t c0 = 0; c0 < full; c0 += NN_POOL_VBLOCK) nn_pool_pixel_v32(ximg, yp, &win, is_max, c0, divisor);
-            if (full < c) nn_pool_pixel(ximg, yp, &win, is_max, full, c - full, divisor);
+            for (int64_t c0 = 0; c0 < full; c0 += NN_POOL_VBLOCK) nn_pool_pixel_vn(ximg, yp, &win, is_max, c0, divisor, 4);
+            switch (vecs) {
+            case 3: nn_pool_pixel_vn(ximg, yp, &win, is_max, full, divisor, 3); break;
+            case 2: nn_pool_pixel_vn(ximg, yp, &win, is_max, full, divisor, 2); break;
+            case 1: nn_pool_pixel_vn(ximg, yp, &win, is_max, full, divisor, 1); break;
+            default: break;
+            }
+            if (tail < c) nn_pool_pixel(ximg, yp, &win, is_max, tail, c - tail, divisor);
         }
     }
 }
@@ -3136,8 +3159,13 @@ static PyObject *nn_py_simd_paths(PyObject *module, PyObject *unused) {
 #else
     const int softmax = 0;
 #endif
-    return Py_BuildValue("{s:O,s:O,s:O}", "gemv", gemv ? Py_True : Py_False, "half", half ? Py_True : Py_False,
-                         "softmax", softmax ? Py_True : Py_False);
+#if NN_EXP_SIMD
+    const int sigmoid = nn_exp_simd_ok();
+#else
+    const int sigmoid = 0;
+#endif
+    return Py_BuildValue("{s:O,s:O,s:O,s:O}", "gemv", gemv ? Py_True : Py_False, "half", half ? Py_True : Py_False,
+                         "softmax", softmax ? Py_True : Py_False, "sigmoid", sigmoid ? Py_True : Py_False);
 }
 
 static PyMethodDef nn_methods[] = {

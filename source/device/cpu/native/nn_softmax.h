@@ -7,29 +7,10 @@
  * sum), so NaN and infinities come out the same. exp of a difference below -87.3 (a -inf mask entry among
  * them) is 0, not nn_expf's clamped 1e-38, so masked entries are exactly 0. On a CPU with AVX2 and FMA (chosen
  * at run time, as nn_half_simd.h does) a row of 8 or more runs the same three passes in intrinsics
- * (nn_softmax_row_avx2). */
+ * (nn_softmax_row_avx2, its exp nn_exp8 of nn_exp_simd.h). */
 
-#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
-#include <immintrin.h>
+#if NN_EXP_SIMD
 #define NN_SOFTMAX_SIMD 1
-
-/* exp(d) for d in [-87.3, 0] on 8 lanes: nn_expf's range reduction and polynomial, its rounding constant
- * added by one FMA (k = round(d log2 e) exactly as before but for ties; r = d - k ln 2 then stays in range) */
-__attribute__((target("avx2,fma"))) static inline __m256 nn_softmax_exp8(__m256 d) {
-    const __m256 magic = _mm256_set1_ps(12582912.0f);
-    const __m256 k = _mm256_sub_ps(_mm256_fmadd_ps(d, _mm256_set1_ps(1.44269504088896341f), magic), magic);
-    __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), d);
-    r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-    p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
-    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-}
 
 NN_INLINE float nn_softmax_hmax(const float *t) {
     float m = t[0];
@@ -62,7 +43,7 @@ __attribute__((target("avx2,fma"))) static int nn_softmax_row_avx2(const float *
     for (i = 0; i + 8 <= width; i += 8) {
         const __m256 d = _mm256_sub_ps(_mm256_loadu_ps(xr + i), top_v);
         /* below -87.3 (a -inf mask entry among them) exactly 0, as the scalar loop */
-        const __m256 e = _mm256_and_ps(nn_softmax_exp8(_mm256_max_ps(d, lo)), _mm256_cmp_ps(d, lo, _CMP_GE_OQ));
+        const __m256 e = _mm256_and_ps(nn_exp8(_mm256_max_ps(d, lo)), _mm256_cmp_ps(d, lo, _CMP_GE_OQ));
         _mm256_storeu_ps(yr + i, e);
         sum8 = _mm256_add_ps(sum8, e);
     }
