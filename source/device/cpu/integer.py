@@ -153,7 +153,7 @@ def fold_smooth_scales(chosen: list[Chosen], external: set[str]) -> list[Chosen]
     out, dropped = list(chosen), set()
     for pos, (node, kernel, ins, outs) in enumerate(chosen):
         if node.op_type != "Mul" or node.domain or activation_of(node) is not None or len(ins) != 2 \
-                or node.outputs[0] in external or outs[0].dtype != np.float32 or outs[0].shape is None:
+                or node.outputs[0] in external or outs[0].dtype != np.float32 or not outs[0].shape:
             continue
         k = outs[0].shape[-1]
         side = next((i for i in (0, 1) if _vector_along_last(ins[1 - i], k)), None)

@@ -129,6 +129,17 @@ def test_a_mul_read_elsewhere_too_stays(monkeypatch):
         np.testing.assert_array_equal(g, w)
 
 
+def test_a_scalar_mul_is_left_alone():
+    """A float32 Mul with a 0-d output (the node suite's window functions) passes the fold untouched."""
+    graph = helper.make_graph([helper.make_node("Mul", ["x", "c"], ["m"]), helper.make_node("Neg", ["m"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ())],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(np.array(3.0, np.float32), "c")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)], ir_version=9)
+    (y,) = nnhal.Session(model, devices=["cpu"]).run({"x": np.array(2.0, np.float32)})
+    assert float(y) == -6.0
+
+
 @pytest.mark.parametrize("isa", ["portable", "avx2", "avxvnni", "avx512vnni"])
 def test_isa_path(isa):
     """This file's tests again with NNHAL_QGEMM_ISA=isa, in a fresh process."""
