@@ -39,6 +39,8 @@ its float32 path: block scales vary along K, so no integer sum spans more than a
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from nnhal.device.cpu import native, parallel, qnative
@@ -84,6 +86,13 @@ class DynamicQuantizeGemmInteger(Kernel):
     domain = "ai.nnhal"
     name = "int8 gemm"
 
+    def __init__(self, kscale: np.ndarray | None = None):
+        # a Mul of A by a constant [K] vector folded in (fold_smooth_scales): gemm_dynamic multiplies each row by
+        # it while packing
+        self.kscale = None if kscale is None else np.ascontiguousarray(kscale, np.float32).reshape(-1)
+        if kscale is not None:
+            self.name = f"{self.name}+kscale"
+
     def score(self, node, ins, outs) -> int:
         ok = not int(node.attrs.get("block") or 0) and _const(ins[1]) is not None and _const(ins[2]) is not None \
             and (len(ins) < 4 or ins[3] is None or _const(ins[3]) is not None)
@@ -101,18 +110,79 @@ class DynamicQuantizeGemmInteger(Kernel):
         bias = None if bias is None else np.ascontiguousarray(bias, np.float32).reshape(-1)
         signed = int(node.attrs["activation"] == "int8" and mode == "0")
         columns = np.asarray(node.attrs["float_columns"] or [], np.int64)
+        kscale = self.kscale
         w_float = np.ascontiguousarray(_const(ins[4]).T, np.float32) if columns.size else None
+        if w_float is not None and kscale is not None:
+            # NOTE: the float32 outlier columns take the folded Mul on their weights: x (s w) instead of (x s) w,
+            # a rounding of each product term apart (a few units in the last place of the column)
+            w_float = np.ascontiguousarray(w_float * kscale[:, None], np.float32)
         bias_cols = None if bias is None or not columns.size else bias[columns]
+        extra = () if kscale is None else (kscale,)
 
         def run(inputs: list, outputs: list):
             x = np.ascontiguousarray(inputs[0], np.float32)
             out = _out(outputs, (x.shape[0], n), np.float32)
-            q.gemm_dynamic(x, signed, packed, out, bias, scale, -_INF, _INF, _threads())
+            q.gemm_dynamic(x, signed, packed, out, bias, scale, -_INF, _INF, _threads(), *extra)
             if w_float is not None:
                 out[:, columns] = x @ w_float if bias_cols is None else x @ w_float + bias_cols
             return (out,)
 
         return run
+
+
+def _vector_along_last(info, k) -> bool:
+    """``info`` is a constant float32 vector along the last axis of a tensor whose last dimension is ``k``."""
+    value = None if info is None else info.value
+    return value is not None and np.asarray(value).dtype == np.float32 and np.ndim(value) >= 1 \
+        and np.shape(value)[-1] == k and np.size(value) == k
+
+
+def fold_smooth_scales(chosen: list[Chosen], external: set[str]) -> list[Chosen]:
+    """Each Mul of a float32 tensor by a constant float32 vector along its last axis (the SmoothQuant Mul that
+    the int8 lowering puts before a token product, optimizer/outliers.py) whose every reader is a Reshape to the
+    2-D A of a DynamicQuantizeGemm on the integer GEMM (the only reader of that Reshape): the Mul dropped, the
+    Reshapes reading its input, and each product multiplying its rows by the vector while it quantizes them
+    (gemm_dynamic's ``kscale``; the same float32 products, so the same codes) instead of a pass over A. MiniLM:
+    four per layer (QKV's shared input, the attention output, both FFN inputs)."""
+    reads: dict[str, int] = {}
+    readers: dict[str, list[int]] = {}
+    for pos, entry in enumerate(chosen):
+        for name in entry.node.all_inputs:
+            reads[name] = reads.get(name, 0) + 1
+            readers.setdefault(name, []).append(pos)
+    out, dropped = list(chosen), set()
+    for pos, (node, kernel, ins, outs) in enumerate(chosen):
+        if node.op_type != "Mul" or node.domain or activation_of(node) is not None or len(ins) != 2 \
+                or node.outputs[0] in external or outs[0].dtype != np.float32 or not outs[0].shape:
+            continue
+        k = outs[0].shape[-1]
+        side = next((i for i in (0, 1) if _vector_along_last(ins[1 - i], k)), None)
+        x = None if side is None else ins[side]
+        if x is None or x.value is not None or x.dtype != np.float32 or x.shape != outs[0].shape:
+            continue
+        gemms = []
+        for r in readers.get(node.outputs[0], []):
+            view = chosen[r]
+            if view.node.op_type != "Reshape" or view.node.inputs[0] != node.outputs[0] \
+                    or view.node.outputs[0] in external or reads.get(view.node.outputs[0]) != 1:
+                break
+            g = readers[view.node.outputs[0]][0]
+            gemm = chosen[g]
+            if type(gemm.kernel) is not DynamicQuantizeGemmInteger or gemm.kernel.kscale is not None \
+                    or gemm.node.inputs[0] != view.node.outputs[0] or gemm.ins[0] is None \
+                    or gemm.ins[0].shape is None or gemm.ins[0].shape[-1] != k:
+                break
+            gemms.append((r, g))
+        if not gemms or len(gemms) != reads.get(node.outputs[0]):
+            continue
+        vector = np.asarray(ins[1 - side].value, np.float32).reshape(-1)
+        for r, g in gemms:
+            view, gemm = out[r], out[g]
+            inputs = [node.inputs[side]] + list(view.node.inputs[1:])
+            out[r] = view._replace(node=dataclasses.replace(view.node, inputs=inputs), ins=[x] + list(view.ins[1:]))
+            out[g] = gemm._replace(kernel=DynamicQuantizeGemmInteger(vector))
+        dropped.add(pos)
+    return [entry for pos, entry in enumerate(out) if pos not in dropped]
 
 
 def _matrix_b(ins, index: int) -> np.ndarray | None:

@@ -28,7 +28,13 @@ from nnhal.device.cpu.fusions import (
 )
 from nnhal.device.cpu.gelu_tanh import fuse_gelu_tanh
 from nnhal.device.cpu.groupnorm import fuse_group_norm
-from nnhal.device.cpu.integer import fuse_code_clamps, fuse_code_tables, fuse_table_tails, use_integer_kernels
+from nnhal.device.cpu.integer import (
+    fold_smooth_scales,
+    fuse_code_clamps,
+    fuse_code_tables,
+    fuse_table_tails,
+    use_integer_kernels,
+)
 from nnhal.device.cpu.kernels import control, select
 from nnhal.device.cpu.layout import Layouts, assign_layouts
 from nnhal.device.cpu.matmul_views import fold_transposes
@@ -383,6 +389,7 @@ def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: l
         chosen.append(Chosen(node, kernel, ins, outs))
     if not reference_forced():
         chosen = use_integer_kernels(chosen)
+        chosen = fold_smooth_scales(chosen, external)
         chosen = fuse_code_clamps(chosen, external)
         chosen = fuse_code_tables(chosen, external)
         chosen = fuse_half_round_trips(chosen, external)

@@ -894,6 +894,8 @@ struct job {
     pack_fn pack;
     /* A sources */
     const void *a;
+    const float *kscale;         /* gemm_dynamic: [K] factors each row of x is multiplied by before it is
+                                    quantized (a SmoothQuant Mul folded into the packing), or NULL */
     int a_signed;
     const uint8_t *a_zero;
     Py_ssize_t n_azero;
@@ -1174,27 +1176,75 @@ static T_AVX2 int32_t quant_row_avx2(const float *x, int64_t k, float scale, flo
    Weights packed a7: 7 bits whatever the row's type, over [min(x, 0), max(x, 0)], scale range / 127, zero
    rint(-lo / scale), xq = clip(rint(x / scale) + zero, 0, 127): a scale at most int8's max|x| / 127, twice
    uint8's. */
+#define NQ_KSCALE_CHUNK 512     /* floats of a row scaled at a time (kscale) into a buffer on the stack */
+
+/* x[0:n] * ks[0:n] into buf, float32 products as numpy's Mul (no fused multiply-add: -ffp-contract=off) */
+static inline __attribute__((always_inline)) void scale_chunk(const float *x, const float *ks, int64_t n, float *buf)
+{
+    for (int64_t t = 0; t < n; t++)
+        buf[t] = x[t] * ks[t];
+}
+
+/* range(x * ks) by chunks: min / max of the chunks' [min(., 0), max(., 0)], the same as over the whole row */
+static inline __attribute__((always_inline)) void range_scaled(const float *x, const float *ks, int64_t k,
+                                                               float *plo, float *phi, range_fn range)
+{
+    if (!ks) {
+        range(x, k, plo, phi);
+        return;
+    }
+    float buf[NQ_KSCALE_CHUNK], lo = 0.0f, hi = 0.0f;
+    for (int64_t kk = 0; kk < k; kk += NQ_KSCALE_CHUNK) {
+        int64_t n = k - kk < NQ_KSCALE_CHUNK ? k - kk : NQ_KSCALE_CHUNK;
+        float l, h;
+        scale_chunk(x + kk, ks + kk, n, buf);
+        range(buf, n, &l, &h);
+        lo = l < lo ? l : lo;
+        hi = h > hi ? h : hi;
+    }
+    *plo = lo;
+    *phi = hi;
+}
+
+/* quant(x * ks) by chunks: each element's code depends on it alone, the sums add up */
+static inline __attribute__((always_inline)) int32_t quant_scaled(const float *x, const float *ks, int64_t k,
+                                                                  float scale, float zf, float qlo, float qhi,
+                                                                  int32_t add, uint8_t *dst, quant_fn quant)
+{
+    if (!ks)
+        return quant(x, k, scale, zf, qlo, qhi, add, dst);
+    float buf[NQ_KSCALE_CHUNK];
+    int32_t sum = 0;
+    for (int64_t kk = 0; kk < k; kk += NQ_KSCALE_CHUNK) {
+        int64_t n = k - kk < NQ_KSCALE_CHUNK ? k - kk : NQ_KSCALE_CHUNK;
+        scale_chunk(x + kk, ks + kk, n, buf);
+        sum += quant(buf, n, scale, zf, qlo, qhi, add, dst + kk);
+    }
+    return sum;
+}
+
 static inline __attribute__((always_inline)) void pack_dynamic_body(const job_t *j, int64_t m0, int mr,
                                                                     uint8_t *apack, range_fn range, quant_fn quant)
 {
     int64_t k = j->b->k, kp = j->b->kp;
+    const float *ks = j->kscale;
     for (int i = 0; i < mr; i++) {
         int64_t m = m0 + i;
         const float *x = (const float *)j->a + m * k;
         uint8_t *dst = apack + i * kp;
         float lo, hi, scale;
-        range(x, k, &lo, &hi);
+        range_scaled(x, ks, k, &lo, &hi, range);
         int32_t zero, sum;
         if (j->a_signed && !j->b->a7) {
             float peak = -lo > hi ? -lo : hi;
             scale = peak > 0 ? peak / 127.0f : 1.0f;
             zero = 128;
-            sum = quant(x, k, scale, 0.0f, -127.0f, 127.0f, 128, dst);
+            sum = quant_scaled(x, ks, k, scale, 0.0f, -127.0f, 127.0f, 128, dst, quant);
         } else {
             float levels = j->b->a7 ? 127.0f : 255.0f;
             scale = hi > lo ? (hi - lo) / levels : 1.0f;
             zero = (int32_t)nearbyintf(-lo / scale);
-            sum = quant(x, k, scale, (float)zero, 0.0f, levels, 0, dst);
+            sum = quant_scaled(x, ks, k, scale, (float)zero, 0.0f, levels, 0, dst, quant);
         }
         for (int64_t kk = k; kk < kp; kk++)
             dst[kk] = 0;
@@ -1493,16 +1543,17 @@ done:
     return result;
 }
 
-/* gemm_dynamic(x, signed, packed, out, bias, scale, lo, hi, threads): out float32 [M, N] =
+/* gemm_dynamic(x, signed, packed, out, bias, scale, lo, hi, threads[, kscale]): out float32 [M, N] =
    clamp((xq - zx) bs * sx[m] * scale[n] + bias) with every row of float32 x [M, K] quantized while packed
    (int8 symmetric when signed, else uint8 asymmetric; 7-bit asymmetric when the weights were packed a7);
-   the weights must be int8 with no zero point. */
+   the weights must be int8 with no zero point. kscale (None or float32 [K]): each row is x[m, :] * kscale,
+   multiplied in float32 while packed (a Mul by a constant along K before the product, folded into it). */
 static PyObject *qk_gemm_dynamic(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
 {
     static const char *kernel = "gemm_dynamic";
-    static const char *const names[] = {"x", "bias", "scale"};
+    static const char *const names[] = {"x", "bias", "scale", "kscale"};
     (void)mod;
-    if (!isa_ok() || !check_nargs(kernel, nargs, 9))
+    if (!isa_ok() || !check_nargs(kernel, nargs, nargs == 10 ? 10 : 9))
         return NULL;
     const PackedB *b;
     int64_t threads, sgn;
@@ -1513,7 +1564,7 @@ static PyObject *qk_gemm_dynamic(PyObject *mod, PyObject *const *args, Py_ssize_
         PyErr_Format(PyExc_ValueError, "%s: argument 'packed' must hold int8 weights with zero point 0", kernel);
         return NULL;
     }
-    arg_t in[3], out;
+    arg_t in[4], out;
     memset(in, 0, sizeof in);
     memset(&out, 0, sizeof out);
     job_t j;
@@ -1542,7 +1593,10 @@ static PyObject *qk_gemm_dynamic(PyObject *mod, PyObject *const *args, Py_ssize_
         PyErr_Format(PyExc_TypeError, "%s: argument 'out' must be float32", kernel);
         goto done;
     }
-    if (!check_no_overlap(kernel, &out, in, names, 3) || !alloc_rows(&j, 1))
+    if (nargs == 10 && !get_array(kernel, "kscale", args[9], &in[3], "f", b->k, 0, 1))
+        goto done;
+    j.kscale = in[3].held ? in[3].view.buf : NULL;
+    if (!check_no_overlap(kernel, &out, in, names, 4) || !alloc_rows(&j, 1))
         goto done;
     j.cols.d = NULL;
     j.cols.cterm = b->cterm;
@@ -1551,7 +1605,7 @@ static PyObject *qk_gemm_dynamic(PyObject *mod, PyObject *const *args, Py_ssize_
         result = Py_NewRef(Py_None);
     free_rows(&j);
 done:
-    release_all(in, 3);
+    release_all(in, 4);
     release_all(&out, 1);
     return result;
 }
@@ -1845,7 +1899,7 @@ static PyMethodDef qk_methods[] = {
     {"gemm", (PyCFunction)(void (*)(void))qk_gemm, METH_FASTCALL,
      "gemm(a, a_zero, packed, out, bias, scale, y_zero, lo, hi, rounding, threads)"},
     {"gemm_dynamic", (PyCFunction)(void (*)(void))qk_gemm_dynamic, METH_FASTCALL,
-     "gemm_dynamic(x, signed, packed, out, bias, scale, lo, hi, threads)"},
+     "gemm_dynamic(x, signed, packed, out, bias, scale, lo, hi, threads[, kscale])"},
     {"conv", (PyCFunction)(void (*)(void))qk_conv, METH_FASTCALL,
      "conv(x, x_zero, packed, geometry, out, bias, scale, y_zero, lo, hi, rounding, threads[, table])"},
     {"dwconv", (PyCFunction)(void (*)(void))qk_dwconv, METH_FASTCALL,
