@@ -351,3 +351,15 @@ def test_scale_of_untyped_intermediate_is_cast_like_it():
     model = _model(nodes, [_vi("c", [], TensorProto.BOOL), _vi("a", [3, 4]), _vi("b", [4, 5])], [_vi("y", [3, 5])])
     (got,), (want,) = _both(model, {"c": np.array(True), "a": a, "b": b})
     _close(got, want, 0.3 * matmul_bound(a, b) * (1 + 4 * U))
+
+
+@pytest.mark.parametrize("name", ["encoder", "decoder"])
+def test_saved_transformer_plans_like_the_original(name):
+    """The expanded FusedMatMul / SkipLayerNormalization / Gelu, and onnxruntime's Reshape -> Gemm -> Reshape
+    (unfold_reshaped_gemm), plan into the very steps of the original export: bias, residual and Gelu in the
+    MatMul's epilogue, the attention fused."""
+    pytest.importorskip("torch")
+    original = ms_models.exported(name)
+    optimized = ms_models.ort_optimized(original).SerializeToString()
+    orig_steps, opt_steps = _steps(name, original), _steps(name, optimized)
+    assert orig_steps and opt_steps == orig_steps
