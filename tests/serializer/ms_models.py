@@ -128,3 +128,11 @@ def ort_optimized(model: bytes, level: str = "extended") -> onnx.ModelProto:
         so.optimized_model_filepath = os.path.join(d, "opt.onnx")
         ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
         return onnx.load(so.optimized_model_filepath)
+
+
+def transformers_optimized(model: bytes, model_type: str, num_heads: int, hidden_size: int) -> onnx.ModelProto:
+    """``model`` as onnxruntime.transformers' optimizer rewrites it (its fusions only: opt_level 0)."""
+    from onnxruntime.transformers import optimizer
+
+    return optimizer.optimize_model(onnx.load_from_string(model), model_type=model_type, num_heads=num_heads,
+                                    hidden_size=hidden_size, opt_level=0).model

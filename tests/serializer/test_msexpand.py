@@ -363,3 +363,22 @@ def test_saved_transformer_plans_like_the_original(name):
     optimized = ms_models.ort_optimized(original).SerializeToString()
     orig_steps, opt_steps = _steps(name, original), _steps(name, optimized)
     assert orig_steps and opt_steps == orig_steps
+
+
+def test_transformers_optimizer_decoder_runs_and_plans_like_the_original():
+    """onnxruntime.transformers' GPT-2 fusions: SkipLayerNormalization with bias and its input_skip_bias_sum
+    output read by the next residual, FastGelu with bias; against onnxruntime on the original, and the same
+    plan as the original export."""
+    pytest.importorskip("torch")
+    original = ms_models.exported("decoder")
+    optimized = ms_models.transformers_optimized(original, "gpt2", 2, 32)
+    skip = [n for n in optimized.graph.node if n.op_type == "SkipLayerNormalization"]
+    assert {"SkipLayerNormalization", "FastGelu"} <= _ms_ops(optimized)
+    assert any(len(n.output) == 4 and n.output[3] for n in skip) and all(len(n.input) == 5 for n in skip)
+    feeds = ms_models.feeds("decoder")
+    (want,) = ort.InferenceSession(original, providers=["CPUExecutionProvider"]).run(None, feeds)
+    data = optimized.SerializeToString()
+    with nnhal.Session(data, devices=["cpu"]) as s:
+        (got,) = s.run(feeds)
+    _close(got, want, 8 * gamma(200) * max(float(np.abs(want).max()), 1.0) * 4)
+    assert _steps("decoder", data) == _steps("decoder", original)
