@@ -255,7 +255,9 @@ def expand(node: onnx.NodeProto, name: str, opsets: dict[str, int], used: set[st
                 raise w.fail(f"output {i} ('{node.output[i]}', a training statistic) is read; it is not expanded")
         s = _skip_sum(w, node, 3 if simplified else 4, used, 3)
         eps = a.get("epsilon")
-        if simplified:
+        if not node.output[0]:
+            pass            # only the sum is read
+        elif simplified:
             w.node("RMSNormalization", [s, node.input[2]], [node.output[0]], axis=-1, epsilon=eps)
         else:
             w.node("LayerNormalization", [s, node.input[2], _input(node, 3)], [node.output[0]], axis=-1,
