@@ -35,6 +35,7 @@ MS_OPS = frozenset({"FusedConv", "FusedGemm", "FusedMatMul", "SkipLayerNormaliza
 
 # the lowest opset each emitted operator is written at (the node's opset is the larger of this and the
 # model's): Clip reads its bounds as inputs from 11 on, Gelu exists from 20, RMSNormalization from 23
+_FLOATS = (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16)
 _MIN_OPSET = {"LayerNormalization": 17, "Gelu": 20, "RMSNormalization": 23, "Clip": 13, "CastLike": 15}
 
 
@@ -51,9 +52,10 @@ def expandable(domain: str, op_type: str, opset: int | None) -> bool:
 class _Writer:
     """Collects the standard nodes one com.microsoft node expands into."""
 
-    def __init__(self, node: onnx.NodeProto, name: str, onnx_opset: int, dtypes: dict[str, int],
+    def __init__(self, node: onnx.NodeProto, name: str, onnx_opset: int, src_opset: int, dtypes: dict[str, int],
                  ranks: dict[str, int]) -> None:
         self.src, self.name, self.onnx_opset = node, name, onnx_opset
+        self.src_opset = src_opset
         self.dtypes, self.ranks = dtypes, ranks
         self.out: list[tuple[onnx.NodeProto, int]] = []
         self.k = 0
@@ -75,11 +77,12 @@ class _Writer:
         not record that type)."""
         # NOTE: every op expanded here computes in its first input's type: that type serves for an intermediate
         elem = self.dtypes.get(like) or self.dtypes.get(self.src.input[0])
-        if elem is not None and elem in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE,
-                                         onnx.TensorProto.BFLOAT16):
-            dtype = helper.tensor_dtype_to_np_dtype(elem) if elem != onnx.TensorProto.BFLOAT16 else np.float32
+        if elem is not None and elem not in _FLOATS:
+            raise self.fail(f"'{like}' is {TensorProto.DataType.Name(elem)}; the expansion is for float tensors")
+        if elem is not None:
+            dtype = helper.tensor_dtype_to_np_dtype(elem) if elem != TensorProto.BFLOAT16 else np.float32
             tensor = numpy_helper.from_array(np.array(value, dtype=dtype), self.fresh())
-            if elem == onnx.TensorProto.BFLOAT16:
+            if elem == TensorProto.BFLOAT16:
                 tensor = helper.make_tensor(tensor.name, elem, [], [value])
             return self.node("Constant", [], value=tensor)
         c = self.node("Constant", [], value=numpy_helper.from_array(np.array(value, np.float32), self.fresh()))
@@ -88,8 +91,8 @@ class _Writer:
     def fail(self, what: str) -> UnsupportedOperatorError:
         return UnsupportedOperatorError(
             f"node '{self.name}' ({self.src.domain or 'ai.onnx'}::{self.src.op_type}, opset "
-            f"{self.onnx_opset}, device-independent expansion): {what}",
-            [(f"{self.src.domain + '::' if self.src.domain else ''}{self.src.op_type}", self.onnx_opset, self.name)])
+            f"{self.src_opset}, the import's device-independent expansion): {what}",
+            [(f"{self.src.domain + '::' if self.src.domain else ''}{self.src.op_type}", self.src_opset, self.name)])
 
 
 def _attrs(node: onnx.NodeProto) -> dict:
@@ -220,7 +223,8 @@ def expand(node: onnx.NodeProto, name: str, opsets: dict[str, int], used: set[st
     ``expandable`` names). ``used``: the names some node or graph output reads (an optional extra output
     nothing reads is dropped); ``dtypes`` / ``ranks``: element type and rank of the tensors whose types the
     model records (value_info, inputs, initializers)."""
-    w = _Writer(node, name, opsets.get("", 17), dtypes, ranks)
+    domain = "" if node.domain == "ai.onnx" else node.domain
+    w = _Writer(node, name, opsets.get("", 17), opsets.get(domain, 1), dtypes, ranks)
     a = _attrs(node)
     op = node.op_type
     if op == "FusedConv":

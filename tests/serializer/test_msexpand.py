@@ -393,3 +393,11 @@ def test_skip_layer_normalization_with_only_the_sum_read():
     with nnhal.Session(model.SerializeToString(), devices=["cpu"]) as sess:
         (got,) = sess.run({"x": x, "s": s})
     np.testing.assert_array_equal(got, x + s)       # one float32 add each way: bit-equal
+
+
+def test_scale_of_a_non_float_tensor_is_refused():
+    """A scalar is never cast into an integer type (0.3 would become 0): the node is refused by name."""
+    node = helper.make_node("QuickGelu", ["x"], ["y"], name="qg", domain=MS, alpha=0.3)
+    model = _model([node], [_vi("x", [2], TensorProto.INT32)], [_vi("y", [2], TensorProto.INT32)])
+    with pytest.raises(UnsupportedOperatorError, match=r"qg.*QuickGelu.*INT32"):
+        nnhal.Session(model.SerializeToString(), devices=["cpu"])
