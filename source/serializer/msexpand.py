@@ -173,24 +173,28 @@ def _fused_gemm(w: _Writer, n: onnx.NodeProto, a: dict) -> None:
         _activation(w, g, act, params, y)
 
 
-def _transposed(w: _Writer, x: str, what: str) -> str:
+def _operand(w: _Writer, x: str, side: str, trans: bool, trans_batch: bool) -> str:
+    """FusedMatMul's operand ``side`` (A or B) as MatMul reads it: with ``trans_batch`` its first axis moves
+    to the second-to-last place (the batch axes 1 .. rank-2 lead), with ``trans`` the last two swap."""
+    if not trans and not trans_batch:
+        return x
     rank = w.ranks.get(x)
+    what = f"transBatch{side}" if trans_batch else f"trans{side}"
     if rank is None:
         raise w.fail(f"attribute '{what}' = 1 on '{x}', whose rank the model does not record")
-    if rank < 2:
+    if rank < 2 or (trans_batch and rank < 3):
+        if trans_batch:
+            raise w.fail(f"attribute 'transBatch{side}' = 1 on '{x}' of rank {rank} (it needs rank 3 or more)")
         return x
-    return w.node("Transpose", [x], perm=list(range(rank - 2)) + [rank - 1, rank - 2])
+    perm = list(range(1, rank - 1)) + [0, rank - 1] if trans_batch else list(range(rank))
+    if trans:
+        perm[-2], perm[-1] = perm[-1], perm[-2]
+    return w.node("Transpose", [x], perm=perm)
 
 
 def _fused_matmul(w: _Writer, n: onnx.NodeProto, a: dict) -> None:
-    for attr in ("transBatchA", "transBatchB"):
-        if a.get(attr, 0):
-            raise w.fail(f"attribute '{attr}' = 1 is not expanded")
-    left, right = n.input[0], n.input[1]
-    if a.get("transA", 0):
-        left = _transposed(w, left, "transA")
-    if a.get("transB", 0):
-        right = _transposed(w, right, "transB")
+    left = _operand(w, n.input[0], "A", bool(a.get("transA", 0)), bool(a.get("transBatchA", 0)))
+    right = _operand(w, n.input[1], "B", bool(a.get("transB", 0)), bool(a.get("transBatchB", 0)))
     alpha = float(a.get("alpha", 1.0))
     y = n.output[0]
     # NOTE: the scale as a Mul after the product (not folded into a weight): the cpu device's MatMul runs it

@@ -143,9 +143,45 @@ def test_fused_matmul(a_shape, b_shape, ta, tb, alpha):
     _close(got, want, abs(alpha) * matmul_bound(a64, b64) * (1 + 4 * U))
 
 
-def test_fused_matmul_trans_batch_is_refused_by_name():
+def _batch_moved(x, trans_batch, trans):
+    """FusedMatMul's operand as onnxruntime reads it (numpy)."""
+    if trans_batch:
+        x = np.moveaxis(x, 0, -2)
+    return np.swapaxes(x, -1, -2) if trans else x
+
+
+def _stored_shape(shape, trans_batch, trans):
+    """The shape an operand is stored in so that _batch_moved reads it as ``shape``."""
+    shape = list(shape)
+    if trans:
+        shape[-1], shape[-2] = shape[-2], shape[-1]
+    if trans_batch:
+        shape.insert(0, shape.pop(-2))
+    return tuple(shape)
+
+
+@pytest.mark.parametrize("batch", [(2,), (3, 2)])
+@pytest.mark.parametrize("tba,ta,tbb,tb", [(1, 0, 0, 0), (1, 1, 0, 0), (0, 0, 1, 0), (0, 0, 1, 1), (1, 0, 1, 0),
+                                           (1, 1, 1, 1)])
+def test_fused_matmul_trans_batch(batch, tba, ta, tbb, tb):
+    a_shape = _stored_shape(batch + (3, 4), tba, ta)
+    b_shape = _stored_shape(batch + (4, 5), tbb, tb)
+    rng = _rng(12)
+    a = rng.standard_normal(a_shape).astype(np.float32)
+    b = rng.standard_normal(b_shape).astype(np.float32)
+    node = helper.make_node("FusedMatMul", ["a", "b"], ["y"], domain=MS, alpha=0.5, transA=ta, transB=tb,
+                            transBatchA=tba, transBatchB=tbb)
+    a2, b2 = _batch_moved(a, tba, ta), _batch_moved(b, tbb, tb)
+    model = _model([node], [_vi("a", a_shape), _vi("b", b_shape)], [_vi("y", list(np.matmul(a2, b2).shape))])
+    (got,), (want,) = _both(model, {"a": a, "b": b})
+    _close(got, want, 0.5 * matmul_bound(a2, b2) * (1 + 4 * U))
+    # the oracle reads the attributes as _batch_moved does (else the two would differ by O(1))
+    _close(want, 0.5 * np.matmul(a2.astype(np.float64), b2), 0.5 * matmul_bound(a2, b2))
+
+
+def test_fused_matmul_trans_batch_of_a_matrix_is_refused_by_name():
     node = helper.make_node("FusedMatMul", ["a", "b"], ["y"], name="fm", domain=MS, transBatchA=1)
-    model = _model([node], [_vi("a", [2, 3, 4]), _vi("b", [3, 4, 5])], [_vi("y", [3, 4, 5])])
+    model = _model([node], [_vi("a", [3, 4]), _vi("b", [4, 5])], [_vi("y", [3, 5])])
     with pytest.raises(UnsupportedOperatorError, match=r"fm.*FusedMatMul.*transBatchA"):
         nnhal.Session(model.SerializeToString(), devices=["cpu"])
 
