@@ -437,3 +437,25 @@ def test_scale_of_a_non_float_tensor_is_refused():
     model = _model([node], [_vi("x", [2], TensorProto.INT32)], [_vi("y", [2], TensorProto.INT32)])
     with pytest.raises(UnsupportedOperatorError, match=r"qg.*QuickGelu.*INT32"):
         nnhal.Session(model.SerializeToString(), devices=["cpu"])
+
+
+def test_float16_scalars_take_the_tensor_type():
+    """In a float16 model the scalars the expansion writes (FusedMatMul's alpha, QuickGelu's alpha) are float16
+    constants: against float64, within float16 rounding of the product (k = 6) and of the gate."""
+    rng = _rng(13)
+    a = rng.standard_normal((2, 3, 6)).astype(np.float16)
+    b = rng.standard_normal((6, 5)).astype(np.float16)
+    nodes = [helper.make_node("FusedMatMul", ["a", "b"], ["p"], domain=MS, alpha=0.75),
+             helper.make_node("QuickGelu", ["p"], ["y"], domain=MS, alpha=0.6)]
+    model = _model(nodes, [_vi("a", a.shape, TensorProto.FLOAT16)], [_vi("y", [2, 3, 5], TensorProto.FLOAT16)],
+                   [numpy_helper.from_array(b, "b")])
+    with nnhal.Session(model.SerializeToString(), devices=["cpu"]) as s:
+        (got,) = s.run({"a": a})
+    assert got.dtype == np.float16
+    p = 0.75 * (a.astype(np.float64) @ b.astype(np.float64))
+    want = p / (1 + np.exp(-0.6 * p))
+    u16 = float(np.finfo(np.float16).eps) / 2
+    # the product's k + 2 roundings (scale included), the gate's few; the gate's slope is <= 1.1
+    bound = 1.1 * 0.75 * gamma(8, np.float16) * (np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64))) \
+        + 8 * u16 * np.maximum(np.abs(want), 1)
+    assert np.all(np.abs(got.astype(np.float64) - want) <= bound)
