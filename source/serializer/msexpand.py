@@ -3,7 +3,7 @@
 A model saved by onnxruntime after optimization (``SessionOptions.optimized_model_filepath`` at
 ORT_ENABLE_EXTENDED, or onnxruntime.transformers' optimizer) holds onnxruntime's fused float operators:
 FusedConv, FusedGemm, FusedMatMul, SkipLayerNormalization, SkipSimplifiedLayerNormalization, Gelu, BiasGelu,
-FastGelu, QuickGelu, BiasAdd, and LayerNormalization / SimplifiedLayerNormalization (onnxruntime declares both
+FastGelu, QuickGelu, BiasAdd, EmbedLayerNormalization, and LayerNormalization / SimplifiedLayerNormalization (onnxruntime declares both
 in the ONNX domain below opset 17, and in com.microsoft). Each is rewritten at import, for every device, into
 the standard operators with exactly its semantics (Conv + activation, MatMul + scale, Add + LayerNormalization,
 Gelu, ...), so that a device's own fusions (a conv's activation epilogue, a MatMul's bias/scale/Gelu epilogue,
@@ -31,12 +31,13 @@ MS = "com.microsoft"
 # below opset 17 and its SimplifiedLayerNormalization, which ONNX never declared)
 MS_OPS = frozenset({"FusedConv", "FusedGemm", "FusedMatMul", "SkipLayerNormalization",
                     "SkipSimplifiedLayerNormalization", "Gelu", "BiasGelu", "FastGelu", "QuickGelu", "BiasAdd",
-                    "LayerNormalization", "SimplifiedLayerNormalization"})
+                    "LayerNormalization", "SimplifiedLayerNormalization", "EmbedLayerNormalization"})
 
 # the lowest opset each emitted operator is written at (the node's opset is the larger of this and the
 # model's): Clip reads its bounds as inputs from 11 on, Gelu exists from 20, RMSNormalization from 23
 _FLOATS = (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16)
-_MIN_OPSET = {"LayerNormalization": 17, "Gelu": 20, "RMSNormalization": 23, "Clip": 13, "CastLike": 15}
+_MIN_OPSET = {"LayerNormalization": 17, "Gelu": 20, "RMSNormalization": 23, "Clip": 13, "CastLike": 15, "Shape": 15,
+              "Slice": 13, "ReduceSum": 13}
 
 
 def expandable(domain: str, op_type: str, opset: int | None) -> bool:
@@ -214,6 +215,35 @@ def _skip_sum(w: _Writer, n: onnx.NodeProto, bias_index: int, used: set[str], su
     return s
 
 
+def _embed_layer_normalization(w: _Writer, n: onnx.NodeProto, a: dict, used: set[str]) -> None:
+    """LayerNormalization(word[ids] + position[position_ids, or 0 .. S-1] (+ segment[segment_ids])), the sum
+    in onnxruntime's order; ``embedding_sum`` the sum, ``mask_index`` the count of ones per row of the mask."""
+    ids, seg_ids, word, pos, seg = (_input(n, i) for i in range(5))
+    gamma, beta, mask, pos_ids = _input(n, 5), _input(n, 6), _input(n, 7), _input(n, 8)
+    total = w.node("Gather", [word, ids], axis=0)
+    if pos_ids:
+        positions = w.node("Gather", [pos, pos_ids], axis=0)
+    else:
+        length = w.node("Shape", [ids], start=1, end=2)
+        zero = w.node("Constant", [], value=numpy_helper.from_array(np.zeros(1, np.int64), w.fresh()))
+        positions = w.node("Slice", [pos, zero, length, zero])
+    summed = _output(n, 2, used)
+    has_seg = bool(seg_ids and seg)
+    total = w.node("Add", [total, positions], [summed] if summed and not has_seg else None)
+    if has_seg:
+        total = w.node("Add", [total, w.node("Gather", [seg, seg_ids], axis=0)], [summed] if summed else None)
+    if n.output[0]:
+        w.node("LayerNormalization", [total, gamma, beta], [n.output[0]], axis=-1, epsilon=a.get("epsilon"))
+    if _output(n, 1, used):
+        if not mask or a.get("mask_index_type", 1) != 1:
+            raise w.fail(f"output 1 ('{n.output[1]}', mask_index) is read without a mask or with mask_index_type "
+                         f"{a.get('mask_index_type', 1)}; it is not expanded")
+        ones = w.node("Cast", [w.node("Equal", [mask, w.node("Constant", [], value=helper.make_tensor(
+            w.fresh(), TensorProto.INT32, [], [1]))])], to=TensorProto.INT32)
+        axis = w.node("Constant", [], value=numpy_helper.from_array(np.array([1], np.int64), w.fresh()))
+        w.node("ReduceSum", [ones, axis], [n.output[1]], keepdims=0)
+
+
 def _norm_attrs(a: dict, w: _Writer, allowed: Iterable[str]) -> dict:
     extra = sorted(set(a) - set(allowed))
     if extra:
@@ -270,6 +300,8 @@ def expand(node: onnx.NodeProto, name: str, opsets: dict[str, int], used: set[st
         else:
             w.node("LayerNormalization", [s, node.input[2], _input(node, 3)], [node.output[0]], axis=-1,
                    epsilon=eps)
+    elif op == "EmbedLayerNormalization":
+        _embed_layer_normalization(w, node, _norm_attrs(a, w, ("epsilon", "mask_index_type")), used)
     elif op == "LayerNormalization":
         a = _norm_attrs(a, w, ("axis", "epsilon", "stash_type"))
         outs = [node.output[0]] + [_output(node, i, used) for i in (1, 2)]

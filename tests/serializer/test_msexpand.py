@@ -459,3 +459,38 @@ def test_float16_scalars_take_the_tensor_type():
     bound = 1.1 * 0.75 * gamma(8, np.float16) * (np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64))) \
         + 8 * u16 * np.maximum(np.abs(want), 1)
     assert np.all(np.abs(got.astype(np.float64) - want) <= bound)
+
+
+@pytest.mark.parametrize("segment,pos_ids,mask", [(True, False, True), (False, False, False), (True, True, False),
+                                                  (False, True, True)])
+def test_embed_layer_normalization(segment, pos_ids, mask):
+    rng = _rng(14)
+    b, s, h, vocab = 2, 6, 16, 30
+    ids = rng.integers(0, vocab, (b, s)).astype(np.int32)
+    seg_ids = rng.integers(0, 2, (b, s)).astype(np.int32)
+    pids = rng.integers(0, 10, (1, s)).astype(np.int32)
+    m = np.array([[1] * 6, [1] * 4 + [0] * 2], np.int32)
+    word, pos, seg = (rng.standard_normal(sh).astype(np.float32) for sh in ((vocab, h), (10, h), (2, h)))
+    g, bt = rng.standard_normal(h).astype(np.float32), rng.standard_normal(h).astype(np.float32)
+    ins = ["ids", "seg_ids" if segment else "", "word", "pos", "seg" if segment else "", "g", "bt",
+           "mask" if mask else "", "pids" if pos_ids else ""]
+    while not ins[-1]:
+        ins.pop()
+    outs = ["y", "mask_index" if mask else "", "sum"]
+    node = helper.make_node("EmbedLayerNormalization", ins, outs, domain=MS, epsilon=1e-5)
+    feeds = {"ids": ids}
+    inputs = [_vi("ids", [b, s], TensorProto.INT32)]
+    for use, name, value in ((segment, "seg_ids", seg_ids), (mask, "mask", m), (pos_ids, "pids", pids)):
+        if use:
+            feeds[name] = value
+            inputs.append(_vi(name, list(value.shape), TensorProto.INT32))
+    outputs = [_vi("y", [b, s, h])] + ([_vi("mask_index", [b], TensorProto.INT32)] if mask else []) \
+        + [_vi("sum", [b, s, h])]
+    inits = [numpy_helper.from_array(v, n) for v, n in ((word, "word"), (pos, "pos"), (seg, "seg"), (g, "g"),
+                                                       (bt, "bt"))]
+    got, want = _both(_model([node], inputs, outputs, inits), feeds)
+    total = word[ids].astype(np.float64) + (pos[pids] if pos_ids else pos[:s]) + (seg[seg_ids] if segment else 0)
+    _close(got[0], want[0], _ln_bound(total, g, 2 * U * np.abs(bt)))
+    if mask:
+        np.testing.assert_array_equal(got[1], want[1])
+    _close(got[-1], want[-1], gamma(2) * np.abs(total) * 2)
