@@ -3,13 +3,13 @@
 A model saved by onnxruntime after optimization (``SessionOptions.optimized_model_filepath`` at
 ORT_ENABLE_EXTENDED, or onnxruntime.transformers' optimizer) holds onnxruntime's fused float operators:
 FusedConv, FusedGemm, FusedMatMul, SkipLayerNormalization, SkipSimplifiedLayerNormalization, Gelu, BiasGelu,
-FastGelu, QuickGelu, BiasAdd, EmbedLayerNormalization, and LayerNormalization / SimplifiedLayerNormalization (onnxruntime declares both
-in the ONNX domain below opset 17, and in com.microsoft). Each is rewritten at import, for every device, into
-the standard operators with exactly its semantics (Conv + activation, MatMul + scale, Add + LayerNormalization,
-Gelu, ...), so that a device's own fusions (a conv's activation epilogue, a MatMul's bias/scale/Gelu epilogue,
-the LayerNormalization kernel) take them as they take an unoptimized export. A node whose semantics the
-standard operators cannot reproduce exactly raises UnsupportedOperatorError naming node, op, domain and
-attribute.
+FastGelu, QuickGelu, BiasAdd, EmbedLayerNormalization, and LayerNormalization / SimplifiedLayerNormalization
+(onnxruntime declares both in the ONNX domain below opset 17, and in com.microsoft). Each is rewritten at
+import, for every device, into the standard operators with exactly its semantics (Conv + activation, MatMul +
+scale, Add + LayerNormalization, Gelu, ...), so that a device's own fusions (a conv's activation epilogue, a
+MatMul's bias/scale/Gelu epilogue, the LayerNormalization kernel) take them as they take an unoptimized export.
+A node whose semantics the standard operators cannot reproduce exactly raises UnsupportedOperatorError naming
+node, op, domain and attribute.
 
 The expansion works on NodeProtos: ``expand`` turns one node into ``(NodeProto, opset)`` pairs that the
 importer converts as it converts the model's own nodes (each with the opset given, which may be above the
