@@ -14,6 +14,7 @@ from nnhal.graph.graph import Graph
 from nnhal.graph.node import Node
 from nnhal.graph.tensor import constant
 from nnhal.optimizer.constant_adds import fold_constant_adds, split_matmul_batch
+from nnhal.optimizer.gemm_reshape import unfold_reshaped_gemm
 from nnhal.optimizer.movement import collapse_data_movement
 from nnhal.optimizer.pad_fold import fold_pad_into_consumers
 from nnhal.optimizer.qdq import fuse_qdq_elementwise
@@ -186,6 +187,7 @@ PASSES: list[tuple[str, Callable[[Graph], int]]] = [
     ("remove_dead_nodes", remove_dead_nodes),
     ("fold_affine_into_conv", fold_affine_into_conv),
     ("fold_pad_into_consumers", fold_pad_into_consumers),
+    ("unfold_reshaped_gemm", unfold_reshaped_gemm),
     ("collapse_data_movement", collapse_data_movement),
     ("fold_constant_adds", fold_constant_adds),
     ("split_matmul_batch", split_matmul_batch),

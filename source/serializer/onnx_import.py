@@ -22,6 +22,7 @@ from nnhal.graph.node import Node
 from nnhal.graph.tensor import Tensor, TensorKind, constant
 from nnhal.operator.schema import check_required_inputs
 from nnhal.operator.table import get_prototype
+from nnhal.serializer import msexpand
 from nnhal.serializer.external_data import is_external, read_external
 
 # NOTE: opsets below 7 import too; an op whose prototype has no version for
@@ -148,14 +149,14 @@ def _convert_graph(gp: onnx.GraphProto, opsets: dict[str, int], outer: frozenset
     scope = outer | set(tensors)
     # NOTE: what a nested graph may read: computed once per graph (not per attribute: quadratic in nodes)
     body_scope = scope | {o for n in gp.node for o in n.output} if _has_graph_attribute(gp) else scope
-    for i, np_ in enumerate(gp.node):
+    for i, (np_, node_opset) in enumerate(_expanded_nodes(gp, opsets)):
         for field in (np_.name, np_.op_type, np_.domain):
             if not isinstance(field, str):      # protobuf hands back bytes that are not valid UTF-8
                 raise ModelError(f"node {i} of graph '{gp.name}' has a name, op type or domain that is not UTF-8 "
                                  f"text: {field!r}")
         name = np_.name or f"{np_.op_type}_{i}"
         domain = "" if np_.domain == "ai.onnx" else np_.domain
-        opset = opsets.get(domain)
+        opset = node_opset or opsets.get(domain)
         proto = get_prototype(domain, np_.op_type)
         version = proto.version_for(opset) if (proto is not None and opset is not None) else None
         if version is None:
@@ -184,6 +185,25 @@ def _convert_graph(gp: onnx.GraphProto, opsets: dict[str, int], outer: frozenset
             # the declared type is a hint until inference sets the real one
             tensors[vi.name].dtype, tensors[vi.name].shape = dtype, shape
     return Graph(gp.name or "main", tensors, nodes, inputs, [o.name for o in gp.output], dict(opsets), outer)
+
+
+def _expanded_nodes(gp: onnx.GraphProto, opsets: dict[str, int]) -> list[tuple[onnx.NodeProto, int | None]]:
+    """The graph's nodes, each with None (its domain's model opset), with onnxruntime's fused float operators
+    expanded into standard ones at the opset each is written at (nnhal.serializer.msexpand)."""
+    def domain_of(n: onnx.NodeProto) -> str:
+        return "" if n.domain == "ai.onnx" else n.domain
+
+    if not any(msexpand.expandable(domain_of(n), n.op_type, opsets.get(domain_of(n))) for n in gp.node):
+        return [(n, None) for n in gp.node]
+    used = msexpand.read_names(gp)
+    dtypes, ranks = msexpand.graph_types(gp)
+    result: list[tuple[onnx.NodeProto, int | None]] = []
+    for i, n in enumerate(gp.node):
+        if msexpand.expandable(domain_of(n), n.op_type, opsets.get(domain_of(n))):
+            result.extend(msexpand.expand(n, n.name or f"{n.op_type}_{i}", opsets, used, dtypes, ranks))
+        else:
+            result.append((n, None))
+    return result
 
 
 def _check_attribute_types(np_: onnx.NodeProto, name: str, domain: str, opset: int) -> None:
