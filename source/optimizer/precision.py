@@ -22,6 +22,7 @@ from nnhal.graph.node import Node
 from nnhal.graph.subgraph import Format, Subgraph
 from nnhal.graph.tensor import Tensor, TensorKind
 from nnhal.optimizer.infer import infer_graph
+from nnhal.optimizer.qtables import ELEMENTWISE
 
 F32, F16 = np.dtype(np.float32), np.dtype(np.float16)
 FP16_MAX = float(np.finfo(np.float16).max)
@@ -170,6 +171,7 @@ def to_quantized(sg: Subgraph, precision: str, dynamic: bool = False, conv_level
             consumers.setdefault(name, []).append(node)
     floats = {n for n in sg.inputs} | {n for n, t in g.tensors.items() if t.is_constant}
     twins: dict[str, str] = {}
+    tabled: set[str] = set()        # float outputs of element-wise ops on codes (_on_codes)
     nodes: list[Node] = []
     skipped: set[str] = set()
     opset = sg.graph.opsets.get("", 17)
@@ -277,8 +279,11 @@ def to_quantized(sg: Subgraph, precision: str, dynamic: bool = False, conv_level
             nodes.append(make_node(node.name + "::" + op, op, operands, [qy], attrs, opset, "com.microsoft"))
             twins[out] = qy
             continue
+        # NOTE: an input made in float by an element-wise op on codes (ResNet's stem: conv -> Relu -> MaxPool) is
+        # quantized for the move: fuse_code_tables then makes DequantizeLinear -> Relu -> QuantizeLinear one lookup
+        # (a clamp the conv's write-back takes), where the move would otherwise run in float between the two
         if _moves_codes(node, g) and node.name not in keep and quantizable(node.inputs[0]) \
-                and node.inputs[0] not in floats:
+                and (node.inputs[0] not in floats or node.inputs[0] in tabled):
             outs = []
             for out in node.outputs:
                 if out:
@@ -291,6 +296,8 @@ def to_quantized(sg: Subgraph, precision: str, dynamic: bool = False, conv_level
             nodes.append(replace(node, inputs=[quantized(node.inputs[0])] + node.inputs[1:], outputs=outs,
                                  version=version, opset=max(node.opset, version)))
             continue
+        if _on_codes(node, g, twins):
+            tabled.add(node.outputs[0])
         node.inputs = [floated(n) if n and n not in floats and n in twins else n for n in node.inputs]
         nodes.append(node)
         floats.update(o for o in node.outputs if o)
@@ -301,6 +308,20 @@ def to_quantized(sg: Subgraph, precision: str, dynamic: bool = False, conv_level
     sg.graph, sg.nodes = g, nodes
     sg.precision = precision
     return sg
+
+
+def _on_codes(node: Node, g: Graph, twins: dict[str, str]) -> bool:
+    """Whether ``node`` is an element-wise op (qtables.ELEMENTWISE, not a quantize or dequantize) of one quantized
+    tensor and constant single values, with one output: fuse_code_tables turns it, between DequantizeLinear and
+    QuantizeLinear, into one lookup on the codes."""
+    if node.domain or ("", node.op_type) not in ELEMENTWISE or node.op_type in ("QuantizeLinear", "DequantizeLinear") \
+            or not node.inputs or node.inputs[0] not in twins or len([o for o in node.outputs if o]) != 1:
+        return False
+    for name in node.inputs[1:]:
+        t = g.tensors.get(name) if name else None
+        if name and (t is None or not t.is_constant or t.value is None or np.size(t.value) != 1):
+            return False
+    return True
 
 
 def _moves_codes(node: Node, g: Graph) -> bool:

@@ -79,3 +79,40 @@ def test_a_cropping_resize_stays_in_float():
     with nnhal.Session(model, devices=["cpu"]) as fp32:
         want = fp32.run(feeds[2])[0]
     assert np.linalg.norm(got - want) <= 0.05 * np.linalg.norm(want)
+
+
+def _stem(relu: str = "Relu"):
+    """x -> Conv -> Relu (or Clip(0, 6)) -> MaxPool 3x3 / 2 -> Conv -> y: ResNet's stem."""
+    rng = np.random.default_rng(7)
+    inits = {"w0": (rng.standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float32),
+             "w1": (rng.standard_normal((6, 8, 3, 3)) * 0.2).astype(np.float32),
+             "lo": np.array(0.0, np.float32), "hi": np.array(6.0, np.float32)}
+    act = helper.make_node("Relu", ["a"], ["r"]) if relu == "Relu" else \
+        helper.make_node("Clip", ["a", "lo", "hi"], ["r"])
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["a"], pads=[1, 1, 1, 1]), act,
+             helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["p", "w1"], ["y"], pads=[1, 1, 1, 1])]
+    model = make_model(nodes, [vinfo("x", [2, 3, 12, 11])], [vinfo("y", [2, 6, 6, 6])],
+                       [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    feeds = [{"x": rng.standard_normal((2, 3, 12, 11)).astype(np.float32)} for _ in range(3)]
+    return model, feeds
+
+
+@pytest.mark.parametrize("relu", ["Relu", "Clip"])
+@pytest.mark.parametrize("precision", ["int8", "uint8"])
+def test_a_clamp_before_maxpool_runs_on_codes(precision, relu, monkeypatch):
+    """conv -> Relu -> MaxPool -> conv: the clamp becomes a lookup on the codes (then the conv's clamp), MaxPool runs
+    on the codes; before, int8 ran DequantizeLinear -> Relu -> MaxPool in float -> QuantizeLinear."""
+    model, feeds = _stem(relu)
+    table = nnhal.calibrate(model, feeds[:2], progress=False)
+    with nnhal.Session(model, devices=["cpu"], precision=precision, calibration=table) as q:
+        got = q.run(feeds[2])[0]
+        ops = _ops(q)
+    assert ops.count("QuantizeLinear") == 1 and ops.count("DequantizeLinear") == 1, ops
+    assert relu not in ops and "MaxPool" in ops, ops
+    with nnhal.Session(model, devices=["cpu"]) as fp32:
+        want = fp32.run(feeds[2])[0]
+    assert np.linalg.norm(got - want) <= 0.05 * np.linalg.norm(want)
+    monkeypatch.setenv("NNHAL_CPU_REFERENCE", "1")       # the same plan on the numpy reference kernels
+    with nnhal.Session(model, devices=["cpu"], precision=precision, calibration=table) as ref:
+        np.testing.assert_array_equal(got, ref.run(feeds[2])[0])
