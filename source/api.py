@@ -384,29 +384,36 @@ def execute(g: GraphHandle, feeds: dict[str, Any] | list[Any], options: Options 
     missing = [] if len(arrays) == len(check.names) else [n for n in check.names if n not in arrays]
     if missing:
         raise InputError(f"inputs not given: {missing} (the graph's inputs: {g.graph.inputs})")
-    while True:
-        g.lock.acquire_read()
-        try:
-            entry = _prepared_for(g, arrays)
-        except BaseException:
-            g.lock.release_read()   # a failing check must not keep the read lock (close() would wait forever)
-            raise
-        if entry is not None:
-            break
+    g.lock.acquire_read()
+    try:
+        entry = _prepared_for(g, arrays)
+    except BaseException:
+        g.lock.release_read()   # a failing check must not keep the read lock (close() would wait forever)
+        raise
+    if entry is None:
         g.lock.release_read()
         with g.lock.write():
-            if _prepared_for(g, arrays) is None:
+            entry = _prepared_for(g, arrays)
+            if entry is None:
                 if g.entries:
                     log.info("new input shapes; preparing the graph for them (%d shape(s) cached)", len(g.entries))
                 g.inputs = dict(arrays)
-                _prerun_locked(g, options or g.entry_options or Options(), keep=True)
+                entry = _prerun_locked(g, options or g.entry_options or Options(), keep=True)
+            # NOTE: this run stays under the write lock: going back to the read lock could find the entry
+            # evicted by another thread's new shape (more shapes in flight than shape_cache) and loop
+            return _run_entry(g, entry, arrays)
     try:
-        prepared = entry.prepared       # NOTE: the entry's own, never the handle's (another shape may be selected)
-        ex = prepared.begin(arrays)
-        prepared.scheduler.run(ex, True)
-        return [ex.values[n] for n in g.graph.outputs]
+        return _run_entry(g, entry, arrays)
     finally:
         g.lock.release_read()
+
+
+def _run_entry(g: GraphHandle, entry: ShapeEntry, arrays: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """One blocking run on ``entry`` (its own prepared graph, never the handle's: another may be selected)."""
+    prepared = entry.prepared
+    ex = prepared.begin(arrays)
+    prepared.scheduler.run(ex, True)
+    return [ex.values[n] for n in g.graph.outputs]
 
 
 @_typed
