@@ -15,6 +15,7 @@ import enum
 import functools
 import logging
 import os
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,6 +98,23 @@ class GraphState(enum.Enum):
     DESTROYED = "destroyed"
 
 
+ShapeKey = tuple   # the input shapes, in graph input order: what a cached prepared entry serves
+
+
+@dataclass
+class ShapeEntry:
+    """One prepared input shape (issue 27): what the prepare pipeline built for it and what a report needs.
+
+    Each entry holds its own prepared graph (folded constants, packed weights, device graphs, arenas):
+    nothing is shared between entries (docs/concurrency.md#input-shapes)."""
+
+    prepared: Prepared
+    shapes: dict[str, tuple]
+    stage_times: list[StageTime]
+    mixed_report: Any = None
+    live: bool = True       # post_run not called yet
+
+
 @dataclass
 class GraphHandle:
     """A model in a context: its imported graph and, after prerun, its execution."""
@@ -122,6 +140,11 @@ class GraphHandle:
     run: Execution | None = None            # the run started by run_graph (its values hold the outputs)
     # runs (Session.run from any thread) share the prepared graph; preparing it again excludes them
     lock: ReadWriteLock = field(default_factory=ReadWriteLock, repr=False)
+    # the prepared input shapes, least recently used first (issue 27); the handle's fields above describe
+    # the entry prepared (or selected by run_graph) last. Changed only under the write lock, except
+    # execute's move_to_end under the read lock (one C call: atomic under the GIL)
+    entries: OrderedDict = field(default_factory=OrderedDict, repr=False)
+    entry_options: Options | None = None    # the Options object the entries were prepared with
     checker: InputChecker = field(init=False, repr=False)     # the feeds' checks, derived once from the model
 
     def __post_init__(self) -> None:
@@ -184,28 +207,105 @@ def prerun_graph(g: GraphHandle, options: Options | None = None) -> None:
     if options is not None and not isinstance(options, Options):
         raise OptionsError(f"prerun_graph needs an nnhal.Options, got {type(options).__name__}")
     with g.lock.write():
-        _prerun_locked(g, options or Options())
+        _prerun_locked(g, options or Options(), keep=False)
+
+
+def _shape_key(g: GraphHandle, arrays: dict[str, np.ndarray]) -> ShapeKey | None:
+    """The cache key of ``arrays``: their shapes in graph input order; None when an input is missing."""
+    key = []
+    for name in g.graph.inputs:     # NOTE: once per run: a loop, no generator object
+        array = arrays.get(name)
+        if array is None:
+            return None
+        key.append(array.shape)
+    return tuple(key)
 
 
 @gc_paused()
-def _prerun_locked(g: GraphHandle, options: Options) -> None:
-    """The prepare pipeline (nnhal.pipeline) over the bound inputs; the handle then holds what it prepared."""
-    if g.state in (GraphState.PREPARED, GraphState.DONE):
-        _postrun(g)
-    _release_device_graphs(g)
+def _prerun_locked(g: GraphHandle, options: Options, keep: bool) -> ShapeEntry:
+    """The prepare pipeline (nnhal.pipeline) over the bound inputs; the handle then holds what it prepared.
+
+    ``keep``: the entries of other input shapes stay cached (up to ``options.shape_cache``, the least
+    recently used evicted first) when they were prepared with this same ``options`` object; otherwise
+    every entry is released first (prerun_graph: prepared anew, as documented). Called under the write
+    lock: no run is in flight on any entry, so an evicted entry is released at once."""
+    key = _shape_key(g, g.inputs)
+    if not (keep and options is g.entry_options and g.state in _RUNNABLE) or key in g.entries:
+        _drop_entries(g)
+    while len(g.entries) >= options.shape_cache:
+        _release_entries(g, [g.entries.popitem(last=False)[1]], "evicting a prepared input shape")
     request = Request(g.graph, g.inputs, g.context, options)
+    mixed_report = None
     if options.precision == "mixed":
-        prepared, g.mixed_report = prepare_mixed(request)
+        prepared, mixed_report = prepare_mixed(request)
     else:
         prepared = prepare(request)
-    g.prepared = prepared
+    entry = ShapeEntry(prepared, {n: a.shape for n, a in g.inputs.items()},
+                       [*g.import_times, *prepared.stages.times], mixed_report)
+    g.entries[key] = entry
+    g.entry_options = options
+    log.debug("prepared the graph for input shapes %s (%d of %d cached)", key, len(g.entries), options.shape_cache)
+    _select(g, entry)
+    return entry
+
+
+def _select(g: GraphHandle, entry: ShapeEntry) -> None:
+    """Make ``entry`` the handle's prepared state (what run_graph, report and profile use)."""
+    prepared = entry.prepared
+    g.prepared, g.mixed_report = prepared, entry.mixed_report
     for name in ("execution", "scheduler", "pass_report", "moved_by_min_group", "int8_plan", "options"):
         setattr(g, name, getattr(prepared, name))
     g.placement, g.prepared_graph = prepared.decisions, prepared.graph
-    g.stage_times = [*g.import_times, *prepared.stages.times]
-    g.prepared_shapes = {n: a.shape for n, a in g.inputs.items()}
+    g.stage_times = entry.stage_times
+    g.prepared_shapes = entry.shapes
     g.outputs, g.run = {}, None
     g.state = GraphState.PREPARED
+
+
+def _entry_postrun(entry: ShapeEntry) -> None:
+    """post_run and allocator.release of one entry, once."""
+    if entry.live:
+        entry.live = False
+        entry.prepared.scheduler.postrun(entry.prepared.execution)
+
+
+def _entry_release(entry: ShapeEntry) -> None:
+    """release_graph for what each device's pre_run built for one entry (idempotent)."""
+    release_device_graphs(entry.prepared.execution)
+
+
+def _release_entries(g: GraphHandle, entries: list[ShapeEntry], what: str) -> None:
+    """post_run (if not yet) and release_graph of ``entries``, taken out of the cache by the caller.
+
+    Called under the write lock: no run is in flight on any entry (execute holds the read lock for a run).
+    Every hook runs even when one raises; then one DeviceError names each that failed."""
+    failures: list[NnhalError] = []
+    for entry in entries:
+        if entry.prepared is g.prepared:     # the handle's own: no longer prepared
+            g.execution = g.prepared = None
+        for step in (_entry_postrun, _entry_release):
+            try:
+                step(entry)
+            except NnhalError as exc:
+                failures.append(exc)
+    _raise_failures(what, failures)
+
+
+def _raise_failures(what: str, failures: list[NnhalError]) -> None:
+    if failures:
+        if len(failures) == 1:
+            raise failures[0]
+        raise DeviceError(f"{what}: " + "; ".join(str(f) for f in failures)) from failures[0]
+
+
+def _drop_entries(g: GraphHandle) -> None:
+    """Release every cached entry; the handle is then not prepared."""
+    entries = list(g.entries.values())
+    g.entries.clear()
+    g.entry_options = None
+    if g.state is not GraphState.RUNNING:
+        g.state = GraphState.CREATED
+    _release_entries(g, entries, "releasing the prepared input shapes")
 
 
 @_typed
@@ -242,15 +342,21 @@ def explain(model: Any, devices: list[str] | None = None, precision: str = "fp32
 _RUNNABLE = (GraphState.PREPARED, GraphState.DONE, GraphState.RUNNING)
 
 
-def _prepared_for(g: GraphHandle, feeds: dict[str, np.ndarray]) -> bool:
-    """Whether the prepared graph serves ``feeds`` as they are (same shapes as at prerun)."""
-    if g.state not in _RUNNABLE or g.execution is None:
-        return False
-    shapes = g.prepared_shapes
-    for name, array in feeds.items():      # NOTE: once per run: a loop, no generator object and all()
-        if shapes.get(name) != array.shape:
-            return False
-    return True
+def _prepared_for(g: GraphHandle, feeds: dict[str, np.ndarray]) -> ShapeEntry | None:
+    """The cached prepared entry that serves ``feeds`` as they are (their shapes), or None.
+
+    Under the read lock: marks the entry most recently used (OrderedDict.move_to_end, one C call)."""
+    if g.state not in _RUNNABLE:
+        return None
+    key = _shape_key(g, feeds)
+    entry = g.entries.get(key)
+    if entry is None or not entry.live:
+        return None
+    try:
+        g.entries.move_to_end(key)
+    except KeyError:      # NOTE: cannot happen under the read lock (writers are excluded); kept harmless
+        pass
+    return entry
 
 
 @_typed
@@ -258,7 +364,9 @@ def execute(g: GraphHandle, feeds: dict[str, Any] | list[Any], options: Options 
     """Outputs for ``feeds`` (name or index -> array, or arrays in input order), in graph output order.
 
     Re-entrant: runs from many threads share the prepared graph, each with its own values; a graph not
-    yet prepared, or prepared for other input shapes, is prepared (again) first, with ``options``."""
+    yet prepared for these input shapes is prepared first, with ``options``, under the write lock; up to
+    ``Options.shape_cache`` prepared input shapes are kept (least recently used evicted), so a run whose
+    shapes were prepared before takes only the read lock (docs/concurrency.md#input-shapes)."""
     _alive(g)
     if isinstance(feeds, dict):
         items = feeds.items()
@@ -276,28 +384,36 @@ def execute(g: GraphHandle, feeds: dict[str, Any] | list[Any], options: Options 
     missing = [] if len(arrays) == len(check.names) else [n for n in check.names if n not in arrays]
     if missing:
         raise InputError(f"inputs not given: {missing} (the graph's inputs: {g.graph.inputs})")
-    while True:
-        g.lock.acquire_read()
-        try:
-            ready = _prepared_for(g, arrays)
-        except BaseException:
-            g.lock.release_read()   # a failing check must not keep the read lock (close() would wait forever)
-            raise
-        if ready:
-            break
+    g.lock.acquire_read()
+    try:
+        entry = _prepared_for(g, arrays)
+    except BaseException:
+        g.lock.release_read()   # a failing check must not keep the read lock (close() would wait forever)
+        raise
+    if entry is None:
         g.lock.release_read()
         with g.lock.write():
-            if not _prepared_for(g, arrays):
-                if g.execution is not None:
-                    log.info("input shapes changed since prerun; preparing the graph again")
+            entry = _prepared_for(g, arrays)
+            if entry is None:
+                if g.entries:
+                    log.info("new input shapes; preparing the graph for them (%d shape(s) cached)", len(g.entries))
                 g.inputs = dict(arrays)
-                _prerun_locked(g, options or g.options or Options())
+                entry = _prerun_locked(g, options or g.entry_options or Options(), keep=True)
+            # NOTE: this run stays under the write lock: going back to the read lock could find the entry
+            # evicted by another thread's new shape (more shapes in flight than shape_cache) and loop
+            return _run_entry(g, entry, arrays)
     try:
-        ex = g.prepared.begin(arrays)
-        g.scheduler.run(ex, True)
-        return [ex.values[n] for n in g.graph.outputs]
+        return _run_entry(g, entry, arrays)
     finally:
         g.lock.release_read()
+
+
+def _run_entry(g: GraphHandle, entry: ShapeEntry, arrays: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """One blocking run on ``entry`` (its own prepared graph, never the handle's: another may be selected)."""
+    prepared = entry.prepared
+    ex = prepared.begin(arrays)
+    prepared.scheduler.run(ex, True)
+    return [ex.values[n] for n in g.graph.outputs]
 
 
 @_typed
@@ -311,9 +427,9 @@ def run_graph(g: GraphHandle, block: bool = True) -> None:
     missing = [n for n in g.graph.inputs if n not in g.inputs]
     if missing:
         raise InputError(f"inputs not set: {missing}; call set_graph_input() for each")
-    if not _prepared_for(g, g.inputs):
-        log.info("input shapes changed since prerun; preparing the graph again")
-        prerun_graph(g, g.options)
+    if g.prepared is None or g.prepared_shapes != {n: a.shape for n, a in g.inputs.items()}:
+        with g.lock.write():
+            _select_or_prepare(g)
     ex = g.prepared.begin(g.inputs)
     g.run = ex
     g.outputs = {}
@@ -325,6 +441,17 @@ def run_graph(g: GraphHandle, block: bool = True) -> None:
         raise
     if block:
         _finish(g)
+
+
+def _select_or_prepare(g: GraphHandle) -> None:
+    """run_graph with inputs of other shapes than the selected entry's: select their cached entry, or
+    prepare one (kept beside the others), with the options of the last prerun."""
+    entry = _prepared_for(g, g.inputs)
+    if entry is not None:
+        _select(g, entry)
+        return
+    log.info("input shapes changed since prerun; preparing the graph for them")
+    _prerun_locked(g, g.entry_options or g.options or Options(), keep=True)
 
 
 @_typed
@@ -387,19 +514,15 @@ def postrun_graph(g: GraphHandle) -> None:
 
 
 def _postrun(g: GraphHandle) -> None:
-    prepared = g.execution is not None and g.state in (GraphState.PREPARED, GraphState.DONE)
+    """post_run every cached entry; their compiled graphs are released by the next prerun or destroy."""
     g.state = GraphState.CREATED
-    if prepared:
-        g.scheduler.postrun(g.execution)
-
-
-def _release_device_graphs(g: GraphHandle) -> None:
-    """Call release_graph for what each device's pre_run built (every one, even when one raises)."""
-    ex = g.execution
-    if ex is None:
-        return
-    g.execution = g.prepared = None
-    release_device_graphs(ex)
+    failures: list[NnhalError] = []
+    for entry in g.entries.values():
+        try:
+            _entry_postrun(entry)
+        except NnhalError as exc:
+            failures.append(exc)
+    _raise_failures("postrun_graph", failures)
 
 
 @_typed
@@ -416,19 +539,15 @@ def destroy_graph(g: GraphHandle) -> None:
         except NnhalError as exc:
             failures.append(exc)
     with g.lock.write():            # waits for runs of other threads to end
-        for step in (_postrun, _release_device_graphs):
-            try:
-                step(g)
-            except NnhalError as exc:
-                failures.append(exc)
+        try:
+            _drop_entries(g)          # post_run and release_graph of every cached input shape
+        except NnhalError as exc:
+            failures.append(exc)
         g.inputs.clear()
         g.outputs.clear()
         g.run = None
         g.state = GraphState.DESTROYED
-    if failures:
-        if len(failures) == 1:
-            raise failures[0]
-        raise DeviceError("destroy_graph: " + "; ".join(str(f) for f in failures)) from failures[0]
+    _raise_failures("destroy_graph", failures)
 
 
 def devices() -> list[Device]:

@@ -37,6 +37,10 @@ class Options:
                    context's priority list), "speed" or "power" (the lowest Description.performance
                    exec_time or power_usage at the node's precision, as NNAPI's execution preference;
                    ties go to the earlier device). Pins and denials win either way.
+    shape_cache    how many prepared input shapes a Session keeps (an LRU; >= 1, 1 = one prepared
+                   plan, as before issue 27): a run whose shapes are cached runs without preparing
+                   again; a new shape prepares under the write lock, evicting the least recently used
+                   entry when full (docs/concurrency.md#input-shapes)
 
     Bounds on prepare (a model is untrusted input: these keep prerun's memory and time bounded;
     each refusal is a nnhal.LimitError naming node, op and size):
@@ -58,6 +62,7 @@ class Options:
     keep_fp32: frozenset[str] = frozenset()
     progress: bool = True
     prefer: str = "order"
+    shape_cache: int = 4
     # ---- bounds on prepare
     max_fold_bytes: int = MAX_FOLD_BYTES
     max_loop_trips: int = MAX_LOOP_TRIPS
@@ -66,6 +71,9 @@ class Options:
     def __post_init__(self) -> None:
         if not _is_int(self.num_thread) or self.num_thread < 0:
             raise OptionsError(f"num_thread must be a non-negative int, got {self.num_thread!r}")
+        if not _is_int(self.shape_cache) or self.shape_cache < 1:
+            raise OptionsError(f"shape_cache must be an int >= 1 (input shapes kept prepared), got "
+                               f"{self.shape_cache!r}")
         if not _is_int(self.min_group_size) or self.min_group_size < 1:
             raise OptionsError(f"min_group_size must be an int >= 1, got {self.min_group_size!r}")
         if not isinstance(self.precision, str) or self.precision not in PRECISIONS:

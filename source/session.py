@@ -59,6 +59,9 @@ class Session:
 
     ``base_dir``: the folder external-data files of a model given as bytes or a ModelProto resolve in.
     ``max_fold_bytes``, ``max_loop_trips``, ``max_graph_bytes``: the bounds on prepare (see Options).
+    ``shape_cache``: how many input shapes stay prepared (an LRU, see Options and docs/concurrency.md);
+    ``placement``, ``report()``, ``subgraphs``, ``fallbacks``, ``quantization`` and ``mixed`` describe the
+    input shapes prepared (or profiled) last.
     """
 
     def __init__(self, model: Any, devices: list[str] | None = None, precision: str = "fp32",
@@ -67,7 +70,8 @@ class Session:
                  min_group_size: int = 1, calibration: Any = None, mixed_tolerance: float = 0.01,
                  name: str = "session", prefer: str = "order", base_dir: str | None = None,
                  max_fold_bytes: int = MAX_FOLD_BYTES, max_loop_trips: int = MAX_LOOP_TRIPS,
-                 max_graph_bytes: int = MAX_GRAPH_BYTES, compiled_cache: str | os.PathLike | None = None) -> None:
+                 max_graph_bytes: int = MAX_GRAPH_BYTES, compiled_cache: str | os.PathLike | None = None,
+                 shape_cache: int = 4) -> None:
         if isinstance(model, str) and model.startswith("zoo:"):
             from nnhal.zoo import resolve
 
@@ -75,7 +79,8 @@ class Session:
         self.options = Options(num_thread=num_thread, precision=precision, strict=strict,
                                min_group_size=min_group_size, calibration=calibration,
                                mixed_tolerance=mixed_tolerance, prefer=prefer, max_fold_bytes=max_fold_bytes,
-                               max_loop_trips=max_loop_trips, max_graph_bytes=max_graph_bytes)
+                               max_loop_trips=max_loop_trips, max_graph_bytes=max_graph_bytes,
+                               shape_cache=shape_cache)
         self.context = api.create_context(name, devices, device_options, strict, pins, deny)
         # compiled_cache: a directory of the user's own keeping imported models (nnhal.serializer.cache)
         self.graph = api.create_graph(self.context, "onnx", model, base_dir, compiled_cache)
@@ -107,7 +112,7 @@ class Session:
 
     @property
     def placement(self) -> Placement:
-        """Node name -> placement decision (device and reasons) of the last prerun, as the nodes ran:
+        """Node name -> placement decision (device and reasons) of the input shapes prepared last, as the nodes ran:
         a subgraph that fell back shows its nodes on the fallback device. Printable as a table."""
         ex = self.graph.execution
         if ex is None:

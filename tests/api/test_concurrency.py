@@ -20,29 +20,39 @@ from nnhal.zoo import input_for, resolve
 THREADS, RUNS = 8, 25
 
 
-def _hammer(session: nnhal.Session, feeds: list[dict[str, np.ndarray]]) -> None:
-    """Each thread runs its own feeds RUNS times; every output must equal the single-thread one exactly."""
-    expected = [[o.copy() for o in session.run(f)] for f in feeds]
+def in_threads(work, count: int) -> None:
+    """Run ``work(k)`` for k in range(count) on ``count`` threads started together; the first error any
+    thread raised is raised here."""
     errors: list[BaseException] = []
-    start = threading.Barrier(len(feeds))
+    start = threading.Barrier(count)
 
-    def work(k: int) -> None:
+    def body(k: int) -> None:
         try:
             start.wait()
-            for _ in range(RUNS):
-                got = session.run(feeds[k])
-                for g, e in zip(got, expected[k]):
-                    np.testing.assert_array_equal(g, e)
+            work(k)
         except BaseException as exc:  # re-raised in the main thread
             errors.append(exc)
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(len(feeds))]
+    threads = [threading.Thread(target=body, args=(k,)) for k in range(count)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     if errors:
         raise errors[0]
+
+
+def _hammer(session: nnhal.Session, feeds: list[dict[str, np.ndarray]]) -> None:
+    """Each thread runs its own feeds RUNS times; every output must equal the single-thread one exactly."""
+    expected = [[o.copy() for o in session.run(f)] for f in feeds]
+
+    def work(k: int) -> None:
+        for _ in range(RUNS):
+            got = session.run(feeds[k])
+            for g, e in zip(got, expected[k]):
+                np.testing.assert_array_equal(g, e)
+
+    in_threads(work, len(feeds))
 
 
 def _digits_path() -> str:
