@@ -22,6 +22,7 @@ from nnhal.graph.node import Node
 from nnhal.graph.subgraph import Format, Subgraph
 from nnhal.graph.tensor import Tensor, TensorKind
 from nnhal.optimizer.infer import infer_graph
+from nnhal.optimizer.nodes import make_node  # noqa: F401  (re-exported: the optimizer's passes import it from here)
 from nnhal.optimizer.qtables import ELEMENTWISE
 
 F32, F16 = np.dtype(np.float32), np.dtype(np.float16)
@@ -473,15 +474,3 @@ def _on_int8_grid(w: np.ndarray) -> bool:
         if np.all(np.abs(codes - np.rint(codes)) <= 1e-3):
             return True
     return False
-
-
-def make_node(name: str, op: str, inputs: list[str], outputs: list[str], attrs: dict, opset: int,
-              domain: str = "") -> Node:
-    """A normalized internal node; an op newer than the model's opset gets its first version."""
-    from nnhal.operator.table import get_prototype
-
-    proto = get_prototype(domain, op)
-    version = (proto.version_for(opset) if not domain else None) or proto.versions[0]
-    node = Node(name, op, inputs, outputs, dict(attrs), domain, max(opset, version) if not domain else 1, version)
-    proto.normalize(node)
-    return node

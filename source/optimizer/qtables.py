@@ -138,7 +138,7 @@ def _evaluate(graph: Graph, chain: list[Node], x: str, y: str) -> np.ndarray:
 
 def fuse_code_tables(graph: Graph) -> int:
     """Replace each qualifying chain (see the module doc) by a CodeTable node; the number replaced."""
-    from nnhal.optimizer.precision import make_node
+    from nnhal.optimizer.nodes import make_node
 
     fused = 0
     for x, t in list(graph.tensors.items()):
