@@ -40,6 +40,17 @@ def _ops(session):
     return [st.node.op_type for sg in session.graph.execution.subgraphs for st in sg.device_graph.steps]
 
 
+def _near_fp32_and_as_reference(model, feeds, got, precision, table, monkeypatch):
+    """``got`` (the quantized session's output) is within 5% of fp32 and equal to the same plan on the numpy
+    reference kernels."""
+    with nnhal.Session(model, devices=["cpu"]) as fp32:
+        want = fp32.run(feeds)[0]
+    assert np.linalg.norm(got - want) <= 0.05 * np.linalg.norm(want)
+    monkeypatch.setenv("NNHAL_CPU_REFERENCE", "1")       # the same plan on the numpy reference kernels
+    with nnhal.Session(model, devices=["cpu"], precision=precision, calibration=table) as ref:
+        np.testing.assert_array_equal(got, ref.run(feeds)[0])
+
+
 @pytest.mark.parametrize("precision", ["int8", "uint8"])
 def test_split_and_nearest_resize_run_on_codes(precision, monkeypatch):
     model, feeds = _model()
@@ -50,12 +61,7 @@ def test_split_and_nearest_resize_run_on_codes(precision, monkeypatch):
     # the image quantized once and the output dequantized once; Split and Resize between the integer convolutions
     assert ops.count("QuantizeLinear") == 1 and ops.count("DequantizeLinear") == 1, ops
     assert "Split" in ops and "Resize" in ops
-    with nnhal.Session(model, devices=["cpu"]) as fp32:
-        want = fp32.run(feeds[2])[0]
-    assert np.linalg.norm(got - want) <= 0.05 * np.linalg.norm(want)
-    monkeypatch.setenv("NNHAL_CPU_REFERENCE", "1")       # the same plan on the numpy reference kernels
-    with nnhal.Session(model, devices=["cpu"], precision=precision, calibration=table) as ref:
-        np.testing.assert_array_equal(got, ref.run(feeds[2])[0])
+    _near_fp32_and_as_reference(model, feeds[2], got, precision, table, monkeypatch)
 
 
 def test_a_linear_resize_stays_in_float():
@@ -110,9 +116,4 @@ def test_a_clamp_before_maxpool_runs_on_codes(precision, relu, monkeypatch):
         ops = _ops(q)
     assert ops.count("QuantizeLinear") == 1 and ops.count("DequantizeLinear") == 1, ops
     assert relu not in ops and "MaxPool" in ops, ops
-    with nnhal.Session(model, devices=["cpu"]) as fp32:
-        want = fp32.run(feeds[2])[0]
-    assert np.linalg.norm(got - want) <= 0.05 * np.linalg.norm(want)
-    monkeypatch.setenv("NNHAL_CPU_REFERENCE", "1")       # the same plan on the numpy reference kernels
-    with nnhal.Session(model, devices=["cpu"], precision=precision, calibration=table) as ref:
-        np.testing.assert_array_equal(got, ref.run(feeds[2])[0])
+    _near_fp32_and_as_reference(model, feeds[2], got, precision, table, monkeypatch)
