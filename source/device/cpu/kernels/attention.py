@@ -121,6 +121,10 @@ class _MsNative(Kernel):
         """(q, k, v) as (B, S, H) float32 arrays of the inputs."""
         raise NotImplementedError
 
+    def dims(self, ins) -> tuple[int, int]:
+        """(q's hidden size, the key length) from the static input shapes, for the scale and the split at prepare."""
+        raise NotImplementedError
+
     def prepare(self, node, ins, outs) -> RunFn:
         heads, shape = node.attrs["num_heads"], tuple(outs[0].shape)
         batch, seq = shape[:2]
@@ -130,16 +134,18 @@ class _MsNative(Kernel):
             b, n, hidden = x.shape
             return x.reshape(b, n, heads, hidden // heads).transpose(0, 2, 1, 3)
 
+        q_hidden, total = self.dims(ins)
+        scale = float(node.attrs["scale"] or 1.0 / np.sqrt(q_hidden // heads))
+        units = batch * heads * -(-seq // 16)
+        work = units * 16 * total * 4 * 8
+
         def run(inputs, outputs):
             q, k, v = self.qkv(inputs)
-            total = k.shape[1]
-            scale = float(node.attrs["scale"] or 1.0 / np.sqrt(q.shape[2] // heads))
             mask = inputs[mask_at] if len(inputs) > mask_at else None
             bias = key_bias(node, mask, batch, total)
             if bias is not None:
                 bias = np.broadcast_to(bias, (batch, heads, seq, total))
-            units = batch * heads * -(-seq // 16)
-            parts = parallel.native_parts(units * 16 * total * 4 * 8, units) if parallel.native_pool() else 1
+            parts = parallel.native_parts(work, units) if parallel.native_pool() else 1
             y = outputs[0] if outputs[0] is not None else np.empty(shape, np.float32)
             native.attention(split(q), split(k), split(v), bias, split(y), scale, 0, parts)
             return (y,)
@@ -155,6 +161,9 @@ class MsAttentionNative(_MsNative):
     mask_at = 3
     matmul = staticmethod(np.matmul)
 
+    def dims(self, ins) -> tuple[int, int]:
+        return ins[1].shape[1] // 3, ins[0].shape[1]
+
     def qkv(self, inputs) -> tuple:
         qkv = projection(inputs[0], inputs[1], inputs[2] if len(inputs) > 2 else None, self.matmul)
         hidden = qkv.shape[2] // 3
@@ -167,6 +176,9 @@ class MultiHeadAttentionNative(_MsNative):
 
     op_type = "MultiHeadAttention"
     mask_at = 4
+
+    def dims(self, ins) -> tuple[int, int]:
+        return ins[0].shape[2], ins[1].shape[1]
 
     def qkv(self, inputs) -> tuple:
         q, k, v = (np.asarray(x) for x in inputs[:3])
