@@ -24,15 +24,15 @@ STATES = {"LSTM": ("h0", "c0"), "GRU": ("h0",), "RNN": ("h0",)}
 
 def _model(op: str, direction: str = "forward", layout: int = 0, batch: int = 3, hidden: int = 4, lens=None,
            states: bool = False, peep: bool = False, outputs: tuple[str, ...] | None = None, seed: int = 7,
-           steps: int = T, **attrs):
+           steps: int = T, inputs: int = N_IN, **attrs):
     """One recurrent node with constant W, R, B (P, sequence_lens) and X (initial states) as graph inputs."""
     rng = np.random.default_rng(seed)
     g, d = GATES[op], 2 if direction == "bidirectional" else 1
     # weights of a trained layer's size (|w| ~ 0.4): pre-activations of a few units
-    inits = [numpy_helper.from_array((0.4 * rng.standard_normal((d, g * hidden, N_IN))).astype(np.float32), "W"),
+    inits = [numpy_helper.from_array((0.4 * rng.standard_normal((d, g * hidden, inputs))).astype(np.float32), "W"),
              numpy_helper.from_array((0.4 * rng.standard_normal((d, g * hidden, hidden))).astype(np.float32), "R"),
              numpy_helper.from_array((0.4 * rng.standard_normal((d, 2 * g * hidden))).astype(np.float32), "B")]
-    xs, ss = ((batch, steps, N_IN), (batch, d, hidden)) if layout else ((steps, batch, N_IN), (d, batch, hidden))
+    xs, ss = ((batch, steps, inputs), (batch, d, hidden)) if layout else ((steps, batch, inputs), (d, batch, hidden))
     graph_inputs = [helper.make_tensor_value_info("X", TensorProto.FLOAT, xs)]
     feeds = {"X": rng.standard_normal(xs).astype(np.float32)}
     names = ["X", "W", "R", "B", "" if lens is None else "L"]
@@ -169,8 +169,8 @@ def test_layout_one_is_the_transpose_of_layout_zero():
 @pytest.mark.parametrize("pool", ["0", "1"])
 @pytest.mark.parametrize("op,attrs", CELLS)
 def test_projection_in_c_and_by_numpy(op, attrs, pool, monkeypatch):
-    # NNHAL_CPU_POOL=1: the layer projects X W^T itself (linked BLAS, split over the pool); =0: numpy's GEMM hands
-    # the projection in (Recurrent.run's xw)
+    # NNHAL_CPU_POOL=1: the layer projects X W^T itself, split over the pool; =0: the layer projects itself too (a
+    # small layer's short sequence on its blocked kernels, Recurrent.projects), else numpy's GEMM hands it in
     monkeypatch.setenv("NNHAL_CPU_POOL", pool)
     for direction, layout in (("forward", 1), ("bidirectional", 0)):
         model, feeds = _model(op, direction, layout, batch=5, hidden=19, lens=[T, 3, 0, 1, T], states=True, **attrs)
@@ -235,3 +235,56 @@ def test_float16_inputs_are_widened_and_the_outputs_narrowed(monkeypatch):
     for g, w in zip(got, want):
         why = tolerance.compare(np.asarray(g, np.float32), w, tolerance.Tolerance(5e-3, 5e-3))
         assert why is None, why
+
+
+def _layer(hidden: int, inputs: int, directions: int = 1):
+    """A bare native LSTM layer of these sizes (zero weights): for its projection choice only."""
+    rows = directions * 4 * hidden
+    return native.Recurrent("lstm", (directions, 0, inputs, hidden, 0, 0, 0), np.zeros((rows, inputs), np.float32),
+                            np.zeros(rows, np.float32), np.zeros((directions, hidden, 4 * hidden), np.float32), None,
+                            None, ((0, 0.0, 0.0), (1, 0.0, 0.0), (1, 0.0, 0.0)) * directions, None)
+
+
+def test_small_layers_project_short_sequences_themselves():
+    # W^T packed (at most 2^18 floats) and at most 2^23 multiply-adds: the blocked kernels, no BLAS
+    assert _layer(64, 64).projects(1) and _layer(64, 64).projects(100)
+    assert _layer(64, 128, 2).projects(64)
+    assert not _layer(64, 64).projects(1000)          # 1000 * 256 * 64 multiply-adds: the BLAS's GEMM
+    assert not _layer(64, 600, 2).projects(1)         # W^T of 512 * 600 floats is not packed
+    with pytest.raises(ValueError, match="Recurrent.projects"):
+        _layer(8, 8).projects(-1)
+
+
+@pytest.mark.parametrize("pool", ["0", "1"])
+@pytest.mark.parametrize("steps", [1, 7, 33])
+@pytest.mark.parametrize("op,attrs", [("LSTM", {}), ("GRU", {"linear_before_reset": 1}),
+                                      ("GRU", {"linear_before_reset": 0})])
+def test_short_sequences_projected_on_the_blocked_kernels_match_onnxruntime(op, attrs, steps, pool, monkeypatch):
+    # the projection of every step on the recurrence's kernels (four rows at a time, then single rows: 1, 7 and 33
+    # rows leave each remainder), pool on (parts) and off (no numpy GEMM handed in); hidden 19 leaves part blocks
+    # of 16 and 8 columns, 64 fills them; batch 3 with sequence lengths, initial states given or absent
+    ort = pytest.importorskip("onnxruntime")
+    monkeypatch.setenv("NNHAL_CPU_POOL", pool)
+    for direction, batch, hidden, states in (("forward", 1, 64, False), ("bidirectional", 1, 19, True),
+                                             ("reverse", 3, 19, True), ("bidirectional", 3, 64, False)):
+        lens = [steps, max(1, steps - 2), 1][:batch] if batch > 1 else None
+        model, feeds = _model(op, direction, batch=batch, hidden=hidden, lens=lens, states=states, steps=steps,
+                              **attrs)
+        with nnhal.Session(model, devices=["cpu"], num_thread=2) as s:
+            got = s.run(feeds)
+            assert s.subgraphs[0].stats["kernels"][s.subgraphs[0].nodes[0].name] == "native"
+        session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        _check(got, session.run(None, feeds), op)
+        _check(got, _reference(model, feeds, monkeypatch), op)
+
+
+@pytest.mark.parametrize("pool", ["0", "1"])
+def test_large_projections_still_take_the_blas(pool, monkeypatch):
+    # an input of 600 at hidden 64, both directions: W^T (600, 512) is not packed, the BLAS (pool on) or numpy's
+    # GEMM (pool off) projects
+    monkeypatch.setenv("NNHAL_CPU_POOL", pool)
+    model, feeds = _model("LSTM", "bidirectional", batch=1, hidden=64, states=True, inputs=600)
+    with nnhal.Session(model, devices=["cpu"], num_thread=2) as s:
+        got = s.run(feeds)
+        assert s.subgraphs[0].stats["kernels"][s.subgraphs[0].nodes[0].name] == "native"
+    _check(got, _reference(model, feeds, monkeypatch), "LSTM")

@@ -270,11 +270,13 @@ class _NativeRecurrent(Kernel):
             results, direct, parts = entry[5], entry[6], entry[7]
             layer, wt, bias = packed or self.pack(node, inputs)
             xw = None
-            if not pool:
+            if not pool and not layer.projects(x.shape[0] * x.shape[1]):
                 # NOTE: the pool is off (a plan of small products): BLAS then has every thread, and the linked
                 # OpenBLAS's threaded GEMM inside the native call was measured 10x slower on a loaded 2-core
                 # machine (its workers spin against the recurrence); numpy's GEMM projects instead, as the
-                # cpu device's other native GEMMs leave the pool-off case to numpy
+                # cpu device's other native GEMMs leave the pool-off case to numpy. A small layer's short
+                # sequence (projects) is projected in the call on its own register kernels, no BLAS: numpy's
+                # call cost ~20 us for one row there, the native GEMV under 1
                 xw = parallel.matmul(x.reshape(-1, x.shape[2]), wt)
                 xw += bias
             h0 = _operand(inputs, first, _F32) if first else None

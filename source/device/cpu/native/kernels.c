@@ -1598,6 +1598,14 @@ NN_INLINE void nn_rnn_gemv4(const float *restrict h, int64_t k, const float *res
  * which pays only over many rows); fewer run the register-blocked kernels above, reading R^T in place. */
 #define NN_RNN_GEMM_ROWS 32
 
+/* g (rows, n; ldg) += h (rows, k; contiguous) @ rt (k, n; ldr) on the register-blocked kernels, any rows */
+NN_INLINE void nn_rnn_blocked(const float *h, int64_t rows, int64_t k, const float *rt, int64_t ldr, int64_t n,
+                              float *g, int64_t ldg) {
+    int64_t b = 0;
+    for (; b + 4 <= rows; b += 4) nn_rnn_gemv4(h + b * k, k, rt, ldr, n, g + b * ldg, ldg);
+    for (; b < rows; b++) nn_rnn_gemv(h + b * k, k, rt, ldr, n, g + b * ldg);
+}
+
 /* g (rows, n; ldg) += h (rows, k; contiguous) @ rt (k, n; ldr) */
 NN_INLINE void nn_rnn_product(const float *h, int64_t rows, int64_t k, const float *rt, int64_t ldr, int64_t n,
                               float *g, int64_t ldg) {
@@ -1606,9 +1614,7 @@ NN_INLINE void nn_rnn_product(const float *h, int64_t rows, int64_t k, const flo
                           (blasint)k, rt, (blasint)ldr, 1.0f, g, (blasint)ldg);
         return;
     }
-    int64_t b = 0;
-    for (; b + 4 <= rows; b += 4) nn_rnn_gemv4(h + b * k, k, rt, ldr, n, g + b * ldg, ldg);
-    for (; b < rows; b++) nn_rnn_gemv(h + b * k, k, rt, ldr, n, g + b * ldg);
+    nn_rnn_blocked(h, rows, k, rt, ldr, n, g, ldg);
 }
 
 #include "nn_rnn_row.h"
@@ -1626,12 +1632,16 @@ typedef struct {
 } nn_rnn_args;
 
 /* xw rows [r0, r1), columns [c0, c1) = X W^T + bias */
-static void nn_rnn_project(const nn_rnn_args *a, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+static NN_CLONES void nn_rnn_project(const nn_rnn_args *a, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
     const nn_rnn_params *p = a->p;
     const int64_t ld = p->dirs * p->gates * p->hidden;
     if (a->projected || r1 <= r0 || c1 <= c0) return;
-    if (r1 - r0 == 1 && p->wt) {
+    if (r1 - r0 == 1 && p->wt && p->input * ld <= NN_GEMV_MAX) {
         nn_rnn_project_row(p, a->x + r0 * p->input, a->xw + r0 * ld, c0, c1);
+        return;
+    }
+    if (nn_rnn_projects(p, r1 - r0)) {
+        nn_rnn_project_rows(p, a->x + r0 * p->input, r1 - r0, a->xw + r0 * ld, c0, c1);
         return;
     }
     if (r1 - r0 == 1 && p->input * (c1 - c0) <= NN_GEMV_MAX) {
@@ -2982,7 +2992,17 @@ fail:
     return nn_finish(b, 8, 0);
 }
 
+/* recurrent.projects(rows): whether run projects that many rows of X (steps * batch) itself on its register-blocked
+ * kernels, without the linked BLAS (a small layer's short sequence); the caller's numpy projection pays otherwise */
+static PyObject *nn_rnn_projects_py(nn_rnn_object *self, PyObject *arg) {
+    int64_t rows;
+    if (nn_int(arg, "Recurrent.projects", "rows", 0, INT64_MAX / NN_RNN_PROJECT_MACS, &rows)) return NULL;
+    return PyBool_FromLong(nn_rnn_projects(&self->p, rows));
+}
+
 static PyMethodDef nn_rnn_methods[] = {
+    {"projects", (PyCFunction)nn_rnn_projects_py, METH_O,
+     "projects(rows): whether run projects rows rows of x itself on its register-blocked kernels (no BLAS)"},
     {"run", (PyCFunction)(void (*)(void))nn_rnn_run_py, METH_FASTCALL,
      "run(x, xw, y, y_h, y_c, h0, c0, lens, parts): every time step of every direction of x into y, y_h, y_c (None: "
      "not wanted); xw the projection X W^T + bias or None (computed here); h0, c0 initial states or None (zeros); "
