@@ -280,6 +280,56 @@ def test_kernels_tables_gather_by_bytes(shape, b_shape, dtype):
     np.testing.assert_array_equal(a, t1[index])
 
 
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize("mul", [0, 1])
+@pytest.mark.parametrize("params", [(0.021, 3, 0.013, 250, 0.017, 128), (0.5, 128, 0.25, 0, 0.001, 255),
+                                    (1e-3, 0, 3e-3, 17, 7.0, 9), (0.0371, 200, 0.0371, 200, 0.0371, 200)])
+def test_kernels_binary_equals_the_reference_kernels(dtype, mul, params):
+    """``binary`` (QLinearAdd / QLinearMul computed) equals the numpy reference kernels on every pair of codes,
+    with saturating and rounding-tie parameters, b repeating along a, odd lengths (vector body and tail),
+    two parts and in place."""
+    from nnhal.hostkernels.ms_qlinear_add import QLinearAddKernel
+    from nnhal.hostkernels.ms_qlinear_mul import QLinearMulKernel
+
+    sa, za, sb, zb, sy, zy = params
+    if dtype == np.int8:
+        za, zb, zy = za - 128, zb - 128, zy - 128
+    reference = (QLinearMulKernel() if mul else QLinearAddKernel()).compute
+
+    def want(a, b):
+        b = np.broadcast_to(b.reshape((1,) * (a.ndim - b.ndim) + b.shape), a.shape)
+        return reference(None, a, np.float32(sa), dtype(za), b, np.float32(sb), dtype(zb), np.float32(sy), dtype(zy))
+
+    codes = np.arange(256, dtype=np.uint8).view(dtype)
+    a_all, b_all = np.repeat(codes, 256), np.tile(codes, 256)
+    operands = (mul, sa, za, sb, zb, sy, zy)
+    out = np.empty(65536, dtype)
+    _q().binary(a_all, b_all, out, *operands, 1)
+    np.testing.assert_array_equal(out, want(a_all, b_all))
+    rng = np.random.default_rng(int(sy * 1000) + mul)
+    for shape, b_shape, threads in (((3, 5, 7), (3, 5, 7), 1), ((3, 5, 7), (7,), 1), ((2, 13), (1,), 1),
+                                    ((600, 1000), (1000,), 2), ((5, 17), (5, 17), 2), ((1,), (1,), 1)):
+        a, b = _rand(rng, shape, dtype), _rand(rng, b_shape, dtype)
+        out = np.empty(shape, dtype)
+        _q().binary(a, b, out, *operands, threads)
+        np.testing.assert_array_equal(out, want(a, b))
+        expected = want(a, b)
+        _q().binary(a, b, a, *operands, threads)         # in place
+        np.testing.assert_array_equal(a, expected)
+
+
+def test_kernels_binary_refuses_bad_arguments():
+    a, b = np.zeros(6, np.uint8), np.zeros(4, np.uint8)
+    with pytest.raises(ValueError, match="binary: argument 'b' has 4 elements"):
+        _q().binary(a, b, np.empty(6, np.uint8), 0, 1.0, 0, 1.0, 0, 1.0, 0, 1)
+    with pytest.raises(TypeError, match="binary: argument 'b'"):
+        _q().binary(a, np.zeros(6, np.int8), np.empty(6, np.uint8), 0, 1.0, 0, 1.0, 0, 1.0, 0, 1)
+    with pytest.raises(ValueError, match="binary: argument 'out' overlaps argument 'b'"):
+        _q().binary(a, a[:3], a[:6], 0, 1.0, 0, 1.0, 0, 1.0, 0, 1)
+    with pytest.raises(ValueError, match="binary: argument 'mul' is 2"):
+        _q().binary(a, a, np.empty(6, np.uint8), 2, 1.0, 0, 1.0, 0, 1.0, 0, 1)
+
+
 @pytest.mark.parametrize("outlier", [-65, 65, -128, 127])
 def test_kernels_one_weight_outside_7_bits_keeps_the_wide_path(outlier):
     """One weight beyond [-64, 64] would let vpmaddubsw saturate: the whole matrix packs wide, still exact."""

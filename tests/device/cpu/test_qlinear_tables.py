@@ -105,3 +105,51 @@ def test_a_computed_scale_stays_on_the_reference_and_is_correct(monkeypatch):
     constant = _model("QLinearMul", np.uint8, shapes, params)
     _, want = _kernel_and_result(constant, {k: v for k, v in feeds.items() if k != "s0"}, monkeypatch)
     np.testing.assert_array_equal(got, want)
+
+
+class _Counting:
+    """The integer kernels' module with its ``binary`` / ``table2`` calls counted."""
+
+    def __init__(self, module):
+        self.module, self.calls = module, {"binary": 0, "table2": 0}
+
+    def __getattr__(self, name):
+        attr = getattr(self.module, name)
+        if name not in self.calls:
+            return attr
+
+        def counted(*args):
+            self.calls[name] += 1
+            return attr(*args)
+        return counted
+
+
+@pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning", "ignore:divide by zero:RuntimeWarning")
+@pytest.mark.parametrize("y_scale", [0.017, 0.0])          # 0: the reference divides by zero (inf, NaN)
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize("op", ["QLinearAdd", "QLinearMul"])
+def test_binary_is_computed_where_that_reproduces_the_table(op, dtype, y_scale, monkeypatch):
+    """With AVX2 integer kernels, QLinearAdd / QLinearMul run the computed ``binary`` once it has reproduced
+    the table on all 65536 pairs at prepare (else the gather); either way every element equals the reference."""
+    from nnhal.device.cpu import qnative
+    from nnhal.device.cpu.kernels import qlinear_tables
+
+    if not qnative.available():
+        pytest.skip(f"integer kernels not loaded: {qnative.status().reason}")
+    counting = _Counting(qnative.kernels())
+    monkeypatch.setattr(qlinear_tables, "_native", lambda: counting)
+    rng = np.random.default_rng(11)
+    params = _binary_params(dtype, rng)
+    params["sy"] = np.float32(y_scale)
+    shapes = ((4, 3, 37), (37,))
+    model = _model(op, dtype, shapes, params)
+    feeds = {f"x{i}": _codes(rng, dtype, s) for i, s in enumerate(shapes)}
+    names, got = _kernel_and_result(model, feeds, monkeypatch)
+    assert names == ["table"]
+    _, want = _kernel_and_result(model, feeds, monkeypatch, reference=True)
+    np.testing.assert_array_equal(got, want)
+    runs = counting.calls["binary"] - 2 * (qnative.status().isa != "portable")   # less the two prepare checks
+    if qnative.status().isa == "portable":
+        assert counting.calls == {"binary": 0, "table2": 1}
+    elif y_scale:
+        assert (runs, counting.calls["table2"]) == (1, 0)

@@ -8,6 +8,13 @@
  *                                        (com.microsoft QLinearAdd / QLinearMul, 65536 entries; b repeats along
  *                                        a: a scalar, or a's trailing axes)
  *
+ *   binary(a, b, out, mul, a_scale, a_zero, b_scale, b_zero, y_scale, y_zero, threads)
+ *                                        out[i] = QLinearAdd (mul = 0) / QLinearMul (mul = 1) of a[i] and
+ *                                        b[i % len(b)] computed: the float32 operations of the numpy reference
+ *                                        (hostkernels/_msq.py: (q - zero) * scale, add or multiply, / y_scale,
+ *                                        round half to even, + y_zero, clamp), 8 lanes at a time in AVX2 (the
+ *                                        same IEEE operations: the same bits as the scalar loop and the table)
+ *
  * x, a, b, table and out are uint8 or int8 (read as bytes: the table is indexed by bit pattern, as the
  * Python side builds it, kernels/qlinear_tables.py); out has x's (a's) element count and the table's element
  * type, and overlaps no input but x (a) itself (in place). numpy's take makes three passes and an int16
@@ -77,6 +84,27 @@ static void nq_table_part(const void *job, int part)
     }
 }
 
+/* the checks and the split the element-wise kernels here share: b repeats evenly along a's n elements (nb < 0:
+   no b); out is a itself (in place) or overlaps no input; the parts of n over at most threads */
+static int nq_elementwise_checks(const char *kernel, int64_t n, int64_t nb, const arg_t *out, const arg_t *in,
+                                 const char *const *names, int n_in, int64_t threads, int *parts)
+{
+    if (nb >= 0 && (nb == 0 || n % nb)) {
+        PyErr_Format(PyExc_ValueError, "%s: argument 'b' has %lld elements, which do not repeat evenly along "
+                     "'a''s %lld", kernel, (long long)nb, (long long)n);
+        return 0;
+    }
+    if (!(out->view.buf == in[0].view.buf && out->view.len == in[0].view.len)
+        && !check_no_overlap(kernel, out, in, names, 1))
+        return 0;
+    if (!check_no_overlap(kernel, out, in + 1, names + 1, n_in - 1))
+        return 0;
+    int64_t p = n / NQ_TABLE_PART;
+    p = p < 1 ? 1 : p > threads ? (threads < 1 ? 1 : threads) : p;
+    *parts = (int)(p > MAX_THREADS ? MAX_THREADS : p);
+    return 1;
+}
+
 /* the shared part of table1 / table2: args (x or a, [b,] table, out, threads) */
 static PyObject *nq_table(const char *kernel, PyObject *const *args, Py_ssize_t nargs, int binary)
 {
@@ -102,20 +130,9 @@ static PyObject *nq_table(const char *kernel, PyObject *const *args, Py_ssize_t 
                      "'x''s %lld", kernel, in[2].view.len, (long long)t.n);
         goto done;
     }
-    if (binary && (t.nb == 0 || t.n % t.nb)) {
-        PyErr_Format(PyExc_ValueError, "%s: argument 'b' has %lld elements, which do not repeat evenly along "
-                     "'a''s %lld", kernel, (long long)t.nb, (long long)t.n);
-        goto done;
-    }
     /* out may be a itself (element-wise in place), never part of b or the table */
-    if (!(out.view.buf == in[0].view.buf && out.view.len == in[0].view.len)
-        && !check_no_overlap(kernel, &out, in, names, 1))
+    if (!nq_elementwise_checks(kernel, t.n, binary ? t.nb : -1, &out, in, names, 3, threads, &t.parts))
         goto done;
-    if (!check_no_overlap(kernel, &out, in + 1, names + 1, 2))
-        goto done;
-    int64_t parts = t.n / NQ_TABLE_PART;
-    parts = parts < 1 ? 1 : parts > threads ? (threads < 1 ? 1 : threads) : parts;
-    t.parts = (int)(parts > MAX_THREADS ? MAX_THREADS : parts);
     Py_BEGIN_ALLOW_THREADS
     if (t.n)
         run_parts(nq_table_part, &t, t.parts);
@@ -137,6 +154,159 @@ static PyObject *qk_table2(PyObject *mod, PyObject *const *args, Py_ssize_t narg
 {
     (void)mod;
     return nq_table("table2", args, nargs, 1);
+}
+
+/* ---- binary: QLinearAdd / QLinearMul computed instead of looked up in a 64K table ----
+ * NOTE: the 65536-entry table does not fit Zen 3's 32 KB L1, so its gather costs 1.5-7 ns per element on
+ * MiniLM's residual and mask Adds; the arithmetic is about ten vector operations per 8 elements. The Python
+ * side (kernels/qlinear_tables.py) checks this kernel against the reference's table on all 65536 code pairs
+ * at prepare and keeps the table where any differs. */
+typedef struct {
+    const uint8_t *a, *b;
+    uint8_t *out;
+    int64_t n, nb;
+    int parts, mul, is_signed, vector;
+    float sa, za, sb, zb, sy, zy, lo, hi;
+} nq_binary_job;
+
+static inline float nq_real(int code, float zero, float scale)
+{
+    return ((float)code - zero) * scale;
+}
+
+/* one element: the reference's float32 operations in its order */
+static inline uint8_t nq_binary_one(const nq_binary_job *t, int a, float y)
+{
+    float x = nq_real(a, t->za, t->sa);
+    float v = t->mul ? x * y : x + y;
+    float q = rintf(v / t->sy) + t->zy;
+    q = q < t->lo ? t->lo : q > t->hi ? t->hi : q;
+    return (uint8_t)(int)q;
+}
+
+static inline int nq_code(const nq_binary_job *t, const uint8_t *p, int64_t i)
+{
+    return t->is_signed ? (int)((const int8_t *)p)[i] : (int)p[i];
+}
+
+static void nq_binary_scalar(const nq_binary_job *t, const uint8_t *a, const uint8_t *b, int bstep, uint8_t *y,
+                             int64_t len)
+{
+    for (int64_t k = 0; k < len; k++)
+        y[k] = nq_binary_one(t, nq_code(t, a, k), nq_real(nq_code(t, b, bstep ? k : 0), t->zb, t->sb));
+}
+
+#ifdef NNQ_X86
+T_AVX2 static inline __m256 nq_load8(const nq_binary_job *t, const uint8_t *p)
+{
+    __m128i bytes = _mm_loadl_epi64((const __m128i *)p);
+    return _mm256_cvtepi32_ps(t->is_signed ? _mm256_cvtepi8_epi32(bytes) : _mm256_cvtepu8_epi32(bytes));
+}
+
+T_AVX2 static void nq_binary_avx2(const nq_binary_job *t, const uint8_t *a, const uint8_t *b, int bstep,
+                                  uint8_t *y, int64_t len)
+{
+    const __m256 sa = _mm256_set1_ps(t->sa), za = _mm256_set1_ps(t->za), sb = _mm256_set1_ps(t->sb),
+                 zb = _mm256_set1_ps(t->zb), sy = _mm256_set1_ps(t->sy), zy = _mm256_set1_ps(t->zy),
+                 lo = _mm256_set1_ps(t->lo), hi = _mm256_set1_ps(t->hi);
+    const __m256 yconst = _mm256_set1_ps(nq_real(nq_code(t, b, 0), t->zb, t->sb));
+    /* byte 0 of each int32 lane to the lane's first 4 bytes */
+    const __m256i pick = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                                          0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+    int64_t k = 0;
+    for (; k + 8 <= len; k += 8) {
+        __m256 x = _mm256_mul_ps(_mm256_sub_ps(nq_load8(t, a + k), za), sa);
+        __m256 w = bstep ? _mm256_mul_ps(_mm256_sub_ps(nq_load8(t, b + k), zb), sb) : yconst;
+        __m256 v = t->mul ? _mm256_mul_ps(x, w) : _mm256_add_ps(x, w);
+        __m256 q = _mm256_add_ps(_mm256_round_ps(_mm256_div_ps(v, sy), _MM_FROUND_TO_NEAREST_INT
+                                                 | _MM_FROUND_NO_EXC), zy);
+        q = _mm256_min_ps(_mm256_max_ps(q, lo), hi);
+        __m256i bytes = _mm256_shuffle_epi8(_mm256_cvtps_epi32(q), pick);
+        __m128i packed = _mm_unpacklo_epi32(_mm256_castsi256_si128(bytes), _mm256_extracti128_si256(bytes, 1));
+        _mm_storel_epi64((__m128i *)(y + k), packed);
+    }
+    nq_binary_scalar(t, a + k, bstep ? b + k : b, bstep, y + k, len - k);
+}
+#endif
+
+static void nq_binary_run(const nq_binary_job *t, const uint8_t *a, const uint8_t *b, int bstep, uint8_t *y,
+                          int64_t len)
+{
+#ifdef NNQ_X86
+    if (t->vector) {
+        nq_binary_avx2(t, a, b, bstep, y, len);
+        return;
+    }
+#endif
+    nq_binary_scalar(t, a, b, bstep, y, len);
+}
+
+static void nq_binary_part(const void *job, int part)
+{
+    const nq_binary_job *t = job;
+    int64_t lo = t->n * part / t->parts, hi = t->n * (part + 1) / t->parts;
+    if (t->nb == 1) {
+        nq_binary_run(t, t->a + lo, t->b, 0, t->out + lo, hi - lo);
+        return;
+    }
+    int64_t nb = t->nb, j = lo % nb;
+    for (int64_t i = lo; i < hi;) {
+        int64_t run = nb - j < hi - i ? nb - j : hi - i;   /* up to the end of b's period */
+        nq_binary_run(t, t->a + i, t->b + j, 1, t->out + i, run);
+        i += run;
+        j = 0;
+    }
+}
+
+static PyObject *qk_binary(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)mod;
+    const char *kernel = "binary";
+    const char *const names[] = {"a", "b"};
+    if (!check_nargs(kernel, nargs, 11))
+        return NULL;
+    arg_t in[2], out;
+    memset(in, 0, sizeof in);
+    memset(&out, 0, sizeof out);
+    PyObject *result = NULL;
+    int64_t mul, za, zb, zy, threads;
+    nq_binary_job t;
+    memset(&t, 0, sizeof t);
+    if (!get_array(kernel, "a", args[0], &in[0], "Bb", -1, 0, 0)
+        || !get_array(kernel, "b", args[1], &in[1], format_code(&in[0].view) == 'b' ? "b" : "B", -1, 0, 0)
+        || !get_array(kernel, "out", args[2], &out, format_code(&in[0].view) == 'b' ? "b" : "B",
+                      in[0].view.len, 1, 0)
+        || !get_int(kernel, "mul", args[3], 0, 1, &mul) || !get_float(kernel, "a_scale", args[4], &t.sa)
+        || !get_int(kernel, "a_zero", args[5], -128, 255, &za) || !get_float(kernel, "b_scale", args[6], &t.sb)
+        || !get_int(kernel, "b_zero", args[7], -128, 255, &zb) || !get_float(kernel, "y_scale", args[8], &t.sy)
+        || !get_int(kernel, "y_zero", args[9], -128, 255, &zy)
+        || !get_int(kernel, "threads", args[10], 0, 1 << 20, &threads))
+        goto done;
+    t.a = in[0].view.buf;
+    t.b = in[1].view.buf;
+    t.out = out.view.buf;
+    t.n = in[0].view.len;
+    t.nb = in[1].view.len;
+    t.mul = (int)mul;
+    t.is_signed = format_code(&in[0].view) == 'b';
+    t.za = (float)za;
+    t.zb = (float)zb;
+    t.zy = (float)zy;
+    t.lo = t.is_signed ? -128.0f : 0.0f;
+    t.hi = t.is_signed ? 127.0f : 255.0f;
+    t.vector = g_isa >= ISA_AVX2;
+    /* out may be a itself (element-wise in place), never part of b */
+    if (!nq_elementwise_checks(kernel, t.n, t.nb, &out, in, names, 2, threads, &t.parts))
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    if (t.n)
+        run_parts(nq_binary_part, &t, t.parts);
+    Py_END_ALLOW_THREADS
+    result = Py_NewRef(Py_None);
+done:
+    release_all(in, 2);
+    release_all(&out, 1);
+    return result;
 }
 
 #endif

@@ -1908,6 +1908,9 @@ static PyMethodDef qk_methods[] = {
      "table1(x, table, out, threads): out[i] = table[(i % C) * 256 + x[i]] (C x 256 entries, bytes)"},
     {"table2", (PyCFunction)(void (*)(void))qk_table2, METH_FASTCALL,
      "table2(a, b, table, out, threads): out[i] = table[a[i] << 8 | b[i % len(b)]] (65536 entries, bytes)"},
+    {"binary", (PyCFunction)(void (*)(void))qk_binary, METH_FASTCALL,
+     "binary(a, b, out, mul, a_scale, a_zero, b_scale, b_zero, y_scale, y_zero, threads): QLinearAdd (mul 0) / "
+     "QLinearMul (mul 1) of a and b (b repeating along a) in the reference's float32 operations"},
     {NULL, NULL, 0, NULL},
 };
 
