@@ -154,17 +154,20 @@ def test_nhwc_conv_scores():
 
 
 @pytest.mark.parametrize("act", ["none", "relu", "hardswish"])
-def test_nhwc_1x1_prepared_gemm(monkeypatch, act):
-    """A float32 pointwise convolution runs its prepared native GEMM (bias and activation in its epilogue) on the
-    planned output: after the first run on an output buffer no pixel_rows check; a channel slice of a wider
-    tensor is written in place (its other channels untouched); a strided input takes the general path; all
-    agree with the reference. (The direct kernel off: it takes pointwise convolutions of few channels.)"""
-    monkeypatch.setenv("NNHAL_DIRECT", "0")
+@pytest.mark.parametrize("name,path", [("1x1", "1x1"), ("3x3-p1", "direct"), ("7x7-s2-p3", "direct")])
+def test_nhwc_conv_planned_output_once(monkeypatch, name, path, act):
+    """The pointwise path's prepared native GEMM (bias and activation in its epilogue) and the direct kernel check
+    the planned output once: after the first run on an output buffer no pixel_rows call; a channel slice of a
+    wider tensor is written in place (its other channels untouched); a strided input takes the general path;
+    all agree with the reference. (The direct kernel off for "1x1": it takes pointwise convolutions of few
+    channels.)"""
+    if path == "1x1":
+        monkeypatch.setenv("NNHAL_DIRECT", "0")
     calls = []
     real = _conv_nhwc.pixel_rows
     monkeypatch.setattr(_conv_nhwc, "pixel_rows", lambda *a: calls.append(1) or real(*a))
-    node, ins, outs, x, wv, bv = make("1x1", True, ACTIVATIONS[act])
-    assert _conv_nhwc.ConvGemmNHWC.path(_conv2d.conv2d(node, ins, outs)) == "1x1"
+    node, ins, outs, x, wv, bv = make(name, True, ACTIVATIONS[act])
+    assert _conv_nhwc.ConvGemmNHWC.path(_conv2d.conv2d(node, ins, outs)) == path
     run = select(node, ins, outs, layout="NHWC").prepare(node, ins, outs)
     expect = reference(node, ins, outs, x, wv, bv).transpose(0, 2, 3, 1)
     tol = 1e-4 * (float(np.abs(expect).max()) or 1.0)

@@ -276,15 +276,21 @@ def _native_rows_run(s: _conv2d.Conv2d, work: int, conv, strided: bool = False) 
     the kernel also writes a channel slice of a wider tensor (pixel_rows; the direct kernel)."""
     out_shape, rows = (s.n, s.oh, s.ow, s.m), s.n * s.oh
     call = conv.run
+    # NOTE: the planned output last found writable in place (pixel_rows' checks, ~1 us of Python, once per
+    # output buffer: the plan hands the same one every run; an array's shape and strides never change)
+    last: list = [None]
 
     def run_native(inputs, outputs):
         x = inputs[0]
         if not x.flags.c_contiguous or x.dtype != np.float32:
             x = np.ascontiguousarray(x, dtype=np.float32)
         y = outputs[0]
-        if strided:
+        if strided and (y is None or y is not last[0]):
+            planned = y
             y = pixel_rows(y, out_shape, np.float32)[0]
-        elif y is None or not y.flags.c_contiguous:
+            if y is planned:
+                last[0] = y
+        elif not strided and (y is None or not y.flags.c_contiguous):
             y = np.empty(out_shape, np.float32)
         call(x, y, None, parallel.native_parts(work, rows) if parallel.native_pool() else 1)
         return (y,)
