@@ -468,6 +468,24 @@ def _native_stack(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
     return True
 
 
+def gemm_split(m: int, k: int, n: int, epilogue: bool, row_align: int = 1) -> tuple[int, bool] | None:
+    """How the native pool splits an (m, k) @ (k, n) product at this thread's thread count: (parts, by_cols),
+    by rows (multiples of ``row_align``) or by columns; None when one part with no ``epilogue`` (bias or
+    activation) is numpy's own call (a one-row product is a GEMV there)."""
+    work = gemm_work(m * k * n) + (m * n if epilogue else 0)
+    parts = native_parts(work, -(-m // row_align))
+    by_cols = False
+    if parts <= 1 and 1 < m < 2 * threads() * row_align:
+        parts, by_cols = native_parts(work, n // 64), True
+    elif parts > 1 and n > m and native_parts(work, n // 64) > 1:
+        # a wide product (NCHW's weights @ columns, Winograd's transforms): BLAS packs the whole B in each part
+        # of a split by rows, only its columns in a split by columns, and B is the larger operand here
+        by_cols = True
+    if parts <= 1 and not epilogue:
+        return None
+    return parts, by_cols
+
+
 def _native_gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray, bias: np.ndarray | None, act,
                  row_align: int, prepared=None) -> bool:
     """out = act(a @ b + bias) on the native pool (False when it does not apply: not float32, strides BLAS
@@ -476,19 +494,10 @@ def _native_gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray, bias: np.ndarray
     if not native_pool() or not (_blas_matrix(a, False) and _blas_matrix(b, True) and _blas_matrix(out, False)):
         return False
     m, k = a.shape
-    n = b.shape[1]
-    work = gemm_work(m * k * n) + (m * n if act is not None or bias is not None else 0)
-    rows = -(-m // row_align)
-    parts = native_parts(work, rows)
-    by_cols = False
-    if parts <= 1 and 1 < m < 2 * threads() * row_align:
-        parts, by_cols = native_parts(work, n // 64), True
-    elif parts > 1 and n > m and native_parts(work, n // 64) > 1:
-        # a wide product (NCHW's weights @ columns, Winograd's transforms): BLAS packs the whole B in each part
-        # of a split by rows, only its columns in a split by columns, and B is the larger operand here
-        by_cols = True
-    if parts <= 1 and bias is None and act is None:
+    split = gemm_split(m, k, b.shape[1], act is not None or bias is not None, row_align)
+    if split is None:
         return False            # numpy's own call (a one-row product is a GEMV there)
+    parts, by_cols = split
     if prepared is not None:
         prepared.run(a, out, parts, row_align, by_cols)
     else:

@@ -151,3 +151,39 @@ def test_nhwc_conv_scores():
     ins1 = [Info(np.dtype(np.float32), (1, 64, 28)), Info.of(wv[..., 0]), ins[2]]
     outs1 = get_prototype("", "Conv").infer(node1, ins1)
     assert all(k.score(node1, ins1, outs1) == 0 for k in nhwc.values())
+
+
+@pytest.mark.parametrize("act", ["none", "relu", "hardswish"])
+@pytest.mark.parametrize("name,path", [("1x1", "1x1"), ("3x3-p1", "direct"), ("7x7-s2-p3", "direct")])
+def test_nhwc_conv_planned_output_once(monkeypatch, name, path, act):
+    """The pointwise path's prepared native GEMM (bias and activation in its epilogue) and the direct kernel check
+    the planned output once: after the first run on an output buffer no pixel_rows call; a channel slice of a
+    wider tensor is written in place (its other channels untouched); a strided input takes the general path;
+    all agree with the reference. (The direct kernel off for "1x1": it takes pointwise convolutions of few
+    channels.)"""
+    if path == "1x1":
+        monkeypatch.setenv("NNHAL_DIRECT", "0")
+    calls = []
+    real = _conv_nhwc.pixel_rows
+    monkeypatch.setattr(_conv_nhwc, "pixel_rows", lambda *a: calls.append(1) or real(*a))
+    node, ins, outs, x, wv, bv = make(name, True, ACTIVATIONS[act])
+    assert _conv_nhwc.ConvGemmNHWC.path(_conv2d.conv2d(node, ins, outs)) == path
+    run = select(node, ins, outs, layout="NHWC").prepare(node, ins, outs)
+    expect = reference(node, ins, outs, x, wv, bv).transpose(0, 2, 3, 1)
+    tol = 1e-4 * (float(np.abs(expect).max()) or 1.0)
+    xt = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+    y = np.full(expect.shape, np.nan, np.float32)
+    for k in (3, 1, 2):
+        # new inputs into the same output: each run's own result
+        want = reference(node, ins, outs, x * np.float32(k), wv, bv).transpose(0, 2, 3, 1)
+        (got,) = run([xt * np.float32(k), wv, bv], [y])
+        assert got is y
+        np.testing.assert_allclose(y, want, rtol=1e-4, atol=tol * k)
+    assert len(calls) == 1                     # the planned output's pixel rows, once
+    wide = np.full(expect.shape[:3] + (expect.shape[3] + 5,), np.nan, np.float32)
+    (got,) = run([xt, wv, bv], [wide[..., 2:-3]])
+    np.testing.assert_allclose(wide[..., 2:-3], expect, rtol=1e-4, atol=tol)
+    assert np.isnan(wide[..., :2]).all() and np.isnan(wide[..., -3:]).all()
+    strided = np.repeat(xt, 2, axis=-1)[..., ::2]
+    (got,) = run([strided, wv, bv], [np.empty_like(y)])
+    np.testing.assert_allclose(got, expect, rtol=1e-4, atol=tol)

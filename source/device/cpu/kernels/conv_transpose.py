@@ -1,12 +1,18 @@
 """ConvTranspose on the cpu device, channels last: one GEMM on the pool, then the taps' slabs in place
-(beside the host's NCHW kernel, hostkernels/op_conv_transpose.py)."""
+(beside the host's NCHW kernel, hostkernels/op_conv_transpose.py, which ConvTransposeFused runs with a fused
+activation). Both take the activation the plan fuses into the node (fusions.fuse_activations): the Relu after a
+decoder's upsampling, the Sigmoid of a DBNet-style probability head, applied with the bias in one epilogue."""
 from __future__ import annotations
 
 import numpy as np
 
 from nnhal.device.cpu import parallel
+from nnhal.device.cpu.kernels import _gates
+from nnhal.device.cpu.kernels._conv_nhwc import _epilogue
 from nnhal.errors import ShapeError, where
 from nnhal.hostkernels.base import Kernel, RunFn
+from nnhal.hostkernels.fused import activation_of
+from nnhal.hostkernels.op_conv_transpose import ConvTransposeKernel
 from nnhal.operator.table import get_prototype
 
 
@@ -21,6 +27,7 @@ class ConvTransposeNHWC(Kernel):
     op_type = "ConvTranspose"
     name = "nhwc"
     layout = "NHWC"
+    fuse_activation = True
 
     def score(self, node, ins, outs) -> int:
         x, w = ins[0], ins[1]
@@ -50,6 +57,10 @@ class ConvTransposeNHWC(Kernel):
         const_taps = None if ins[1].value is None else pack(ins[1].value)
         with_bias = len(ins) > 2 and ins[2] is not None
         const_bias = ins[2].value.astype(dtype) if with_bias and ins[2].value is not None else None
+        act = activation_of(node)
+        # the bias (tiled to an output row) and the fused activation in place on the output, in one epilogue
+        const_finish = _epilogue(const_bias, act, dtype, ow * m) if const_bias is not None or not with_bias \
+            else None
         tiles = (sh, sw) == (kh, kw) and (dh, dw) == (1, 1) and not any(g["pads"]) and (oh, ow) == (h * kh, wd * kw)
         # the uncropped output: positions p * s + t * d - start, start = min(0, pad) as scatter_windows has it
         starts = (min(0, ph), min(0, pw))
@@ -70,8 +81,8 @@ class ConvTransposeNHWC(Kernel):
 
         def run(inputs, outputs):
             taps = const_taps if const_taps is not None else pack(_checked(node, inputs[1], (c, m, kh, kw)))
-            bias = const_bias if const_bias is not None or not with_bias \
-                else _checked(node, inputs[2], (m,)).astype(dtype)
+            finish = const_finish if const_finish is not None \
+                else _epilogue(_checked(node, inputs[2], (m,)), act, dtype, ow * m)
             y = outputs[0]
             if y is None or not y.flags.c_contiguous:
                 y = np.empty((n, oh, ow, m), dtype)
@@ -92,11 +103,26 @@ class ConvTransposeNHWC(Kernel):
                             r0, c0 = i * dh - starts[0], j * dw - starts[1]
                             buf[:, r0:r0 + (h - 1) * sh + 1:sh, c0:c0 + (wd - 1) * sw + 1:sw] += cols[:, :, :, i, j]
                     np.copyto(y, buf[:, ph - starts[0]:ph - starts[0] + oh, pw - starts[1]:pw - starts[1] + ow])
-            if bias is not None:
-                y += bias
+            finish(y)
             return (y,)
 
         return run
+
+
+class ConvTransposeFused(ConvTransposeKernel):
+    """The host's NCHW ConvTranspose (any rank and group) with the activation the plan fused into the node
+    applied in place on its output: the kernel a ConvTranspose has before the layout pass, so that
+    fusions.fuse_activations can fold its activation whether the node then stays NCHW or becomes channels last
+    (ConvTransposeNHWC)."""
+
+    name = "fused"
+    fuse_activation = True
+
+    def score(self, node, ins, outs) -> int:
+        return 2
+
+    def prepare(self, node, ins, outs) -> RunFn:
+        return _gates.fused(super().prepare(node, ins, outs), node)
 
 
 def _shape(info) -> tuple:
@@ -112,4 +138,4 @@ def _checked(node, value: np.ndarray, shape: tuple) -> np.ndarray:
     return value
 
 
-IMPLEMENTATIONS = (ConvTransposeNHWC,)
+IMPLEMENTATIONS = (ConvTransposeNHWC, ConvTransposeFused)
