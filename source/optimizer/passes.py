@@ -18,6 +18,7 @@ from nnhal.optimizer.gemm_reshape import unfold_reshaped_gemm
 from nnhal.optimizer.movement import collapse_data_movement
 from nnhal.optimizer.pad_fold import fold_pad_into_consumers
 from nnhal.optimizer.qdq import fuse_qdq_elementwise
+from nnhal.optimizer.sibling_matmuls import merge_row_projections
 
 
 def remove_dead_nodes(graph: Graph) -> int:
@@ -191,6 +192,7 @@ PASSES: list[tuple[str, Callable[[Graph], int]]] = [
     ("collapse_data_movement", collapse_data_movement),
     ("fold_constant_adds", fold_constant_adds),
     ("split_matmul_batch", split_matmul_batch),
+    ("merge_row_projections", merge_row_projections),
 ]
 
 
@@ -198,7 +200,8 @@ PASSES: list[tuple[str, Callable[[Graph], int]]] = [
 # (|b| ~ 1) with a mask (0 / -100) into one constant that a quantized Add then quantizes per tensor: the bias
 # drowned in steps of 0.4 (a Swin block at int8: output error 0.076 -> 0.112 relative RMS)
 # fuse_qdq_elementwise: a quantized precision folds the model's own Q/DQ pairs (qdq.fold_qdq) and lowers itself
-FLOAT_ONLY = frozenset({"fold_constant_adds", "fuse_qdq_elementwise"})
+# merge_row_projections: one quantized weight for Q, K and V would share one range (per-tensor scales)
+FLOAT_ONLY = frozenset({"fold_constant_adds", "fuse_qdq_elementwise", "merge_row_projections"})
 
 
 def run_passes(graph: Graph, precision: str = "fp32") -> dict[str, int]:
