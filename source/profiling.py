@@ -104,7 +104,7 @@ def category(op: str, kernel: str) -> str:
         return MOVEMENT
     if op in CONTROL_OPS:
         return CONTROL
-    if kernel == "reference" and op not in ONE_PASS_OPS:
+    if (kernel == "reference" or kernel.startswith("reference+")) and op not in ONE_PASS_OPS:
         return REFERENCE
     return KERNEL
 

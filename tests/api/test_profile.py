@@ -140,3 +140,5 @@ def test_coverage_categories():
     assert category("MatMul", "reference") == KERNEL and category("Conv", "gemm") == KERNEL
     assert category("LSTM", "reference") == REFERENCE and category("LSTM", "fast") == KERNEL
     assert category("SomeNewOp", "reference") == REFERENCE
+    # a reference kernel that applies a fused activation is still reference time
+    assert category("ConvTranspose", "reference+activation") == REFERENCE
