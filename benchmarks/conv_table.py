@@ -17,6 +17,9 @@ kernel's own call); onnxruntime's profiler times its kernel's compute only. Smal
 multiply-adds: ~45 us) read 20-30% slower in the table than their kernels are.
 
     python benchmarks/conv_table.py --models resnet_bottleneck,resnet_basic --threads 2 --rounds 8
+
+OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are removed from the command's environment (it re-executes itself without
+them, as benchmarks/corpus.py does).
 """
 from __future__ import annotations
 
@@ -90,7 +93,10 @@ def main(argv: list[str] | None = None) -> int:
     from corpus import registry
 
     import nnhal
+    from nnhal.benchmark.run import _MARK, _reexec_without_openblas_vars
 
+    argv = sys.argv[1:] if argv is None else argv
+    _reexec_without_openblas_vars(argv, [sys.executable, os.path.abspath(__file__)])
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--models", required=True, help="comma-separated corpus names (tuned or untuned only)")
     p.add_argument("--threads", type=int, default=2)
@@ -99,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stat", choices=("median", "min"), default="median")
     args = p.parse_args(argv)
     pick = statistics.median if args.stat == "median" else min
+    removed = os.environ.get(_MARK) or "they were not set"
+    print(f"OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are unset for this run ({removed})")
     for name in args.models.split(","):
         if registry.half_of(name) == "heldout":
             p.error(f"{name} is a held-out model: it is never profiled")

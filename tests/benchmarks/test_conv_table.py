@@ -1,20 +1,14 @@
 """The per-convolution table's model reading (benchmarks/conv_table.py): shapes, onnxruntime's fused names, halves."""
-import importlib.util
-import os
-
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-PATH = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "conv_table.py")
+from tests.benchmarks import load_script
 
 
 @pytest.fixture(scope="module")
 def table():
-    spec = importlib.util.spec_from_file_location("conv_table_benchmark", PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("conv_table.py", "conv_table_benchmark")
 
 
 def _model():
@@ -56,6 +50,8 @@ def test_held_out_models_are_refused(table, monkeypatch):
     from corpus import registry  # benchmarks/ is on sys.path once conv_table is loaded
 
     loaded = []
+    for var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
+        monkeypatch.delenv(var, raising=False)   # else main re-executes the process without them
     monkeypatch.setattr(registry, "half_of", lambda name: "heldout")
     monkeypatch.setattr(registry, "load", lambda name: loaded.append(name))
     with pytest.raises(SystemExit):
