@@ -37,13 +37,14 @@ AVX512_MAX_OUT_FEW_TAPS = 32
 
 
 # Without AVX-512: a KxK convolution (K > 1) whose output has at most this many pixels an image runs on the direct
-# kernel whatever its channels. There the GEMM's rows are the few pixels (49 on a 7x7 map), where OpenBLAS packs
-# the whole of the weights for little work, and since its edge pixels run in tiles (nn_direct_tiles.h) the direct
-# kernel keeps its FMA chains full on such maps. Measured on the same VM, 3x3, batch 1, interleaved min of 32 in one
-# process (us, direct / im2col + GEMM; 1 thread): 128 -> 128 at 7^2 150 / 210, stride 2 from 14^2 186 / 214;
-# 256 -> 256 at 7^2 602 / 951, stride 2 from 14^2 1016 / 1233; 512 -> 512 at 7^2 2805 / 4171; 2 threads: 128 at
-# 7^2 203 / 288, stride 2 215 / 309; 256 at 7^2 979 / 3054. At 14^2 they tie (128 -> 128: 700 / 757 at 1 thread,
-# 1654 / 1609 at 2; 96 -> 96: 391 / 408), at 28^2 the GEMM wins (128 -> 128: 5800 / 4687).
+# kernel whatever its channels (a 1x1 too while its weights are small; below). There the GEMM's rows are the few
+# pixels (49 on a 7x7 map), where OpenBLAS packs the whole of the weights for little work, and since its edge pixels
+# run in tiles (nn_direct_tiles.h) the direct kernel keeps its FMA chains full on such maps. Measured on the same
+# VM, 3x3, batch 1, interleaved min of 32 in one process (us, direct / im2col + GEMM; 1 thread): 128 -> 128 at 7^2
+# 150 / 210, stride 2 from 14^2 186 / 214; 256 -> 256 at 7^2 602 / 951, stride 2 from 14^2 1016 / 1233; 512 -> 512
+# at 7^2 2805 / 4171; 2 threads: 128 at 7^2 203 / 288, stride 2 215 / 309; 256 at 7^2 979 / 3054. At 14^2 they tie
+# (128 -> 128: 700 / 757 at 1 thread, 1654 / 1609 at 2; 96 -> 96: 391 / 408), at 28^2 the GEMM wins (128 -> 128:
+# 5800 / 4687). The bound was 64.
 # NOTE: those were one convolution called over and over, its weights hot in cache. Inside a model (issue 27, conv4
 # round: two sessions of one model in one process, NNHAL_DIRECT=2 against the default, 16 alternating rounds of 5
 # profiled runs, loaded machine, per-step min / median in us, 1 thread then 2) the same rule also holds at 10^2:
