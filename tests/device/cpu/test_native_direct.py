@@ -135,28 +135,6 @@ def test_direct_fits_small_maps_without_avx512(monkeypatch):
     assert not direct_conv.direct_fits(1, 256, 128, (1, 1), 1, f32, 7 * 7)
 
 
-@pytest.mark.skipif(direct_conv.parallel.avx512(), reason="with AVX-512 small maps keep the GEMM (direct_fits)")
-@pytest.mark.parametrize("stride, h", [(1, 7), (2, 13), (2, 20)])
-def test_small_map_deep_1x1_runs_direct(monkeypatch, stride, h):
-    """A 1x1 of 200 -> 120 channels (not multiples of 16) onto a map of at most 100 pixels, batch 2, stride 1 and 2
-    (read in place, no gather copy): the small-map rule puts it on the direct kernel; the float64 reference bounds
-    its rounding (K = 200 products and the bias)."""
-    calls = []
-    real = native.Conv
-    monkeypatch.setattr(native, "Conv", lambda kind, *a: (calls.append(kind), real(kind, *a))[1])
-    rng = np.random.default_rng(7)
-    wt = rng.standard_normal((120, 200, 1, 1)).astype(np.float32)
-    bias = rng.standard_normal(120).astype(np.float32)
-    x = rng.standard_normal((2, 200, h, h)).astype(np.float32)
-    want, scale = _reference(x, wt, bias, stride, 1, [0, 0, 0, 0], True)
-    with nnhal.Session(_model(x.shape, wt, bias, 1, stride, 1, [0, 0, 0, 0], True), devices=["cpu"],
-                       num_thread=2) as s:
-        got = s.run({"x": x})[0]
-    assert calls == ["direct"], calls
-    assert got.shape == want.shape
-    assert np.all(np.abs(got - want) <= (200 + 2) * 2.0 ** -24 * scale + 1e-30)
-
-
 @pytest.mark.parametrize("layout", ["nhwc", "nchw"])
 def test_direct_conv_forced_on_every_group1_case(monkeypatch, layout):
     """NNHAL_DIRECT=2 puts every group-1 float32 non-Winograd case of the kernel tests on the direct kernel (dilations,
@@ -180,24 +158,43 @@ def test_direct_conv_forced_on_every_group1_case(monkeypatch, layout):
         assert calls.count("direct") == 2, name
 
 
+def _small_map_run(monkeypatch, c, m, k, h, stride, pads, seed):
+    """A c -> m KxK convolution with bias and Relu over a (2, c, h, h) input on the cpu device at 2 threads: the
+    native.Conv kinds prepared, the output, the float64 reference and its rounding scale."""
+    calls = []
+    real = native.Conv
+    monkeypatch.setattr(native, "Conv", lambda kind, *a: (calls.append(kind), real(kind, *a))[1])
+    rng = np.random.default_rng(seed)
+    wt = rng.standard_normal((m, c, k, k)).astype(np.float32)
+    bias = rng.standard_normal(m).astype(np.float32)
+    x = rng.standard_normal((2, c, h, h)).astype(np.float32)
+    want, scale = _reference(x, wt, bias, stride, 1, pads, True)
+    with nnhal.Session(_model(x.shape, wt, bias, k, stride, 1, pads, True), devices=["cpu"], num_thread=2) as s:
+        got = s.run({"x": x})[0]
+    return calls, got, want, scale
+
+
 @pytest.mark.skipif(direct_conv.parallel.avx512(), reason="with AVX-512 small maps keep the GEMM (direct_fits)")
 @pytest.mark.parametrize("check", ["0", "1"])
 def test_small_map_wide_conv_runs_direct(monkeypatch, check):
     """96 -> 80 channels 3x3 on a 6x6 map (batch 2, both plan paths): the small-map rule puts it on the direct
     kernel, whose tiles then hold pixels of several rows and of both images."""
     monkeypatch.setenv("NNHAL_CHECK", check)
-    calls = []
-    real = native.Conv
-    monkeypatch.setattr(native, "Conv", lambda kind, *a: (calls.append(kind), real(kind, *a))[1])
-    rng = np.random.default_rng(5)
-    wt = rng.standard_normal((80, 96, 3, 3)).astype(np.float32)
-    bias = rng.standard_normal(80).astype(np.float32)
-    x = rng.standard_normal((2, 96, 6, 6)).astype(np.float32)
-    want, scale = _reference(x, wt, bias, 1, 1, [1, 1, 1, 1], True)
-    with nnhal.Session(_model(x.shape, wt, bias, 3, 1, 1, [1, 1, 1, 1], True), devices=["cpu"], num_thread=2) as s:
-        got = s.run({"x": x})[0]
+    calls, got, want, scale = _small_map_run(monkeypatch, 96, 80, 3, 6, 1, [1, 1, 1, 1], 5)
     assert "direct" in calls, "the small-map convolution did not run on the direct kernel"
     assert np.all(np.abs(got - want) <= (96 * 9 + 2) * 2.0 ** -24 * scale + 1e-30)
+
+
+@pytest.mark.skipif(direct_conv.parallel.avx512(), reason="with AVX-512 small maps keep the GEMM (direct_fits)")
+@pytest.mark.parametrize("stride, h", [(1, 7), (2, 13), (2, 20)])
+def test_small_map_deep_1x1_runs_direct(monkeypatch, stride, h):
+    """A 1x1 of 200 -> 120 channels (not multiples of 16) onto a map of at most 100 pixels, batch 2, stride 1 and 2
+    (read in place, no gather copy): the small-map rule puts it on the direct kernel; the float64 reference bounds
+    its rounding (K = 200 products and the bias)."""
+    calls, got, want, scale = _small_map_run(monkeypatch, 200, 120, 1, h, stride, [0, 0, 0, 0], 7)
+    assert calls == ["direct"], calls
+    assert got.shape == want.shape
+    assert np.all(np.abs(got - want) <= (200 + 2) * 2.0 ** -24 * scale + 1e-30)
 
 
 @pytest.mark.parametrize("parts", [1, 2, 3, 7])
