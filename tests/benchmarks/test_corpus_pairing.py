@@ -1,18 +1,12 @@
 """The corpus benchmark's fp16/fp32 statistic: paired runs alternating in one block (benchmarks/corpus.py)."""
-import importlib.util
-import os
-
 import pytest
 
-PATH = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "corpus.py")
+from tests.benchmarks import load_script
 
 
 @pytest.fixture(scope="module")
 def corpus():
-    spec = importlib.util.spec_from_file_location("corpus_benchmark", PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("corpus.py", "corpus_benchmark")
 
 
 def test_pairs_alternate_order_and_respect_bounds(corpus):

@@ -14,9 +14,9 @@ from nnhal.conformance.tolerance import assert_within_bound, gamma, rounded_with
 from nnhal.device.cpu import native
 from nnhal.device.cpu.kernels import concat as concat_kernel
 
-SHAPE = (2, 168, 7, 7)
-# 168 input channels and 56 outputs: the GEMM paths (direct_conv.direct_fits refuses them with or without
-# AVX-512); 8 outputs: the direct kernel
+SHAPE = (2, 168, 11, 11)
+# 168 input channels and 56 outputs on 121 pixels: the GEMM paths (direct_conv.direct_fits refuses them with or
+# without AVX-512; on 7x7 maps the small-map rule would take them); 8 outputs: the direct kernel
 TAPS = 168 * 9 + 1                  # the longest sum of products (3x3 over 168 channels, plus the bias)
 
 

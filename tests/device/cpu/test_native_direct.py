@@ -121,10 +121,18 @@ def test_direct_fits_small_maps_without_avx512(monkeypatch):
     f32 = np.dtype(np.float32)
     monkeypatch.setattr(direct_conv.parallel, "avx512", lambda: False)
     assert direct_conv.direct_fits(1, 128, 128, (3, 3), 1, f32, 7 * 7)         # a 7x7 map: the GEMM's rows are few
+    assert direct_conv.direct_fits(1, 64, 128, (3, 3), 1, f32, 10 * 10)       # yolo_c2f's stride-2 conv to 10x10
+    assert not direct_conv.direct_fits(1, 128, 128, (3, 3), 1, f32, 11 * 11)
     assert not direct_conv.direct_fits(1, 128, 128, (3, 3), 1, f32, 14 * 14)
-    assert not direct_conv.direct_fits(1, 256, 128, (1, 1), 1, f32, 7 * 7)     # a 1x1 ties: one GEMM on the input
+    # a 1x1 on a small map: its BLAS call packs the weights each call; while they stay small
+    assert direct_conv.direct_fits(1, 256, 128, (1, 1), 1, f32, 7 * 7)
+    assert direct_conv.direct_fits(1, 192, 128, (1, 1), 1, f32, 10 * 10)
+    assert not direct_conv.direct_fits(1, 512, 256, (1, 1), 1, f32, 7 * 7)     # deep: the GEMM's packing pays
+    assert not direct_conv.direct_fits(1, 256, 128, (1, 1), 1, f32, 14 * 14)
+    assert not direct_conv.direct_fits(1, 256, 128, (1, 1), 1, f32)             # pixels not known: the channel rules
     monkeypatch.setattr(direct_conv.parallel, "avx512", lambda: True)
     assert not direct_conv.direct_fits(1, 128, 128, (3, 3), 1, f32, 7 * 7)     # twice the GEMM's vector width there
+    assert not direct_conv.direct_fits(1, 256, 128, (1, 1), 1, f32, 7 * 7)
 
 
 @pytest.mark.parametrize("layout", ["nhwc", "nchw"])
@@ -150,24 +158,43 @@ def test_direct_conv_forced_on_every_group1_case(monkeypatch, layout):
         assert calls.count("direct") == 2, name
 
 
+def _small_map_run(monkeypatch, c, m, k, h, stride, pads, seed):
+    """A c -> m KxK convolution with bias and Relu over a (2, c, h, h) input on the cpu device at 2 threads: the
+    native.Conv kinds prepared, the output, the float64 reference and its rounding scale."""
+    calls = []
+    real = native.Conv
+    monkeypatch.setattr(native, "Conv", lambda kind, *a: (calls.append(kind), real(kind, *a))[1])
+    rng = np.random.default_rng(seed)
+    wt = rng.standard_normal((m, c, k, k)).astype(np.float32)
+    bias = rng.standard_normal(m).astype(np.float32)
+    x = rng.standard_normal((2, c, h, h)).astype(np.float32)
+    want, scale = _reference(x, wt, bias, stride, 1, pads, True)
+    with nnhal.Session(_model(x.shape, wt, bias, k, stride, 1, pads, True), devices=["cpu"], num_thread=2) as s:
+        got = s.run({"x": x})[0]
+    return calls, got, want, scale
+
+
 @pytest.mark.skipif(direct_conv.parallel.avx512(), reason="with AVX-512 small maps keep the GEMM (direct_fits)")
 @pytest.mark.parametrize("check", ["0", "1"])
 def test_small_map_wide_conv_runs_direct(monkeypatch, check):
     """96 -> 80 channels 3x3 on a 6x6 map (batch 2, both plan paths): the small-map rule puts it on the direct
     kernel, whose tiles then hold pixels of several rows and of both images."""
     monkeypatch.setenv("NNHAL_CHECK", check)
-    calls = []
-    real = native.Conv
-    monkeypatch.setattr(native, "Conv", lambda kind, *a: (calls.append(kind), real(kind, *a))[1])
-    rng = np.random.default_rng(5)
-    wt = rng.standard_normal((80, 96, 3, 3)).astype(np.float32)
-    bias = rng.standard_normal(80).astype(np.float32)
-    x = rng.standard_normal((2, 96, 6, 6)).astype(np.float32)
-    want, scale = _reference(x, wt, bias, 1, 1, [1, 1, 1, 1], True)
-    with nnhal.Session(_model(x.shape, wt, bias, 3, 1, 1, [1, 1, 1, 1], True), devices=["cpu"], num_thread=2) as s:
-        got = s.run({"x": x})[0]
+    calls, got, want, scale = _small_map_run(monkeypatch, 96, 80, 3, 6, 1, [1, 1, 1, 1], 5)
     assert "direct" in calls, "the small-map convolution did not run on the direct kernel"
     assert np.all(np.abs(got - want) <= (96 * 9 + 2) * 2.0 ** -24 * scale + 1e-30)
+
+
+@pytest.mark.skipif(direct_conv.parallel.avx512(), reason="with AVX-512 small maps keep the GEMM (direct_fits)")
+@pytest.mark.parametrize("stride, h", [(1, 7), (2, 13), (2, 20)])
+def test_small_map_deep_1x1_runs_direct(monkeypatch, stride, h):
+    """A 1x1 of 200 -> 120 channels (not multiples of 16) onto a map of at most 100 pixels, batch 2, stride 1 and 2
+    (read in place, no gather copy): the small-map rule puts it on the direct kernel; the float64 reference bounds
+    its rounding (K = 200 products and the bias)."""
+    calls, got, want, scale = _small_map_run(monkeypatch, 200, 120, 1, h, stride, [0, 0, 0, 0], 7)
+    assert calls == ["direct"], calls
+    assert got.shape == want.shape
+    assert np.all(np.abs(got - want) <= (200 + 2) * 2.0 ** -24 * scale + 1e-30)
 
 
 @pytest.mark.parametrize("parts", [1, 2, 3, 7])

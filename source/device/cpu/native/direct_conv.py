@@ -37,15 +37,25 @@ AVX512_MAX_OUT_FEW_TAPS = 32
 
 
 # Without AVX-512: a KxK convolution (K > 1) whose output has at most this many pixels an image runs on the direct
-# kernel whatever its channels. There the GEMM's rows are the few pixels (49 on a 7x7 map), where OpenBLAS packs
-# the whole of the weights for little work, and since its edge pixels run in tiles (nn_direct_tiles.h) the direct
-# kernel keeps its FMA chains full on such maps. Measured on the same VM, 3x3, batch 1, interleaved min of 32 in one
-# process (us, direct / im2col + GEMM; 1 thread): 128 -> 128 at 7^2 150 / 210, stride 2 from 14^2 186 / 214;
-# 256 -> 256 at 7^2 602 / 951, stride 2 from 14^2 1016 / 1233; 512 -> 512 at 7^2 2805 / 4171; 2 threads: 128 at
-# 7^2 203 / 288, stride 2 215 / 309; 256 at 7^2 979 / 3054. At 14^2 they tie (128 -> 128: 700 / 757 at 1 thread,
-# 1654 / 1609 at 2; 96 -> 96: 391 / 408), at 28^2 the GEMM wins (128 -> 128: 5800 / 4687); a 1x1 ties
-# (256 -> 128 at 7^2 49 / 51).
-SMALL_MAP_PIXELS = 64
+# kernel whatever its channels (a 1x1 too while its weights are small; below). There the GEMM's rows are the few
+# pixels (49 on a 7x7 map), where OpenBLAS packs the whole of the weights for little work, and since its edge pixels
+# run in tiles (nn_direct_tiles.h) the direct kernel keeps its FMA chains full on such maps. Measured on the same
+# VM, 3x3, batch 1, interleaved min of 32 in one process (us, direct / im2col + GEMM; 1 thread): 128 -> 128 at 7^2
+# 150 / 210, stride 2 from 14^2 186 / 214; 256 -> 256 at 7^2 602 / 951, stride 2 from 14^2 1016 / 1233; 512 -> 512
+# at 7^2 2805 / 4171; 2 threads: 128 at 7^2 203 / 288, stride 2 215 / 309; 256 at 7^2 979 / 3054. At 14^2 they tie
+# (128 -> 128: 700 / 757 at 1 thread, 1654 / 1609 at 2; 96 -> 96: 391 / 408), at 28^2 the GEMM wins (128 -> 128:
+# 5800 / 4687). The bound was 64.
+# NOTE: those were one convolution called over and over, its weights hot in cache. Inside a model (issue 27, conv4
+# round: two sessions of one model in one process, NNHAL_DIRECT=2 against the default, 16 alternating rounds of 5
+# profiled runs, loaded machine, per-step min / median in us, 1 thread then 2) the same rule also holds at 10^2:
+# yolo_c2f's 64 -> 128 3x3 stride 2 to 10^2 (im2col) 241 / 258 -> 208 / 234, 286 / 915 -> 209 / 249; and it holds
+# for a 1x1, whose BLAS call packs its weights on every call: resnet_bottleneck's 256 -> 128 at 7^2 91 / 119 ->
+# 58 / 77, 98 / 118 -> 55 / 82; yolo_c2f's 192 -> 128 at 10^2 93 / 101 -> 73 / 85, 102 / 143 -> 80 / 98, 256 -> 128
+# at 10^2 105 / 115 -> 91 / 107, 115 / 156 -> 100 / 129 (192 -> 64 at 20^2 only 3-10%: not taken). With its
+# weights hot the 1x1 GEMM still wins on deep ones (512 -> 256 at 7^2 130 / 195 us, GEMM / direct), so a 1x1 takes
+# the rule only while its weights are at most SMALL_MAP_1X1_MAX_WEIGHTS floats (256 x 128, the largest measured).
+SMALL_MAP_PIXELS = 100
+SMALL_MAP_1X1_MAX_WEIGHTS = 256 * 128
 
 
 def direct_fits(n: int, c: int, m: int, kernel: tuple[int, int], group: int, dtype, pixels: int | None = None) -> bool:
@@ -60,7 +70,8 @@ def direct_fits(n: int, c: int, m: int, kernel: tuple[int, int], group: int, dty
     taps = c * kernel[0] * kernel[1]
     if parallel.avx512():
         return m <= AVX512_MAX_OUT or m <= AVX512_MAX_OUT_FEW_TAPS and taps <= MAX_TAPS
-    if pixels is not None and pixels <= SMALL_MAP_PIXELS and kernel[0] * kernel[1] > 1:
+    if pixels is not None and pixels <= SMALL_MAP_PIXELS and (kernel[0] * kernel[1] > 1
+                                                              or c * m <= SMALL_MAP_1X1_MAX_WEIGHTS):
         return True
     return m <= MAX_OUT or taps <= MAX_TAPS or m <= MAX_BOTH and c <= MAX_BOTH
 
