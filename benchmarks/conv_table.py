@@ -18,9 +18,8 @@ multiply-adds: ~45 us) read 20-30% slower in the table than their kernels are.
 
     python benchmarks/conv_table.py --models resnet_bottleneck,resnet_basic --threads 2 --rounds 8
 
-NOTE: at more than one thread the table does not show how a step scales: on the quiet machine resnet_bottleneck's
-convolutions summed 3.85 ms at 2 threads against 3.63 at 1 in the table, while plain runs went 3.35 -> 2.01 ms
-(docs/cpu-device.md); profiling each step from Python apparently breaks the native pool's spin between steps.
+NOTE: one thread count per invocation; tables at two thread counts run one after the other compare two moments
+of the host (on the 2-core VM its speed moved by 40% within minutes): compare thread counts in one process.
 
 OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are removed from the command's environment (it re-executes itself without
 them, as benchmarks/corpus.py does).
