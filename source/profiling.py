@@ -16,7 +16,8 @@ the framework's own time (scheduler, API, outputs handed back to the host) as a 
 100% of the wall time (of the summed subgraph time when async subgraphs overlapped).
 ``Profile.coverage()`` sums the same milliseconds by *kind of implementation* (``category``): tuned kernels,
 "reference" implementations (a host reference kernel that loops or takes many passes where a tuned one
-should run), layout conversions (inserted ``to-nhwc``/``to-nchw`` steps), pure data movement (reshapes,
+should run; a kernel named ``reference+...`` is one with something fused on and counts the same), layout
+conversions (inserted ``to-nhwc``/``to-nchw`` steps), pure data movement (reshapes,
 transposes, concats, slices, gathers, casts), control flow's own bookkeeping (If/Loop/Scan, their bodies'
 steps counted as rows of their own), and the rest (untimed device time, the framework).
 ``Profile.table()`` renders it; ``nnhal profile MODEL`` prints it.
