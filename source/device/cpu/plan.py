@@ -14,6 +14,7 @@ from functools import partial
 
 import numpy as np
 
+from nnhal.device.cpu import parallel
 from nnhal.device.cpu.attention_fuse import fuse_attention
 from nnhal.device.cpu.castfuse import fuse_half_round_trips, fuse_relayout_casts, fuse_rounded_concats
 from nnhal.device.cpu.channel_gather import fuse_channel_selections
@@ -41,7 +42,7 @@ from nnhal.device.cpu.matmul_views import fold_transposes
 from nnhal.device.cpu.planner import MemoryPlan, arena_views, plan_memory
 from nnhal.device.cpu.scale_fold import fold_operand_scales
 from nnhal.device.cpu.split_concat import merge_split_parts
-from nnhal.device.cpu.straight import Chunk, binds_input, failing_step, generate
+from nnhal.device.cpu.straight import Chunk, bind, binds_input, failing_step, generate
 from nnhal.errors import DeviceError, NnhalError, where, wrapped
 from nnhal.graph.graph import Graph
 from nnhal.graph.node import Node
@@ -125,6 +126,9 @@ class Buffers:
 
     arena: np.ndarray
     per_step: list[list]
+    # the bound calls of the plan's bound steps on this set (straight.bind), per thread split (bound_key): the
+    # views and splits a kernel bound belong to this set, never to the plan, so two sets share none
+    bound: dict = field(default_factory=dict)
 
     @staticmethod
     def lay_out(memory: MemoryPlan, layout: tuple) -> "Buffers":
@@ -156,10 +160,12 @@ class Plan:
     chunks: list[Chunk] = field(default_factory=list)
     in_slots: tuple[int, ...] = field(init=False)
     out_slots: tuple[int, ...] = field(init=False)
+    binds: bool = field(init=False)              # some step is bound (straight.bind)
 
     def __post_init__(self) -> None:
         self.in_slots = tuple(idx for _, idx in self.inputs)
         self.out_slots = tuple(idx for _, idx in self.outputs)
+        self.binds = any(chunk.binds for chunk in self.chunks)
 
     def call(self, arrays: Sequence[np.ndarray], check: bool = False) -> list[np.ndarray]:
         """Positional run (a control-flow body): ``arrays`` in the order of ``inputs``, the outputs returned in
@@ -177,7 +183,7 @@ class Plan:
             call = self.chunks[0].call
             if call is not None:            # one chunk: its positional function
                 try:
-                    return call(arrays, buffers.per_step, buffers.arena)
+                    return call(arrays, buffers.per_step, buffers.arena, self.bound(buffers))
                 except (NnhalError, MemoryError):
                     raise
                 except Exception as exc:
@@ -217,6 +223,17 @@ class Plan:
         finally:
             self.pool.append(buffers)
 
+    def bound(self, buffers: Buffers) -> list:
+        """The bound calls (straight.bind) of this plan's steps on ``buffers`` under the thread split in force now,
+        bound on first use; an empty tuple when no step is bound."""
+        if not self.binds:
+            return ()
+        key = bound_key()
+        calls = buffers.bound.get(key)
+        if calls is None:
+            calls = buffers.bound[key] = bind(self.steps, self.chunks, buffers.per_step)
+        return calls
+
     def take(self) -> Buffers:
         """A free set of buffers from the pool, or a new one (give it back with ``pool.append``)."""
         try:
@@ -255,8 +272,9 @@ class Plan:
         """Every chunk over ``slots`` (inputs filled; outputs read from it after)."""
         per_step, arena = buffers.per_step, buffers.arena
         try:
+            bound = self.bound(buffers)
             for chunk in self.chunks:
-                chunk.run(slots, per_step, arena)
+                chunk.run(slots, per_step, arena, bound)
         except (NnhalError, MemoryError):   # out of memory: the caller turns it into a LimitError
             raise
         except Exception as exc:
@@ -329,8 +347,8 @@ class Iteration:
         # a whole): the plan's one positional chunk, with each turn's (per_step, arena, the other set's arena)
         chunk = plan.chunks[0] if len(plan.chunks) == 1 else None
         self.direct = chunk.call if chunk is not None and plan.timings is None and not NESTED.active else None
-        self.turns = tuple((sets[t].per_step, sets[t].arena, sets[1 - t].arena) for t in range(len(sets))) \
-            if len(sets) == 2 else ()
+        self.turns = tuple((sets[t].per_step, sets[t].arena, sets[1 - t].arena, plan.bound(sets[t]))
+                           for t in range(len(sets))) if len(sets) == 2 and self.direct is not None else ()
 
     def call(self, arrays: Sequence[np.ndarray], check: bool = False) -> list[np.ndarray]:
         """One iteration (:meth:`Plan.call` on this turn's buffer set)."""
@@ -343,9 +361,9 @@ class Iteration:
             results = self.plan.call_on(arrays, check, self.sets[turn])
             other = self.sets[1 - turn].arena
         else:
-            per_step, arena, other = self.turns[turn]
+            per_step, arena, other, bound = self.turns[turn]
             try:
-                results = direct(arrays, per_step, arena)
+                results = direct(arrays, per_step, arena, bound)
             except (NnhalError, MemoryError):
                 raise
             except Exception as exc:
@@ -356,6 +374,12 @@ class Iteration:
     def close(self) -> None:
         """Give the buffer sets back to the plan's pool."""
         self.plan.pool.extend(self.sets)
+
+
+def bound_key() -> tuple[bool, int]:
+    """What a bound step's calls depend on beyond its buffer set: whether this thread's run splits over the pools
+    and over how many threads (Options.num_thread may change between runs): the key of Buffers.bound."""
+    return parallel.enabled(), parallel.threads()
 
 
 def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: list[str], body: bool = False,

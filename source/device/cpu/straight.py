@@ -12,6 +12,13 @@ reported with its node. Profiling (per-step timings) and NNHAL_CHECK keep the in
 Runs of consecutive small element-wise float32 steps go further: each run is one prepared native step program
 (steps.py) called once on the line of its first step; the lines of its other steps only bind, as locals, the
 outputs that steps after the run read.
+
+A step whose operands are all fixed for a buffer set (constants, and the planned arena buffers of earlier steps,
+which every run on that set writes in place) and whose outputs are all planned buffers may be *bound*: its
+kernel's run function carries ``bind(inputs, outputs)``, which returns a zero-argument callable doing the step on
+exactly those arrays (views reshaped, the thread split chosen and the checks done once), or None. The generated
+line of such a step is one call ``B[k]()``; ``B`` (:func:`bind`) is laid out per buffer set and per thread split
+(Plan: ``Buffers.bound``), never shared by two sets, so two threads running on two sets share no bound view.
 """
 from __future__ import annotations
 
@@ -23,6 +30,7 @@ import numpy as np
 
 from nnhal.device.cpu import parallel
 from nnhal.device.cpu import steps as native_steps
+from nnhal.errors import DeviceError, where, wrapped
 from nnhal.hostkernels.op_identity import IdentityKernel
 
 CHUNK = 256           # steps per generated function
@@ -41,8 +49,11 @@ class Chunk:
     # a plan of one chunk: the same steps as ``call(arrays, per_step, arena)``, the plan's inputs in order in,
     # its outputs returned in order (a control-flow body's iteration: no slot list filled or read); for a body,
     # ``run`` is then this one function over the slot list (generate: one compiled copy, not two)
-    call: Callable[[Sequence, list, np.ndarray], list] | None = None
+    call: Callable[[Sequence, list, np.ndarray, Sequence], list] | None = None
     call_code: CodeType | None = None
+    # the bound steps (step, operand sources): a source is None (absent), (-1, constant) or (k, p, *views): output
+    # p of step k, its planned buffer, through static views (see bind)
+    binds: tuple[tuple[int, tuple], ...] = ()
 
 
 def _store(buf: np.ndarray, result) -> np.ndarray:
@@ -60,7 +71,8 @@ def _fresh(bufs: list, fresh: tuple) -> list:
 def generate(steps: Sequence, slots: Sequence, outputs: Sequence[tuple[str, int]],
              arena: np.ndarray | None = None, inputs: Sequence[tuple[str, int]] | None = None) -> list[Chunk]:
     """The straight-line chunks of a plan. A run fills ``S = list(slots)`` with its inputs, calls every
-    chunk as ``chunk.run(S, per_step, arena)`` in order and reads its outputs from ``S``.
+    chunk as ``chunk.run(S, per_step, arena, B)`` in order (``B``: :func:`bind` of the chunks on that buffer
+    set) and reads its outputs from ``S``.
 
     ``steps``: the plan's steps (run, ins, outs, buffers, fresh); ``slots``: the slot template (constants
     filled); ``arena``: the arena of the template buffers (None: no native step programs); ``inputs``: a
@@ -72,25 +84,26 @@ def generate(steps: Sequence, slots: Sequence, outputs: Sequence[tuple[str, int]
         for i in step.ins:
             last_read[i] = max(last_read.get(i, -1), k)
     segments = _segments(steps, slots, arena) if arena is not None and native_steps.enabled() else {}
+    fixed = _fixed_slots(steps, segments)
     if inputs is not None and len(steps) <= CHUNK:
         # NOTE: a body of one chunk is generated once, positional; its slot-list entry (a checked or profiled
         # run's fallback, Plan.run) is that function over the slot list, not a second compiled copy
         ins, outs = [idx for _, idx in inputs], [idx for _, idx in outputs]
-        positional = _chunk(steps, slots, 0, len(steps), last_read, segments, (ins, outs))
+        positional = _chunk(steps, slots, 0, len(steps), last_read, segments, fixed, (ins, outs))
         if positional is not None:
             return [replace(positional, run=_over_slots(positional.run, ins, outs), call=positional.run,
                             call_code=positional.code)]
     chunks = []
     for first in range(0, len(steps), CHUNK):
-        chunks.append(_chunk(steps, slots, first, min(first + CHUNK, len(steps)), last_read, segments))
+        chunks.append(_chunk(steps, slots, first, min(first + CHUNK, len(steps)), last_read, segments, fixed))
     return chunks
 
 
-def _over_slots(call: Callable[[Sequence, list, np.ndarray], list], ins: list[int], outs: list[int]) \
-        -> Callable[[list, list, np.ndarray], None]:
+def _over_slots(call: Callable[[Sequence, list, np.ndarray, Sequence], list], ins: list[int], outs: list[int]) \
+        -> Callable[[list, list, np.ndarray, Sequence], None]:
     """A positional chunk function as a slot-list one: its inputs read from ``S``, its outputs stored into it."""
-    def run(S: list, per_step: list, arena: np.ndarray) -> None:
-        for i, r in zip(outs, call([S[i] for i in ins], per_step, arena)):
+    def run(S: list, per_step: list, arena: np.ndarray, B: Sequence) -> None:
+        for i, r in zip(outs, call([S[i] for i in ins], per_step, arena, B)):
             S[i] = r
 
     return run
@@ -111,6 +124,98 @@ def _view_of(step) -> tuple | None:
             or not step.logical:
         return None
     return view
+
+
+def _fixed_slots(steps: Sequence, segments: dict[int, tuple[int, object]]) -> dict[int, tuple]:
+    """slot -> (k, p, *views) for every slot whose value in the generated code is always output p's planned buffer of
+    step k (``per_step[k][p]`` of the run's buffer set), seen through the static views (shape, start, stop) of the
+    view steps in between (an Identity's: none): what a kernel may bind to (see bind)."""
+    fixed: dict[int, tuple] = {}
+    segment_end, builder = -1, None
+    for k, step in enumerate(steps):
+        if k in segments:
+            segment_end, builder = segments[k]
+        if k < segment_end:         # a native step program's step (_segment_line)
+            idx = step.outs[0]
+            if step.fresh:
+                continue
+            if idx in builder.arena_of:
+                fixed[idx] = (k, 0)
+            elif step.ins and step.ins[0] in fixed:     # an alias of its input
+                fixed[idx] = fixed[step.ins[0]]
+            continue
+        if binds_input(step):
+            # its value is its input, or a view of it the line makes per run: fixed when the input is and the
+            # view is one (of the template buffer, laid out as every set's) and not a copy
+            src = fixed.get(step.ins[0])
+            view = _view_of(step)
+            if src is not None and not step.fresh:
+                if view is None:
+                    fixed[step.outs[0]] = src
+                else:
+                    base = steps[src[0]].buffers[src[1]]
+                    if np.may_share_memory(_viewed(base, src[2:]), _viewed(base, src[2:] + (view,))):
+                        fixed[step.outs[0]] = src + (view,)
+            continue
+        fresh = {p for p, _, _ in step.fresh}
+        for p, (idx, buf) in enumerate(zip(step.outs, step.buffers)):
+            if idx > 1 and buf is not None and p not in fresh:
+                fixed[idx] = (k, p)     # written in place (or stored into its buffer) by every line kind below
+    return fixed
+
+
+def _bind_sources(step, slots: Sequence, fixed: dict[int, tuple]) -> tuple | None:
+    """Where a bindable step's operands come from on every run (see Chunk.binds), or None when ``step`` cannot be
+    bound: its run function has no ``bind``, an output is allocated per run or has no planned buffer, or an operand
+    is a graph input or a tensor made per run."""
+    if getattr(step.run, "bind", None) is None or step.fresh or not step.outs \
+            or any(buf is None for idx, buf in zip(step.outs, step.buffers) if idx != 1):
+        return None
+    sources = []
+    for i in step.ins:
+        if i == 0:
+            sources.append(None)
+        elif slots[i] is not None:
+            sources.append((-1, slots[i]))
+        elif i in fixed:
+            sources.append(fixed[i])
+        else:
+            return None
+    return tuple(sources)
+
+
+def bind(steps: Sequence, chunks: Sequence[Chunk], per_step: list[list]) -> list:
+    """The bound calls of the chunks' bound steps on one buffer set (its ``per_step`` buffers), indexed by step: what
+    the generated code calls as ``B[k]()``. Made under the thread split in force (parallel.py): the caller keys the
+    list by it. A kernel whose ``bind`` declines gets its plain run over the same arrays."""
+    bound: list = [None] * len(steps)
+    for chunk in chunks:
+        for k, sources in chunk.binds:
+            ins = [None if src is None else src[1] if src[0] < 0 else _viewed(per_step[src[0]][src[1]], src[2:])
+                   for src in sources]
+            outs = list(per_step[k])
+            step = steps[k]
+            with wrapped(lambda exc: DeviceError(f"{where(step.node, 'cpu')}: binding kernel '{step.kernel_name}' "
+                                                 f"failed: {type(exc).__name__}: {exc}"), passthrough=(MemoryError,)):
+                bound[k] = step.run.bind(ins, outs) or _unbound(step.run, ins, outs)
+    return bound
+
+
+def _viewed(buf: np.ndarray, views: tuple) -> np.ndarray:
+    """``buf`` seen through static views (shape, start, stop) as the generated lines of view steps make them."""
+    for shape, start, stop in views:
+        buf = (buf if start is None else buf.reshape(-1)[int(start):int(stop)]).reshape(shape)
+    return buf
+
+
+def _unbound(run, ins: list, outs: list) -> Callable[[], None]:
+    """``run`` over the fixed ``ins`` into the planned ``outs``, stored there when it returned other arrays."""
+    def call() -> None:
+        for buf, r in zip(outs, run(ins, outs)):
+            if buf is not None and r is not buf:
+                np.copyto(buf, r, casting="unsafe")
+
+    return call
 
 
 def _segments(steps: Sequence, slots: Sequence, arena: np.ndarray) -> dict[int, tuple[int, object]]:
@@ -145,7 +250,8 @@ def _segments(steps: Sequence, slots: Sequence, arena: np.ndarray) -> dict[int, 
 
 
 def _chunk(steps: Sequence, slots: Sequence, first: int, stop: int, last_read: dict[int, int],
-           segments: dict[int, tuple[int, object]], positional: tuple[list, list] | None = None) -> Chunk | None:
+           segments: dict[int, tuple[int, object]], fixed: dict[int, tuple],
+           positional: tuple[list, list] | None = None) -> Chunk | None:
     """The chunk of steps [first, stop); ``positional`` (input slots, output slots): the whole plan's steps as
     ``call(A, per_step, arena)`` reading input k from A[k] and returning the outputs (None when a step reads a
     slot that is not an input)."""
@@ -170,6 +276,7 @@ def _chunk(steps: Sequence, slots: Sequence, first: int, stop: int, last_read: d
         return f"s{i}"
 
     body = []
+    binds = []
     segment_end = first
     for k in range(first, stop):
         step = steps[k]
@@ -212,6 +319,18 @@ def _chunk(steps: Sequence, slots: Sequence, first: int, stop: int, last_read: d
             body.append(f"    {out} = {made}; g{k}.run({a}, {y}, 1, 1, False)")
             defined.add(step.outs[0])
             continue
+        sources = _bind_sources(step, slots, fixed)
+        if sources is not None:
+            # NOTE: a bound step: one call of what its kernel bound on this buffer set (bind); its outputs are its
+            # planned buffers, which later lines read
+            binds.append((k, sources))
+            parts = [f"B[{k}]()"]
+            for p, idx in enumerate(step.outs):
+                if idx != 1:
+                    defined.add(idx)
+                    parts.append(f"s{idx} = per_step[{k}][{p}]")
+            body.append("    " + "; ".join(parts))
+            continue
         direct = _direct_ufunc(step)
         env[f"f{k}"] = step.run if direct is None else direct
         bound.append(f"f{k}")
@@ -247,7 +366,7 @@ def _chunk(steps: Sequence, slots: Sequence, first: int, stop: int, last_read: d
         tail = "    " + "; ".join(f"S[{i}] = s{i}" for i in stores) if stores else ""
     # the bindings and the loads share line 2, so step k sits on line FIRST_STEP_LINE + (k - first)
     setup = ([f"{', '.join(bound)}, = _bound"] if bound else []) + source
-    head = "def run(A, per_step, arena):" if positional is not None else "def run(S, per_step, arena):"
+    head = "def run(A, per_step, arena, B):" if positional is not None else "def run(S, per_step, arena, B):"
     lines = [head, "    " + "; ".join(setup or ["pass"])] + body
     if tail:
         lines.append(tail)
@@ -256,7 +375,7 @@ def _chunk(steps: Sequence, slots: Sequence, first: int, stop: int, last_read: d
     exec(code, env)   # noqa: S102 - the source is built above from slot numbers and names nnhal chose
     fn = env["run"]
     programs = tuple(env[f"P{k}"] for k in range(first, stop) if f"P{k}" in env)
-    return Chunk(fn, fn.__code__, first, stop - first, programs)
+    return Chunk(fn, fn.__code__, first, stop - first, programs, binds=tuple(binds))
 
 
 def _segment_line(steps: Sequence, first: int, stop: int, builder, env: dict, bound: list, name, defined: set,

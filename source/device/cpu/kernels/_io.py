@@ -16,6 +16,15 @@ def contiguous_io(inputs: list, outputs: list, shape: tuple, dtype) -> tuple[np.
     return x, y
 
 
+def planned_io(inputs: list, outputs: list, in_shape: tuple, out_shape: tuple, dtype) -> bool:
+    """Whether a bound step (straight.bind) may hand input 0 and output 0 to its native call as they are: a planned
+    output, both C-contiguous of ``dtype`` and of their static shapes (no per-run copy would be needed: a bound call
+    must read its operands where they lie, never a snapshot of them)."""
+    x, y = inputs[0], outputs[0]
+    return y is not None and x is not None and x.dtype == dtype and y.dtype == dtype and x.shape == in_shape \
+        and y.shape == out_shape and x.flags.c_contiguous and y.flags.c_contiguous
+
+
 def evenly_spaced_pixels(y: np.ndarray) -> bool:
     """Whether a 4-D channels-last array has unit-stride channels and evenly spaced pixels at least its channels
     apart: C-contiguous, or a channel slice of a wider channels-last tensor (plan.concat_slices), what the native

@@ -3,6 +3,8 @@ the pool; the com.microsoft Attention and MultiHeadAttention ops on the native s
 step of the CPU plan (:class:`FusedAttentionNative`, device/cpu/attention_fuse.py)."""
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
 from nnhal.device.cpu import native, parallel
@@ -256,4 +258,33 @@ class FusedAttentionNative(Kernel):
                 o[rows] = np.broadcast_to(mean[:, :, None, :], o.shape)[rows]
             return (y,)
 
+        def bind(inputs, outputs):
+            # NOTE: a planned step (straight.bind): the operands' views made once, the native call on them; only
+            # where no operand needs a copy (a bound call reads its operands where they lie) and the mask is used
+            # as it is (a Where's condition is made into a mask per run)
+            y = outputs[0]
+            if where is not None or y is None or y.shape != shape or y.dtype != np.float32 \
+                    or any(x is None or x.dtype != np.float32 for x in inputs[:3]):
+                return None
+            q, v = (inputs[k] if views[k] is None else views[k](inputs[k]) for k in (0, 2))
+            kt = inputs[1] if views[1] is None else views[1](inputs[1])
+            q, v, kt = (x.reshape(lead + x.shape) if lead else x for x in (q, v, kt))
+            k, flag = kt.swapaxes(-1, -2), 0
+            if not native_rows(k):
+                k, flag = kt, 1
+            mask = inputs[3] if len(inputs) > 3 else None
+            if mask is not None:
+                mask = np.broadcast_to(mask.reshape((1,) * (4 - mask.ndim) + mask.shape), scores4)
+            o = y if inverse is None else y.transpose(inverse)
+            o = o.reshape(lead + o.shape) if lead else o
+            views_of = ((q, inputs[0]), (kt, inputs[1]), (v, inputs[2]), (o, y)) \
+                + (((mask, inputs[3]),) if mask is not None else ())
+            if not (native_rows(q) and native_rows(v) and native_rows(k)) \
+                    or not all(np.may_share_memory(view, of) for view, of in views_of) \
+                    or (mask is not None and (mask.dtype != np.float32 or mask.strides[-1] != 4)):
+                return None
+            parts = parallel.native_parts(work, units) if parallel.native_pool() else 1
+            return partial(native.attention, q, k, v, mask, o, scale, flag, parts)
+
+        run.bind = bind
         return run

@@ -1,9 +1,12 @@
 """Gather on the cpu device: a native row-wise pick along the last axis (the references: hostkernels/op_gather.py)."""
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
 from nnhal.device.cpu import native
+from nnhal.device.cpu.kernels._io import planned_io
 from nnhal.hostkernels._shape import wrap_indices
 from nnhal.hostkernels.base import Kernel, RunFn
 
@@ -55,6 +58,15 @@ class GatherLastAxis(Kernel):
                 native.gather_last(x, out, idx, 0, rows)
             return (out,)
 
+        def bind(inputs, outputs):
+            # NOTE: a planned step (straight.bind): the native call on the fixed buffers
+            if not planned_io(inputs, outputs, tuple(data.shape), shape, data.dtype):
+                return None
+            if groups:
+                return partial(native.shuffle_last, inputs[0], outputs[0], groups, 0, rows)
+            return partial(native.gather_last, inputs[0], outputs[0], idx, 0, rows)
+
+        run.bind = bind
         return run
 
 

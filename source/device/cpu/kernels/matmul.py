@@ -9,6 +9,8 @@ is one GEMM, then the epilogue and the Gelu run over cache-sized row blocks of t
 """
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
 from nnhal.device.cpu import native, parallel
@@ -156,9 +158,41 @@ def gemm_first(run: RunFn, w: np.ndarray | None, bias: np.ndarray | None, shape:
                 return (y,)
         return run(inputs, outputs)
 
-    if prepared is None or rows > GEMV_ROWS or (act is not None and record is None):
+    if prepared is None:
         return run_native
     depth, macs = w.shape[0], rows * width * w.shape[0]
+
+    def bind(inputs, outputs):
+        # NOTE: a planned step (straight.bind): the prepared native call on the fixed views, its split chosen once
+        # (what run_rows and run_native choose per call); a residual add after it on the same fixed operands
+        a, y = inputs[0], outputs[0]
+        if not static or y is None or (act is not None and record is None) or not (fixed_b or inputs[1] is w) \
+                or a.dtype != _F32 or y.dtype != _F32 or a.size != rows * depth or y.shape != shape \
+                or not (a.flags.c_contiguous and y.flags.c_contiguous):
+            return None
+        a2, y2 = a.reshape(rows, depth), y.reshape(rows, width)
+        if rows <= GEMV_ROWS:
+            call = partial(prepared.run, a2, y2, _gemv_parts(macs, width), 1, 1)
+        else:
+            split = parallel.gemm_split(rows, depth, width, record is not None or bias is not None) \
+                if parallel.native_pool() else None
+            if split is None:
+                return None
+            call = partial(prepared.run, a2, y2, split[0], 1, split[1])
+        if not rest:
+            return call
+        operands = tuple((ufunc, inputs[k]) for ufunc, k in rest)
+
+        def bound() -> None:
+            call()
+            for ufunc, operand in operands:
+                ufunc(y, operand, out=y)
+
+        return bound
+
+    run_native.bind = bind
+    if rows > GEMV_ROWS or (act is not None and record is None):
+        return run_native
 
     def run_rows(inputs, outputs):
         # NOTE: a decoder step's projections (a few rows times the prepared constant B): the planned contiguous
@@ -173,6 +207,7 @@ def gemm_first(run: RunFn, w: np.ndarray | None, bias: np.ndarray | None, shape:
             return (y,)
         return run_native(inputs, outputs)
 
+    run_rows.bind = bind
     return run_rows
 
 

@@ -12,10 +12,12 @@
 """
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
 from nnhal.device.cpu import native, parallel
-from nnhal.device.cpu.kernels._io import contiguous_io
+from nnhal.device.cpu.kernels._io import contiguous_io, planned_io
 from nnhal.device.cpu.kernels.view import view_run
 from nnhal.hostkernels.base import Kernel, RunFn
 from nnhal.operator.op_transpose import permutation
@@ -104,6 +106,18 @@ class TransposeSwap(Kernel):
                 transpose(x, y, outer, a, b, inner, parts)
             return (y,)
 
+        def bind(inputs, outputs):
+            # NOTE: a planned step (straight.bind): the native call on the fixed buffers, split chosen once
+            if not planned_io(inputs, outputs, shape, out_shape, dtype):
+                return None
+            x, y = inputs[0], outputs[0]
+            parts = parallel.native_parts(work, units) if parallel.native_pool() else 1
+            if as_words:
+                return partial(transpose, x.reshape(-1).view(np.uint32), y.reshape(-1).view(np.uint32), outer, a, b,
+                               words, parts)
+            return partial(transpose, x, y, outer, a, b, inner, parts)
+
+        run.bind = bind
         return run
 
 

@@ -1,0 +1,141 @@
+"""Per-step framework cost of a CPU plan: chains of N identical small ops at (1, 64) float32 (plus a mini encoder
+layer), onnxruntime against nnhal with bound steps (device/cpu/straight.py bind) and without, A/B in one process.
+
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/chain_overhead.py [--rounds 7] [--kinds mm,sm]
+
+Prints per chain and N the median microseconds per run of each and the marginal cost per step (the slope from
+N=1 to N=60) of the medians and of the minima over the alternating blocks. "nnhal plain" prepares the same
+model with binding switched off (straight._bind_sources answering None), so both nnhal columns run the same
+kernels. The OpenBLAS variables should be unset (see README.md).
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import statistics
+import time
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto as T
+from onnx import helper as h
+
+import nnhal
+from nnhal.device.cpu import straight
+
+W = 64
+
+
+def chain(n: int, kind: str, seed: int = 0) -> onnx.ModelProto:
+    """x (1, 64) -> n nodes of ``kind`` -> y."""
+    rng = np.random.default_rng(seed)
+    nodes, inits, prev = [], [], "x"
+    shape = [1, 8, 8] if kind == "tr" else [1, W]
+    for i in range(n):
+        out = f"t{i}" if i < n - 1 else "y"
+        if kind == "mm":
+            inits.append(onnx.numpy_helper.from_array((rng.standard_normal((W, W)) * 0.1).astype(np.float32), f"w{i}"))
+            nodes.append(h.make_node("MatMul", [prev, f"w{i}"], [out]))
+        elif kind == "gemm_relu":
+            inits.append(onnx.numpy_helper.from_array((rng.standard_normal((W, W)) * 0.1).astype(np.float32), f"w{i}"))
+            inits.append(onnx.numpy_helper.from_array(rng.standard_normal(W).astype(np.float32), f"c{i}"))
+            nodes += [h.make_node("Gemm", [prev, f"w{i}", f"c{i}"], [f"g{i}"], transB=1),
+                      h.make_node("Relu", [f"g{i}"], [out])]
+        elif kind == "ln":
+            inits.append(onnx.numpy_helper.from_array(np.ones(W, np.float32), f"g{i}"))
+            inits.append(onnx.numpy_helper.from_array(np.zeros(W, np.float32), f"b{i}"))
+            nodes.append(h.make_node("LayerNormalization", [prev, f"g{i}", f"b{i}"], [out], axis=-1))
+        elif kind == "sm":
+            nodes.append(h.make_node("Softmax", [prev], [out], axis=-1))
+        elif kind == "gather":
+            inits.append(onnx.numpy_helper.from_array(rng.permutation(W).astype(np.int64), f"i{i}"))
+            nodes.append(h.make_node("Gather", [prev, f"i{i}"], [out], axis=1))
+        elif kind == "tr":
+            nodes.append(h.make_node("Transpose", [prev], [out], perm=[0, 2, 1]))
+        prev = out
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, shape)],
+                     [h.make_tensor_value_info("y", T.FLOAT, shape)], inits)
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+
+
+def encoder(n: int) -> onnx.ModelProto:
+    """n torch TransformerEncoderLayers (d_model 64, 4 heads, feed-forward 128) on (1, 16, 64), seeded, opset 17."""
+    import torch
+
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True)
+    model = torch.nn.TransformerEncoder(layer, n, enable_nested_tensor=False).eval()
+    buf = io.BytesIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        torch.onnx.export(model, (torch.randn(1, 16, 64),), buf, opset_version=17, dynamo=False,
+                          input_names=["x"], output_names=["y"])
+    return onnx.load_from_string(buf.getvalue())
+
+
+def timer(f, calls: int) -> float:
+    t = time.perf_counter()
+    for _ in range(calls):
+        f()
+    return (time.perf_counter() - t) / calls * 1e6
+
+
+def plain_session(model, x: dict) -> nnhal.Session:
+    """A Session of ``model`` prepared (at its first run) with no step bound."""
+    saved = straight._bind_sources
+    straight._bind_sources = lambda *a: None
+    try:
+        session = nnhal.Session(model, devices=["cpu"], num_thread=2)
+        session.run(x)
+        return session
+    finally:
+        straight._bind_sources = saved
+
+
+def measure(model, rounds: int, calls: int) -> dict[str, float]:
+    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    x = {"x": np.random.default_rng(1).standard_normal(shape).astype(np.float32)}
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 2
+    o = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    bound = nnhal.Session(model, devices=["cpu"], num_thread=2)
+    plain = plain_session(model, x)
+    fns = {"ort": lambda: o.run(None, x), "bound": lambda: bound.run(x), "plain": lambda: plain.run(x)}
+    np.testing.assert_allclose(bound.run(x)[0], plain.run(x)[0], rtol=1e-5, atol=1e-5)
+    for f in fns.values():
+        timer(f, 100)
+    got: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(rounds):          # alternating blocks
+        for k, f in fns.items():
+            got[k].append(timer(f, calls))
+    bound.close()
+    plain.close()
+    return {k: statistics.median(v) for k, v in got.items()} | {f"{k} min": min(v) for k, v in got.items()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--calls", type=int, default=400)
+    ap.add_argument("--kinds", default="mm,ln,sm,gemm_relu,gather,tr,enc")
+    args = ap.parse_args()
+    print(f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE')} (should be None); median us per run")
+    for kind in args.kinds.split(","):
+        sizes = (1, 4) if kind == "enc" else (1, 20, 60)
+        res = {n: measure(encoder(n) if kind == "enc" else chain(n, kind), args.rounds, args.calls) for n in sizes}
+        lo, hi = sizes[0], sizes[-1]
+        for n in sizes:
+            r = res[n]
+            print(f"{kind:10s} N={n:3d}  ort {r['ort']:7.1f}  nnhal bound {r['bound']:7.1f}  plain {r['plain']:7.1f}")
+        slope = {k: (res[hi][k] - res[lo][k]) / (hi - lo) for k in res[lo]}
+        unit = "layer" if kind == "enc" else "step"
+        for m in ("", " min"):
+            print(f"{kind:10s} marginal us/{unit}{m or ' median'}: ort {slope['ort' + m]:.2f}  bound "
+                  f"{slope['bound' + m]:.2f}  plain {slope['plain' + m]:.2f}  bound/ort "
+                  f"{slope['bound' + m] / slope['ort' + m]:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,254 @@
+"""Bound steps of the CPU plan (device/cpu/straight.py bind): a kernel's ``bind`` on a buffer set's fixed views
+against its plain run, the interpreting loop and onnxruntime; per-set and per-thread-split binding."""
+from __future__ import annotations
+
+import threading
+from functools import partial
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import helper, numpy_helper
+
+import nnhal
+from tests.conftest import make_model, vinfo
+
+RNG = np.random.default_rng(7)
+
+
+def _const(name: str, shape, scale: float = 0.1):
+    return numpy_helper.from_array((RNG.standard_normal(shape) * scale).astype(np.float32), name)
+
+
+def chain(kind: str, n: int = 3, rows: int = 1, width: int = 64):
+    """x -> Neg -> n nodes of ``kind`` -> Neg -> y: the middle nodes read and write planned buffers (bindable), the
+    first Neg reads the graph input and the last writes the graph output."""
+    nodes, inits, prev = [helper.make_node("Neg", ["x"], ["h"], name="neg_in")], [], "h"
+    shape = [rows, width]
+    for i in range(n):
+        out = f"t{i}"
+        if kind == "softmax":
+            nodes.append(helper.make_node("Softmax", [prev], [out], axis=-1, name=f"op{i}"))
+        elif kind == "softmax_mid":
+            shape = [1, 4, 16, rows]
+            nodes.append(helper.make_node("Softmax", [prev], [out], axis=2, name=f"op{i}"))
+        elif kind == "layernorm":
+            inits += [_const(f"g{i}", [width], 1.0), _const(f"b{i}", [width])]
+            nodes.append(helper.make_node("LayerNormalization", [prev, f"g{i}", f"b{i}"], [out], axis=-1,
+                                          name=f"op{i}"))
+        elif kind == "matmul":
+            inits.append(_const(f"w{i}", [width, width]))
+            nodes.append(helper.make_node("MatMul", [prev, f"w{i}"], [out], name=f"op{i}"))
+        elif kind == "matmul_residual":      # MatMul + bias + residual add: the bound call's epilogue pass
+            inits += [_const(f"w{i}", [width, width]), _const(f"c{i}", [width])]
+            nodes += [helper.make_node("MatMul", [prev, f"w{i}"], [f"p{i}"], name=f"op{i}"),
+                      helper.make_node("Add", [f"p{i}", f"c{i}"], [f"q{i}"], name=f"bias{i}"),
+                      helper.make_node("Add", [f"q{i}", prev], [out], name=f"res{i}")]
+        elif kind == "softmax_reshape":     # a Softmax reading a static view (Reshape) of a planned buffer
+            inits.append(numpy_helper.from_array(np.array([rows * 8, 8] if i % 2 == 0 else [rows, 64]), f"s{i}"))
+            nodes += [helper.make_node("Reshape", [prev, f"s{i}"], [f"v{i}"], name=f"view{i}"),
+                      helper.make_node("Softmax", [f"v{i}"], [out], axis=-1, name=f"op{i}")]
+        elif kind == "transpose":
+            # a Neg between (the optimizer folds Transpose pairs)
+            nodes += [helper.make_node("Transpose", [prev], [f"p{i}"], perm=[1, 0], name=f"op{i}"),
+                      helper.make_node("Neg", [f"p{i}"], [out], name=f"neg{i}")]
+        elif kind == "gather":
+            inits.append(numpy_helper.from_array(RNG.permutation(width).astype(np.int64), f"i{i}"))
+            nodes += [helper.make_node("Gather", [prev, f"i{i}"], [f"p{i}"], axis=1, name=f"op{i}"),
+                      helper.make_node("Neg", [f"p{i}"], [out], name=f"neg{i}")]
+        elif kind == "shuffle":             # a channel shuffle by Gather: the native shuffle_last
+            idx = np.arange(width).reshape(4, width // 4).T.reshape(-1)
+            inits.append(numpy_helper.from_array(idx.astype(np.int64), f"i{i}"))
+            nodes += [helper.make_node("Gather", [prev, f"i{i}"], [f"p{i}"], axis=1, name=f"op{i}"),
+                      helper.make_node("Neg", [f"p{i}"], [out], name=f"neg{i}")]
+        elif kind == "gemm_relu":
+            inits += [_const(f"w{i}", [width, width]), _const(f"c{i}", [width])]
+            nodes += [helper.make_node("Gemm", [prev, f"w{i}", f"c{i}"], [f"p{i}"], transB=1, name=f"op{i}"),
+                      helper.make_node("Relu", [f"p{i}"], [out], name=f"relu{i}")]
+        prev = out
+    if kind == "softmax_reshape" and n % 2:
+        inits.append(numpy_helper.from_array(np.array([rows, 64]), "s_out"))
+        nodes.append(helper.make_node("Reshape", [prev, "s_out"], ["back"], name="view_out"))
+        prev = "back"
+    nodes.append(helper.make_node("Neg", [prev], ["y"], name="neg_out"))
+    return make_model(nodes, [vinfo("x", shape)], [vinfo("y", shape)], inits)
+
+
+CASES = [("softmax", 1), ("softmax", 5), ("softmax_mid", 8), ("softmax_reshape", 2), ("transpose", 64),
+         ("gather", 3), ("shuffle", 2), ("layernorm", 1), ("layernorm", 6), ("matmul", 1),
+         ("matmul", 2), ("matmul", 40), ("matmul_residual", 1), ("matmul_residual", 40), ("gemm_relu", 1),
+         ("gemm_relu", 40)]
+
+
+def plans(session):
+    return [sg.device_graph for sg in session.graph.execution.subgraphs if sg.device == "cpu"]
+
+
+def bound_nodes(session) -> set[str]:
+    return {p.steps[k].node.name for p in plans(session) for c in p.chunks for k, _ in c.binds}
+
+
+def unbind(plan) -> None:
+    """Drop every buffer set's bound calls: the next run binds again."""
+    for buffers in plan.pool:
+        buffers.bound.clear()
+
+
+def feed(model, seed: int = 0) -> dict:
+    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    return {"x": np.random.default_rng(seed).standard_normal(shape).astype(np.float32)}
+
+
+def ort_run(model, x) -> np.ndarray:
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, x)[0]
+
+
+@pytest.mark.parametrize("pool", ["0", "1"])
+@pytest.mark.parametrize("kind,rows", CASES)
+def test_bound_steps_equal_the_plain_run_and_onnxruntime(monkeypatch, kind, rows, pool):
+    monkeypatch.setenv("NNHAL_CPU_POOL", pool)        # pool on: the native splits (gemm_split) are bound
+    model = chain(kind, rows=rows)
+    x = feed(model)
+    with nnhal.Session(model, devices=["cpu"], num_thread=2) as s:
+        fast = s.run(x)[0]
+        again = s.run(x)[0]
+        assert {"op0", "op1"} <= bound_nodes(s)      # the middle steps are bound
+        assert "neg_out" not in bound_nodes(s)
+    monkeypatch.setenv("NNHAL_CHECK", "1")            # the interpreting loop: every kernel's plain run
+    with nnhal.Session(model, devices=["cpu"], num_thread=2) as s:
+        plain = s.run(x)[0]
+    np.testing.assert_array_equal(fast, again)
+    # the bound call is the plain run's native call on the same operands and split: the same arithmetic
+    np.testing.assert_allclose(fast, plain, rtol=1e-6, atol=1e-7)
+    # float32 products of 64 terms, three nodes deep: a few ulps of the outputs' size
+    np.testing.assert_allclose(fast, ort_run(model, x), rtol=1e-4, atol=1e-5)
+
+
+def test_two_threads_on_one_session_get_their_own_bound_views(monkeypatch):
+    """Two threads run one Session on different inputs at once: each run takes its own buffer set, bound on its
+    own views; every result equals the single-threaded run of its input."""
+    monkeypatch.setenv("NNHAL_CPU_POOL", "1")
+    model = chain("layernorm", n=6, rows=6)
+    feeds = [feed(model, seed) for seed in range(2)]
+    with nnhal.Session(model, devices=["cpu"], num_thread=2) as s:
+        want = [s.run(f)[0] for f in feeds]
+        (plan,) = plans(s)
+        held = plan.take()              # hold one set: the runs below lay out and bind another
+        got: list[list] = [[], []]
+        start = threading.Barrier(2)
+
+        def worker(t: int) -> None:
+            start.wait()
+            for _ in range(200):
+                got[t].append(s.run(feeds[t])[0])
+
+        threads = [threading.Thread(target=worker, args=(t,)) for t in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        plan.pool.append(held)
+        sets = [b for b in plan.pool if b.bound]
+        assert len(sets) >= 2
+        for t in range(2):
+            for r in got[t]:
+                np.testing.assert_array_equal(r, want[t])
+        # no set's bound calls read or write another set's arena
+        for mine in sets:
+            for other in sets:
+                if other is mine:
+                    continue
+                for calls in mine.bound.values():
+                    for call in calls:
+                        if isinstance(call, partial):
+                            for arg in call.args:
+                                if isinstance(arg, np.ndarray):
+                                    assert not np.shares_memory(arg, other.arena)
+
+
+def test_a_thread_count_change_rebinds(monkeypatch):
+    monkeypatch.setenv("NNHAL_CPU_POOL", "1")
+    model = chain("matmul", rows=40)
+    x = feed(model)
+    with nnhal.Session(model, devices=["cpu"], num_thread=2) as s:
+        two = s.run(x)[0]
+        # the thread count the plan runs on (Options.num_thread as prerun recorded it) changes: the pool resizes
+        for sg in s.graph.execution.subgraphs:
+            sg.stats["num_thread"] = 1
+        one = s.run(x)[0]
+        (plan,) = plans(s)
+        keys = {key for b in plan.pool for key in b.bound}
+        assert {(True, 1), (True, 2)} <= keys
+    np.testing.assert_allclose(one, two, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(one, ort_run(model, x), rtol=1e-4, atol=1e-5)
+
+
+def test_a_step_writing_a_graph_output_keeps_its_plain_run():
+    """A Softmax whose output is a graph output (allocated per run) and also read by the next step is not bound;
+    the step after it reads it per run, so it is not bound either."""
+    nodes = [helper.make_node("Neg", ["x"], ["h"], name="neg"),
+             helper.make_node("Softmax", ["h"], ["s"], axis=-1, name="sm_out"),
+             helper.make_node("Softmax", ["s"], ["y"], axis=-1, name="sm_after")]
+    model = make_model(nodes, [vinfo("x", [2, 64])], [vinfo("s", [2, 64]), vinfo("y", [2, 64])])
+    x = feed(model)
+    with nnhal.Session(model, devices=["cpu"]) as s:
+        first, y = s.run(x)
+        assert not bound_nodes(s) & {"sm_out", "sm_after"}
+        again, _ = s.run(x)
+    assert first is not again
+    e = np.exp(-x["x"] - (-x["x"]).max(-1, keepdims=True))
+    want = e / e.sum(-1, keepdims=True)
+    np.testing.assert_allclose(first, want, rtol=1e-6, atol=1e-7)
+    e = np.exp(want - want.max(-1, keepdims=True))
+    np.testing.assert_allclose(y, e / e.sum(-1, keepdims=True), rtol=1e-6, atol=1e-7)
+
+
+def test_a_failing_bound_step_names_its_node():
+    model = chain("softmax")
+    with nnhal.Session(model, devices=["cpu"]) as s:
+        s.run(feed(model))
+        (plan,) = plans(s)
+        unbind(plan)
+        (step,) = [st for st in plan.steps if st.node.name == "op1"]
+
+        def broken(inputs, outputs):
+            def call():
+                raise ValueError("bound call broke")
+            return call
+
+        step.run.bind = broken
+        with pytest.raises(nnhal.NnhalError, match="op1"):
+            s.run(feed(model))
+
+
+def test_a_failing_bind_names_its_node():
+    model = chain("layernorm")
+    with nnhal.Session(model, devices=["cpu"]) as s:
+        s.run(feed(model))
+        (plan,) = plans(s)
+        unbind(plan)
+        (step,) = [st for st in plan.steps if st.node.name == "op2"]
+
+        def broken(inputs, outputs):
+            raise ValueError("cannot bind")
+
+        step.run.bind = broken
+        with pytest.raises(nnhal.NnhalError, match="op2.*binding"):
+            s.run(feed(model))
+
+
+def test_a_declined_bind_runs_the_plain_kernel(monkeypatch):
+    """A kernel whose bind returns None runs its plain run on the fixed arrays (straight._unbound)."""
+    model = chain("matmul", rows=3)
+    x = feed(model)
+    with nnhal.Session(model, devices=["cpu"]) as s:
+        s.run(x)
+        for plan in plans(s):
+            unbind(plan)
+            for st in plan.steps:
+                if getattr(st.run, "bind", None) is not None:
+                    st.run.bind = lambda inputs, outputs: None
+        got = s.run(x)[0]
+    np.testing.assert_allclose(got, ort_run(model, x), rtol=1e-4, atol=1e-5)
