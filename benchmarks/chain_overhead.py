@@ -30,7 +30,7 @@ W = 64
 
 
 def chain(n: int, kind: str, seed: int = 0) -> onnx.ModelProto:
-    """x (1, 64) -> n nodes of ``kind`` -> y."""
+    """x (1, 64) -> n nodes of ``kind`` (gemm_relu: Gemm + Relu, tr: Transpose of (1, 8, 8) + Neg) -> y."""
     rng = np.random.default_rng(seed)
     nodes, inits, prev = [], [], "x"
     shape = [1, 8, 8] if kind == "tr" else [1, W]
@@ -53,8 +53,8 @@ def chain(n: int, kind: str, seed: int = 0) -> onnx.ModelProto:
         elif kind == "gather":
             inits.append(onnx.numpy_helper.from_array(rng.permutation(W).astype(np.int64), f"i{i}"))
             nodes.append(h.make_node("Gather", [prev, f"i{i}"], [out], axis=1))
-        elif kind == "tr":
-            nodes.append(h.make_node("Transpose", [prev], [out], perm=[0, 2, 1]))
+        elif kind == "tr":      # a Neg after each: the optimizer merges consecutive Transposes into one
+            nodes += [h.make_node("Transpose", [prev], [f"p{i}"], perm=[0, 2, 1]), h.make_node("Neg", [f"p{i}"], [out])]
         prev = out
     g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, shape)],
                      [h.make_tensor_value_info("y", T.FLOAT, shape)], inits)
@@ -94,16 +94,19 @@ def plain_session(model, x: dict) -> nnhal.Session:
         straight._bind_sources = saved
 
 
-def measure(model, rounds: int, calls: int) -> dict[str, float]:
-    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
-    x = {"x": np.random.default_rng(1).standard_normal(shape).astype(np.float32)}
+def measure(model, rounds: int, calls: int, x: dict | None = None) -> dict[str, float]:
+    """Median (and min) microseconds per run of onnxruntime, bound and unbound nnhal on ``model``, alternating."""
+    if x is None:
+        shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+        x = {"x": np.random.default_rng(1).standard_normal(shape).astype(np.float32)}
     so = ort.SessionOptions()
     so.intra_op_num_threads = 2
     o = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
     bound = nnhal.Session(model, devices=["cpu"], num_thread=2)
     plain = plain_session(model, x)
     fns = {"ort": lambda: o.run(None, x), "bound": lambda: bound.run(x), "plain": lambda: plain.run(x)}
-    np.testing.assert_allclose(bound.run(x)[0], plain.run(x)[0], rtol=1e-5, atol=1e-5)
+    for a, b in zip(bound.run(x), plain.run(x)):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
     for f in fns.values():
         timer(f, 100)
     got: dict[str, list[float]] = {k: [] for k in fns}
@@ -120,8 +123,24 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--calls", type=int, default=400)
     ap.add_argument("--kinds", default="mm,ln,sm,gemm_relu,gather,tr,enc")
+    ap.add_argument("--models", default="", help="corpus models (benchmarks/corpus, tuned half only) to A/B instead")
     args = ap.parse_args()
     print(f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE')} (should be None); median us per run")
+    if args.models:
+        import sys
+
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from corpus import registry
+
+        for name in args.models.split(","):
+            if name not in registry.TUNED:
+                raise SystemExit(f"{name}: not a tuned corpus model")
+            model, feeds = registry.load(name)
+            r = measure(model, args.rounds, args.calls, feeds)
+            print(f"{name:12s} ort {r['ort']:8.1f}  bound {r['bound']:8.1f}  plain {r['plain']:8.1f}  (min: ort "
+                  f"{r['ort min']:.1f} bound {r['bound min']:.1f} plain {r['plain min']:.1f})  bound/plain "
+                  f"{r['bound'] / r['plain']:.3f}")
+        return
     for kind in args.kinds.split(","):
         sizes = (1, 4) if kind == "enc" else (1, 20, 60)
         res = {n: measure(encoder(n) if kind == "enc" else chain(n, kind), args.rounds, args.calls) for n in sizes}

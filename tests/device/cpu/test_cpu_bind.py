@@ -88,6 +88,25 @@ def bound_nodes(session) -> set[str]:
     return {p.steps[k].node.name for p in plans(session) for c in p.chunks for k, _ in c.binds}
 
 
+def concurrently(session, feeds: list[dict], runs: int) -> list[list]:
+    """Output 0 of ``runs`` runs of ``session`` on each of ``feeds``, one thread per feed, all at once."""
+    got: list[list] = [[] for _ in feeds]
+    start = threading.Barrier(len(feeds))
+
+    def worker(t: int) -> None:
+        start.wait()
+        for _ in range(runs):
+            got[t].append(session.run(feeds[t])[0])
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(len(feeds))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(len(g) == runs for g in got)     # a thread that failed stopped early
+    return got
+
+
 def unbind(plan) -> None:
     """Drop every buffer set's bound calls: the next run binds again."""
     for buffers in plan.pool:
@@ -136,19 +155,7 @@ def test_two_threads_on_one_session_get_their_own_bound_views(monkeypatch):
         want = [s.run(f)[0] for f in feeds]
         (plan,) = plans(s)
         held = plan.take()              # hold one set: the runs below lay out and bind another
-        got: list[list] = [[], []]
-        start = threading.Barrier(2)
-
-        def worker(t: int) -> None:
-            start.wait()
-            for _ in range(200):
-                got[t].append(s.run(feeds[t])[0])
-
-        threads = [threading.Thread(target=worker, args=(t,)) for t in range(2)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        got = concurrently(s, feeds, 200)
         plan.pool.append(held)
         sets = [b for b in plan.pool if b.bound]
         assert len(sets) >= 2
@@ -205,37 +212,28 @@ def test_a_step_writing_a_graph_output_keeps_its_plain_run():
     np.testing.assert_allclose(y, e / e.sum(-1, keepdims=True), rtol=1e-6, atol=1e-7)
 
 
-def test_a_failing_bound_step_names_its_node():
-    model = chain("softmax")
+def _broken_call(inputs, outputs):
+    def call():
+        raise ValueError("bound call broke")
+    return call
+
+
+def _broken_bind(inputs, outputs):
+    raise ValueError("cannot bind")
+
+
+@pytest.mark.parametrize("kind,broken,match", [("softmax", _broken_call, "op1"),
+                                               ("layernorm", _broken_bind, "op1.*binding")])
+def test_a_failing_bound_step_names_its_node(kind, broken, match):
+    """A bound call that raises is reported with its node (its generated line), and so is a failing bind."""
+    model = chain(kind)
     with nnhal.Session(model, devices=["cpu"]) as s:
         s.run(feed(model))
         (plan,) = plans(s)
         unbind(plan)
         (step,) = [st for st in plan.steps if st.node.name == "op1"]
-
-        def broken(inputs, outputs):
-            def call():
-                raise ValueError("bound call broke")
-            return call
-
         step.run.bind = broken
-        with pytest.raises(nnhal.NnhalError, match="op1"):
-            s.run(feed(model))
-
-
-def test_a_failing_bind_names_its_node():
-    model = chain("layernorm")
-    with nnhal.Session(model, devices=["cpu"]) as s:
-        s.run(feed(model))
-        (plan,) = plans(s)
-        unbind(plan)
-        (step,) = [st for st in plan.steps if st.node.name == "op2"]
-
-        def broken(inputs, outputs):
-            raise ValueError("cannot bind")
-
-        step.run.bind = broken
-        with pytest.raises(nnhal.NnhalError, match="op2.*binding"):
+        with pytest.raises(nnhal.NnhalError, match=match):
             s.run(feed(model))
 
 
@@ -252,3 +250,42 @@ def test_a_declined_bind_runs_the_plain_kernel(monkeypatch):
                     st.run.bind = lambda inputs, outputs: None
         got = s.run(x)[0]
     np.testing.assert_allclose(got, ort_run(model, x), rtol=1e-4, atol=1e-5)
+
+
+def encoder_model(layers: int = 2):
+    """torch TransformerEncoderLayers (d_model 64, 4 heads), seeded, exported at opset 17 on (1, 16, 64)."""
+    import io
+
+    import onnx
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True)
+    module = torch.nn.TransformerEncoder(layer, layers, enable_nested_tensor=False).eval()
+    buf = io.BytesIO()
+    torch.onnx.export(module, (torch.randn(1, 16, 64),), buf, opset_version=17, dynamo=False,
+                      input_names=["x"], output_names=["y"])
+    return onnx.load_from_string(buf.getvalue())
+
+
+@pytest.mark.parametrize("pool", ["0", "1"])
+def test_a_bound_encoder_matches_onnxruntime_and_concurrent_runs(monkeypatch, pool):
+    """A transformer encoder: its attention step, products and norms bound (through the head-split views); its
+    results equal the plain run's and onnxruntime's, also from two threads on different inputs at once."""
+    monkeypatch.setenv("NNHAL_CPU_POOL", pool)
+    model = encoder_model()
+    feeds = [{"x": np.random.default_rng(seed).standard_normal((1, 16, 64)).astype(np.float32)} for seed in range(2)]
+    with nnhal.Session(model, devices=["cpu"], num_thread=2) as s:
+        want = [s.run(f)[0] for f in feeds]
+        kinds = {p.steps[k].node.op_type for p in plans(s) for c in p.chunks for k, _ in c.binds}
+        assert {"FusedAttention", "LayerNormalization", "MatMul"} <= kinds
+        got = concurrently(s, feeds, 50)
+    for t in range(2):
+        for r in got[t]:
+            np.testing.assert_array_equal(r, want[t])
+    monkeypatch.setenv("NNHAL_CHECK", "1")
+    with nnhal.Session(model, devices=["cpu"], num_thread=2) as s:
+        plain = [s.run(f)[0] for f in feeds]
+    for f, w, p in zip(feeds, want, plain):
+        np.testing.assert_allclose(w, p, rtol=1e-5, atol=1e-6)
+        # two float32 layers of 64-term products and softmaxes: a few ulps of unit-scale outputs
+        np.testing.assert_allclose(w, ort_run(model, f), rtol=1e-4, atol=1e-4)
