@@ -289,3 +289,36 @@ def test_a_bound_encoder_matches_onnxruntime_and_concurrent_runs(monkeypatch, po
         np.testing.assert_allclose(w, p, rtol=1e-5, atol=1e-6)
         # two float32 layers of 64-term products and softmaxes: a few ulps of unit-scale outputs
         np.testing.assert_allclose(w, ort_run(model, f), rtol=1e-4, atol=1e-4)
+
+
+def test_a_bound_attention_reads_its_run_time_mask_each_run():
+    """The fused attention bound to a mask computed in the graph (a planned buffer): each run's mask values are
+    read where they lie (a copy made at bind time would keep the first run's)."""
+    import io
+
+    import onnx
+    torch = pytest.importorskip("torch")
+
+    class Masked(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.att = torch.nn.MultiheadAttention(64, 4, batch_first=True)
+
+        def forward(self, x, m):
+            return self.att(x, x, x, attn_mask=m * 4.0 - 2.0, need_weights=False)[0]
+
+    torch.manual_seed(0)
+    buf = io.BytesIO()
+    torch.onnx.export(Masked().eval(), (torch.randn(1, 16, 64), torch.rand(16, 16)), buf, opset_version=17,
+                      dynamo=False, input_names=["x", "m"], output_names=["y"])
+    model = onnx.load_from_string(buf.getvalue())
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, 16, 64)).astype(np.float32)
+    feeds = [{"x": x, "m": rng.random((16, 16)).astype(np.float32)} for _ in range(3)]
+    with nnhal.Session(model, devices=["cpu"], num_thread=2) as s:
+        got = [s.run(f)[0] for f in feeds]
+        kinds = {p.steps[k].node.op_type for p in plans(s) for c in p.chunks for k, _ in c.binds}
+        assert "FusedAttention" in kinds
+    for f, g in zip(feeds, got):
+        # float32 scores of 16-term products, softmax rows of 16: a few ulps of unit-scale outputs
+        np.testing.assert_allclose(g, ort_run(model, f), rtol=1e-4, atol=1e-5)
