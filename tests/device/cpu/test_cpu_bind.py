@@ -61,6 +61,14 @@ def chain(kind: str, n: int = 3, rows: int = 1, width: int = 64):
             inits.append(numpy_helper.from_array(idx.astype(np.int64), f"i{i}"))
             nodes += [helper.make_node("Gather", [prev, f"i{i}"], [f"p{i}"], axis=1, name=f"op{i}"),
                       helper.make_node("Neg", [f"p{i}"], [out], name=f"neg{i}")]
+        elif kind == "gelu":                # the Erf form, which the plan fuses into one Gelu step
+            inits += [numpy_helper.from_array(np.array(v, np.float32), f"{c}{i}")
+                      for c, v in (("r", np.sqrt(2.0)), ("one", 1.0), ("half", 0.5))]
+            nodes += [helper.make_node("Div", [prev, f"r{i}"], [f"d{i}"], name=f"op{i}"),
+                      helper.make_node("Erf", [f"d{i}"], [f"e{i}"]),
+                      helper.make_node("Add", [f"e{i}", f"one{i}"], [f"a{i}"]),
+                      helper.make_node("Mul", [prev, f"a{i}"], [f"m{i}"]),
+                      helper.make_node("Mul", [f"m{i}", f"half{i}"], [out])]
         elif kind == "gemm_relu":
             inits += [_const(f"w{i}", [width, width]), _const(f"c{i}", [width])]
             nodes += [helper.make_node("Gemm", [prev, f"w{i}", f"c{i}"], [f"p{i}"], transB=1, name=f"op{i}"),
@@ -75,7 +83,7 @@ def chain(kind: str, n: int = 3, rows: int = 1, width: int = 64):
 
 
 CASES = [("softmax", 1), ("softmax", 5), ("softmax_mid", 8), ("softmax_reshape", 2), ("transpose", 64),
-         ("gather", 3), ("shuffle", 2), ("layernorm", 1), ("layernorm", 6), ("matmul", 1),
+         ("gather", 3), ("shuffle", 2), ("gelu", 1), ("gelu", 40), ("layernorm", 1), ("layernorm", 6), ("matmul", 1),
          ("matmul", 2), ("matmul", 40), ("matmul_residual", 1), ("matmul_residual", 40), ("gemm_relu", 1),
          ("gemm_relu", 40)]
 
@@ -85,7 +93,8 @@ def plans(session):
 
 
 def bound_nodes(session) -> set[str]:
-    return {p.steps[k].node.name for p in plans(session) for c in p.chunks for k, _ in c.binds}
+    """The names of the bound steps' nodes (a fused node's: its first node's, before a "/")."""
+    return {p.steps[k].node.name.split("/")[0] for p in plans(session) for c in p.chunks for k, _ in c.binds}
 
 
 def concurrently(session, feeds: list[dict], runs: int) -> list[list]:
