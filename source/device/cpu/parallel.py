@@ -274,6 +274,17 @@ def set_threads(n: int) -> None:
             native.pool_set_threads(n)
 
 
+def rest() -> None:
+    """A run ended: the native pool's idle workers go to sleep now instead of spinning for the next part (kernels.c
+    ``nn_pool_rest``); the next run's first split kernel wakes them.
+
+    NOTE: a worker used to spin up to spin_ns (2 ms) after a run's last part, a whole core for 2 ms after every
+    run (more than a small model's whole run): between runs nothing comes that a spin would catch sooner than a
+    wake, while a run's next part comes within microseconds (its steps' dispatch), so the spin stays within a run."""
+    if native.available():
+        native.pool_rest()
+
+
 def native_pool() -> bool:
     """Whether kernels hand their parts to the native pool (kernels.c: no GIL between parts): the pool is
     on and the native kernels (with their linked BLAS) are loaded."""
