@@ -59,6 +59,12 @@ MIN_NATIVE_PART_WORK = 1 << 14
 _SMALL_GEMM_WORK = 1 << 17
 
 
+# A convolution's parts are ranges of output pixels, a multiple of this many each (native/kernels.c
+# NN_CONV_PIXEL_ALIGN for the im2col kernel, the pointwise GEMM's row_align), not of output rows: a 7x7 map's 7
+# rows split 3 : 4 over two threads (the slower part 57% of the work), its 49 pixels 24 : 25
+PIXEL_ALIGN = 8
+
+
 def gemm_work(macs: int) -> int:
     """The work units of ``macs`` multiply-adds run by BLAS."""
     return macs // MACS_PER_UNIT

@@ -688,35 +688,41 @@ typedef struct {
     int64_t ldy;            /* floats from one output pixel to the next: m, or more in a channel slice */
 } nn_conv_args;
 
+/* The im2col convolution's parts are ranges of output pixels, a multiple of NN_CONV_PIXEL_ALIGN each (the Python
+ * side's parallel.PIXEL_ALIGN), not of output rows: a 7x7 map's 49 pixels split 24 : 25 over two threads, where its
+ * 7 rows split 3 : 4 (the slower part 57% of the work); 14 rows over three threads 4 : 5 : 5, 196 pixels 64 : 64 :
+ * 68. Each part runs bands of at most band_rows * ow pixels (its scratch block), so one part (one thread) runs the
+ * same bands, the same GEMMs, as the row split did. */
+#define NN_CONV_PIXEL_ALIGN 8
+
 static NN_CLONES void nn_conv_task(const void *args, int64_t part, int64_t parts) {
     const nn_conv_args *a = (const nn_conv_args *)args;
     int64_t lo, hi;
-    nn_split(a->n * a->oh, 1, part, parts, &lo, &hi);
-    const int64_t kk = a->kh * a->kw * a->c;
-    float *cols = a->scratch + part * a->band_rows * a->ow * a->ld;
-    for (int64_t r0 = lo; r0 < hi; r0 += a->band_rows) {
-        const int64_t r1 = r0 + a->band_rows < hi ? r0 + a->band_rows : hi;
+    nn_split(a->n * a->oh * a->ow, NN_CONV_PIXEL_ALIGN, part, parts, &lo, &hi);
+    const int64_t kk = a->kh * a->kw * a->c, band = a->band_rows * a->ow;
+    float *cols = a->scratch + part * band * a->ld;
+    for (int64_t p0 = lo; p0 < hi; p0 += band) {
+        const int64_t p1 = p0 + band < hi ? p0 + band : hi;
         float *dst = cols;
-        for (int64_t r = r0; r < r1; r++) {
+        for (int64_t px = p0; px < p1; px++, dst += a->ld) {
+            const int64_t r = px / a->ow, ox = px % a->ow;
             const int64_t b = r / a->oh, oy = r % a->oh;
             const float *img = a->x + b * a->h * a->w_in * a->c;
-            for (int64_t ox = 0; ox < a->ow; ox++, dst += a->ld) {
-                float *d = dst;
-                for (int64_t i = 0; i < a->kh; i++) {
-                    const int64_t iy = oy * a->sh - a->pad_top + i * a->dh;
-                    for (int64_t j = 0; j < a->kw; j++, d += a->c) {
-                        const int64_t ix = ox * a->sw - a->pad_left + j * a->dw;
-                        if (iy < 0 || iy >= a->h || ix < 0 || ix >= a->w_in)
-                            memset(d, 0, a->c * sizeof(float));
-                        else
-                            memcpy(d, img + (iy * a->w_in + ix) * a->c, a->c * sizeof(float));
-                    }
+            float *d = dst;
+            for (int64_t i = 0; i < a->kh; i++) {
+                const int64_t iy = oy * a->sh - a->pad_top + i * a->dh;
+                for (int64_t j = 0; j < a->kw; j++, d += a->c) {
+                    const int64_t ix = ox * a->sw - a->pad_left + j * a->dw;
+                    if (iy < 0 || iy >= a->h || ix < 0 || ix >= a->w_in)
+                        memset(d, 0, a->c * sizeof(float));
+                    else
+                        memcpy(d, img + (iy * a->w_in + ix) * a->c, a->c * sizeof(float));
                 }
-                if (a->ld > kk) memset(d, 0, (a->ld - kk) * sizeof(float));
             }
+            if (a->ld > kk) memset(d, 0, (a->ld - kk) * sizeof(float));
         }
-        const int64_t rows = (r1 - r0) * a->ow;
-        float *out = a->y + r0 * a->ow * a->ldy;
+        const int64_t rows = p1 - p0;
+        float *out = a->y + p0 * a->ldy;
         nn_sgemm(cols, a->ld, a->w, a->m, 0, out, a->ldy, rows, a->m, a->ld);
         nn_epilogue(out, a->ldy, rows, a->m, a->bias, &a->act);
     }
