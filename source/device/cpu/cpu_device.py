@@ -71,7 +71,10 @@ def cpu_run(device: Device, subgraph: Subgraph) -> None:
     """Run the plan: inputs from subgraph.values, outputs into it, on the threads its prepare chose."""
     plan: Plan = subgraph.device_graph
     use_threads(subgraph.stats.get("num_thread", 0), subgraph.stats.get("thread_pool", True))
-    plan.run(subgraph.values, subgraph.stats.get("check", False))
+    try:
+        plan.run(subgraph.values, subgraph.stats.get("check", False))
+    finally:
+        parallel.rest()
 
 
 def cpu_release_graph(device: Device, device_graph) -> None:

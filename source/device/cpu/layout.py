@@ -168,12 +168,12 @@ class Relayout(Kernel):
     def _rounding(self, n: int, a: int, b: int, shape: tuple, work: int, units: int) -> RunFn:
         """The float32 conversion with each element rounded through float16 (castfuse.py folds fp16 storage's
         rounding in only where the native kernels are loaded)."""
-        parts = parallel.native_parts(work, units) if parallel.native_pool() else 1
-
         def run(inputs, outputs):
             x = inputs[0]
             y = outputs[0] if outputs[0] is not None else np.empty(shape, np.float32)
             if x.flags.c_contiguous and y.flags.c_contiguous:
+                # NOTE: parts at run time, the run's threads (kernels/concat.py says why)
+                parts = parallel.native_parts(work, units) if parallel.native_pool() else 1
                 native.transpose_round(x, y, n, a, b, parts)
             else:
                 with np.errstate(over="ignore"):       # beyond float16's range is inf, as the native rounding

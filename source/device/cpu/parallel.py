@@ -59,6 +59,12 @@ MIN_NATIVE_PART_WORK = 1 << 14
 _SMALL_GEMM_WORK = 1 << 17
 
 
+# A convolution's parts are ranges of output pixels, a multiple of this many each (native/kernels.c
+# NN_CONV_PIXEL_ALIGN for the im2col kernel, the pointwise GEMM's row_align), not of output rows: a 7x7 map's 7
+# rows split 3 : 4 over two threads (the slower part 57% of the work), its 49 pixels 24 : 25
+PIXEL_ALIGN = 8
+
+
 def gemm_work(macs: int) -> int:
     """The work units of ``macs`` multiply-adds run by BLAS."""
     return macs // MACS_PER_UNIT
@@ -272,6 +278,17 @@ def set_threads(n: int) -> None:
         _pool.resize(n)
         if native_pool():
             native.pool_set_threads(n)
+
+
+def rest() -> None:
+    """A run ended: the native pool's idle workers go to sleep now instead of spinning for the next part (kernels.c
+    ``nn_pool_rest``); the next run's first split kernel wakes them.
+
+    NOTE: a worker used to spin up to spin_ns (2 ms) after a run's last part, a whole core for 2 ms after every
+    run (more than a small model's whole run): between runs nothing comes that a spin would catch sooner than a
+    wake, while a run's next part comes within microseconds (its steps' dispatch), so the spin stays within a run."""
+    if native.available():
+        native.pool_rest()
 
 
 def native_pool() -> bool:

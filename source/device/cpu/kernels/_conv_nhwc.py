@@ -354,10 +354,10 @@ def nhwc_1x1(s: _conv2d.Conv2d, wv: np.ndarray, finish: Callable[[np.ndarray], N
                     last[0] = memo
             t = parallel.threads()
             if t not in splits:
-                splits[t] = parallel.gemm_split(p, c, m, bias32 is not None or act is not None, ow)
+                splits[t] = parallel.gemm_split(p, c, m, bias32 is not None or act is not None, parallel.PIXEL_ALIGN)
             split = splits[t]
             if memo is not None and split is not None:
-                prepared.run(x.reshape(p, c), memo[1], split[0], ow, split[1])
+                prepared.run(x.reshape(p, c), memo[1], split[0], parallel.PIXEL_ALIGN, split[1])
                 return (out,)
         y, yf = pixel_rows(outputs[0], out_shape, dtype)
         if strided:
@@ -365,7 +365,7 @@ def nhwc_1x1(s: _conv2d.Conv2d, wv: np.ndarray, finish: Callable[[np.ndarray], N
             np.copyto(xs, x[:, :(oh - 1) * sh + 1:sh, :(ow - 1) * sw + 1:sw])
             x = xs
         xf = x.reshape(p, c)
-        if native_ok and parallel.gemm(xf, wt[0], yf, bias32, record, ow):
+        if native_ok and parallel.gemm(xf, wt[0], yf, bias32, record, parallel.PIXEL_ALIGN):
             return (y,)
         if group > 1 and parallel.native_pool():
             # the groups' GEMMs as one stack on the native pool (split over all rows), then the epilogue
@@ -408,7 +408,7 @@ def native_im2col(s: _conv2d.Conv2d, wk: np.ndarray, ld: int, bias: np.ndarray |
     w[:kk] = wk[0]
     b = None if bias is None else np.ascontiguousarray(bias, dtype=np.float32)
     band_rows = max(1, NATIVE_BAND_BYTES // (s.ow * ld * 4))
-    rows = s.n * s.oh
+    units = -(-s.n * s.oh * s.ow // parallel.PIXEL_ALIGN)     # the kernel's parts are ranges of pixels
     work = s.n * s.oh * s.ow * (kk + s.m) + parallel.gemm_work(s.n * s.oh * s.ow * kk * s.m)
     conv = native.Conv("im2col", (s.n, s.h, s.w, s.c, s.oh, s.ow, s.m, kh, kw, sh, sw, dh, dw, s.pads[0],
                                   s.pads[1], ld, band_rows), w, b, act_record(act))
@@ -417,7 +417,7 @@ def native_im2col(s: _conv2d.Conv2d, wk: np.ndarray, ld: int, bias: np.ndarray |
         # y: C-contiguous or a channel slice of a wider tensor (pixel_rows): the kernel takes its pixel stride
         if not parallel.native_pool() or not x.flags.c_contiguous:
             return False
-        parts = parallel.native_parts(work, rows)
+        parts = parallel.native_parts(work, units)
         (cols,) = _scratch.scratch(((parts * band_rows * s.ow * ld,), np.float32))
         conv.run(x, y, cols, parts)
         return True

@@ -61,7 +61,6 @@ class ConcatNative(Kernel):
                 parts_of.append((k, width, off))
             off += width
         work = rows * stride // 4
-        parts = parallel.native_parts(work, rows) if parallel.native_pool() else 1
 
         # NOTE: per input, weak references to the last (input, output) pair found in place. An array's data never
         # moves, and the plan hands a step the same arena views every run, so the address check (a dict built
@@ -77,6 +76,9 @@ class ConcatNative(Kernel):
                 np.concatenate(inputs, axis, out=out)
                 return (out,)
             y = base = None
+            # NOTE: parts at run time, not prepare: the pool's threads are the run's (num_thread), and a plan
+            # prepared while another session had set them kept that count (woke a worker on a one-thread run)
+            parts = parallel.native_parts(work, rows) if parallel.native_pool() else 1
             for k, width, offset in parts_of:
                 x = inputs[k]
                 seen = placed[k]

@@ -62,7 +62,7 @@ class Conv1dNative(Conv1dGemm):
         conv = native.Conv("im2col", (n, width, 1, c, ow, 1, m, k, 1, stride, 1, dilation, 1, s.pads[1], 0, ld,
                                       band_rows), wk, bias, act_record(activation_of(node)))
         work = n * ow * (taps + m) + parallel.gemm_work(n * ow * taps * m)
-        rows = n * ow
+        rows = -(-n * ow // parallel.PIXEL_ALIGN)     # the kernel's parts are ranges of its output pixels
         numpy_run = super().prepare(node, ins, outs)
 
         def swap(x: np.ndarray, y: np.ndarray, a: int, b: int) -> None:

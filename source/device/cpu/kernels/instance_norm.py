@@ -37,13 +37,14 @@ def _runner(node, ins, channels: int, groups: int, params: tuple) -> RunFn:
     shape = tuple(ins[0].shape)
     rows = shape[0] * groups
     size = int(np.prod(shape, dtype=np.int64))
-    parts = parallel.native_parts(size * 4, rows) if parallel.native_pool() else 1
     constant = [None if p is None else p(None) for p in params]
 
     def run(inputs, outputs):
         x = np.ascontiguousarray(inputs[0])
         out = outputs[0] if outputs[0] is not None else np.empty(shape, np.float32)
         scale, bias = (c if c is not None else f(inputs[k]) for k, c, f in zip((1, 2), constant, params))
+        # NOTE: parts at run time, the run's threads (concat.py says why)
+        parts = parallel.native_parts(size * 4, rows) if parallel.native_pool() else 1
         native.group_norm(x, out, scale, bias, channels, groups, eps, act, parts)
         return (out,)
 

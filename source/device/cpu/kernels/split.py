@@ -111,7 +111,6 @@ class SplitRows(Kernel):
         head = (slice(None),) * axis
         parts_of = [(k, tuple(o.shape), (b - a) * unit, a * unit, head + (slice(a, b),))
                     for k, ((a, b), o) in enumerate(zip(pairwise(bounds), outs)) if node.outputs[k]]
-        parts = parallel.native_parts(rows * stride // 4, rows) if parallel.native_pool() else 1
 
         # NOTE: the strided input is the same arena view run after run: its byte view (as_strided, ~35 us) is
         # kept with it; one (array, view, pitch) tuple swapped whole, so threads sharing the plan never mix two
@@ -130,6 +129,8 @@ class SplitRows(Kernel):
                 x = np.ascontiguousarray(x)
                 xb, pitch = x.reshape(-1).view(np.uint8), stride
             result = [None] * len(outputs)
+            # NOTE: parts at run time, the run's threads (concat.py says why)
+            parts = parallel.native_parts(rows * stride // 4, rows) if parallel.native_pool() else 1
             for k, oshape, width, offset, part in parts_of:
                 y = outputs[k]
                 if y is None:

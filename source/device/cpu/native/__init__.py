@@ -155,6 +155,8 @@ if _k is not None:
     spin_wait = _k.spin_wait                    # (flag, value, max_ns)
     pool_set_threads = _k.pool_set_threads      # (n)
     pool_set_spin = _k.pool_set_spin            # (ns)
+    pool_rest = _k.pool_rest                    # () a run ended: idle workers sleep now
+    pool_stats = _k.pool_stats                  # () -> (spun_ns, sleeps) of the workers so far
     blas_set_threads = _k.blas_set_threads      # (n)
     simd_paths = _k.simd_paths                  # () -> {path: bool}
     MAX_PARTS = _k.MAX_PARTS

@@ -347,11 +347,14 @@ static struct {
     const void *args;
     int64_t parts;
     int32_t caller_cpu;     /* the CPU of the last job's caller (sched_getcpu), -1 before */
+    int32_t resting;        /* set by nn_pool_rest (a run ended), cleared by the next job: idle workers sleep now */
+    int64_t spun_ns;        /* what the workers spun waiting for a job, all of them together (nn_pool_stats) */
+    int64_t sleeps;         /* times a worker went to sleep */
     int64_t claim __attribute__((aligned(64)));     /* generation << 32 | next part */
     int64_t finished __attribute__((aligned(64)));  /* parts of the current job finished */
     nn_slot slot[NN_MAX_WORKERS] __attribute__((aligned(64)));
 } nn_pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 2000000, NULL, NULL, 0,
-             -1, 0, 0, {{0}}};
+             -1, 0, 0, 0, 0, 0, {{0}}};
 
 /* A spinning thread gives its CPU away (sched_yield) while the thread it waits for, or the caller it waits on,
  * sits on the same CPU: both runnable on one CPU, a spin would take half of that CPU from the thread doing the
@@ -405,7 +408,10 @@ static void *nn_worker(void *arg) {
             for (int i = 0; i < 64; i++) nn_pause();
             const int cpu = nn_cpu();
             if (cpu >= 0 && cpu == __atomic_load_n(&nn_pool.caller_cpu, __ATOMIC_RELAXED)) sched_yield();
-            if (nn_now_ns() - t0 > nn_pool.spin_ns) {
+            const int64_t now = nn_now_ns();
+            if (now - t0 > nn_pool.spin_ns || __atomic_load_n(&nn_pool.resting, __ATOMIC_RELAXED)) {
+                __atomic_add_fetch(&nn_pool.spun_ns, now - t0, __ATOMIC_RELAXED);
+                __atomic_add_fetch(&nn_pool.sleeps, 1, __ATOMIC_RELAXED);
                 pthread_mutex_lock(&nn_pool.lock);
                 __atomic_store_n(&me->sleeping, 1, __ATOMIC_SEQ_CST);
                 while (__atomic_load_n(&me->seq, __ATOMIC_SEQ_CST) == seen) pthread_cond_wait(&nn_pool.wake, &nn_pool.lock);
@@ -414,6 +420,7 @@ static void *nn_worker(void *arg) {
                 t0 = nn_now_ns();
             }
         }
+        __atomic_add_fetch(&nn_pool.spun_ns, nn_now_ns() - t0, __ATOMIC_RELAXED);
         seen = s;
         __atomic_store_n(&me->cpu, nn_cpu(), __ATOMIC_RELAXED);
         nn_claim();
@@ -494,6 +501,7 @@ NN_API void nn_pool_run(nn_task fn, const void *args, int64_t parts) {
     __atomic_store_n(&nn_pool.parts, parts, __ATOMIC_RELAXED);
     __atomic_store_n(&nn_pool.finished, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&nn_pool.caller_cpu, nn_cpu(), __ATOMIC_RELAXED);
+    __atomic_store_n(&nn_pool.resting, 0, __ATOMIC_RELAXED);
     const int64_t gen = NN_CLAIM_GEN(__atomic_load_n(&nn_pool.claim, __ATOMIC_RELAXED)) + 1;
     __atomic_store_n(&nn_pool.claim, (gen & 0x7fffffffLL) << 32, __ATOMIC_RELEASE);
     int sleepers = 0;
@@ -523,6 +531,21 @@ NN_API void nn_pool_run(nn_task fn, const void *args, int64_t parts) {
 }
 
 NN_API void nn_pool_set_spin(int64_t spin_ns) { nn_pool.spin_ns = spin_ns; }
+
+/* A run ended (the cpu device calls this after each plan's run): idle workers stop spinning and sleep now, not
+ * spin_ns after their last part, until the next job wakes them (its first part may go to the caller while a
+ * worker wakes: the claim counter, above). A job in flight (another thread's run) is not disturbed: its workers
+ * finish their parts and sleep after it instead of spinning, and its next job wakes them again. */
+NN_API void nn_pool_rest(void) {
+    if (!__atomic_load_n(&nn_pool.resting, __ATOMIC_RELAXED)) __atomic_store_n(&nn_pool.resting, 1, __ATOMIC_RELAXED);
+}
+
+/* What the workers spun waiting for jobs (ns, all of them together) and how often one went to sleep, since the
+ * process started: the pool's idle cost, for benchmarks and tests. */
+NN_API void nn_pool_stats(int64_t *spun_ns, int64_t *sleeps) {
+    *spun_ns = __atomic_load_n(&nn_pool.spun_ns, __ATOMIC_RELAXED);
+    *sleeps = __atomic_load_n(&nn_pool.sleeps, __ATOMIC_RELAXED);
+}
 
 #define NN_POOL_API_PROVIDER
 #include "nn_pool_api.h"
@@ -665,35 +688,41 @@ typedef struct {
     int64_t ldy;            /* floats from one output pixel to the next: m, or more in a channel slice */
 } nn_conv_args;
 
+/* The im2col convolution's parts are ranges of output pixels, a multiple of NN_CONV_PIXEL_ALIGN each (the Python
+ * side's parallel.PIXEL_ALIGN), not of output rows: a 7x7 map's 49 pixels split 24 : 25 over two threads, where its
+ * 7 rows split 3 : 4 (the slower part 57% of the work); 14 rows over three threads 4 : 5 : 5, 196 pixels 64 : 64 :
+ * 68. Each part runs bands of at most band_rows * ow pixels (its scratch block), so one part (one thread) runs the
+ * same bands, the same GEMMs, as the row split did. */
+#define NN_CONV_PIXEL_ALIGN 8
+
 static NN_CLONES void nn_conv_task(const void *args, int64_t part, int64_t parts) {
     const nn_conv_args *a = (const nn_conv_args *)args;
     int64_t lo, hi;
-    nn_split(a->n * a->oh, 1, part, parts, &lo, &hi);
-    const int64_t kk = a->kh * a->kw * a->c;
-    float *cols = a->scratch + part * a->band_rows * a->ow * a->ld;
-    for (int64_t r0 = lo; r0 < hi; r0 += a->band_rows) {
-        const int64_t r1 = r0 + a->band_rows < hi ? r0 + a->band_rows : hi;
+    nn_split(a->n * a->oh * a->ow, NN_CONV_PIXEL_ALIGN, part, parts, &lo, &hi);
+    const int64_t kk = a->kh * a->kw * a->c, band = a->band_rows * a->ow;
+    float *cols = a->scratch + part * band * a->ld;
+    for (int64_t p0 = lo; p0 < hi; p0 += band) {
+        const int64_t p1 = p0 + band < hi ? p0 + band : hi;
         float *dst = cols;
-        for (int64_t r = r0; r < r1; r++) {
+        for (int64_t px = p0; px < p1; px++, dst += a->ld) {
+            const int64_t r = px / a->ow, ox = px % a->ow;
             const int64_t b = r / a->oh, oy = r % a->oh;
             const float *img = a->x + b * a->h * a->w_in * a->c;
-            for (int64_t ox = 0; ox < a->ow; ox++, dst += a->ld) {
-                float *d = dst;
-                for (int64_t i = 0; i < a->kh; i++) {
-                    const int64_t iy = oy * a->sh - a->pad_top + i * a->dh;
-                    for (int64_t j = 0; j < a->kw; j++, d += a->c) {
-                        const int64_t ix = ox * a->sw - a->pad_left + j * a->dw;
-                        if (iy < 0 || iy >= a->h || ix < 0 || ix >= a->w_in)
-                            memset(d, 0, a->c * sizeof(float));
-                        else
-                            memcpy(d, img + (iy * a->w_in + ix) * a->c, a->c * sizeof(float));
-                    }
+            float *d = dst;
+            for (int64_t i = 0; i < a->kh; i++) {
+                const int64_t iy = oy * a->sh - a->pad_top + i * a->dh;
+                for (int64_t j = 0; j < a->kw; j++, d += a->c) {
+                    const int64_t ix = ox * a->sw - a->pad_left + j * a->dw;
+                    if (iy < 0 || iy >= a->h || ix < 0 || ix >= a->w_in)
+                        memset(d, 0, a->c * sizeof(float));
+                    else
+                        memcpy(d, img + (iy * a->w_in + ix) * a->c, a->c * sizeof(float));
                 }
-                if (a->ld > kk) memset(d, 0, (a->ld - kk) * sizeof(float));
             }
+            if (a->ld > kk) memset(d, 0, (a->ld - kk) * sizeof(float));
         }
-        const int64_t rows = (r1 - r0) * a->ow;
-        float *out = a->y + r0 * a->ow * a->ldy;
+        const int64_t rows = p1 - p0;
+        float *out = a->y + p0 * a->ldy;
         nn_sgemm(cols, a->ld, a->w, a->m, 0, out, a->ldy, rows, a->m, a->ld);
         nn_epilogue(out, a->ldy, rows, a->m, a->bias, &a->act);
     }
@@ -3133,6 +3162,23 @@ static PyObject *nn_py_pool_set_spin(PyObject *module, PyObject *const *args, Py
     Py_RETURN_NONE;
 }
 
+static PyObject *nn_py_pool_rest(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    (void)args;
+    if (nn_nargs(nargs, 0, "pool_rest")) return NULL;
+    nn_pool_rest();
+    Py_RETURN_NONE;
+}
+
+static PyObject *nn_py_pool_stats(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    (void)args;
+    int64_t spun, sleeps;
+    if (nn_nargs(nargs, 0, "pool_stats")) return NULL;
+    nn_pool_stats(&spun, &sleeps);
+    return Py_BuildValue("(LL)", (long long)spun, (long long)sleeps);
+}
+
 static PyObject *nn_py_blas_set_threads(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
     int64_t n;
@@ -3243,6 +3289,10 @@ static PyMethodDef nn_methods[] = {
      "pool_set_threads(n): make the native pool run parts on n threads; the threads it has"},
     {"pool_set_spin", (PyCFunction)(void (*)(void))nn_py_pool_set_spin, METH_FASTCALL,
      "pool_set_spin(ns): how long an idle worker spins before it sleeps"},
+    {"pool_rest", (PyCFunction)(void (*)(void))nn_py_pool_rest, METH_FASTCALL,
+     "pool_rest(): a run ended; idle workers sleep now instead of spinning (the next job wakes them)"},
+    {"pool_stats", (PyCFunction)(void (*)(void))nn_py_pool_stats, METH_FASTCALL,
+     "pool_stats() -> (spun_ns, sleeps): the workers' spin waiting for jobs and their sleeps so far"},
     {"blas_set_threads", (PyCFunction)(void (*)(void))nn_py_blas_set_threads, METH_FASTCALL,
      "blas_set_threads(n): the linked OpenBLAS's threads"},
     {"blas_info", nn_py_blas_info, METH_NOARGS, "blas_info(): the linked BLAS's name, configuration and threads"},
