@@ -16,6 +16,7 @@ from nnhal.device.cpu.kernels.reduce import static_axes
 from nnhal.errors import NnhalError
 from nnhal.graph.node import Node
 from nnhal.operator.base import Info
+from nnhal.operator.table import get_prototype
 
 
 def _spatial_mean(node: Node, ins: list[Info | None]) -> bool:
@@ -30,6 +31,11 @@ def _spatial_mean(node: Node, ins: list[Info | None]) -> bool:
     except (NnhalError, ValueError):
         return False
     return axes is not None and tuple(sorted(axes)) == (2, 3)
+
+
+def _version(op: str, opset: int) -> int:
+    """The version of the default-domain ``op`` that ``opset`` selects (both ops exist since opset 1)."""
+    return get_prototype("", op).version_for(opset) or 1
 
 
 def fuse_spatial_means(chosen: list[Chosen], external: set[str]) -> list[Chosen]:
@@ -49,12 +55,12 @@ def fuse_spatial_means(chosen: list[Chosen], external: set[str]) -> list[Chosen]
         pooled = out if keep else f"{node.name}/pooled"
         pooled_info = Info(ins[0].dtype, (n, c, 1, 1))
         gap = Node(f"{node.name}/global_average", "GlobalAveragePool", [node.inputs[0]], [pooled], {},
-                   opset=node.opset, version=1)
+                   opset=node.opset, version=_version("GlobalAveragePool", node.opset))
         try:
             steps = [Chosen(gap, select(gap, [ins[0]], [pooled_info]), [ins[0]], [pooled_info])]
             if not keep:
                 flat = Node(f"{node.name}/flatten", "Flatten", [pooled], [out], {"axis": 1}, opset=node.opset,
-                            version=13)
+                            version=_version("Flatten", node.opset))
                 steps.append(Chosen(flat, select(flat, [pooled_info], list(outs)), [pooled_info], list(outs)))
         except NnhalError:
             result.append(entry)
