@@ -8,7 +8,8 @@
 * ``fuse_conv1d_transposes``: a Transpose (0, 2, 1) into a native 1-D convolution (an Embedding's
   (N, W, C) output turned to (N, C, W) for Conv1d) is dropped: the convolution reads it channels last;
 * ``fuse_channel_shuffle``: ShuffleNet's Reshape -> Transpose -> Reshape channel shuffle after a
-  convolution becomes a permutation of that convolution's output channels.
+  convolution becomes a permutation of that convolution's output channels, or, read only by group-1
+  convolutions, a permutation of their weights' input channels.
 
 A fusion never removes a tensor that another node reads or that leaves the subgraph. Each works on the
 plan's list of :class:`Chosen` entries; a fused node is a FusedNode (hostkernels/fused.py) recording
@@ -397,11 +398,35 @@ def _fold_permutation(node: Node, ins: list, p: np.ndarray, constants: dict[str,
     return replace(node, inputs=inputs, attrs={**node.attrs, "group": group}), new_ins
 
 
+def _unpermute_readers(chosen: list[Chosen], readers: list[int], name: str, p: np.ndarray,
+                       constants: dict[str, np.ndarray]) -> dict[int, Chosen] | None:
+    """The group-1 Convs at ``readers`` (every step reading ``name``, as their data input only) reading the
+    tensor ``name`` was permuted from (x[:, p[c]] in place of shuffled[:, c]), their constant weights' input
+    channels permuted to match: sum_c W[:, c] x[:, p[c]] == sum_j W[:, inv(p)[j]] x[:, j]. None when a reader is
+    anything else (a depthwise or grouped Conv would permute its output too)."""
+    inverse = np.argsort(p)
+    result: dict[int, Chosen] = {}
+    for pos in readers:
+        node, _, ins, outs = chosen[pos]
+        if node.op_type != "Conv" or node.domain or node.attrs.get("group", 1) != 1 or node.inputs[0] != name \
+                or name in node.inputs[1:] or name in node.implicit_inputs or len(ins) < 2 or ins[1] is None \
+                or ins[1].value is None or ins[1].value.ndim < 3 or ins[1].value.shape[1] != len(p):
+            return None
+        inputs, new_ins = list(node.inputs), list(ins)
+        inputs[1] = f"{node.name}/unshuffled_weights"
+        constants[inputs[1]] = np.ascontiguousarray(ins[1].value[:, inverse])
+        new_ins[1] = Info(ins[1].dtype, constants[inputs[1]].shape, constants[inputs[1]])
+        result[pos] = (replace(node, inputs=inputs), new_ins, outs)
+    return result
+
+
 def fuse_channel_shuffle(chosen: list[Chosen], external: set[str], constants: dict[str, np.ndarray]) -> list[Chosen]:
     """A Reshape/Transpose chain that only permutes the channels of a 4-D tensor (ShuffleNet's channel
     shuffle, Reshape(N, g, C/g, H, W) -> Transpose -> Reshape(N, C, H, W)) becomes either a permutation of
     the constant weights and bias of the Conv producing that tensor (when the tensor has no other reader
-    and the Conv stays cheap, _fold_permutation) or one Gather of the channels (axis 1, constant indices),
+    and the Conv stays cheap, _fold_permutation), or of the input channels of the constant weights of the
+    group-1 Convs that are the shuffled tensor's only readers (when it does not leave the subgraph,
+    _unpermute_readers), or one Gather of the channels (axis 1, constant indices),
     which the layout pass runs in place of the channel axis either way: the chain's reshapes no longer
     pin its tensors to NCHW. Intermediates must have no other reader and not leave the subgraph; new
     constants go into ``constants``."""
@@ -443,6 +468,24 @@ def fuse_channel_shuffle(chosen: list[Chosen], external: set[str], constants: di
                 replaced[q] = Chosen(conv, select(conv, conv_ins, list(last.outs)), conv_ins, list(last.outs))
             except NnhalError:
                 continue
+            dropped.update(chain)
+            continue
+        readers = [k for k, c in enumerate(chosen) if out in c.node.all_inputs]
+        unpermuted = None
+        if out not in external and readers and not any(k in dropped or k in replaced for k in readers):
+            unpermuted = _unpermute_readers(chosen, readers, out, p, {})
+        if unpermuted is not None:
+            try:
+                for k, (conv, conv_ins, conv_outs) in unpermuted.items():
+                    conv = replace(conv, inputs=[x, *conv.inputs[1:]])
+                    conv_ins = [ins[0], *conv_ins[1:]]
+                    unpermuted[k] = Chosen(conv, select(conv, conv_ins, list(conv_outs)), conv_ins, list(conv_outs))
+            except NnhalError:
+                unpermuted = None
+        if unpermuted is not None:
+            for k, c in unpermuted.items():
+                constants[c.node.inputs[1]] = c.ins[1].value
+            replaced.update(unpermuted)
             dropped.update(chain)
             continue
         indices = f"{node.name}/channel_permutation"

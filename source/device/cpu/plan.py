@@ -41,6 +41,7 @@ from nnhal.device.cpu.layout import Layouts, assign_layouts
 from nnhal.device.cpu.matmul_views import fold_transposes
 from nnhal.device.cpu.planner import MemoryPlan, arena_views, plan_memory
 from nnhal.device.cpu.scale_fold import fold_operand_scales
+from nnhal.device.cpu.spatial_mean import fuse_spatial_means
 from nnhal.device.cpu.split_concat import merge_split_parts
 from nnhal.device.cpu.straight import Chunk, bind, binds_input, failing_step, generate
 from nnhal.errors import DeviceError, NnhalError, where, wrapped
@@ -428,6 +429,7 @@ def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: l
         chosen = fuse_conv1d_transposes(chosen, external)
         chosen = fuse_channel_shuffle(chosen, external, constants)
         chosen = fuse_channel_selections(chosen, external, constants)
+        chosen = fuse_spatial_means(chosen, external)
         chosen = fold_transposes(chosen, external)
         chosen, layouts = assign_layouts(chosen, external)
         # after the layout pass, which chooses a Concat's kernel again for channels-last tensors

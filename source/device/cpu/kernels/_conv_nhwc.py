@@ -693,6 +693,10 @@ class ConvDirectChannelsFirst(Kernel):
         rows = s.n * s.oh
         nchw_out = bool(self.layouts & direct_conv.WRITE_NCHW)
         out_shape = (s.n, s.m, s.oh, s.ow) if nchw_out else (s.n, s.oh, s.ow, s.m)
+        # NOTE: an NCHW output of one pixel an image (a squeeze-excite gate) has the channels-last order too, and the
+        # C side, which tells the two apart by the channel stride (OH * OW), takes it as channels last: it is handed
+        # as the (N, 1, 1, M) view of the same memory
+        one_pixel = nchw_out and s.oh * s.ow == 1
 
         def run(inputs, outputs):
             x = inputs[0]
@@ -703,7 +707,8 @@ class ConvDirectChannelsFirst(Kernel):
                 y = pixel_rows(y, out_shape, np.float32)[0]
             elif y is None or not y.flags.c_contiguous or y.shape != out_shape or y.dtype != np.float32:
                 y = np.empty(out_shape, np.float32)
-            conv.run(x, y, None, parallel.native_parts(work, rows) if parallel.native_pool() else 1)
+            conv.run(x, y.reshape(s.n, 1, 1, s.m) if one_pixel else y, None,
+                     parallel.native_parts(work, rows) if parallel.native_pool() else 1)
             return (y,)
 
         return run

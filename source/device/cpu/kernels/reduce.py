@@ -18,7 +18,7 @@ from nnhal.operator.table import get_prototype
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
-def _static_axes(node, ins) -> tuple[int, ...] | None:
+def static_axes(node, ins) -> tuple[int, ...] | None:
     """The reduced axes, normalized, when the plan knows them now (attribute or constant input); None
     otherwise or when the node reduces nothing (noop_with_empty_axes: the reference's copy)."""
     since = get_prototype(node.domain, node.op_type).axes_input_since
@@ -46,11 +46,11 @@ class _ReduceFast(Kernel):
         if x is None or out is None or not x.static or not x.shape or np.dtype(x.dtype) not in _FLOATS \
                 or out.dtype != x.dtype or 0 in x.shape:
             return 0
-        return 2 if _static_axes(node, ins) is not None else 0
+        return 2 if static_axes(node, ins) is not None else 0
 
     def prepare(self, node, ins, outs) -> RunFn:
         shape, dtype = tuple(ins[0].shape), np.dtype(ins[0].dtype)
-        axes = _static_axes(node, ins)
+        axes = static_axes(node, ins)
         kept = reduced_shape(shape, axes, True)         # the output with the reduced axes kept as ones
         final = reduced_shape(shape, axes, bool(node.attrs["keepdims"]))
         count = int(np.prod([shape[a] for a in axes], dtype=np.int64))
