@@ -237,22 +237,42 @@ def test_float16_inputs_are_widened_and_the_outputs_narrowed(monkeypatch):
         assert why is None, why
 
 
-def _layer(hidden: int, inputs: int, directions: int = 1):
+def _layer(hidden: int, inputs: int, directions: int = 1, project: int = 0):
     """A bare native LSTM layer of these sizes (zero weights): for its projection choice only."""
     rows = directions * 4 * hidden
     return native.Recurrent("lstm", (directions, 0, inputs, hidden, 0, 0, 0), np.zeros((rows, inputs), np.float32),
                             np.zeros(rows, np.float32), np.zeros((directions, hidden, 4 * hidden), np.float32), None,
-                            None, ((0, 0.0, 0.0), (1, 0.0, 0.0), (1, 0.0, 0.0)) * directions, None)
+                            None, ((0, 0.0, 0.0), (1, 0.0, 0.0), (1, 0.0, 0.0)) * directions, None, project)
 
 
 def test_small_layers_project_short_sequences_themselves():
-    # W^T packed (at most 2^18 floats) and at most 2^23 multiply-adds: the blocked kernels, no BLAS
+    # W^T in panels (at most 2^21 floats, each direction's columns padded to 16) and at most 2^26 multiply-adds:
+    # the blocked kernels, no BLAS
     assert _layer(64, 64).projects(1) and _layer(64, 64).projects(100)
     assert _layer(64, 128, 2).projects(64)
-    assert not _layer(64, 64).projects(1000)          # 1000 * 256 * 64 multiply-adds: the BLAS's GEMM
-    assert not _layer(64, 600, 2).projects(1)         # W^T of 512 * 600 floats is not packed
+    assert _layer(128, 256, 2).projects(64)           # a tagger's second layer: 64 * 1024 * 256 multiply-adds
+    assert _layer(256, 512, 2).projects(64)           # 2048 * 512 floats of W^T: 4 MiB in panels
+    assert not _layer(256, 512, 2).projects(65)       # 65 * 2048 * 512 > 2^26 multiply-adds: the BLAS's GEMM
+    assert not _layer(64, 64).projects(5000)
+    assert not _layer(64, 4100, 2).projects(1)        # W^T of 512 * 4100 floats is not packed
     with pytest.raises(ValueError, match="Recurrent.projects"):
         _layer(8, 8).projects(-1)
+
+
+def test_the_project_argument_forces_either_path():
+    assert not _layer(64, 64, 2, project=1).projects(2)           # NN_RNN_BLAS: never the blocked kernels
+    assert _layer(256, 512, 2, project=2).projects(10_000)        # NN_RNN_BLOCKED: any rows once packed
+    assert not _layer(64, 4100, 2, project=2).projects(1)         # ... but not without the panels
+    with pytest.raises(ValueError, match="project"):
+        _layer(8, 8, project=3)
+
+
+def test_an_unknown_projection_mode_reads_as_auto(monkeypatch):
+    monkeypatch.setenv("NNHAL_RNN_PROJECT", "fast")
+    model, feeds = _model("LSTM", "bidirectional", batch=1)
+    got, kernel = _run(model, feeds)
+    assert kernel == "native"
+    _check(got, _reference(model, feeds, monkeypatch), "LSTM")
 
 
 @pytest.mark.parametrize("pool", ["0", "1"])
@@ -279,12 +299,65 @@ def test_short_sequences_projected_on_the_blocked_kernels_match_onnxruntime(op, 
 
 
 @pytest.mark.parametrize("pool", ["0", "1"])
-def test_large_projections_still_take_the_blas(pool, monkeypatch):
-    # an input of 600 at hidden 64, both directions: W^T (600, 512) is not packed, the BLAS (pool on) or numpy's
-    # GEMM (pool off) projects
+@pytest.mark.parametrize("inputs,steps", [(4100, 3), (600, 220)])
+def test_large_projections_still_take_the_blas(inputs, steps, pool, monkeypatch):
+    # hidden 64, both directions: W^T (4100, 512) is not packed, and 220 * 512 * 600 multiply-adds pass 2^26: the
+    # BLAS (pool on) or numpy's GEMM (pool off) projects
     monkeypatch.setenv("NNHAL_CPU_POOL", pool)
-    model, feeds = _model("LSTM", "bidirectional", batch=1, hidden=64, states=True, inputs=600)
+    model, feeds = _model("LSTM", "bidirectional", batch=1, hidden=64, states=True, inputs=inputs, steps=steps)
     with nnhal.Session(model, devices=["cpu"], num_thread=2) as s:
         got = s.run(feeds)
         assert s.subgraphs[0].stats["kernels"][s.subgraphs[0].nodes[0].name] == "native"
     _check(got, _reference(model, feeds, monkeypatch), "LSTM")
+
+
+def _bilstm_stack(layers: int, hidden: int, steps: int, batch: int, states: bool, inputs: int = 40, seed: int = 3):
+    """A tagger's recurrent stack as torch exports it: bidirectional LSTMs, each Y (T, 2, B, H) brought to the
+    next layer's (T, B, 2H) by Transpose and Reshape; initial states as graph inputs when ``states``."""
+    rng = np.random.default_rng(seed)
+    nodes, inits = [], [numpy_helper.from_array(np.asarray([0, 0, -1], np.int64), "shape")]
+    graph_inputs = [helper.make_tensor_value_info("X", TensorProto.FLOAT, (steps, batch, inputs))]
+    feeds = {"X": rng.standard_normal((steps, batch, inputs)).astype(np.float32)}
+    x, width = "X", inputs
+    scale = 1.0 / np.sqrt(hidden)          # torch's init range: gates of a few units, none saturated throughout
+    for k in range(layers):
+        w = rng.uniform(-scale, scale, (2, 4 * hidden, width)).astype(np.float32)
+        r = rng.uniform(-scale, scale, (2, 4 * hidden, hidden)).astype(np.float32)
+        b = rng.uniform(-scale, scale, (2, 8 * hidden)).astype(np.float32)
+        inits += [numpy_helper.from_array(w, f"W{k}"), numpy_helper.from_array(r, f"R{k}"),
+                  numpy_helper.from_array(b, f"B{k}")]
+        names = [x, f"W{k}", f"R{k}", f"B{k}"]
+        if states:
+            names += ["", f"h{k}", f"c{k}"]
+            for s in (f"h{k}", f"c{k}"):
+                graph_inputs.append(helper.make_tensor_value_info(s, TensorProto.FLOAT, (2, batch, hidden)))
+                feeds[s] = rng.standard_normal((2, batch, hidden)).astype(np.float32)
+        nodes += [helper.make_node("LSTM", names, [f"Y{k}", f"Yh{k}", f"Yc{k}"], hidden_size=hidden,
+                                   direction="bidirectional"),
+                  helper.make_node("Transpose", [f"Y{k}"], [f"T{k}"], perm=[0, 2, 1, 3]),
+                  helper.make_node("Reshape", [f"T{k}", "shape"], [f"X{k + 1}"])]
+        x, width = f"X{k + 1}", 2 * hidden
+    outs = [x, f"Yh{layers - 1}", f"Yc{layers - 1}"]
+    graph = helper.make_graph(nodes, "stack", graph_inputs,
+                              [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outs], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), feeds
+
+
+@pytest.mark.parametrize("mode", ["auto", "blas", "blocked"])
+@pytest.mark.parametrize("layers,hidden", [(1, 64), (2, 64), (2, 128), (1, 256), (2, 256)])
+def test_bidirectional_stacks_match_onnxruntime_and_the_reference_kernel(layers, hidden, mode, monkeypatch):
+    # the projection of each layer forced onto either path (blas, blocked) or left to the size rule, both
+    # directions on the pool (two threads) and on one: sequences of 1, an odd 7 and a long 65 steps (four-row
+    # blocks and their remainders), batch 1 and 3, initial states given or zero; 2H = 128 ... 512 inputs to the
+    # second layer (panels of 16 columns over 256 ... 1024 gate columns per direction)
+    ort = pytest.importorskip("onnxruntime")
+    monkeypatch.setenv("NNHAL_RNN_PROJECT", mode)
+    for steps, batch, states, threads in ((1, 1, False, 2), (7, 3, True, 1), (65, 1, True, 2), (65, 3, False, 2)):
+        model, feeds = _bilstm_stack(layers, hidden, steps, batch, states)
+        with nnhal.Session(model, devices=["cpu"], num_thread=threads) as s:
+            got = s.run(feeds)
+            kernels = s.subgraphs[0].stats["kernels"]
+            assert [kernels[n.name] for n in s.subgraphs[0].nodes if n.op_type == "LSTM"] == ["native"] * layers
+        session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        _check(got, session.run(None, feeds), "LSTM")
+        _check(got, _reference(model, feeds, monkeypatch), "LSTM")

@@ -17,6 +17,8 @@ _recurrent.py for the common case, else the reference).
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from nnhal.device.cpu import native, parallel
@@ -144,6 +146,18 @@ def _store(result: np.ndarray | None, outputs: list, k: int, dtype: np.dtype) ->
     return result if result.dtype == dtype else result.astype(dtype)
 
 
+# NNHAL_RNN_PROJECT: how a native layer projects several rows of X (kernels.c Recurrent's project argument)
+_PROJECTIONS = {"auto": 0, "blas": 1, "blocked": 2}
+
+
+def _projection() -> int:
+    """The projection mode NNHAL_RNN_PROJECT names (read at prepare): ``auto`` (the default: the layer's own
+    blocked kernels for a small enough product, else the BLAS), ``blas`` (always the BLAS: numpy's when the pool is
+    off), ``blocked`` (always the blocked kernels when the layer packed W^T); for A/B runs and tests. Any other
+    value reads as ``auto``, as NNHAL_CPU_POOL's unknown values do."""
+    return _PROJECTIONS.get(os.environ.get("NNHAL_RNN_PROJECT", "auto"), 0)
+
+
 class _NativeRecurrent(Kernel):
     """The shared part of the three cells: acceptance, packing and the run."""
 
@@ -193,7 +207,8 @@ class _NativeRecurrent(Kernel):
         clip = node.attrs.get("clip")
         w2, bias = np.ascontiguousarray(w.reshape(rows * d, inputs)), np.ascontiguousarray(bias.reshape(-1))
         layer = native.Recurrent(self.cell, geometry, w2, bias, np.ascontiguousarray(r.transpose(0, 2, 1)), rbh, peep,
-                                 _activations(node, self.defaults, d), None if clip is None else float(clip))
+                                 _activations(node, self.defaults, d), None if clip is None else float(clip),
+                                 _projection())
         return layer, w2.T, bias
 
     def prepare(self, node, ins, outs) -> RunFn:

@@ -1485,6 +1485,9 @@ static void nn_direct_task(const void *args, int64_t part, int64_t parts) {
  * B, H), states (D, B, H); layout 1: X (B, T, I), Y (B, T, D, H), states (B, D, H).
  * ------------------------------------------------------------------------------------------------ */
 enum { NN_CELL_LSTM = 0, NN_CELL_GRU = 1, NN_CELL_RNN = 2 };
+/* How a multi-row input projection is computed (nn_rnn_projects): by the size rule, through the BLAS, or on the
+ * blocked kernels whenever W^T was packed (the last two: Recurrent's project argument, for A/B and tests). */
+enum { NN_RNN_AUTO = 0, NN_RNN_BLAS = 1, NN_RNN_BLOCKED = 2 };
 
 /* Recurrent activation kinds: the same numbers as RECURRENT_ACTIVATIONS in __init__.py. */
 enum {
@@ -1505,6 +1508,8 @@ typedef struct {
     float clip;                         /* INFINITY: no clip */
     const float *w;                     /* (D * G * H, I): W of every direction, rows as in ONNX */
     const float *wt;                    /* (I, D * G * H): W^T for a one-row projection (nn_rnn_row.h), or NULL */
+    const float *wp;                    /* W^T in column panels for a few rows' projection (nn_rnn_row.h), or NULL */
+    int32_t project;                    /* NN_RNN_AUTO, NN_RNN_BLAS or NN_RNN_BLOCKED (nn_rnn_projects) */
     const float *bias;                  /* (D * G * H,): the bias folded into the projection */
     const float *rt;                    /* (D, H, G * H): R^T per direction */
     const float *rbh;                   /* (D, H) GRU's recurrent h bias when linear_before_reset, else NULL */
@@ -1669,7 +1674,7 @@ static NN_CLONES void nn_rnn_project(const nn_rnn_args *a, int64_t r0, int64_t r
         nn_rnn_project_row(p, a->x + r0 * p->input, a->xw + r0 * ld, c0, c1);
         return;
     }
-    if (nn_rnn_projects(p, r1 - r0)) {
+    if (nn_rnn_projects(p, r1 - r0)) {   /* c0, c1: whole directions (the callers below) */
         nn_rnn_project_rows(p, a->x + r0 * p->input, r1 - r0, a->xw + r0 * ld, c0, c1);
         return;
     }
@@ -2826,11 +2831,12 @@ typedef struct {
     PyObject_HEAD
     nn_rnn_params p;
     nn_arg w, bias, rt, rbh, peep;
-    float *wt;                          /* owned: p.wt */
+    float *wt, *wp;                     /* owned: p.wt, p.wp */
 } nn_rnn_object;
 
 static void nn_rnn_dealloc(nn_rnn_object *self) {
     PyMem_Free(self->wt);
+    PyMem_Free(self->wp);
     nn_release(&self->w, 1);
     nn_release(&self->bias, 1);
     nn_release(&self->rt, 1);
@@ -2874,19 +2880,26 @@ static void nn_rnn_states(const nn_rnn_args *a) {
         }
 }
 
-/* Recurrent(cell, geometry, w, bias, rt, rbh, peep, acts, clip): cell "lstm", "gru" or "rnn"; geometry
+/* Recurrent(cell, geometry, w, bias, rt, rbh, peep, acts, clip[, project]): cell "lstm", "gru" or "rnn"; geometry
  * (directions, reverse, input, hidden, layout, linear_before_reset, input_forget); w (D * G * H, I); bias
  * (D * G * H,); rt (D, H, G * H); rbh (D, H) or None (GRU with linear_before_reset only); peep (D, 3 * H) or
  * None (LSTM only); acts per direction f, g, h (LSTM) / f, g (GRU) / f (RNN) as (kind, alpha, beta); clip a
- * float or None. */
+ * float or None; project 0 (the rule of nn_rnn_projects), 1 (a multi-row projection always through the BLAS) or
+ * 2 (always on the blocked kernels when W^T was packed). */
 static PyObject *nn_rnn_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
     const char *k = "Recurrent";
     const char *cell;
     PyObject *geometry, *w, *bias, *rt, *rbh, *peep, *acts, *clip;
+    int project = NN_RNN_AUTO;
     if (kwargs && PyDict_GET_SIZE(kwargs)) return PyErr_Format(PyExc_TypeError, "Recurrent takes no keyword arguments");
-    if (!PyArg_ParseTuple(args, "sOOOOOOOO:Recurrent", &cell, &geometry, &w, &bias, &rt, &rbh, &peep, &acts, &clip))
+    if (!PyArg_ParseTuple(args, "sOOOOOOOO|i:Recurrent", &cell, &geometry, &w, &bias, &rt, &rbh, &peep, &acts, &clip,
+                          &project))
         return NULL;
+    if (project < NN_RNN_AUTO || project > NN_RNN_BLOCKED)
+        return PyErr_Format(PyExc_ValueError, "native kernel Recurrent: argument 'project' must be 0, 1 or 2, not %d",
+                            project);
     nn_rnn_params p = {0};
+    p.project = (int32_t)project;
     if (strcmp(cell, "lstm") == 0) p.cell = NN_CELL_LSTM, p.gates = 4;
     else if (strcmp(cell, "gru") == 0) p.cell = NN_CELL_GRU, p.gates = 3;
     else if (strcmp(cell, "rnn") == 0) p.cell = NN_CELL_RNN, p.gates = 1;
@@ -2937,7 +2950,7 @@ static PyObject *nn_rnn_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
     }
     p.w = self->w.view.buf, p.bias = self->bias.view.buf, p.rt = self->rt.view.buf;
     p.rbh = self->rbh.view.buf, p.peep = self->peep.view.buf;
-    if (nn_rnn_pack_wt(&p, &self->wt)) goto fail;
+    if (nn_rnn_pack_wt(&p, &self->wt, &self->wp)) goto fail;
     self->p = p;
     return (PyObject *)self;
 fail:
