@@ -269,35 +269,42 @@ static void nq_binary_part(const void *job, int part)
     }
 }
 
-static PyObject *qk_binary(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+/* the shared entry of binary (args a, b, out, mul, a_scale, a_zero, b_scale, b_zero, y_scale, y_zero, threads)
+   and biased (args x, bias, out, x_scale, x_zero, y_scale, y_zero, threads) */
+static PyObject *nq_binary_call(const char *kernel, PyObject *const *args, Py_ssize_t nargs, int biased)
 {
-    (void)mod;
-    const char *kernel = "binary";
-    const char *const names[] = {"a", "b"};
-    if (!check_nargs(kernel, nargs, 11))
+    const char *const names[] = {biased ? "x" : "a", biased ? "bias" : "b"};
+    if (!check_nargs(kernel, nargs, biased ? 8 : 11))
         return NULL;
     arg_t in[2], out;
     memset(in, 0, sizeof in);
     memset(&out, 0, sizeof out);
     PyObject *result = NULL;
-    int64_t mul, za, zb, zy, threads;
+    int64_t mul = 0, za, zb = 0, zy, threads;
     nq_binary_job t;
     memset(&t, 0, sizeof t);
-    if (!get_array(kernel, "a", args[0], &in[0], "Bb", -1, 0, 0)
-        || !get_array(kernel, "b", args[1], &in[1], format_code(&in[0].view) == 'b' ? "b" : "B", -1, 0, 0)
-        || !get_array(kernel, "out", args[2], &out, format_code(&in[0].view) == 'b' ? "b" : "B",
-                      in[0].view.len, 1, 0)
-        || !get_int(kernel, "mul", args[3], 0, 1, &mul) || !get_float(kernel, "a_scale", args[4], &t.sa)
-        || !get_int(kernel, "a_zero", args[5], -128, 255, &za) || !get_float(kernel, "b_scale", args[6], &t.sb)
-        || !get_int(kernel, "b_zero", args[7], -128, 255, &zb) || !get_float(kernel, "y_scale", args[8], &t.sy)
-        || !get_int(kernel, "y_zero", args[9], -128, 255, &zy)
-        || !get_int(kernel, "threads", args[10], 0, 1 << 20, &threads))
+    int ok = get_array(kernel, names[0], args[0], &in[0], "Bb", -1, 0, 0);
+    const char *codes = ok && format_code(&in[0].view) == 'b' ? "b" : "B";
+    ok = ok && get_array(kernel, names[1], args[1], &in[1], biased ? "f" : codes, -1, 0, 0)
+        && get_array(kernel, "out", args[2], &out, codes, in[0].view.len, 1, 0);
+    PyObject *const *rest = args + (biased ? 5 : 8);
+    if (biased)
+        ok = ok && get_float(kernel, "x_scale", args[3], &t.sa) && get_int(kernel, "x_zero", args[4], -128, 255, &za);
+    else
+        ok = ok && get_int(kernel, "mul", args[3], 0, 1, &mul) && get_float(kernel, "a_scale", args[4], &t.sa)
+            && get_int(kernel, "a_zero", args[5], -128, 255, &za) && get_float(kernel, "b_scale", args[6], &t.sb)
+            && get_int(kernel, "b_zero", args[7], -128, 255, &zb);
+    if (!ok || !get_float(kernel, "y_scale", rest[0], &t.sy) || !get_int(kernel, "y_zero", rest[1], -128, 255, &zy)
+        || !get_int(kernel, "threads", rest[2], 0, 1 << 20, &threads))
         goto done;
     t.a = in[0].view.buf;
-    t.b = in[1].view.buf;
+    if (biased)
+        t.fb = in[1].view.buf;
+    else
+        t.b = in[1].view.buf;
     t.out = out.view.buf;
     t.n = in[0].view.len;
-    t.nb = in[1].view.len;
+    t.nb = in[1].view.len / in[1].view.itemsize;
     t.mul = (int)mul;
     t.is_signed = format_code(&in[0].view) == 'b';
     t.za = (float)za;
@@ -306,7 +313,7 @@ static PyObject *qk_binary(PyObject *mod, PyObject *const *args, Py_ssize_t narg
     t.lo = t.is_signed ? -128.0f : 0.0f;
     t.hi = t.is_signed ? 127.0f : 255.0f;
     t.vector = g_isa >= ISA_AVX2;
-    /* out may be a itself (element-wise in place), never part of b */
+    /* out may be a (x) itself (element-wise in place), never part of b (bias) */
     if (!nq_elementwise_checks(kernel, t.n, t.nb, &out, in, names, 2, threads, &t.parts))
         goto done;
     Py_BEGIN_ALLOW_THREADS
@@ -320,50 +327,16 @@ done:
     return result;
 }
 
+static PyObject *qk_binary(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)mod;
+    return nq_binary_call("binary", args, nargs, 0);
+}
+
 static PyObject *qk_biased(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)mod;
-    const char *kernel = "biased";
-    const char *const names[] = {"x", "bias"};
-    if (!check_nargs(kernel, nargs, 8))
-        return NULL;
-    arg_t in[2], out;
-    memset(in, 0, sizeof in);
-    memset(&out, 0, sizeof out);
-    PyObject *result = NULL;
-    int64_t za, zy, threads;
-    nq_binary_job t;
-    memset(&t, 0, sizeof t);
-    if (!get_array(kernel, "x", args[0], &in[0], "Bb", -1, 0, 0)
-        || !get_array(kernel, "bias", args[1], &in[1], "f", -1, 0, 0)
-        || !get_array(kernel, "out", args[2], &out, format_code(&in[0].view) == 'b' ? "b" : "B",
-                      in[0].view.len, 1, 0)
-        || !get_float(kernel, "x_scale", args[3], &t.sa) || !get_int(kernel, "x_zero", args[4], -128, 255, &za)
-        || !get_float(kernel, "y_scale", args[5], &t.sy) || !get_int(kernel, "y_zero", args[6], -128, 255, &zy)
-        || !get_int(kernel, "threads", args[7], 0, 1 << 20, &threads))
-        goto done;
-    t.a = in[0].view.buf;
-    t.fb = in[1].view.buf;
-    t.out = out.view.buf;
-    t.n = in[0].view.len;
-    t.nb = in[1].view.len / 4;
-    t.is_signed = format_code(&in[0].view) == 'b';
-    t.za = (float)za;
-    t.zy = (float)zy;
-    t.lo = t.is_signed ? -128.0f : 0.0f;
-    t.hi = t.is_signed ? 127.0f : 255.0f;
-    t.vector = g_isa >= ISA_AVX2;
-    if (!nq_elementwise_checks(kernel, t.n, t.nb, &out, in, names, 2, threads, &t.parts))
-        goto done;
-    Py_BEGIN_ALLOW_THREADS
-    if (t.n)
-        run_parts(nq_binary_part, &t, t.parts);
-    Py_END_ALLOW_THREADS
-    result = Py_NewRef(Py_None);
-done:
-    release_all(in, 2);
-    release_all(&out, 1);
-    return result;
+    return nq_binary_call("biased", args, nargs, 1);
 }
 
 #endif
