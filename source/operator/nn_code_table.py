@@ -7,7 +7,10 @@ The cpu device's quantized lowering writes it for a chain of element-wise ops th
 constants only and writes an 8-bit tensor (a SiLU as DequantizeLinear -> Sigmoid -> QuantizeLinear ->
 QLinearMul): the chain's output for each of the 256 codes, evaluated once (optimizer/qtables.py); per channel
 when the chain adds or multiplies a constant along the last axis (a bias Add between DequantizeLinear and
-QuantizeLinear in a static QDQ model).
+QuantizeLinear in a static QDQ model). Attribute ``affine`` (optional, floats): for such a bias chain, its
+x_scale, x_zero, y_scale, y_zero and the C bias values, Table[c, q] = QuantizeLinear(DequantizeLinear(q, x_scale,
+x_zero) + bias[c], y_scale, y_zero); a description a device may compute from instead of the table, never a
+different definition (the table is the result).
 """
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ class CodeTable(Prototype):
     domain = "ai.nnhal"
     versions = (1,)
     inputs = (2, 2)
+    attributes = {"affine": ()}
 
     def infer(self, node: Node, ins: list[Info | None]) -> list[Info]:
         x, table = ins[0], ins[1]

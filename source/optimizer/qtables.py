@@ -12,7 +12,11 @@ A chain qualifies when every node is element-wise (ELEMENTWISE) with its other i
 every tensor inside it is read only inside it (not a graph output), and it ends in an 8-bit tensor of x's
 shape. An Add / Sub / Mul / Div may also take a constant along x's last axis (C values: a static QDQ model's
 bias Add between DequantizeLinear and QuantizeLinear, whose quantized bias constant folding made a float
-vector): the chain then has 256 inputs per channel and becomes a CodeTable with a [C, 256] table.
+vector): the chain then has 256 inputs per channel and becomes a CodeTable with a [C, 256] table. When that
+chain is exactly DequantizeLinear -> Add(bias) -> QuantizeLinear with single-value scales and zero points and
+the output type of x, the CodeTable also carries them (attribute ``affine``: x_scale, x_zero, y_scale, y_zero,
+then the C bias values), so that a device may compute the chain instead of gathering from the [C, 256] table
+(the cpu device does where its computation reproduces the table on every entry).
 A device calls it on its own quantized subgraph (the cpu device: after optimizer/precision.py).
 """
 from __future__ import annotations
@@ -136,6 +140,36 @@ def _evaluate(graph: Graph, chain: list[Node], x: str, y: str) -> np.ndarray:
     return np.ascontiguousarray(values[y])
 
 
+def _scalar(graph: Graph, node: Node, index: int, absent: float) -> float | None:
+    """The single value of ``node``'s input ``index`` (``absent`` when the optional input is not given)."""
+    name = node.inputs[index] if index < len(node.inputs) else ""
+    if not name:
+        return absent
+    return float(np.asarray(graph.tensors[name].value).reshape(-1)[0]) if _scalar_constant(graph, name) else None
+
+
+def _affine(graph: Graph, chain: list[Node], x: str, y: str) -> list[float]:
+    """[x_scale, x_zero, y_scale, y_zero, bias...] when ``chain`` is DequantizeLinear(x) -> Add(., bias along
+    x's last axis) -> QuantizeLinear to y of x's type, all with single-value parameters; else []."""
+    if [n.op_type for n in chain] != ["DequantizeLinear", "Add", "QuantizeLinear"] \
+            or any(n.domain != "" for n in chain) or graph.tensors[y].dtype != graph.tensors[x].dtype:
+        return []
+    dq, add, q = chain
+    if dq.inputs[0] != x or q.inputs[0] != add.outputs[0] or dq.outputs[0] not in add.inputs \
+            or q.attrs.get("saturate", 1) != 1 or q.attrs.get("output_dtype", 0):
+        return []
+    others = [i for i in add.inputs if i != dq.outputs[0]]
+    bias = graph.tensors.get(others[0]) if len(others) == 1 else None
+    if bias is None or not _channel_constant(graph, others[0], _channels(graph, x)) \
+            or bias.value.dtype != np.float32:
+        return []
+    params = [_scalar(graph, dq, 1, 1.0), _scalar(graph, dq, 2, 0.0), _scalar(graph, q, 1, 1.0),
+              _scalar(graph, q, 2, 0.0)]
+    if any(v is None for v in params) or len(dq.inputs) < 2 or len(q.inputs) < 2:
+        return []
+    return params + [float(v) for v in bias.value.reshape(-1)]
+
+
 def fuse_code_tables(graph: Graph) -> int:
     """Replace each qualifying chain (see the module doc) by a CodeTable node; the number replaced."""
     from nnhal.optimizer.nodes import make_node
@@ -163,8 +197,9 @@ def fuse_code_tables(graph: Graph) -> int:
         table = f"{y}::table"
         graph.tensors[table] = constant(table, _evaluate(graph, chain, x, y))
         sink = chain[-1]
-        node = make_node(sink.name + "::table", "CodeTable", [x, table], [y], {}, graph.opsets.get("", 17),
-                         "ai.nnhal")
+        affine = _affine(graph, chain, x, y) if graph.tensors[table].value.ndim == 2 else []
+        node = make_node(sink.name + "::table", "CodeTable", [x, table], [y], {"affine": affine} if affine else {},
+                         graph.opsets.get("", 17), "ai.nnhal")
         drop = {n.name for n in chain}
         graph.nodes = [node if n.name == sink.name else n for n in graph.nodes if n.name not in drop or
                        n.name == sink.name]

@@ -164,3 +164,19 @@ def test_the_cpu_device_runs_a_per_channel_table_like_the_onnx_reference(dtype, 
     assert kernels == {"CodeTable": "table"}, kernels
     # quantized tolerance (off by one): onnx.reference may divide in another precision than the host kernels
     assert np.max(np.abs(got.astype(np.int32) - want.astype(np.int32))) <= 1
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_a_bias_chain_carries_its_parameters(dtype):
+    """The [C, 256] table of DequantizeLinear -> Add(bias) -> QuantizeLinear keeps the chain's scales, zero
+    points and bias beside it (attribute ``affine``); another per-channel chain (a Mul) carries none."""
+    g, _ = _bias_graph(dtype, (1, 6))
+    zero = 7 if dtype == np.uint8 else -3
+    bias = [float(v) for v in g.tensors["b"].value.reshape(-1)]
+    fuse_code_tables(g)
+    assert g.nodes[0].attrs["affine"] == pytest.approx([np.float32(0.04), zero, np.float32(0.05), zero] + bias,
+                                                       rel=0, abs=0)
+    g, _ = _bias_graph(dtype, (6,))
+    g.nodes[1].op_type = "Mul"
+    fuse_code_tables(g)
+    assert [n.op_type for n in g.nodes] == ["CodeTable"] and not g.nodes[0].attrs.get("affine")

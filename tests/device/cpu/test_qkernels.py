@@ -514,3 +514,58 @@ def test_argument_fuzz_gives_typed_errors_never_a_crash():
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "NO ERROR" not in run.stdout, run.stdout
     assert run.stdout.count("\nok ") + run.stdout.startswith("ok ") == 42, run.stdout
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize("params", [(0.021, 3, 0.017, 128), (0.5, 128, 0.001, 255), (1e-3, 0, 7.0, 9),
+                                    (0.0371, 200, 0.0371, 200), (0.25, 0, 0.5, 0)])
+def test_kernels_biased_equals_the_reference_chain(dtype, params):
+    """``biased`` (DequantizeLinear -> + bias[c] -> QuantizeLinear computed) equals the host kernels' chain on
+    every code of every channel, with saturating biases, rounding ties (scales 0.25 / 0.5 and biases on
+    half steps), channel counts below, at and past the vector width (tails), two parts and in place."""
+    from nnhal.hostkernels.op_dequantize_linear import DequantizeLinearKernel
+    from nnhal.hostkernels.op_quantize_linear import QuantizeLinearKernel
+
+    sx, zx, sy, zy = params
+    if dtype == np.int8:
+        zx, zy = zx - 128, zy - 128
+    rng = np.random.default_rng(int(sy * 1000) + 7)
+
+    def want(x, bias):
+        node = _Attrs()
+        real = DequantizeLinearKernel().compute(node, x, np.float32(sx), dtype(zx))
+        return QuantizeLinearKernel().compute(node, real + bias, np.float32(sy), dtype(zy))
+
+    codes = np.arange(256, dtype=np.uint8).view(dtype)
+    for channels, threads in ((1, 1), (3, 1), (8, 1), (13, 2), (384, 1), (1000, 2)):
+        bias = (rng.standard_normal(channels) * 300 * sy).astype(np.float32)
+        bias[::3] = np.float32(sy) * (rng.integers(-300, 300, bias[::3].size) + 0.5)   # ties after the sum
+        x = np.ascontiguousarray(np.repeat(codes[:, None], channels, 1))
+        out = np.empty_like(x)
+        _q().biased(x, bias, out, sx, zx, sy, zy, 1)
+        np.testing.assert_array_equal(out, want(x, bias))
+        for shape in ((600, channels), (2, 3, channels)):
+            x = _rand(rng, shape, dtype, extreme=True)
+            out = np.empty(shape, dtype)
+            _q().biased(x, bias, out, sx, zx, sy, zy, threads)
+            expected = want(x, bias)
+            np.testing.assert_array_equal(out, expected)
+            _q().biased(x, bias, x, sx, zx, sy, zy, threads)        # in place
+            np.testing.assert_array_equal(x, expected)
+
+
+def test_kernels_biased_refuses_bad_arguments():
+    x = np.zeros(6, np.uint8)
+    with pytest.raises(ValueError, match="biased: argument 'b' has 4 elements"):
+        _q().biased(x, np.zeros(4, np.float32), np.empty(6, np.uint8), 1.0, 0, 1.0, 0, 1)
+    with pytest.raises(TypeError, match="biased: argument 'bias'"):
+        _q().biased(x, np.zeros(6, np.float64), np.empty(6, np.uint8), 1.0, 0, 1.0, 0, 1)
+    with pytest.raises(TypeError, match="biased: argument 'out'"):
+        _q().biased(x, np.zeros(6, np.float32), np.empty(6, np.int8), 1.0, 0, 1.0, 0, 1)
+
+
+class _Attrs:
+    """The node handed to the host Q/DQ kernels: their defaults."""
+
+    attrs = {"axis": 1, "saturate": 1, "block_size": 0}
+    op_type = "QuantizeLinear"

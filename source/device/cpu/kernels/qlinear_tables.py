@@ -232,7 +232,9 @@ class QLinearConcatTables(Kernel):
 
 class CodeTableGather(Kernel):
     """ai.nnhal CodeTable (optimizer/qtables.py's fused element-wise chains): one gather into the planned
-    output buffer; a [C, 256] table per channel of the input's last axis."""
+    output buffer; a [C, 256] table per channel of the input's last axis. A per-channel bias chain that
+    qtables describes (attribute ``affine``) runs computed instead (the integer kernels' ``biased``) where
+    that reproduces the table on all C x 256 entries."""
 
     op_type = "CodeTable"
     domain = "ai.nnhal"
@@ -246,11 +248,14 @@ class CodeTableGather(Kernel):
         table = np.ascontiguousarray(ins[1].value)
         q = _native() if table.dtype in EIGHT_BIT else None
         rows = np.arange(table.shape[0]) if table.ndim == 2 else None
+        affine = biased_operands(q, node.attrs.get("affine", ()), table)
 
         def run(inputs: list, outputs: list):
             x = inputs[0]
             out = _output(outputs, x.shape, table.dtype)
-            if q is not None and (rows is None or x.shape[-1:] == table.shape[:1]):
+            if affine is not None and x.shape[-1:] == table.shape[:1]:
+                q.biased(np.ascontiguousarray(x), affine[0], out, *affine[1:], parallel.threads())
+            elif q is not None and (rows is None or x.shape[-1:] == table.shape[:1]):
                 q.table1(np.ascontiguousarray(x), table, out, parallel.threads())
             elif rows is not None:
                 out[...] = table[rows, _bytes(x)]
@@ -259,6 +264,30 @@ class CodeTableGather(Kernel):
             return (out,)
 
         return run
+
+
+def biased_operands(q, affine, table: np.ndarray) -> tuple | None:
+    """The integer kernels' ``biased`` operands (bias, x_scale, x_zero, y_scale, y_zero) for a per-channel
+    CodeTable's ``affine`` description when that kernel returns ``table`` ([C, 256]) on every code of every
+    channel, else None (no description, no integer kernels or only their portable instruction set, or
+    parameters whose float32 arithmetic the kernel does not reproduce)."""
+    channels = table.shape[0] if table.ndim == 2 else 0
+    # NOTE: the [C, 256] table (98-393 KB on MiniLM) misses L1, the arithmetic is ten vector operations per
+    # 8 codes; like binary's, the portable scalar loop would be slower than the gather
+    if q is None or len(affine) != 4 + channels or not channels or qnative.status().isa == "portable" \
+            or table.dtype not in EIGHT_BIT:
+        return None
+    x_scale, x_zero, y_scale, y_zero = affine[:4]
+    lo, hi = (-128, 127) if table.dtype == np.int8 else (0, 255)
+    if x_zero != int(x_zero) or y_zero != int(y_zero) or not lo <= x_zero <= hi or not lo <= y_zero <= hi:
+        return None
+    operands = (np.asarray(affine[4:], np.float32), float(np.float32(x_scale)), int(x_zero),
+                float(np.float32(y_scale)), int(y_zero))
+    codes = np.ascontiguousarray(np.repeat(_codes(table.dtype)[:, None], channels, 1))     # [256, C]
+    got = np.empty_like(codes)
+    q.biased(codes, operands[0], got, *operands[1:], 1)
+    # NOTE: checked on every entry, so the computed path is exact by exhaustion, not by argument
+    return operands if np.array_equal(got.T, table) else None
 
 
 class _Axis0:

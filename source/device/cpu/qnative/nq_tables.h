@@ -14,6 +14,11 @@
  *                                        (hostkernels/_msq.py: (q - zero) * scale, add or multiply, / y_scale,
  *                                        round half to even, + y_zero, clamp), 8 lanes at a time in AVX2 (the
  *                                        same IEEE operations: the same bits as the scalar loop and the table)
+ *   biased(x, bias, out, x_scale, x_zero, y_scale, y_zero, threads)
+ *                                        out[i] = QuantizeLinear(DequantizeLinear(x[i]) + bias[i % C]): a static
+ *                                        QDQ model's per-column bias chain after a product (ai.nnhal CodeTable
+ *                                        with a [C, 256] table) computed in the same float32 operations as
+ *                                        binary (bias: C float32 values along x's last axis)
  *
  * x, a, b, table and out are uint8 or int8 (read as bytes: the table is indexed by bit pattern, as the
  * Python side builds it, kernels/qlinear_tables.py); out has x's (a's) element count and the table's element
@@ -163,6 +168,7 @@ static PyObject *qk_table2(PyObject *mod, PyObject *const *args, Py_ssize_t narg
  * at prepare and keeps the table where any differs. */
 typedef struct {
     const uint8_t *a, *b;
+    const float *fb;              /* biased: the real values added (b unused) */
     uint8_t *out;
     int64_t n, nb;
     int parts, mul, is_signed, vector;
@@ -189,11 +195,13 @@ static inline int nq_code(const nq_binary_job *t, const uint8_t *p, int64_t i)
     return t->is_signed ? (int)((const int8_t *)p)[i] : (int)p[i];
 }
 
-static void nq_binary_scalar(const nq_binary_job *t, const uint8_t *a, const uint8_t *b, int bstep, uint8_t *y,
-                             int64_t len)
+/* b: codes (binary), or fb: real values (biased); bstep 0: b's one value for every element */
+static void nq_binary_scalar(const nq_binary_job *t, const uint8_t *a, const uint8_t *b, const float *fb,
+                             int bstep, uint8_t *y, int64_t len)
 {
     for (int64_t k = 0; k < len; k++)
-        y[k] = nq_binary_one(t, nq_code(t, a, k), nq_real(nq_code(t, b, bstep ? k : 0), t->zb, t->sb));
+        y[k] = nq_binary_one(t, nq_code(t, a, k),
+                             fb ? fb[bstep ? k : 0] : nq_real(nq_code(t, b, bstep ? k : 0), t->zb, t->sb));
 }
 
 #ifdef NNQ_X86
@@ -203,20 +211,21 @@ T_AVX2 static inline __m256 nq_load8(const nq_binary_job *t, const uint8_t *p)
     return _mm256_cvtepi32_ps(t->is_signed ? _mm256_cvtepi8_epi32(bytes) : _mm256_cvtepu8_epi32(bytes));
 }
 
-T_AVX2 static void nq_binary_avx2(const nq_binary_job *t, const uint8_t *a, const uint8_t *b, int bstep,
-                                  uint8_t *y, int64_t len)
+T_AVX2 static void nq_binary_avx2(const nq_binary_job *t, const uint8_t *a, const uint8_t *b, const float *fb,
+                                  int bstep, uint8_t *y, int64_t len)
 {
     const __m256 sa = _mm256_set1_ps(t->sa), za = _mm256_set1_ps(t->za), sb = _mm256_set1_ps(t->sb),
                  zb = _mm256_set1_ps(t->zb), sy = _mm256_set1_ps(t->sy), zy = _mm256_set1_ps(t->zy),
                  lo = _mm256_set1_ps(t->lo), hi = _mm256_set1_ps(t->hi);
-    const __m256 yconst = _mm256_set1_ps(nq_real(nq_code(t, b, 0), t->zb, t->sb));
+    const __m256 yconst = _mm256_set1_ps(fb ? fb[0] : nq_real(nq_code(t, b, 0), t->zb, t->sb));
     /* byte 0 of each int32 lane to the lane's first 4 bytes */
     const __m256i pick = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
                                           0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
     int64_t k = 0;
     for (; k + 8 <= len; k += 8) {
         __m256 x = _mm256_mul_ps(_mm256_sub_ps(nq_load8(t, a + k), za), sa);
-        __m256 w = bstep ? _mm256_mul_ps(_mm256_sub_ps(nq_load8(t, b + k), zb), sb) : yconst;
+        __m256 w = !bstep ? yconst : fb ? _mm256_loadu_ps(fb + k)
+            : _mm256_mul_ps(_mm256_sub_ps(nq_load8(t, b + k), zb), sb);
         __m256 v = t->mul ? _mm256_mul_ps(x, w) : _mm256_add_ps(x, w);
         __m256 q = _mm256_add_ps(_mm256_round_ps(_mm256_div_ps(v, sy), _MM_FROUND_TO_NEAREST_INT
                                                  | _MM_FROUND_NO_EXC), zy);
@@ -225,20 +234,22 @@ T_AVX2 static void nq_binary_avx2(const nq_binary_job *t, const uint8_t *a, cons
         __m128i packed = _mm_unpacklo_epi32(_mm256_castsi256_si128(bytes), _mm256_extracti128_si256(bytes, 1));
         _mm_storel_epi64((__m128i *)(y + k), packed);
     }
-    nq_binary_scalar(t, a + k, bstep ? b + k : b, bstep, y + k, len - k);
+    nq_binary_scalar(t, a + k, b && bstep ? b + k : b, fb && bstep ? fb + k : fb, bstep, y + k, len - k);
 }
 #endif
 
-static void nq_binary_run(const nq_binary_job *t, const uint8_t *a, const uint8_t *b, int bstep, uint8_t *y,
+static void nq_binary_run(const nq_binary_job *t, const uint8_t *a, int64_t j, int bstep, uint8_t *y,
                           int64_t len)
 {
+    const uint8_t *b = t->fb ? NULL : t->b + j;
+    const float *fb = t->fb ? t->fb + j : NULL;
 #ifdef NNQ_X86
     if (t->vector) {
-        nq_binary_avx2(t, a, b, bstep, y, len);
+        nq_binary_avx2(t, a, b, fb, bstep, y, len);
         return;
     }
 #endif
-    nq_binary_scalar(t, a, b, bstep, y, len);
+    nq_binary_scalar(t, a, b, fb, bstep, y, len);
 }
 
 static void nq_binary_part(const void *job, int part)
@@ -246,47 +257,54 @@ static void nq_binary_part(const void *job, int part)
     const nq_binary_job *t = job;
     int64_t lo = t->n * part / t->parts, hi = t->n * (part + 1) / t->parts;
     if (t->nb == 1) {
-        nq_binary_run(t, t->a + lo, t->b, 0, t->out + lo, hi - lo);
+        nq_binary_run(t, t->a + lo, 0, 0, t->out + lo, hi - lo);
         return;
     }
     int64_t nb = t->nb, j = lo % nb;
     for (int64_t i = lo; i < hi;) {
         int64_t run = nb - j < hi - i ? nb - j : hi - i;   /* up to the end of b's period */
-        nq_binary_run(t, t->a + i, t->b + j, 1, t->out + i, run);
+        nq_binary_run(t, t->a + i, j, 1, t->out + i, run);
         i += run;
         j = 0;
     }
 }
 
-static PyObject *qk_binary(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+/* the shared entry of binary (args a, b, out, mul, a_scale, a_zero, b_scale, b_zero, y_scale, y_zero, threads)
+   and biased (args x, bias, out, x_scale, x_zero, y_scale, y_zero, threads) */
+static PyObject *nq_binary_call(const char *kernel, PyObject *const *args, Py_ssize_t nargs, int biased)
 {
-    (void)mod;
-    const char *kernel = "binary";
-    const char *const names[] = {"a", "b"};
-    if (!check_nargs(kernel, nargs, 11))
+    const char *const names[] = {biased ? "x" : "a", biased ? "bias" : "b"};
+    if (!check_nargs(kernel, nargs, biased ? 8 : 11))
         return NULL;
     arg_t in[2], out;
     memset(in, 0, sizeof in);
     memset(&out, 0, sizeof out);
     PyObject *result = NULL;
-    int64_t mul, za, zb, zy, threads;
+    int64_t mul = 0, za, zb = 0, zy, threads;
     nq_binary_job t;
     memset(&t, 0, sizeof t);
-    if (!get_array(kernel, "a", args[0], &in[0], "Bb", -1, 0, 0)
-        || !get_array(kernel, "b", args[1], &in[1], format_code(&in[0].view) == 'b' ? "b" : "B", -1, 0, 0)
-        || !get_array(kernel, "out", args[2], &out, format_code(&in[0].view) == 'b' ? "b" : "B",
-                      in[0].view.len, 1, 0)
-        || !get_int(kernel, "mul", args[3], 0, 1, &mul) || !get_float(kernel, "a_scale", args[4], &t.sa)
-        || !get_int(kernel, "a_zero", args[5], -128, 255, &za) || !get_float(kernel, "b_scale", args[6], &t.sb)
-        || !get_int(kernel, "b_zero", args[7], -128, 255, &zb) || !get_float(kernel, "y_scale", args[8], &t.sy)
-        || !get_int(kernel, "y_zero", args[9], -128, 255, &zy)
-        || !get_int(kernel, "threads", args[10], 0, 1 << 20, &threads))
+    int ok = get_array(kernel, names[0], args[0], &in[0], "Bb", -1, 0, 0);
+    const char *codes = ok && format_code(&in[0].view) == 'b' ? "b" : "B";
+    ok = ok && get_array(kernel, names[1], args[1], &in[1], biased ? "f" : codes, -1, 0, 0)
+        && get_array(kernel, "out", args[2], &out, codes, in[0].view.len, 1, 0);
+    PyObject *const *rest = args + (biased ? 5 : 8);
+    if (biased)
+        ok = ok && get_float(kernel, "x_scale", args[3], &t.sa) && get_int(kernel, "x_zero", args[4], -128, 255, &za);
+    else
+        ok = ok && get_int(kernel, "mul", args[3], 0, 1, &mul) && get_float(kernel, "a_scale", args[4], &t.sa)
+            && get_int(kernel, "a_zero", args[5], -128, 255, &za) && get_float(kernel, "b_scale", args[6], &t.sb)
+            && get_int(kernel, "b_zero", args[7], -128, 255, &zb);
+    if (!ok || !get_float(kernel, "y_scale", rest[0], &t.sy) || !get_int(kernel, "y_zero", rest[1], -128, 255, &zy)
+        || !get_int(kernel, "threads", rest[2], 0, 1 << 20, &threads))
         goto done;
     t.a = in[0].view.buf;
-    t.b = in[1].view.buf;
+    if (biased)
+        t.fb = in[1].view.buf;
+    else
+        t.b = in[1].view.buf;
     t.out = out.view.buf;
     t.n = in[0].view.len;
-    t.nb = in[1].view.len;
+    t.nb = in[1].view.len / in[1].view.itemsize;
     t.mul = (int)mul;
     t.is_signed = format_code(&in[0].view) == 'b';
     t.za = (float)za;
@@ -295,7 +313,7 @@ static PyObject *qk_binary(PyObject *mod, PyObject *const *args, Py_ssize_t narg
     t.lo = t.is_signed ? -128.0f : 0.0f;
     t.hi = t.is_signed ? 127.0f : 255.0f;
     t.vector = g_isa >= ISA_AVX2;
-    /* out may be a itself (element-wise in place), never part of b */
+    /* out may be a (x) itself (element-wise in place), never part of b (bias) */
     if (!nq_elementwise_checks(kernel, t.n, t.nb, &out, in, names, 2, threads, &t.parts))
         goto done;
     Py_BEGIN_ALLOW_THREADS
@@ -307,6 +325,18 @@ done:
     release_all(in, 2);
     release_all(&out, 1);
     return result;
+}
+
+static PyObject *qk_binary(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)mod;
+    return nq_binary_call("binary", args, nargs, 0);
+}
+
+static PyObject *qk_biased(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)mod;
+    return nq_binary_call("biased", args, nargs, 1);
 }
 
 #endif

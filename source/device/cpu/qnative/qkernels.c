@@ -1911,6 +1911,9 @@ static PyMethodDef qk_methods[] = {
     {"binary", (PyCFunction)(void (*)(void))qk_binary, METH_FASTCALL,
      "binary(a, b, out, mul, a_scale, a_zero, b_scale, b_zero, y_scale, y_zero, threads): QLinearAdd (mul 0) / "
      "QLinearMul (mul 1) of a and b (b repeating along a) in the reference's float32 operations"},
+    {"biased", (PyCFunction)(void (*)(void))qk_biased, METH_FASTCALL,
+     "biased(x, bias, out, x_scale, x_zero, y_scale, y_zero, threads): QuantizeLinear(DequantizeLinear(x) + "
+     "bias[i % C]) in the reference's float32 operations (bias: float32 along x's last axis)"},
     {NULL, NULL, 0, NULL},
 };
 
