@@ -61,8 +61,10 @@ _SMALL_GEMM_WORK = 1 << 17
 
 # A convolution's parts are ranges of output pixels, a multiple of this many each (native/kernels.c
 # NN_CONV_PIXEL_ALIGN for the im2col kernel, the pointwise GEMM's row_align), not of output rows: a 7x7 map's 7
-# rows split 3 : 4 over two threads (the slower part 57% of the work), its 49 pixels 24 : 25
-PIXEL_ALIGN = 8
+# rows split 3 : 4 over two threads (the slower part 57% of the work), its 49 pixels 24 : 25. NOTE: 1, not a
+# multiple for BLAS's blocking: with 8, a 10x10 map's 100 pixels split 48 : 52 (its rows 5 : 5), and over the C2f/SPPF
+# net's im2col and pointwise convolutions the slowest of two parts came to 1.016 of an even share (rows: 1.000)
+PIXEL_ALIGN = 1
 
 
 def gemm_work(macs: int) -> int:

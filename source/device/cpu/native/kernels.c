@@ -688,12 +688,12 @@ typedef struct {
     int64_t ldy;            /* floats from one output pixel to the next: m, or more in a channel slice */
 } nn_conv_args;
 
-/* The im2col convolution's parts are ranges of output pixels, a multiple of NN_CONV_PIXEL_ALIGN each (the Python
+/* The im2col convolution's parts are ranges of output pixels, as equal as possible (NN_CONV_PIXEL_ALIGN: the Python
  * side's parallel.PIXEL_ALIGN), not of output rows: a 7x7 map's 49 pixels split 24 : 25 over two threads, where its
- * 7 rows split 3 : 4 (the slower part 57% of the work); 14 rows over three threads 4 : 5 : 5, 196 pixels 64 : 64 :
- * 68. Each part runs bands of at most band_rows * ow pixels (its scratch block), so one part (one thread) runs the
+ * 7 rows split 3 : 4 (the slower part 57% of the work); 14 rows over three threads 4 : 5 : 5, 196 pixels 65 : 65 :
+ * 66. Each part runs bands of at most band_rows * ow pixels (its scratch block), so one part (one thread) runs the
  * same bands, the same GEMMs, as the row split did. */
-#define NN_CONV_PIXEL_ALIGN 8
+#define NN_CONV_PIXEL_ALIGN 1
 
 static NN_CLONES void nn_conv_task(const void *args, int64_t part, int64_t parts) {
     const nn_conv_args *a = (const nn_conv_args *)args;
