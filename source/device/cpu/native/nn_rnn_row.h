@@ -14,8 +14,10 @@
  * every load a new page and one cache set, and W^T (up to 1 MiB) re-read from L3 per four rows (512 KiB L2 here):
  * (32, 256) @ (256, 1024) ran at ~17 GFLOP/s, slower than numpy's BLAS on a quiet machine. */
 
-/* W^T of at most this many floats is packed row-major for the one-row GEMV */
-#define NN_RNN_WT_MAX NN_GEMV_MAX
+/* W^T of at most this many floats is packed row-major too (1 MiB), for one to three rows: the one-row GEMV (up to
+ * NN_GEMV_MAX floats) and nn_rnn_blocked's single rows, whose 64-column blocks keep eight accumulators in flight
+ * where a 16-column panel keeps two (a control-flow body's step: one row at a time) */
+#define NN_RNN_WT_MAX (1 << 18)
 /* W^T of at most this many floats is packed in panels (8 MiB: hidden 256 with input 512 at two directions) */
 #define NN_RNN_WP_MAX (1 << 21)
 /* projections of at most this many multiply-adds run on the blocked kernels (a few milliseconds at most) */
@@ -80,11 +82,16 @@ static void nn_rnn_project_row(const nn_rnn_params *p, const float *x, float *ou
 }
 
 /* out (m, D * G * H) columns [c0, c1) = x (m, I) W^T + bias, c0 and c1 whole directions (multiples of G * H): the
- * bias first, then per panel every row's product onto it (four rows at a time, the panel read from L1) */
+ * bias first, then per panel every row's product onto it (four rows at a time, the panel read from L1); fewer than
+ * four rows over the row-major W^T when packed */
 NN_INLINE void nn_rnn_project_rows(const nn_rnn_params *p, const float *x, int64_t m, float *out, int64_t c0,
                                    int64_t c1) {
     const int64_t gn = p->gates * p->hidden, ld = p->dirs * gn, panels = nn_rnn_panels(p), k = p->input;
     for (int64_t r = 0; r < m; r++) memcpy(out + r * ld + c0, p->bias + c0, (size_t)(c1 - c0) * sizeof(float));
+    if (m < 4 && p->wt) {
+        nn_rnn_blocked(x, m, k, p->wt + c0, ld, c1 - c0, out + c0, ld);
+        return;
+    }
     for (int64_t d = c0 / gn; d < c1 / gn; d++)
         for (int64_t q = 0; q < panels; q++) {
             const float *panel = p->wp + (d * panels + q) * k * NN_RNN_PANEL;
