@@ -347,7 +347,8 @@ static struct {
     const void *args;
     int64_t parts;
     int32_t caller_cpu;     /* the CPU of the last job's caller (sched_getcpu), -1 before */
-    int32_t resting;        /* set by nn_pool_rest (a run ended), cleared by the next job: idle workers sleep now */
+    int64_t rest_at;        /* nn_now_ns() after which idle workers sleep (nn_pool_rest: a run ended), 0: none; the
+                             * next job clears it */
     int64_t spun_ns;        /* what the workers spun waiting for a job, all of them together (nn_pool_stats) */
     int64_t sleeps;         /* times a worker went to sleep */
     int64_t claim __attribute__((aligned(64)));     /* generation << 32 | next part */
@@ -409,7 +410,8 @@ static void *nn_worker(void *arg) {
             const int cpu = nn_cpu();
             if (cpu >= 0 && cpu == __atomic_load_n(&nn_pool.caller_cpu, __ATOMIC_RELAXED)) sched_yield();
             const int64_t now = nn_now_ns();
-            if (now - t0 > nn_pool.spin_ns || __atomic_load_n(&nn_pool.resting, __ATOMIC_RELAXED)) {
+            const int64_t rest_at = __atomic_load_n(&nn_pool.rest_at, __ATOMIC_RELAXED);
+            if (now - t0 > nn_pool.spin_ns || (rest_at != 0 && now >= rest_at)) {
                 __atomic_add_fetch(&nn_pool.spun_ns, now - t0, __ATOMIC_RELAXED);
                 __atomic_add_fetch(&nn_pool.sleeps, 1, __ATOMIC_RELAXED);
                 pthread_mutex_lock(&nn_pool.lock);
@@ -501,7 +503,7 @@ NN_API void nn_pool_run(nn_task fn, const void *args, int64_t parts) {
     __atomic_store_n(&nn_pool.parts, parts, __ATOMIC_RELAXED);
     __atomic_store_n(&nn_pool.finished, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&nn_pool.caller_cpu, nn_cpu(), __ATOMIC_RELAXED);
-    __atomic_store_n(&nn_pool.resting, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&nn_pool.rest_at, 0, __ATOMIC_RELAXED);
     const int64_t gen = NN_CLAIM_GEN(__atomic_load_n(&nn_pool.claim, __ATOMIC_RELAXED)) + 1;
     __atomic_store_n(&nn_pool.claim, (gen & 0x7fffffffLL) << 32, __ATOMIC_RELEASE);
     int sleepers = 0;
@@ -532,12 +534,20 @@ NN_API void nn_pool_run(nn_task fn, const void *args, int64_t parts) {
 
 NN_API void nn_pool_set_spin(int64_t spin_ns) { nn_pool.spin_ns = spin_ns; }
 
-/* A run ended (the cpu device calls this after each plan's run): idle workers stop spinning and sleep now, not
- * spin_ns after their last part, until the next job wakes them (its first part may go to the caller while a
- * worker wakes: the claim counter, above). A job in flight (another thread's run) is not disturbed: its workers
- * finish their parts and sleep after it instead of spinning, and its next job wakes them again. */
+/* How long idle workers keep spinning after a run ended before they sleep (nn_pool_rest).
+ * NOTE: not 0: a caller running one model back to back starts its next run's first split step within tens of
+ * microseconds, and a worker woken from sleep then costs that step a wake-up (a futex on this VM: the small
+ * models of the corpus read 10-20% slower against onnxruntime with an immediate sleep); a gap longer than this
+ * (an application's idle time between requests) still ends the spin here, not spin_ns (2 ms) after the last part. */
+#define NN_POOL_REST_GRACE_NS 200000
+
+/* A run ended (the cpu device calls this after each plan's run): idle workers spin at most NN_POOL_REST_GRACE_NS
+ * more and then sleep, not spin_ns after their last part, until the next job wakes them (its first part may go
+ * to the caller while a worker wakes: the claim counter, above). A job in flight (another thread's run) is not
+ * disturbed: its workers finish their parts and sleep after it instead of spinning, and its next job wakes them
+ * again. */
 NN_API void nn_pool_rest(void) {
-    if (!__atomic_load_n(&nn_pool.resting, __ATOMIC_RELAXED)) __atomic_store_n(&nn_pool.resting, 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&nn_pool.rest_at, nn_now_ns() + NN_POOL_REST_GRACE_NS, __ATOMIC_RELAXED);
 }
 
 /* What the workers spun waiting for jobs (ns, all of them together) and how often one went to sleep, since the
