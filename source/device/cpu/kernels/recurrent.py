@@ -254,15 +254,18 @@ class _NativeRecurrent(Kernel):
             direct = all(k < planned and outputs[k] is results[k] for k in stored)
             return results, (tuple(results[k] for k in stored) if direct else None)
 
-        def setup(x: np.ndarray, outputs: list, r: np.ndarray, pool: bool, threads: int) -> tuple:
-            """The entry of ``fitted`` for this run (stored when its outputs are planned ones that fit)."""
+        def setup(x: np.ndarray, outputs: list, r: np.ndarray, pool: bool, threads: int, layer) -> tuple:
+            """The entry of ``fitted`` for this run (stored when its outputs are planned ones that fit); its last
+            item: whether the native call projects X itself (the pool is on, or ``layer.projects`` the rows),
+            which depends only on the layer's sizes and X's shape, both part of the entry's key."""
             key = (x.shape, r.shape[2], pool, threads)
             found = geometries.get(key)
             if found is None:
                 found = geometries[key] = geometry(x, key[1], pool)
             shapes, parts = found
             results, direct = outputs_for(outputs, shapes)
-            entry = (outputs, x.shape, r, pool, threads, results, direct, parts)
+            entry = (outputs, x.shape, r, pool, threads, results, direct, parts,
+                     pool or layer.projects(x.shape[0] * x.shape[1]))
             if direct is not None:
                 if len(fitted) >= 8:
                     fitted.clear()
@@ -278,14 +281,14 @@ class _NativeRecurrent(Kernel):
                 x = np.ascontiguousarray(x, dtype=np.float32)
             threads = parallel.native_threads()
             pool = threads > 0
+            layer, wt, bias = packed or self.pack(node, inputs)
             entry = fitted.get(id(outputs))
             if entry is None or entry[0] is not outputs or entry[1] != x.shape or entry[2] is not inputs[2] \
                     or entry[4] != threads:
-                entry = setup(x, outputs, inputs[2], pool, threads)
+                entry = setup(x, outputs, inputs[2], pool, threads, layer)
             results, direct, parts = entry[5], entry[6], entry[7]
-            layer, wt, bias = packed or self.pack(node, inputs)
             xw = None
-            if not pool and not layer.projects(x.shape[0] * x.shape[1]):
+            if not entry[8]:
                 # NOTE: the pool is off (a plan of small products): BLAS then has every thread, and the linked
                 # OpenBLAS's threaded GEMM inside the native call was measured 10x slower on a loaded 2-core
                 # machine (its workers spin against the recurrence); numpy's GEMM projects instead, as the
