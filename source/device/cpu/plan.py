@@ -40,6 +40,8 @@ from nnhal.device.cpu.kernels import control, select
 from nnhal.device.cpu.layout import Layouts, assign_layouts
 from nnhal.device.cpu.matmul_views import fold_transposes
 from nnhal.device.cpu.planner import MemoryPlan, arena_views, plan_memory
+from nnhal.device.cpu.rmsnorm_fuse import fuse_rms_norms
+from nnhal.device.cpu.rotary_fuse import fuse_rotary
 from nnhal.device.cpu.scale_fold import fold_operand_scales
 from nnhal.device.cpu.spatial_mean import fuse_spatial_means
 from nnhal.device.cpu.split_concat import merge_split_parts
@@ -420,6 +422,8 @@ def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: l
         chosen = fuse_half_round_trips(chosen, external)
         chosen = fuse_gelu(chosen, external)
         chosen = fuse_gelu_tanh(chosen, external)
+        chosen = fuse_rms_norms(chosen, external, constants)
+        chosen = fuse_rotary(chosen, external)
         chosen = fuse_attention(chosen, external, constants)
         chosen = fold_operand_scales(chosen, external, constants)
         chosen = fuse_matmul(chosen, external)

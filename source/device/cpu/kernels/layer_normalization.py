@@ -4,6 +4,10 @@ is one einsum (no squared temporary), then scale and bias in place (as repeated 
 rows spread over the cpu device's pool (parallel.py). With the native kernels and constant (or absent) scale
 and bias: native/kernels.c nn_layernorm_f32, one row at a time in L1, rows split over the native pool. The
 reference: hostkernels/op_layer_normalization.py.
+
+RMSNormalization over the last axis, float32, with a constant scale of that axis (or none): native/kernels.c
+nn_rmsnorm_f32, the same row split. The plan's rmsnorm_fuse.py makes such nodes out of the exported chain
+Pow -> ReduceMean -> Add -> Sqrt -> Div -> Mul. The reference: hostkernels/op_rms_normalization.py.
 """
 from __future__ import annotations
 
@@ -12,10 +16,18 @@ from functools import partial
 import numpy as np
 
 from nnhal.device.cpu import native, parallel
-from nnhal.device.cpu.kernels._io import planned_io
+from nnhal.device.cpu.kernels._io import contiguous_io, planned_io
 from nnhal.hostkernels import _blocks
 from nnhal.hostkernels.base import Kernel, RunFn
 from nnhal.operator._nn import STASH_TYPES
+
+
+def _last_axis_f32(node, x) -> bool:
+    """A normalization these kernels take: float32 input of a static non-empty shape and stash, over the last
+    axis."""
+    return x is not None and x.dtype == np.float32 and x.shape is not None and x.static and bool(x.shape) \
+        and 0 not in x.shape and STASH_TYPES.get(int(node.attrs["stash_type"])) == np.float32 \
+        and node.attrs["axis"] in (-1, len(x.shape) - 1)
 
 
 class LayerNormalizationFast(Kernel):
@@ -24,12 +36,7 @@ class LayerNormalizationFast(Kernel):
     inplace = {0: 0}
 
     def score(self, node, ins, outs) -> int:
-        x = ins[0]
-        if x is None or x.dtype != np.float32 or x.shape is None or not x.static or not x.shape or 0 in x.shape:
-            return 0
-        if STASH_TYPES.get(int(node.attrs["stash_type"])) != np.float32:
-            return 0
-        if node.attrs["axis"] not in (-1, len(x.shape) - 1) or any(o for o in node.outputs[1:]):
+        if not _last_axis_f32(node, ins[0]) or any(o for o in node.outputs[1:]):
             return 0
         for p in ins[1:3]:
             if p is not None and (p.shape is None or len(p.shape) > 1 or p.dtype != np.float32):
@@ -103,4 +110,44 @@ class LayerNormalizationFast(Kernel):
         return run
 
 
-IMPLEMENTATIONS = (LayerNormalizationFast,)
+class RMSNormalizationNative(Kernel):
+    op_type = "RMSNormalization"
+    name = "native"
+    inplace = {0: 0}
+
+    def score(self, node, ins, outs) -> int:
+        x = ins[0]
+        if not native.available() or not _last_axis_f32(node, x):
+            return 0
+        scale = ins[1] if len(ins) > 1 else None
+        if scale is not None and (scale.value is None or scale.dtype != np.float32
+                                  or scale.value.size != x.shape[-1] or len(scale.value.shape) > 1):
+            return 0
+        return 10
+
+    def prepare(self, node, ins, outs) -> RunFn:
+        eps = float(np.float32(node.attrs["epsilon"]))
+        shape = tuple(ins[0].shape)
+        rows_total = int(np.prod(shape[:-1], dtype=np.int64))
+        scale = ins[1].value if len(ins) > 1 and ins[1] is not None else None
+        scale_c = None if scale is None else np.ascontiguousarray(scale.reshape(-1), dtype=np.float32)
+
+        def parts(x) -> int:
+            return parallel.native_parts(x.size * 4, rows_total) if parallel.native_pool() else 1
+
+        def run(inputs, outputs):
+            x, y = contiguous_io(inputs, outputs, shape, np.float32)
+            native.rmsnorm(x, y, scale_c, eps, parts(x))
+            return (y,)
+
+        def bind(inputs, outputs):
+            # NOTE: a planned step (straight.bind): the native call on the fixed buffers, split chosen once
+            if not planned_io(inputs, outputs, shape, shape, np.dtype(np.float32)):
+                return None
+            return partial(native.rmsnorm, inputs[0], outputs[0], scale_c, eps, parts(inputs[0]))
+
+        run.bind = bind
+        return run
+
+
+IMPLEMENTATIONS = (LayerNormalizationFast, RMSNormalizationNative)

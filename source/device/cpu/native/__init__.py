@@ -142,6 +142,8 @@ if _k is not None:
     quantize_linear = _k.quantize_linear        # (x, y, scale, zero): float32 -> uint8 / int8, per tensor
     dequantize_linear = _k.dequantize_linear    # (x, y, scale, zero): uint8 / int8 -> float32, per tensor
     layernorm = _k.layernorm                    # (x, y, scale, bias, eps, parts)
+    rmsnorm = _k.rmsnorm                        # (x, y, scale, eps, parts)
+    rotary = _k.rotary                          # (x, cos, sin, y, mid, inner, parts)
     group_norm = _k.group_norm                  # (x, y, scale, bias, channels, groups, eps, act, parts)
     softmax = _k.softmax                        # (x, y, parts)
     attention = _k.attention                    # (q, k, v, mask, o, scale, kt, parts)

@@ -26,7 +26,8 @@
  *   resize_to_nchw from a channels-last image to NCHW, W then H (nn_resize_nchw.h).
  * - cast_half: float32 <-> float16 (IEEE binary16, round to nearest even), and float32 rounded through float16
  *   in one pass: fp16 storage's conversions (F16C's vcvtps2ph / vcvtph2ps in the x86-64-v3 and v4 clones).
- * - layernorm: LayerNormalization over the last axis.
+ * - layernorm: LayerNormalization over the last axis; rmsnorm: the RMSNorm chain over the last axis.
+ * - rotary: the rotate-half rotary embedding x * cos + rotate_half(x) * sin (the exported Slice/Neg/Concat chain).
  * - group_norm: Instance and GroupNormalization of channels-first tensors, per-channel affine (nn_norm.h).
  * - softmax: Softmax over the last axis or a middle one (nn_softmax.h).
  * - attention: softmax(Q K^T * scale + mask) V per (batch, head) on strided views (nn_attention.h).
@@ -1330,6 +1331,79 @@ static void nn_layernorm_task(const void *args, int64_t part, int64_t parts) {
 }
 
 
+/* RMS normalization over the last axis (the exported RMSNorm chain Pow(x, 2) -> ReduceMean -> Add(eps) -> Sqrt ->
+ * Div(x, .) [-> Mul(scale)]), rows [r0, r1) of x (rows, width) C-contiguous into y (may be x): the row's mean
+ * square summed in float32 over 16 lanes, s = sqrt(ms + eps), then y = x / s * scale (scale of width, or NULL),
+ * one row at a time in L1. */
+NN_API NN_CLONES void nn_rmsnorm_f32(const float *x, float *y, int64_t width, const float *scale, float eps,
+                                     int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; r++) {
+        const float *xr = x + r * width;
+        float *yr = y + r * width;
+        float sq[16] = {0};
+        int64_t j = 0;
+        for (; j + 16 <= width; j += 16)
+            for (int l = 0; l < 16; l++) sq[l] += xr[j + l] * xr[j + l];
+        float ss = 0.0f;
+        for (int l = 0; l < 16; l++) ss += sq[l];
+        for (; j < width; j++) ss += xr[j] * xr[j];
+        const float s = sqrtf((width ? ss / (float)width : 0.0f) + eps);
+        if (scale)
+            for (j = 0; j < width; j++) yr[j] = xr[j] / s * scale[j];
+        else
+            for (j = 0; j < width; j++) yr[j] = xr[j] / s;
+    }
+}
+
+typedef struct {
+    const float *x, *scale;
+    float *y;
+    int64_t rows, width;
+    float eps;
+} nn_rmsnorm_args;
+
+static void nn_rmsnorm_task(const void *args, int64_t part, int64_t parts) {
+    const nn_rmsnorm_args *a = (const nn_rmsnorm_args *)args;
+    int64_t lo, hi;
+    nn_split(a->rows, 1, part, parts, &lo, &hi);
+    nn_rmsnorm_f32(a->x, a->y, a->width, a->scale, a->eps, lo, hi);
+}
+
+/* The rotary embedding's rotate-half form (the exported chain Slice/Slice/Neg/Concat/Mul/Mul/Add), rows [r0, r1)
+ * of x (rows, width) C-contiguous into y (not x): y = x * c + rot(x) * s with rot(x) = (-x[h:], x[:h]), h = width / 2,
+ * the same two products and one sum per element as the chain. Row r of x is (o, m, i) of (outer, mid, inner)
+ * and reads row o * inner + i of c and s (a cos/sin table broadcast over the mid axes: the heads). */
+NN_API NN_CLONES void nn_rotary_f32(const float *x, const float *c, const float *s, float *y, int64_t width,
+                                    int64_t mid, int64_t inner, int64_t r0, int64_t r1) {
+    const int64_t h = width / 2;
+    for (int64_t r = r0; r < r1; r++) {
+        const int64_t i = r % inner, o = r / inner / mid;
+        const float *xr = x + r * width, *cr = c + (o * inner + i) * width, *sr = s + (o * inner + i) * width;
+        float *yr = y + r * width;
+        for (int64_t j = 0; j < h; j++) {
+            const float a = xr[j] * cr[j], b = (-xr[j + h]) * sr[j];
+            yr[j] = a + b;
+        }
+        for (int64_t j = h; j < width; j++) {
+            const float a = xr[j] * cr[j], b = xr[j - h] * sr[j];
+            yr[j] = a + b;
+        }
+    }
+}
+
+typedef struct {
+    const float *x, *c, *s;
+    float *y;
+    int64_t rows, width, mid, inner;
+} nn_rotary_args;
+
+static void nn_rotary_task(const void *args, int64_t part, int64_t parts) {
+    const nn_rotary_args *a = (const nn_rotary_args *)args;
+    int64_t lo, hi;
+    nn_split(a->rows, 1, part, parts, &lo, &hi);
+    nn_rotary_f32(a->x, a->c, a->s, a->y, a->width, a->mid, a->inner, lo, hi);
+}
+
 NN_INLINE nn_v8 nn_load8(const float *p) { return *(const nn_v8 *)p; }
 
 #include "nn_gconv.h"
@@ -2214,6 +2288,68 @@ static PyObject *nn_py_layernorm(PyObject *module, PyObject *const *args, Py_ssi
                            width ? b[0].items / width : 0, width, (float)eps};
     Py_BEGIN_ALLOW_THREADS
     nn_pool_run(nn_layernorm_task, &a, parts);
+    Py_END_ALLOW_THREADS
+    return nn_finish(b, 4, 1);
+fail:
+    return nn_finish(b, 4, 0);
+}
+
+/* ---- rmsnorm(x, y, scale, eps, parts): over the last axis of x, y may be x, scale None or of the last axis */
+static PyObject *nn_py_rmsnorm(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    const char *k = "rmsnorm";
+    nn_arg b[3] = {{.held = 0}, {.held = 0}, {.held = 0}};
+    int64_t parts;
+    if (nn_nargs(nargs, 5, k) || nn_get_parts(args[4], k, &parts)) return NULL;
+    const double eps = PyFloat_AsDouble(args[3]);
+    if (eps == -1.0 && PyErr_Occurred()) return NULL;
+    int64_t width;
+    if (nn_get_rows(&b[0], args[0], k, &width)) goto fail;
+    if (nn_get(&b[1], args[1], k, "y", NN_F32, NN_OUT) || nn_need(&b[1], k, "y", b[0].items) ||
+        nn_get(&b[2], args[2], k, "scale", NN_F32, NN_NONE_OK) || nn_need(&b[2], k, "scale", width) ||
+        nn_disjoint(&b[1], &b[0], k, "y", "x", 1) || nn_disjoint(&b[1], &b[2], k, "y", "scale", 0))
+        goto fail;
+    nn_rmsnorm_args a = {b[0].view.buf, b[2].view.buf, b[1].view.buf, width ? b[0].items / width : 0, width,
+                         (float)eps};
+    Py_BEGIN_ALLOW_THREADS
+    nn_pool_run(nn_rmsnorm_task, &a, parts);
+    Py_END_ALLOW_THREADS
+    return nn_finish(b, 3, 1);
+fail:
+    return nn_finish(b, 3, 0);
+}
+
+/* ---- rotary(x, cos, sin, y, mid, inner, parts): x (rows, width) rows (outer, mid, inner), cos and sin of
+ * outer * inner rows of width, y of x's size (not x) */
+static PyObject *nn_py_rotary(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    const char *k = "rotary";
+    nn_arg b[4] = {{.held = 0}, {.held = 0}, {.held = 0}, {.held = 0}};
+    int64_t mid, inner, parts;
+    if (nn_nargs(nargs, 7, k) || nn_int(args[4], k, "mid", 1, INT64_MAX, &mid) ||
+        nn_int(args[5], k, "inner", 1, INT64_MAX, &inner) || nn_get_parts(args[6], k, &parts))
+        return NULL;
+    int64_t width;
+    if (nn_get_rows(&b[0], args[0], k, &width)) goto fail;
+    if (width % 2) {
+        nn_value_error(k, "x", "must have an even last axis");
+        goto fail;
+    }
+    const int64_t rows = width ? b[0].items / width : 0;
+    if (rows % inner || (rows / inner) % mid) {
+        nn_value_error(k, "x", "must have a multiple of mid * inner rows");
+        goto fail;
+    }
+    const int64_t table = rows / mid * width;
+    if (nn_get(&b[1], args[1], k, "cos", NN_F32, 0) || nn_need(&b[1], k, "cos", table) ||
+        nn_get(&b[2], args[2], k, "sin", NN_F32, 0) || nn_need(&b[2], k, "sin", table) ||
+        nn_get(&b[3], args[3], k, "y", NN_F32, NN_OUT) || nn_need(&b[3], k, "y", b[0].items) ||
+        nn_disjoint(&b[3], &b[0], k, "y", "x", 0) || nn_disjoint(&b[3], &b[1], k, "y", "cos", 0) ||
+        nn_disjoint(&b[3], &b[2], k, "y", "sin", 0))
+        goto fail;
+    nn_rotary_args a = {b[0].view.buf, b[1].view.buf, b[2].view.buf, b[3].view.buf, rows, width, mid, inner};
+    Py_BEGIN_ALLOW_THREADS
+    nn_pool_run(nn_rotary_task, &a, parts);
     Py_END_ALLOW_THREADS
     return nn_finish(b, 4, 1);
 fail:
@@ -3285,6 +3421,10 @@ static PyMethodDef nn_methods[] = {
      "fake_quantize_blocks(x, y, block, signed): x (m, k) quantized per row and block, dequantized into y"},
     {"layernorm", (PyCFunction)(void (*)(void))nn_py_layernorm, METH_FASTCALL,
      "layernorm(x, y, scale, bias, eps, parts): LayerNormalization over the last axis (y may be x)"},
+    {"rmsnorm", (PyCFunction)(void (*)(void))nn_py_rmsnorm, METH_FASTCALL,
+     "rmsnorm(x, y, scale, eps, parts): x / sqrt(mean(x^2) + eps) * scale over the last axis (y may be x)"},
+    {"rotary", (PyCFunction)(void (*)(void))nn_py_rotary, METH_FASTCALL,
+     "rotary(x, cos, sin, y, mid, inner, parts): y = x * cos + rotate_half(x) * sin, cos/sin broadcast over mid"},
     {"group_norm", (PyCFunction)(void (*)(void))nn_py_group_norm, METH_FASTCALL,
      "group_norm(x, y, scale, bias, channels, groups, eps, act, parts): Instance/GroupNormalization, channels first"},
     {"softmax", (PyCFunction)(void (*)(void))nn_py_softmax, METH_FASTCALL,
