@@ -201,3 +201,31 @@ def test_gpt_decoder_step(past, batch):
     plan = _decoder_check(model, feeds, 64, past)
     ops = [op for op, _ in plan]
     assert ops.count("FusedAttention") == 2 and "Softmax" not in ops
+
+
+@needs_torch
+def test_llama_decoder_step_threads():
+    """One prepared Llama step run from four threads at once with different tokens, positions and caches (the
+    fused steps keep no per-run state): each result matches onnxruntime's for its own feeds."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tests.device.cpu import kv_decoders
+
+    model, first = kv_decoders.export(llama=True, d=64, heads=8, kv_heads=2, layers=2, past=9, seed=3)
+    oracle = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    feeds = []
+    for i in range(6):
+        f = {k: RNG.standard_normal(v.shape).astype(np.float32) if v.dtype == np.float32 else v.copy()
+             for k, v in first.items()}
+        f["ids"][:] = i * 7 % 512
+        f["position"][:] = 9 + i
+        feeds.append(f)
+    bound = 64 * (gamma(4 * 64 + 9) * 64 * 9) + 1e-5
+    with nnhal.Session(model, devices=["cpu"], num_thread=2) as s:
+        s.run(feeds[0])
+        with ThreadPoolExecutor(4) as pool:
+            got = list(pool.map(lambda f: [g.copy() for g in s.run(f)], feeds * 3))
+        assert "RotaryHalf" in {op for op, _ in _kernels(s)}
+    for f, g in zip(feeds * 3, got):
+        for a, w in zip(g, oracle.run(None, f)):
+            assert np.abs(a - w).max() <= bound * max(1.0, float(np.abs(w).max()))
