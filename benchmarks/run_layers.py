@@ -2,6 +2,7 @@
 first, A/B against onnxruntime in one process, alternating blocks, on the calling thread's CPU clock.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/run_layers.py [--rounds 15] [--nodes 1,5]
+        [--models bert_mini,gpt_prefill --calls 20]   (tuned corpus models: Session.run, general path, ort)
 
 Models: x (1, 64) float32 -> one Add of a constant, or N MatMuls by (64, 64) constants -> y. A layer's own
 cost is its row minus the row below it: ``chunks`` is the generated straight-line code alone (the kernels),
@@ -100,14 +101,46 @@ def timer(f, calls: int) -> float:
     return (clock() - t) / calls / 1e3
 
 
+def sessions(model: onnx.ModelProto, feeds: dict) -> dict:
+    """ort, Session.run and the general path (the direct run switched off) on one model, for an A/B."""
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 2
+    o = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    s = nnhal.Session(model, devices=["cpu"], num_thread=2)
+    general = nnhal.Session(model, devices=["cpu"], num_thread=2)
+    for a, b in zip(s.run(feeds), general.run(feeds)):
+        np.testing.assert_array_equal(a, b)
+    for e in general.graph.entries.values():
+        e.direct = None
+    direct = next(iter(s.graph.entries.values())).direct is not None
+    return {"ort": lambda: o.run(None, feeds), "Session.run": lambda: s.run(feeds),
+            "general": lambda: general.run(feeds)}, direct
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--nodes", default="1,5")
+    ap.add_argument("--models", default="", help="tuned corpus models to A/B instead (Session.run, general, ort)")
     args = ap.parse_args()
     print(f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE')} (should be None); median us per call over "
           f"{args.rounds} alternating blocks of {args.calls} (thread CPU clock)")
+    if args.models:
+        from chain_overhead import tuned
+
+        for name, model, feeds in tuned(args.models):
+            fns, direct = sessions(model, feeds)
+            for f in fns.values():
+                timer(f, 5)
+            got = {k: [] for k in fns}
+            for _ in range(args.rounds):
+                for k, f in fns.items():
+                    got[k].append(timer(f, args.calls))
+            med = {k: statistics.median(v) for k, v in got.items()}
+            print(f"{name:12s} direct={direct}  " + "  ".join(f"{k} {v:9.1f}" for k, v in med.items()) +
+                  f"  Session.run/general {med['Session.run'] / med['general']:.3f}")
+        return
     x = {"x": np.random.default_rng(1).standard_normal((1, 64)).astype(np.float32)}
     for n in map(int, args.nodes.split(",")):
         fns = layers(tiny(n), x)
