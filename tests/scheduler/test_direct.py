@@ -224,3 +224,24 @@ def test_a_control_flow_graph_gives_the_oracles_outputs():
     with nnhal.Session(model, devices=["cpu"]) as s:
         for x in (X, -X - 1, X + 1):
             np.testing.assert_array_equal(s.run({"x": x})[0], expected(model, {"x": x})[0])
+
+
+def test_a_graph_input_the_subgraph_does_not_read_is_left_out_of_its_view(general_calls):
+    """x feeds the subgraph, unused is a graph input no node reads: the view gets the subgraph's inputs only."""
+    seen = []
+    model = make_model([helper.make_node("Relu", ["x"], ["y"], name="relu")], [vinfo("x", [8]), vinfo("unused", [8])],
+                       [vinfo("y", [8])])
+    with nnhal.Session(model, devices=["cpu"]) as s:
+        sg = s.run({"x": X, "unused": X}) and s.graph.execution.subgraphs[0]
+        original = sg.for_run
+
+        def spy(values):
+            seen.append(sorted(values))
+            return original(values)
+
+        sg.for_run = spy
+        entry = next(iter(s.graph.entries.values()))
+        entry.direct = default._direct(s.graph.execution, ["y"])
+        np.testing.assert_array_equal(s.run({"x": -X, "unused": X})[0], np.maximum(-X, 0))
+    assert seen == [sorted(sg.inputs)] and "unused" not in sg.inputs
+    assert general_calls["n"] == 0
