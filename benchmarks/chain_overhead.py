@@ -121,6 +121,19 @@ def measure(model, rounds: int, calls: int, x: dict | None = None) -> dict[str, 
     return {k: statistics.median(v) for k, v in got.items()} | {f"{k} min": min(v) for k, v in got.items()}
 
 
+def tuned(names: str):
+    """(name, model, feeds) of each comma-separated corpus model, refusing any that is not in the tuned half."""
+    import sys
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from corpus import registry
+
+    for name in names.split(","):
+        if name not in registry.TUNED:
+            raise SystemExit(f"{name}: not a tuned corpus model")
+        yield (name, *registry.load(name))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=7)
@@ -137,15 +150,7 @@ def main() -> None:
     print(f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE')} (should be None); median us per run "
           f"({args.clock} clock)")
     if args.models:
-        import sys
-
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        from corpus import registry
-
-        for name in args.models.split(","):
-            if name not in registry.TUNED:
-                raise SystemExit(f"{name}: not a tuned corpus model")
-            model, feeds = registry.load(name)
+        for name, model, feeds in tuned(args.models):
             r = measure(model, args.rounds, args.calls, feeds)
             print(f"{name:12s} ort {r['ort']:8.1f}  bound {r['bound']:8.1f}  plain {r['plain']:8.1f}  (min: ort "
                   f"{r['ort min']:.1f} bound {r['bound min']:.1f} plain {r['plain min']:.1f})  bound/plain "

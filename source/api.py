@@ -113,6 +113,8 @@ class ShapeEntry:
     stage_times: list[StageTime]
     mixed_report: Any = None
     live: bool = True       # post_run not called yet
+    # the scheduler's run of this entry as one call (Prepared.direct), or None: decided at prepare (issue 27)
+    direct: Any = None
 
 
 @dataclass
@@ -242,6 +244,8 @@ def _prerun_locked(g: GraphHandle, options: Options, keep: bool) -> ShapeEntry:
         prepared = prepare(request)
     entry = ShapeEntry(prepared, {n: a.shape for n, a in g.inputs.items()},
                        [*g.import_times, *prepared.stages.times], mixed_report)
+    if list(prepared.graph.outputs) == list(g.graph.outputs):   # the direct run returns the prepared graph's
+        entry.direct = prepared.direct
     g.entries[key] = entry
     g.entry_options = options
     log.debug("prepared the graph for input shapes %s (%d of %d cached)", key, len(g.entries), options.shape_cache)
@@ -368,22 +372,11 @@ def execute(g: GraphHandle, feeds: dict[str, Any] | list[Any], options: Options 
     ``Options.shape_cache`` prepared input shapes are kept (least recently used evicted), so a run whose
     shapes were prepared before takes only the read lock (docs/concurrency.md#input-shapes)."""
     _alive(g)
-    if isinstance(feeds, dict):
-        items = feeds.items()
-    elif isinstance(feeds, (list, tuple)):
-        items = enumerate(feeds)
-    else:
-        raise InputError(f"feeds must be a dict of input name -> array or a list of arrays in input order, "
-                         f"got {type(feeds).__name__}")
     check = g.checker
-    arrays = {}
-    for key, value in items:
-        name, array = check(key, value)
-        arrays[name] = array
-    # every key resolved to one of the graph's inputs: as many names as inputs means none is missing
-    missing = [] if len(arrays) == len(check.names) else [n for n in check.names if n not in arrays]
-    if missing:
-        raise InputError(f"inputs not given: {missing} (the graph's inputs: {g.graph.inputs})")
+    # NOTE: the run path: every feed already as the model gives it (Session.run's common case), one call
+    arrays = check.exact(feeds) if type(feeds) is dict else None
+    if arrays is None:
+        arrays = _checked(g, feeds)
     g.lock.acquire_read()
     try:
         entry = _prepared_for(g, arrays)
@@ -408,10 +401,36 @@ def execute(g: GraphHandle, feeds: dict[str, Any] | list[Any], options: Options 
         g.lock.release_read()
 
 
+def _checked(g: GraphHandle, feeds: Any) -> dict[str, np.ndarray]:
+    """The feeds as the graph's input name -> a checked array; InputError naming what is wrong."""
+    if isinstance(feeds, dict):
+        items = feeds.items()
+    elif isinstance(feeds, (list, tuple)):
+        items = enumerate(feeds)
+    else:
+        raise InputError(f"feeds must be a dict of input name -> array or a list of arrays in input order, "
+                         f"got {type(feeds).__name__}")
+    check = g.checker
+    arrays = {}
+    for key, value in items:
+        name, array = check(key, value)
+        arrays[name] = array
+    # every key resolved to one of the graph's inputs: as many names as inputs means none is missing
+    missing = [] if len(arrays) == len(check.names) else [n for n in check.names if n not in arrays]
+    if missing:
+        raise InputError(f"inputs not given: {missing} (the graph's inputs: {g.graph.inputs})")
+    return arrays
+
+
 def _run_entry(g: GraphHandle, entry: ShapeEntry, arrays: dict[str, np.ndarray]) -> list[np.ndarray]:
     """One blocking run on ``entry`` (its own prepared graph, never the handle's: another may be selected)."""
     prepared = entry.prepared
     ex = prepared.begin(arrays)
+    direct = entry.direct
+    if direct is not None:
+        outputs = direct(ex)
+        if outputs is not None:
+            return outputs
     prepared.scheduler.run(ex, True)
     return [ex.values[n] for n in g.graph.outputs]
 

@@ -54,6 +54,23 @@ class InputChecker:
             t = graph.tensors[name]
             if t.dtype is not None and t.shape is not None and all(isinstance(d, int) for d in t.shape):
                 self._static[name] = (np.dtype(t.dtype), tuple(t.shape))
+        # every input's (name, dtype, shape) when all are static (exact's), else None
+        self._all = tuple((n, *self._static[n]) for n in self.names) if len(self._static) == len(self.names) \
+            else None
+
+    def exact(self, feeds: dict) -> dict[str, np.ndarray] | None:
+        """A copy of ``feeds`` when it names every input once, each a C-contiguous ndarray of the dtype and shape the
+        model gives (all static); else None, and the caller checks each feed (:meth:`__call__`)."""
+        static = self._all
+        if static is None or len(feeds) != len(static):
+            return None
+        get = feeds.get
+        for name, dtype, shape in static:
+            value = get(name)
+            if type(value) is not np.ndarray or value.dtype != dtype or value.shape != shape \
+                    or not value.flags.c_contiguous:
+                return None
+        return dict(feeds)
 
     def __call__(self, key: str | int, value: Any) -> tuple[str, np.ndarray]:
         """The input's name and ``value`` as a C-contiguous array, as :func:`check_input` returns them."""

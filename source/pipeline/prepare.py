@@ -91,9 +91,23 @@ class Prepared:
         tensors = self.graph.tensors
         return [(n, tensors[n]) for n in self.graph.outputs if tensors[n].kind is TensorKind.CONSTANT]
 
+    @functools.cached_property
+    def direct(self):
+        """The scheduler's blocking run of this graph as one call, decided once (issue 27; Scheduler.direct:
+        ``run(execution)`` -> the outputs in graph output order, or None where the general path must run that
+        execution), or None."""
+        if self.scheduler.direct is None:
+            return None
+        return self.scheduler.direct(self.execution, list(self.graph.outputs))
+
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         """The outputs for ``feeds`` (a blocking run), in graph output order."""
         ex = self.begin(feeds)
+        direct = self.direct
+        if direct is not None:
+            outputs = direct(ex)
+            if outputs is not None:
+                return outputs
         self.scheduler.run(ex, True)
         return [ex.values[n] for n in self.graph.outputs]
 

@@ -25,6 +25,9 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
 
 from nnhal.device.manager import FALLBACK_DEVICE
 from nnhal.errors import DeviceError, NnhalError
@@ -190,6 +193,50 @@ def _execute_one(ex: Execution, sg: Subgraph) -> None:
     _leave(ex, view)
 
 
+def _direct(ex: Execution, outputs: list[str]) -> Callable[[Execution], list | None] | None:
+    """A blocking run of a prepared graph of one subgraph as one call, decided once at prepare (issue 27), or None.
+
+    Taken when the graph is one subgraph on a ``reentrant`` device that declared no boundary formats and keeps no
+    output buffers (``reuses_outputs``), and the graph's ``outputs`` are the subgraph's: a run then needs no
+    readiness count, device lock, conversion or copy. ``run(execution)`` (a run's :meth:`Execution.begin` copy)
+    returns the outputs in order, or None where the general path (:func:`_execute_one`) must run that execution:
+    the subgraph was re-placed by a fallback, the run is profiled, or the device failed (then already re-placed as
+    the general path does, or the error raised under strict)."""
+    if len(ex.subgraphs) != 1:
+        return None
+    sg = ex.subgraphs[0]
+    name = sg.device
+    if sg.input_formats or sg.output_formats or not ex.is_reentrant(name) or ex.reuses_outputs(name) \
+            or not set(outputs) <= set(sg.outputs):
+        return None
+    device = ex.devices[name]
+    run_hook = device.interface.run
+    inputs = tuple(sg.inputs)
+    for_run = sg.for_run
+
+    def run(run_ex: Execution) -> list | None:
+        # NOTE: read every run: a fallback re-places the shared subgraph, profiling switches timings on
+        if sg.device != name or ex.timings is not None:
+            return None
+        values = run_ex.values
+        # NOTE: the run's own values as the view's when they are the subgraph's inputs (the feeds): the device
+        # writes the outputs straight into them; an output left there by a failed try is written again by the next
+        view = for_run(values if len(values) == len(inputs) else {n: values[n] for n in inputs})
+        try:
+            run_hook(device, view)
+            check_outputs(view)
+        except Exception as exc:
+            _replace_after_failure(ex, sg, view, exc)
+            return None                  # runs again on the fallback device, by the general path
+        got = view.values
+        result = [got[n] for n in outputs]
+        for i, value in enumerate(result):
+            if type(value) is not np.ndarray:    # a numpy scalar: as _leave takes it
+                result[i] = take_output(view, outputs[i], (ex.graph or view.graph).tensors[outputs[i]].dtype, False)
+        return result
+    return run
+
+
 def _execute(ex: Execution) -> None:
     if len(ex.subgraphs) == 1:
         _execute_one(ex, ex.subgraphs[0])
@@ -342,4 +389,4 @@ def _postrun(ex: Execution) -> None:
     cleanup.raise_if_failed()
 
 
-DEFAULT_SCHEDULER = Scheduler("default", _prerun, _run, _wait, _postrun)
+DEFAULT_SCHEDULER = Scheduler("default", _prerun, _run, _wait, _postrun, _direct)

@@ -67,16 +67,27 @@ class ReadWriteLock:
     def __init__(self) -> None:
         self._mutex = threading.Lock()
         self._cond = threading.Condition(self._mutex)
-        self._readers = 0
+        self._readers = 0                     # readers that came in by the slow path (under the mutex)
+        # NOTE: the run path takes no mutex (issue 27): a reader announces itself by appending to this list and
+        # stays when no writer holds or waits for the lock, else takes its announcement back and goes the slow
+        # path. list.append/pop are atomic under the GIL, so the order is total: a writer first counts itself
+        # waiting, then waits for no announcement; a reader first announces, then looks for writers. Either the
+        # reader sees the writer (and backs off) or the writer sees the reader (and waits for its release, which
+        # then sees the waiting writer and wakes it).
+        self._fast: list[None] = []
         self._writer: int | None = None       # the writing thread's ident
         self._depth = 0                       # its nested acquisitions
         self._waiting_writers = 0
 
     def acquire_read(self) -> None:
-        with self._mutex:                     # NOTE: the run path: no writer, no one waiting, no thread id asked
-            if self._writer is None and not self._waiting_writers:
-                self._readers += 1
-                return
+        fast = self._fast
+        fast.append(None)
+        if self._writer is None and not self._waiting_writers:
+            return
+        fast.pop()                            # a writer holds or waits: the slow path
+        if self._waiting_writers:             # this announcement may be what a waiting writer saw: wake it
+            with self._cond:
+                self._cond.notify_all()
         me = threading.get_ident()
         with self._cond:
             if self._writer == me:
@@ -87,15 +98,25 @@ class ReadWriteLock:
             self._readers += 1
 
     def release_read(self) -> None:
-        with self._mutex:                     # the condition's own lock, without its Python-level wrapper
-            if self._writer is not None and self._writer == threading.get_ident():
-                self._depth -= 1
-                return
-            self._readers -= 1
-            # NOTE: only a waiting writer waits for the readers to leave (a reader waits only while a writer
-            # holds the lock or waits for it): no notify_all (~1 us of Python) on the run path without one
-            if self._readers == 0 and self._waiting_writers:
+        if self._writer is not None and self._writer == threading.get_ident():
+            self._depth -= 1                  # the writer's own nested read (only it changes _writer from itself)
+            return
+        # NOTE: readers are only counted, the announcements and _readers together: any reader may take back any
+        # announcement; when there is none left (another reader's release took the last), it was counted in _readers
+        try:
+            self._fast.pop()
+        except IndexError:
+            with self._mutex:
+                self._readers -= 1
+        # NOTE: only a waiting writer waits for the readers to leave (a reader waits only while a writer holds the
+        # lock or waits for it): no notify_all (~1 us of Python) on the run path without one
+        if self._waiting_writers:
+            with self._cond:
                 self._cond.notify_all()
+
+    def _busy(self) -> bool:
+        """Readers in (either path) or a writer holds the lock: a writer waits (called under the mutex)."""
+        return self._writer is not None or self._readers > 0 or bool(self._fast)
 
     def acquire_write(self) -> None:
         me = threading.get_ident()
@@ -105,7 +126,7 @@ class ReadWriteLock:
                 return
             self._waiting_writers += 1
             try:
-                while self._writer is not None or self._readers:
+                while self._busy():
                     self._cond.wait()
             finally:
                 self._waiting_writers -= 1

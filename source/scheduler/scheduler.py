@@ -99,6 +99,8 @@ class Scheduler:
     run(execution, block)                     run the subgraphs in dependency order
     wait(execution, timeout) -> bool          True when the run started by run() has finished
     postrun(execution)                        post_run and release every subgraph
+    direct(execution, outputs) -> run | None  optional, decided once: a blocking run as one call, run(a run's
+                                              execution) -> outputs, or None: run() then (see default._direct)
     """
 
     name: str
@@ -106,3 +108,4 @@ class Scheduler:
     run: Callable[[Execution, bool], None]
     wait: Callable[[Execution, float | None], bool]
     postrun: Callable[[Execution], None]
+    direct: Callable[[Execution, list], Callable[[Execution], list | None] | None] | None = None

@@ -70,9 +70,10 @@ def _median_product(subgraph: Subgraph) -> float:
 def cpu_run(device: Device, subgraph: Subgraph) -> None:
     """Run the plan: inputs from subgraph.values, outputs into it, on the threads its prepare chose."""
     plan: Plan = subgraph.device_graph
-    use_threads(subgraph.stats.get("num_thread", 0), subgraph.stats.get("thread_pool", True))
+    stats = subgraph.stats
+    use_threads(stats.get("num_thread", 0), stats.get("thread_pool", True))
     try:
-        plan.run(subgraph.values, subgraph.stats.get("check", False))
+        plan.run(subgraph.values, stats.get("check", False))
     finally:
         parallel.rest()
 

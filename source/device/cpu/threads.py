@@ -43,6 +43,6 @@ def use_threads(n: int, pool: bool = True) -> None:
     parallel.use_pool(pool)
     if pool:            # NOTE: what parallel.enabled() answers right after use_pool(pool), without the call
         parallel.set_threads(n)
-        _limit_blas(1)
-    else:
+        n = 1           # BLAS inside the pool's parts
+    if n != _current:   # NOTE: the run path: BLAS already set as this run wants (the common case), no call
         _limit_blas(n)
