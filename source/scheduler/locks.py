@@ -82,7 +82,10 @@ class ReadWriteLock:
     def acquire_read(self) -> None:
         fast = self._fast
         fast.append(None)
-        if self._writer is None and not self._waiting_writers:
+        # NOTE: waiting writers first, then the writer: a writer sets _writer before it stops counting itself
+        # waiting (acquire_write), so a reader that reads no waiting writer and then no writer cannot have
+        # missed one that got past its check of the announcements
+        if not self._waiting_writers and self._writer is None:
             return
         fast.pop()                            # a writer holds or waits: the slow path
         if self._waiting_writers:             # this announcement may be what a waiting writer saw: wake it
@@ -128,9 +131,9 @@ class ReadWriteLock:
             try:
                 while self._busy():
                     self._cond.wait()
+                self._writer, self._depth = me, 1     # NOTE: before the waiting count drops (acquire_read)
             finally:
                 self._waiting_writers -= 1
-            self._writer, self._depth = me, 1
 
     def release_write(self) -> None:
         with self._cond:
