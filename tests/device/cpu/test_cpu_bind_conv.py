@@ -348,3 +348,32 @@ def test_a_bound_upsample_and_concat_neck(monkeypatch, mode):
         want = ref.run(None, f)[0]
         # two float32 convolutions of 144 and 432 unit-scale products and a bilinear blend: a few ulps of the scale
         np.testing.assert_allclose(g, want, rtol=1e-4, atol=3e-5 * float(np.abs(want).max()))
+
+
+def test_a_bound_residual_block(monkeypatch):
+    """A ResNet basic block: conv + Relu, conv, the residual Add + Relu (one native pass, bound between the bound
+    convolutions), a conv after; each run's new input read where it lies."""
+    monkeypatch.setenv("NNHAL_CPU_POOL", "1")
+    c = 32
+    inits = [_weights("w0", c, c, 3), _weights("wa", c, c, 3), _bias("ba", c), _weights("wb", c, c, 3),
+             _bias("bb", c), _weights("wc", c, c, 3), _weights("wd", c, c, 3)]
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["h0"], name="conv_0", kernel_shape=[3, 3], pads=[1] * 4),
+             helper.make_node("Relu", ["h0"], ["h"], name="relu_0"),
+             helper.make_node("Conv", ["h", "wa", "ba"], ["a"], name="conv_a", kernel_shape=[3, 3], pads=[1] * 4),
+             helper.make_node("Relu", ["a"], ["ar"], name="relu_a"),
+             helper.make_node("Conv", ["ar", "wb", "bb"], ["b"], name="conv_b", kernel_shape=[3, 3], pads=[1] * 4),
+             helper.make_node("Add", ["b", "h"], ["s"], name="residual"),
+             helper.make_node("Relu", ["s"], ["r"], name="relu_s"),
+             helper.make_node("Conv", ["r", "wc"], ["q"], name="conv_c", kernel_shape=[3, 3], pads=[1] * 4),
+             helper.make_node("Relu", ["q"], ["qr"], name="relu_c"),
+             helper.make_node("Conv", ["qr", "wd"], ["z"], name="conv_d", kernel_shape=[3, 3], pads=[1] * 4),
+             helper.make_node("Neg", ["z"], ["y"], name="neg_out")]
+    model = make_model(nodes, [vinfo("x", [1, c, 14, 14])], [vinfo("y", [1, c, 14, 14])], inits)
+    feeds = [feed(model, seed) for seed in range(3)]
+    with nnhal.Session(model, devices=["cpu"], num_thread=2) as s:
+        got = [s.run(f)[0] for f in feeds]
+        assert {"conv_a", "conv_b", "residual", "conv_c"} <= bound_nodes(s)
+        assert not declined(s)
+    for f, g in zip(feeds, got):
+        ref = ort_run(model, f)
+        np.testing.assert_allclose(g, ref, rtol=1e-4, atol=3e-5 * float(np.abs(ref).max()))
