@@ -1,5 +1,6 @@
 """Per-step framework cost of a CPU plan: chains of N identical small ops at (1, 64) float32 (plus a mini encoder
-layer), onnxruntime against nnhal with bound steps (device/cpu/straight.py bind) and without, A/B in one process.
+layer, and chains of convolutions and MaxPools on small maps: CONV_KINDS, slope from N=1 to N=16), onnxruntime
+against nnhal with bound steps (device/cpu/straight.py bind) and without, A/B in one process.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/chain_overhead.py [--rounds 7] [--kinds mm,sm]
 
@@ -16,6 +17,7 @@ import io
 import os
 import statistics
 import time
+from functools import partial
 
 import numpy as np
 import onnx
@@ -59,6 +61,83 @@ def chain(n: int, kind: str, seed: int = 0) -> onnx.ModelProto:
     g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, shape)],
                      [h.make_tensor_value_info("y", T.FLOAT, shape)], inits)
     return h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+
+
+# convolution and pooling chains (issue 27's bound conv steps): kind -> (channels, side, kernel, group); a fused
+# Relu after each conv; a pool is a 3x3 stride-1 window padded by 1
+# (on a CPU without AVX-512: 3x3 64->64 at 14x14 runs the native Winograd, at 7x7 and the 64-channel 1x1 the direct
+# kernel, the 192-channel 1x1 the prepared GEMM, 128->128 3x3 at 14x14 the native im2col)
+CONV_KINDS = {"conv3x3_14": (64, 14, 3, 1), "conv3x3_7": (64, 7, 3, 1), "conv1x1_28": (64, 28, 1, 1),
+              "conv1x1w_28": (192, 28, 1, 1), "conv3x3w_7": (128, 7, 3, 1), "dw3x3_14": (128, 14, 3, 128),
+              "maxpool_14": (64, 14, 3, 0)}
+
+
+def conv_chain(n: int, kind: str, seed: int = 0) -> onnx.ModelProto:
+    """x (1, C, S, S) -> n identical convs (+ Relu) or MaxPools of ``kind`` (CONV_KINDS) -> y, channels kept."""
+    c, side, k, group = CONV_KINDS[kind]
+    rng = np.random.default_rng(seed)
+    nodes, inits, prev = [], [], "x"
+    for i in range(n):
+        out = f"t{i}" if i < n - 1 else "y"
+        if group == 0:
+            nodes.append(h.make_node("MaxPool", [prev], [out], kernel_shape=[k, k], pads=[k // 2] * 4))
+        else:
+            w = rng.standard_normal((c, c // group, k, k)) / np.sqrt(c // group * k * k)
+            inits += [onnx.numpy_helper.from_array(w.astype(np.float32), f"w{i}"),
+                      onnx.numpy_helper.from_array((rng.standard_normal(c) * 0.1).astype(np.float32), f"b{i}")]
+            nodes += [h.make_node("Conv", [prev, f"w{i}", f"b{i}"], [f"c{i}"], kernel_shape=[k, k], pads=[k // 2] * 4,
+                                  group=group),
+                      h.make_node("Relu", [f"c{i}"], [out])]
+        prev = out
+    shape = [1, c, side, side]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, shape)],
+                     [h.make_tensor_value_info("y", T.FLOAT, shape)], inits)
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+
+
+def cnn(kind: str) -> tuple[onnx.ModelProto, dict]:
+    """A small CNN of torch modules, seeded, exported at opset 17, and its input: ``basic`` a ResNet-18-style net of
+    basic blocks (64 -> 512 channels, 56x56 -> 7x7 after the stem), ``se`` a net of squeeze-excite blocks (3x3 conv,
+    global pool, two 1x1 convs, sigmoid gate) on 28x28 and 14x14 maps."""
+    import torch
+    from torch import nn
+
+    class Basic(nn.Module):
+        def __init__(self, cin: int, cout: int, stride: int):
+            super().__init__()
+            self.c1 = nn.Conv2d(cin, cout, 3, stride, 1)
+            self.c2 = nn.Conv2d(cout, cout, 3, 1, 1)
+            self.skip = nn.Conv2d(cin, cout, 1, stride) if stride != 1 or cin != cout else nn.Identity()
+
+        def forward(self, x):
+            return torch.relu(self.c2(torch.relu(self.c1(x))) + self.skip(x))
+
+    class SE(nn.Module):
+        def __init__(self, c: int, stride: int):
+            super().__init__()
+            self.conv = nn.Conv2d(c, c, 3, stride, 1)
+            self.fc1, self.fc2 = nn.Conv2d(c, c // 4, 1), nn.Conv2d(c // 4, c, 1)
+
+        def forward(self, x):
+            y = torch.relu(self.conv(x))
+            g = torch.sigmoid(self.fc2(torch.relu(self.fc1(y.mean((2, 3), keepdim=True)))))
+            return y * g
+
+    torch.manual_seed(0)
+    if kind == "basic":
+        stem = [nn.Conv2d(3, 64, 7, 2, 3), nn.ReLU(), nn.MaxPool2d(3, 2, 1)]
+        blocks = [Basic(64, 64, 1), Basic(64, 64, 1), Basic(64, 128, 2), Basic(128, 128, 1), Basic(128, 256, 2),
+                  Basic(256, 256, 1), Basic(256, 512, 2), Basic(512, 512, 1)]
+        head = [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, 10)]
+        model, x = nn.Sequential(*stem, *blocks, *head), (1, 3, 112, 112)
+    else:
+        blocks = [nn.Conv2d(3, 32, 3, 2, 1), SE(32, 1), SE(32, 1), nn.Conv2d(32, 64, 1), SE(64, 2), SE(64, 1)]
+        model, x = nn.Sequential(*blocks, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10)), (1, 3, 56, 56)
+    buf = io.BytesIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        torch.onnx.export(model.eval(), (torch.randn(*x),), buf, opset_version=17, dynamo=False, input_names=["x"],
+                          output_names=["y"])
+    return onnx.load_from_string(buf.getvalue()), {"x": np.random.default_rng(1).standard_normal(x).astype(np.float32)}
 
 
 def encoder(n: int) -> onnx.ModelProto:
@@ -122,13 +201,17 @@ def measure(model, rounds: int, calls: int, x: dict | None = None) -> dict[str, 
 
 
 def tuned(names: str):
-    """(name, model, feeds) of each comma-separated corpus model, refusing any that is not in the tuned half."""
+    """(name, model, feeds) of each comma-separated name: basic and se (cnn), or a corpus model of the tuned half
+    (any other is refused)."""
     import sys
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from corpus import registry
 
     for name in names.split(","):
+        if name in ("basic", "se"):
+            yield (name, *cnn(name))
+            continue
         if name not in registry.TUNED:
             raise SystemExit(f"{name}: not a tuned corpus model")
         yield (name, *registry.load(name))
@@ -138,8 +221,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--calls", type=int, default=400)
-    ap.add_argument("--kinds", default="mm,ln,sm,gemm_relu,gather,tr,enc")
-    ap.add_argument("--models", default="", help="corpus models (benchmarks/corpus, tuned half only) to A/B instead")
+    ap.add_argument("--kinds", default="mm,ln,sm,gemm_relu,gather,tr,enc",
+                    help=f"also the convolution and pooling chains: {','.join(CONV_KINDS)}")
+    ap.add_argument("--models", default="", help="corpus models (benchmarks/corpus, tuned half only) to A/B "
+                                                 "instead; also basic, se: small seeded torch CNNs (cnn)")
     ap.add_argument("--clock", choices=("wall", "thread"), default="wall",
                     help="thread: this thread's CPU time (time.thread_time), which leaves out the time other jobs "
                          "hold the core: steadier on a loaded machine, and fair where both engines run small ops "
@@ -157,8 +242,11 @@ def main() -> None:
                   f"{r['bound'] / r['plain']:.3f}")
         return
     for kind in args.kinds.split(","):
-        sizes = (1, 4) if kind == "enc" else (1, 20, 60)
-        res = {n: measure(encoder(n) if kind == "enc" else chain(n, kind), args.rounds, args.calls) for n in sizes}
+        sizes = (1, 4) if kind == "enc" else (1, 16) if kind in CONV_KINDS else (1, 20, 60)
+        make = encoder if kind == "enc" else partial(conv_chain, kind=kind) if kind in CONV_KINDS \
+            else partial(chain, kind=kind)
+        calls = max(10, args.calls // 10) if kind in CONV_KINDS else args.calls
+        res = {n: measure(make(n), args.rounds, calls) for n in sizes}
         lo, hi = sizes[0], sizes[-1]
         for n in sizes:
             r = res[n]

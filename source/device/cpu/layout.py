@@ -40,6 +40,7 @@ global pool's output).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import partial
 
 import numpy as np
 
@@ -163,6 +164,20 @@ class Relayout(Kernel):
                 move(wide, y)
             return (y,)
 
+        in_shape = tuple(ins[0].shape)
+
+        def bind(inputs, outputs):
+            # NOTE: a planned step (straight.bind): the native tiled transpose on the fixed buffers, split chosen
+            # once; the other moves (a folded Cast, few channels, numpy's copy) keep the plain run
+            x, y = inputs[0], outputs[0]
+            if half or not native.available() or x is None or y is None or x.dtype != y.dtype \
+                    or x.dtype.itemsize != 4 or x.shape != in_shape or y.shape != shape or not x.flags.c_contiguous \
+                    or not y.flags.c_contiguous:
+                return None
+            return partial(native.transpose_blocks, x, y, n, a, b, 1,
+                           parallel.native_parts(work, units) if parallel.native_pool() else 1)
+
+        run.bind = bind
         return run
 
     def _rounding(self, n: int, a: int, b: int, shape: tuple, work: int, units: int) -> RunFn:

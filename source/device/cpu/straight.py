@@ -189,6 +189,7 @@ def bind(steps: Sequence, chunks: Sequence[Chunk], per_step: list[list]) -> list
     the generated code calls as ``B[k]()``. Made under the thread split in force (parallel.py): the caller keys the
     list by it. A kernel whose ``bind`` declines gets its plain run over the same arrays."""
     bound: list = [None] * len(steps)
+    scratch = SetScratch()
     for chunk in chunks:
         for k, sources in chunk.binds:
             ins = [None if src is None else src[1] if src[0] < 0 else _viewed(per_step[src[0]][src[1]], src[2:])
@@ -197,8 +198,37 @@ def bind(steps: Sequence, chunks: Sequence[Chunk], per_step: list[list]) -> list
             step = steps[k]
             with wrapped(lambda exc: DeviceError(f"{where(step.node, 'cpu')}: binding kernel '{step.kernel_name}' "
                                                  f"failed: {type(exc).__name__}: {exc}"), passthrough=(MemoryError,)):
-                bound[k] = step.run.bind(ins, outs) or _unbound(step.run, ins, outs)
+                fn = step.run.bind
+                made = fn(ins, outs, scratch) if getattr(fn, "takes_scratch", False) else fn(ins, outs)
+                bound[k] = made or _unbound(step.run, ins, outs)
     return bound
+
+
+class SetScratch:
+    """The scratch memory of one buffer set's bound calls (im2col columns, Winograd tiles), for a kernel whose
+    ``bind`` has ``takes_scratch``: it is called as ``bind(inputs, outputs, scratch)``. A run on a set calls its
+    bound steps one after another on one thread, so one buffer serves them all; it belongs to the set (and thread
+    split) it was made for, never to the plan or to a thread, so two threads running one Session on two sets
+    share none. A request larger than the buffer gets a new one: steps bound before keep the old one."""
+
+    ALIGN = 64
+
+    def __init__(self) -> None:
+        self.buf: np.ndarray | None = None
+
+    def arrays(self, *parts: tuple[tuple[int, ...], np.dtype]) -> list[np.ndarray]:
+        """Arrays of the given (shape, dtype) laid one after another (each ALIGN-byte aligned) in the buffer."""
+        sizes = [int(np.prod(shape, dtype=np.int64)) for shape, _ in parts]
+        spans = [-(-n * np.dtype(dtype).itemsize // self.ALIGN) * self.ALIGN for n, (_, dtype) in zip(sizes, parts)]
+        total = sum(spans)
+        if self.buf is None or self.buf.nbytes < total + self.ALIGN:
+            self.buf = np.empty(total + self.ALIGN, np.uint8)
+        start = -self.buf.ctypes.data % self.ALIGN
+        views = []
+        for n, span, (shape, dtype) in zip(sizes, spans, parts):
+            views.append(np.frombuffer(self.buf, dtype, n, start).reshape(shape))
+            start += span
+        return views
 
 
 def _viewed(buf: np.ndarray, views: tuple) -> np.ndarray:

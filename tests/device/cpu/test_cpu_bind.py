@@ -116,6 +116,22 @@ def concurrently(session, feeds: list[dict], runs: int) -> list[list]:
     return got
 
 
+def two_sets_concurrently(session, feeds: list[dict], runs: int) -> list:
+    """Runs ``session`` from one thread per feed at once (``runs`` each) while one buffer set is held, so at least two
+    sets are laid out and bound; checks every result equals the single-threaded run of its feed; the bound sets."""
+    want = [session.run(f)[0] for f in feeds]
+    (plan,) = plans(session)
+    held = plan.take()              # hold one set: the runs below lay out and bind another
+    got = concurrently(session, feeds, runs)
+    plan.pool.append(held)
+    sets = [b for b in plan.pool if b.bound]
+    assert len(sets) >= 2
+    for t in range(len(feeds)):
+        for r in got[t]:
+            np.testing.assert_array_equal(r, want[t])
+    return sets
+
+
 def declined(session) -> list[str]:
     """The bound steps whose kernel's bind declined on some buffer set (their plain run is called instead)."""
     return [p.steps[k].node.name for p in plans(session) for b in p.pool for calls in b.bound.values()
@@ -171,16 +187,7 @@ def test_two_threads_on_one_session_get_their_own_bound_views(monkeypatch):
     model = chain("layernorm", n=6, rows=6)
     feeds = [feed(model, seed) for seed in range(2)]
     with nnhal.Session(model, devices=["cpu"], num_thread=2) as s:
-        want = [s.run(f)[0] for f in feeds]
-        (plan,) = plans(s)
-        held = plan.take()              # hold one set: the runs below lay out and bind another
-        got = concurrently(s, feeds, 200)
-        plan.pool.append(held)
-        sets = [b for b in plan.pool if b.bound]
-        assert len(sets) >= 2
-        for t in range(2):
-            for r in got[t]:
-                np.testing.assert_array_equal(r, want[t])
+        sets = two_sets_concurrently(s, feeds, 200)
         # no set's bound calls read or write another set's arena
         for mine in sets:
             for other in sets:
@@ -194,10 +201,8 @@ def test_two_threads_on_one_session_get_their_own_bound_views(monkeypatch):
                                     assert not np.shares_memory(arg, other.arena)
 
 
-def test_a_thread_count_change_rebinds(monkeypatch):
-    monkeypatch.setenv("NNHAL_CPU_POOL", "1")
-    model = chain("matmul", rows=40)
-    x = feed(model)
+def two_then_one_thread(model, x: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Output 0 of ``model`` on ``x`` at 2 threads, then at 1 in the same Session; checks both splits were bound."""
     with nnhal.Session(model, devices=["cpu"], num_thread=2) as s:
         two = s.run(x)[0]
         # the thread count the plan runs on (Options.num_thread as prerun recorded it) changes: the pool resizes
@@ -207,6 +212,14 @@ def test_a_thread_count_change_rebinds(monkeypatch):
         (plan,) = plans(s)
         keys = {key for b in plan.pool for key in b.bound}
         assert {(True, 1), (True, 2)} <= keys
+    return two, one
+
+
+def test_a_thread_count_change_rebinds(monkeypatch):
+    monkeypatch.setenv("NNHAL_CPU_POOL", "1")
+    model = chain("matmul", rows=40)
+    x = feed(model)
+    two, one = two_then_one_thread(model, x)
     np.testing.assert_allclose(one, two, rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(one, ort_run(model, x), rtol=1e-4, atol=1e-5)
 

@@ -7,6 +7,8 @@ numpy ufunc is already one pass and runs as before.
 """
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
 from nnhal.device.cpu import native
@@ -43,6 +45,17 @@ def fused_run(node, outs: list[Info], plain: RunFn) -> RunFn:
         native.add_act(a, b, out, record, 0, size)
         return (out,)
 
+    def bind(inputs, outputs):
+        # NOTE: a planned step (straight.bind): the one native pass on the fixed buffers (ResNet's residual Add +
+        # Relu between two bound convolutions); operands the plain run would send to numpy decline
+        a, b = inputs
+        out = outputs[0]
+        if any(t is None or t.dtype != np.float32 or t.shape != shape or not t.flags.c_contiguous
+               for t in (a, b, out)):
+            return None
+        return partial(native.add_act, a, b, out, record, 0, size)
+
+    run.bind = bind
     return run
 
 

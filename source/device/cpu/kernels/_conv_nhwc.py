@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -127,6 +128,22 @@ def pixel_rows(y: np.ndarray | None, shape: tuple[int, int, int, int], dtype) ->
             return y, rows
     y = np.empty(shape, dtype)
     return y, y.reshape(n * oh * ow, m)
+
+
+def fixed_input(x: np.ndarray | None, shape: tuple) -> bool:
+    """Whether a bound step (straight.bind) may hand ``x`` to its native call as it lies: C-contiguous float32 of
+    the static ``shape`` (else the plain run's per-run copy would be needed; a bound call never reads a snapshot)."""
+    return x is not None and x.dtype == _F32 and x.shape == shape and x.flags.c_contiguous
+
+
+def fixed_output(y: np.ndarray | None, shape: tuple, strided: bool) -> bool:
+    """Whether a bound step may write the planned float32 output ``y`` of ``shape`` in place: C-contiguous, or with
+    ``strided`` a channel slice of a wider channels-last tensor (pixel_rows takes it as it is)."""
+    if y is None:
+        return False
+    if strided:
+        return pixel_rows(y, shape, _F32)[0] is y
+    return y.dtype == _F32 and y.shape == shape and y.flags.c_contiguous
 
 
 def _bands(n: int, rows: int, row_bytes: int, budget: int) -> tuple[int, int, list[tuple[int, int, int, int]]]:
@@ -274,7 +291,7 @@ def _native_rows_run(s: _conv2d.Conv2d, work: int, conv, strided: bool = False) 
     """The run of a prepared native convolution (native.Conv) split by output rows: a C-contiguous float32
     input, a contiguous output (the planned one, else a new array), parts for the native pool. ``strided``:
     the kernel also writes a channel slice of a wider tensor (pixel_rows; the direct kernel)."""
-    out_shape, rows = (s.n, s.oh, s.ow, s.m), s.n * s.oh
+    out_shape, rows, in_shape = (s.n, s.oh, s.ow, s.m), s.n * s.oh, (s.n, s.h, s.w, s.c)
     call = conv.run
     # NOTE: the planned output last found writable in place (pixel_rows' checks, ~1 us of Python, once per
     # output buffer: the plan hands the same one every run; an array's shape and strides never change)
@@ -295,6 +312,14 @@ def _native_rows_run(s: _conv2d.Conv2d, work: int, conv, strided: bool = False) 
         call(x, y, None, parallel.native_parts(work, rows) if parallel.native_pool() else 1)
         return (y,)
 
+    def bind(inputs, outputs):
+        # NOTE: a planned step (straight.bind): the prepared native call on the fixed buffers, split chosen once
+        x, y = inputs[0], outputs[0]
+        if not fixed_input(x, in_shape) or not fixed_output(y, out_shape, strided):
+            return None
+        return partial(call, x, y, None, parallel.native_parts(work, rows) if parallel.native_pool() else 1)
+
+    run_native.bind = bind
     return run_native
 
 
@@ -388,6 +413,21 @@ def nhwc_1x1(s: _conv2d.Conv2d, wv: np.ndarray, finish: Callable[[np.ndarray], N
         parallel.for_ranges(n * oh, work, part)
         return (y,)
 
+    def bind(inputs, outputs):
+        # NOTE: a planned step (straight.bind): the prepared GEMM on the fixed pixel rows, its split chosen once
+        # (what run_1x1's fast path checks and looks up per call); with the pools off the plain run hands the
+        # product to numpy (BLAS's own threads), so the bind declines
+        x, y = inputs[0], outputs[0]
+        if prepared is None or not parallel.native_pool() or not fixed_input(x, in_shape) \
+                or not fixed_output(y, out_shape, True):
+            return None
+        split = parallel.gemm_split(p, c, m, bias32 is not None or act is not None, parallel.PIXEL_ALIGN)
+        if split is None:
+            return None
+        return partial(prepared.run, x.reshape(p, c), pixel_rows(y, out_shape, dtype)[1], split[0],
+                       parallel.PIXEL_ALIGN, split[1])
+
+    run_1x1.bind = bind
     return run_1x1
 
 
@@ -422,6 +462,15 @@ def native_im2col(s: _conv2d.Conv2d, wk: np.ndarray, ld: int, bias: np.ndarray |
         conv.run(x, y, cols, parts)
         return True
 
+    def bind(x: np.ndarray, y: np.ndarray, scratch) -> Callable[[], None] | None:
+        # the bound call of run (x, y fixed, see nhwc_im2col's bind): its columns in the buffer set's scratch
+        if not parallel.native_pool() or not x.flags.c_contiguous:
+            return None
+        parts = parallel.native_parts(work, units)
+        (cols,) = scratch.arrays(((parts * band_rows * s.ow * ld,), np.float32))
+        return partial(conv.run, x, y, cols, parts)
+
+    run.bind = bind
     return run
 
 
@@ -461,6 +510,17 @@ def nhwc_im2col(s: _conv2d.Conv2d, wv: np.ndarray, finish: Callable[[np.ndarray]
             return (y,)
         split.run(lambda group: im2col_bands(x, y, group))
         return (y,)
+
+    def bind(inputs, outputs, scratch):
+        # NOTE: a planned step (straight.bind): the native kernel on the fixed buffers, its split chosen and its
+        # columns' scratch taken once (the buffer set's: never another thread's); the numpy bands decline
+        x, y = inputs[0], outputs[0]
+        if native_run is None or not fixed_input(x, (n, s.h, s.w, c)) or not fixed_output(y, out_shape, True):
+            return None
+        return native_run.bind(x, y, scratch)
+
+    bind.takes_scratch = True
+    run_im2col.bind = bind
 
     def im2col_bands(x, y, group):
         bufs = _scratch.scratch(*parts)     # the scratch of the thread running this group of bands
@@ -711,6 +771,17 @@ class ConvDirectChannelsFirst(Kernel):
                      parallel.native_parts(work, rows) if parallel.native_pool() else 1)
             return (y,)
 
+        in_shape = (s.n, s.c, s.h, s.w) if self.layouts & direct_conv.READ_NCHW else (s.n, s.h, s.w, s.c)
+
+        def bind(inputs, outputs):
+            # NOTE: a planned step (straight.bind): the prepared native call on the fixed buffers, split chosen once
+            x, y = inputs[0], outputs[0]
+            if not fixed_input(x, in_shape) or not fixed_output(y, out_shape, not nchw_out):
+                return None
+            return partial(conv.run, x, y.reshape(s.n, 1, 1, s.m) if one_pixel else y, None,
+                           parallel.native_parts(work, rows) if parallel.native_pool() else 1)
+
+        run.bind = bind
         return run
 
 
@@ -750,6 +821,33 @@ def _native_winograd(s: _conv2d.Conv2d, u: np.ndarray, bias: np.ndarray | None, 
             product(v.reshape(36, k, c), u, out=z.reshape(36, k, m))
             transform_out(z, y, b, rec, geo_out, band, parallel.native_parts(36 * k * m, k) if pool else 1)
 
+    def bind(inputs, outputs, scratch):
+        # NOTE: a planned step (straight.bind): each band's two transforms and its 36 products on the fixed buffers,
+        # their views, splits and the tiles' scratch (the buffer set's) made once; with the pools off the bands
+        # may go to Python threads, each on its own scratch: the bind declines
+        x, y = inputs[0], outputs[0]
+        if not parallel.native_pool() or not fixed_input(x, (n, s.h, s.w, c)) or not fixed_output(y, out_shape, True):
+            return None
+        (group,) = split.groups(parallel.threads())
+        vbuf, zbuf = scratch.arrays(*parts)
+        calls = []
+        for band in group:
+            b0, b1, t0, t1 = band
+            k = (b1 - b0) * (t1 - t0) * tw
+            v, z = vbuf[:36 * k * c], zbuf[:36 * k * m]
+            calls.append((band, v, v.reshape(36, k, c), z, z.reshape(36, k, m), parallel.native_parts(36 * k * c, k),
+                          parallel.native_parts(36 * k * m, k)))
+
+        def bound() -> None:
+            for band, v, v3, z, z3, parts_in, parts_out in calls:
+                transform_in(x, v, geo_in, band, parts_in)
+                product(v3, u, out=z3)
+                transform_out(z, y, b, rec, geo_out, band, parts_out)
+
+        return bound
+
+    bind.takes_scratch = True
+    run_winograd.bind = bind
     return run_winograd
 
 

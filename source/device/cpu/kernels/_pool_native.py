@@ -9,6 +9,7 @@ spaced, channels contiguous (the extension reads the spacing from the output's s
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 
@@ -55,4 +56,15 @@ def make_pool(g: dict, shape: tuple[int, ...], kind: str) -> Callable[[np.ndarra
         pool.run(x, out, 0, rows, parallel.native_parts(out.size * 2, rows) if parallel.native_pool() else 1)
         return out
 
+    def bind(x: np.ndarray | None, out: np.ndarray | None) -> Callable[[], None] | None:
+        # NOTE: a planned step (straight.bind): the native call on the fixed buffers, split chosen once; None when
+        # the run would copy either (a bound call must read its input where it lies)
+        if x is None or out is None or x.dtype != np.float32 or out.dtype != np.float32 \
+                or x.shape != (n, h, w, c) or out.shape != (n, oh, ow, c) or not x.flags.c_contiguous \
+                or not evenly_spaced_pixels(out):
+            return None
+        return partial(pool.run, x, out, 0, rows, parallel.native_parts(out.size * 2, rows)
+                       if parallel.native_pool() else 1)
+
+    run.bind = bind
     return run

@@ -10,6 +10,7 @@ plan placed inside the output (plan.concat_slices) is already there and is skipp
 from __future__ import annotations
 
 import weakref
+from functools import partial
 
 import numpy as np
 
@@ -98,6 +99,38 @@ class ConcatNative(Kernel):
                 native.copy_rows(x.reshape(-1).view(np.uint8), y, rows, width, width, 0, stride, offset, parts)
             return (out,)
 
+        def bind(inputs, outputs):
+            # NOTE: a planned step (straight.bind): the copies of the inputs not placed in the output already
+            # (plan.concat_slices; the arena's layout is the set's, so what is in place stays so), each one native
+            # call on the fixed buffers, split chosen once; an input that is not C-contiguous declines (its run
+            # copies it first: a bound call must read it where it lies)
+            out = outputs[0]
+            if out is None or not out.flags.c_contiguous or out.shape != shape or out.dtype != dtype:
+                return None
+            parts = parallel.native_parts(work, rows) if parallel.native_pool() else 1
+            y, base, calls = out.reshape(-1).view(np.uint8), _address(out), []
+            for k, width, offset in parts_of:
+                x = inputs[k]
+                if x is None or x.dtype != dtype:
+                    return None
+                if x.base is not None and (x.base is out.base or x.base is out) and _address(x) == base + offset \
+                        and all(s == t for s, t, n in zip(x.strides, out.strides, x.shape) if n > 1):
+                    continue
+                if not x.flags.c_contiguous or np.may_share_memory(x, out):
+                    return None
+                calls.append(partial(native.copy_rows, x.reshape(-1).view(np.uint8), y, rows, width, width, 0,
+                                     stride, offset, parts))
+            if len(calls) == 1:
+                return calls[0]
+            calls = tuple(calls)
+
+            def bound() -> None:
+                for call in calls:
+                    call()
+
+            return bound
+
+        run.bind = bind
         return run
 
 

@@ -39,6 +39,7 @@ class MaxPoolNHWC(MaxPoolSeparable):
             out = outputs[0] if outputs[0] is not None else np.empty((n, oh, ow, c), np.float32)
             return (pool(inputs[0], out),) + (None,) * (len(outputs) - 1)
 
+        run.bind = lambda inputs, outputs: pool.bind(inputs[0], outputs[0])
         return run
 
 
@@ -96,6 +97,7 @@ class AveragePoolNHWC(AveragePoolSeparable):
             out = outputs[0] if outputs[0] is not None else np.empty((n, oh, ow, c), np.float32)
             return (pool(inputs[0], out),)
 
+        run.bind = lambda inputs, outputs: pool.bind(inputs[0], outputs[0])
         return run
 
 

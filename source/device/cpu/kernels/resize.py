@@ -13,6 +13,8 @@ the reference, up to the compiler's fused multiply-adds (one rounding fewer per 
 """
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
 from nnhal.device.cpu import native, parallel
@@ -129,6 +131,18 @@ class ResizeNHWCNative(ResizeNHWC):
             resize(x, y, hidx, hw, widx, ww, parts)
             return (y,)
 
+        in_shape = (n, ins[0].shape[2], ins[0].shape[3], c)
+
+        def bind(inputs, outputs):
+            # NOTE: a planned step (straight.bind): the native call on the fixed buffers, split chosen once
+            x, y = inputs[0], outputs[0]
+            if x is None or y is None or x.dtype != np.float32 or y.dtype != np.float32 or x.shape != in_shape \
+                    or y.shape != oshape or not x.flags.c_contiguous or not evenly_spaced_pixels(y):
+                return None
+            return partial(resize, x, y, hidx, hw, widx, ww,
+                           parallel.native_parts(work, rows) if parallel.native_pool() else 1)
+
+        run.bind = bind
         return run
 
     def nchw_output(self, node, ins, outs) -> Kernel | None:
