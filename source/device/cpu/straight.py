@@ -223,7 +223,7 @@ class SetScratch:
         total = sum(spans)
         if self.buf is None or self.buf.nbytes < total + self.ALIGN:
             self.buf = np.empty(total + self.ALIGN, np.uint8)
-        start = -self.buf.ctypes.data % self.ALIGN
+        start = -self.buf.__array_interface__["data"][0] % self.ALIGN
         views = []
         for n, span, (shape, dtype) in zip(sizes, spans, parts):
             views.append(np.frombuffer(self.buf, dtype, n, start).reshape(shape))

@@ -304,7 +304,7 @@ def test_set_scratch_arrays_are_aligned_and_disjoint():
     scratch = straight.SetScratch()
     a, b = scratch.arrays(((3, 5), np.float32), ((7,), np.float64))
     assert a.shape == (3, 5) and b.shape == (7,) and b.dtype == np.float64
-    assert a.ctypes.data % 64 == 0 and b.ctypes.data % 64 == 0
+    assert a.__array_interface__["data"][0] % 64 == 0 and b.__array_interface__["data"][0] % 64 == 0
     assert not np.shares_memory(a, b)
     (big,) = scratch.arrays(((1 << 16,), np.float32))         # a larger request: a new buffer, the old views kept
     assert big.size == 1 << 16 and not np.shares_memory(big, a)
