@@ -135,7 +135,8 @@ MOVES = frozenset({"Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "M
 INTEGER_SINCE = {"MaxPool": 12}      # the first opset whose schema lets the op take int8/uint8
 
 
-def to_quantized(sg: Subgraph, precision: str, dynamic: bool = False, conv_levels: int = 127) -> Subgraph:
+def to_quantized(sg: Subgraph, precision: str, dynamic: bool = False, conv_levels: int = 127,
+                 float_conv: Callable[[Node, Graph], bool] | None = None) -> Subgraph:
     """Rewrite ``sg`` for integer execution with standard ONNX quantized operators.
 
     Conv, and Gemm / 2-D MatMul with constant weights (as 1x1 QLinearConv), run
@@ -161,6 +162,11 @@ def to_quantized(sg: Subgraph, precision: str, dynamic: bool = False, conv_level
     [-conv_levels, conv_levels]: a device whose integer GEMM runs 7-bit weights faster passes 64 (the cpu
     device on AVX2: vpmaddubsw, exact on them). DynamicQuantizeGemm weights keep 127 levels: 7-bit ones took
     MiniLM's cosine against fp32 below 0.999 (docs/int8.md).
+
+    ``float_conv(node, graph)`` names the convolutions the device runs faster in float than on its integer
+    kernels (the cpu device on AVX2: a shallow convolution of the float input image, ``cpu_device.float_conv``):
+    they stay float Convs with their float32 weights, the Relu / Clip / SiLU that alone reads one with it, and
+    a QuantizeLinear after where a quantized op reads them, as ``sg.higher`` nodes do.
     """
     from nnhal.optimizer.quantize import per_channel_int8
 
@@ -172,7 +178,7 @@ def to_quantized(sg: Subgraph, precision: str, dynamic: bool = False, conv_level
             consumers.setdefault(name, []).append(node)
     floats = {n for n in sg.inputs} | {n for n, t in g.tensors.items() if t.is_constant}
     twins: dict[str, str] = {}
-    tabled: set[str] = set()        # float outputs of element-wise ops on codes (_on_codes)
+    tabled: set[str] = set()        # float outputs of element-wise ops on codes (_on_codes) and of float_conv convs
     nodes: list[Node] = []
     skipped: set[str] = set()
     opset = sg.graph.opsets.get("", 17)
@@ -206,7 +212,7 @@ def to_quantized(sg: Subgraph, precision: str, dynamic: bool = False, conv_level
         t = g.tensors[name]
         return t.dtype == F32 and t.quant is not None and not t.is_constant
 
-    keep = sg.keep_fp32 | sg.higher
+    keep = set(sg.keep_fp32 | sg.higher)
     for node in g.nodes:
         if node.name in skipped:
             continue
@@ -225,7 +231,16 @@ def to_quantized(sg: Subgraph, precision: str, dynamic: bool = False, conv_level
                                        opset, "ai.nnhal"))
                 floats.add(node.outputs[0])
                 continue
-        lowered = None if node.name in keep else _lower_weighted(node, g, quantizable, per_channel_int8, conv_levels)
+        floated_conv = float_conv is not None and node.op_type == "Conv" and not node.domain \
+            and node.name not in keep and float_conv(node, g)
+        if floated_conv:
+            tail = _activation_tail(node, consumers)
+            keep.update(tail)
+            # its float output (after the activation) is quantized once for a following move, as an op's on codes
+            tabled.add(node.outputs[0] if not tail else
+                       next(n for n in g.nodes if n.name == tail[-1]).outputs[0])
+        lowered = None if node.name in keep or floated_conv else \
+            _lower_weighted(node, g, quantizable, per_channel_int8, conv_levels)
         if lowered is not None:
             x, weight, bias, attrs, reshape = lowered
             out = node.outputs[0]
@@ -311,6 +326,24 @@ def to_quantized(sg: Subgraph, precision: str, dynamic: bool = False, conv_level
     return sg
 
 
+def _activation_tail(node: Node, consumers: dict[str, list[Node]]) -> list[str]:
+    """The nodes of the activation that alone reads ``node``'s output (a Relu or Clip; a SiLU, Sigmoid and the
+    Mul of the output by it), which a float convolution fuses: they stay float with it (one QuantizeLinear after
+    the activation instead of quantized Sigmoid and Mul outputs and a QLinearMul)."""
+    out = node.outputs[0]
+    readers = consumers.get(out, [])
+    if len(readers) == 1 and not readers[0].domain and readers[0].op_type in ("Relu", "Clip"):
+        return [readers[0].name]
+    if len(readers) != 2 or any(r.domain for r in readers):
+        return []
+    sig = [r for r in readers if r.op_type == "Sigmoid"]
+    mul = [r for r in readers if r.op_type == "Mul"]
+    if len(sig) == 1 and len(mul) == 1 and sorted(mul[0].inputs) == sorted([out, sig[0].outputs[0]]) \
+            and [r.name for r in consumers.get(sig[0].outputs[0], [])] == [mul[0].name]:
+        return [sig[0].name, mul[0].name]
+    return []
+
+
 def _on_codes(node: Node, g: Graph, twins: dict[str, str]) -> bool:
     """Whether ``node`` is an element-wise op (qtables.ELEMENTWISE, not a quantize or dequantize) of one quantized
     tensor and constant single values, with one output: fuse_code_tables turns it, between DequantizeLinear and
@@ -345,7 +378,7 @@ def _moves_codes(node: Node, g: Graph) -> bool:
     return node.op_type in MOVES
 
 
-def _lower_integer(node: Node, g: Graph, quantizable, floats: set[str], keep: frozenset[str]):
+def _lower_integer(node: Node, g: Graph, quantizable, floats: set[str], keep: set[str]):
     """(com.microsoft op, operands, attrs) for Add/Sum/Mul/Concat/pools whose tensors are all quantized.
 
     Operands are ("q", tensor) for a quantized tensor and ("p", tensor) for its scale and zero point.

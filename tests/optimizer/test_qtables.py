@@ -82,6 +82,7 @@ def test_chains_that_do_not_qualify_stay(case):
 @pytest.mark.parametrize("check", ["0", "1"])
 def test_the_cpu_int8_lowering_runs_a_conv_silu_as_a_table(check, monkeypatch):
     monkeypatch.setenv("NNHAL_CHECK", check)
+    monkeypatch.setenv("NNHAL_FLOAT_CONVS", "0")      # the shallow stem on the integer kernels too
     rng = np.random.default_rng(2)
     w = rng.standard_normal((8, 3, 3, 3)).astype(np.float32) * 0.3
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),

@@ -56,6 +56,7 @@ def test_the_clamps_fold_into_the_integer_convolutions(precision, checked, monke
     model, x = _model()
     table = nnhal.calibrate(model, [{"x": x}], progress=False)
     monkeypatch.setenv("NNHAL_CHECK", checked)
+    monkeypatch.setenv("NNHAL_FLOAT_CONVS", "0")      # the shallow stem on the integer kernels too
     with nnhal.Session(model, devices=["cpu"], precision=precision, calibration=table) as s:
         (got,) = s.run({"x": x})
         steps = [st for sg in s.graph.execution.subgraphs for st in sg.device_graph.steps]

@@ -9,6 +9,8 @@ import math
 import os
 import statistics
 
+import numpy as np
+
 from nnhal.device.cpu import native, parallel, qnative
 from nnhal.device.cpu.fp16 import COMPUTE, to_fp16_storage
 from nnhal.device.cpu.kernels import control, implementations
@@ -27,6 +29,8 @@ from nnhal.device.device import (
     Verdict,
 )
 from nnhal.device.manager import register_device, unregister_device
+from nnhal.graph.graph import Graph
+from nnhal.graph.node import Node
 from nnhal.graph.subgraph import Subgraph
 from nnhal.hostkernels.base import checking
 from nnhal.hostkernels.graphrun import tensor_info
@@ -144,6 +148,28 @@ def conv_weight_levels() -> int:
     return 64 if qnative.available() and qnative.status().isa == "avx2" else 127
 
 
+# the largest depth (input channels x kernel taps) of a convolution on a float model input that stays float
+FLOAT_CONV_MAX_K = 32
+
+
+def float_conv(node: Node, graph: Graph) -> bool:
+    """Whether the int8 / uint8 precision pass should leave ``node`` (a float Conv) in float where the integer
+    kernels run the avx2 path: a group-1 convolution of a float input of the subgraph (the image) with at most
+    FLOAT_CONV_MAX_K multiply-adds per output (a detector's 3 -> 16 3x3 stem: K = 27).
+    NOTE: at such depths the integer convolution's per-pixel work (packing the taps, the requantizing write-back)
+    outweighs its products: the detector's stem ran at 7 GMAC/s int8 against 11.5 fp32 (docs/int8.md, "Per
+    convolution"); in float it also needs no QuantizeLinear of the image, only one of its output. ResNet-50's
+    7x7 stem (K = 147) and the 3x3 convolutions that fp32 runs by Winograd were faster in int8 (same section).
+    NNHAL_FLOAT_CONVS=0 / 1 forces never / on every instruction set."""
+    forced = os.environ.get("NNHAL_FLOAT_CONVS", "")
+    if forced == "0" or (forced != "1" and not (qnative.available() and qnative.status().isa == "avx2")):
+        return False
+    w = graph.tensors.get(node.inputs[1]) if len(node.inputs) > 1 else None
+    if node.inputs[0] not in graph.inputs or w is None or not w.is_constant or w.value is None or w.value.ndim != 4:
+        return False
+    return node.attrs.get("group", 1) == 1 and int(np.prod(w.value.shape[1:])) <= FLOAT_CONV_MAX_K
+
+
 def cpu_describe(device: Device) -> Description:
     return Description(
         ops=frozenset(op for table in DOMAINS.values() for op in table),
@@ -184,7 +210,8 @@ def cpu_optimize_graph(subgraph: Subgraph, precision: str) -> Subgraph:
     if precision == "fp16":
         return to_fp16_storage(subgraph)
     if precision in ("int8", "uint8"):
-        lowered = to_quantized(subgraph, precision, dynamic=True, conv_levels=conv_weight_levels())
+        lowered = to_quantized(subgraph, precision, dynamic=True, conv_levels=conv_weight_levels(),
+                               float_conv=float_conv)
         if fuse_code_tables(lowered.graph):
             lowered.nodes = lowered.graph.nodes
         return lowered
