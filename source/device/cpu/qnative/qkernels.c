@@ -864,7 +864,7 @@ static int64_t count_excess(const uint8_t *src, int64_t k, int64_t n, int trans,
     return count;
 }
 
-/* NOTE: the split costs the narrow kernel + about 10-15% (the transposed chunk, the correction's blocks and
+/* NOTE: the split costs the narrow kernel + about 5-12% (the transposed chunk, the correction's blocks and
    adds) + about 5.5% of the wide path's time per 1% of W2 density (thread CPU time on MiniLM's shapes,
    docs/int8.md): it breaks even with the wide path near 2.6% (384 x 384) to 4.2% (384 x 1536) */
 #define SPLIT_MAX_DENSITY 0.03
