@@ -104,7 +104,7 @@ class DynamicQuantizeGemmInteger(Kernel):
         n, k = w.shape
         # NOTE: read once per prepared node: the int8 lowering happens at the first run
         mode = qnative.activation_mode()
-        packed = q.pack_b(w, k, n, None, 1, int(mode == "1" or (mode == "expanding" and n > k)))
+        packed = q.pack_b(w, k, n, None, 1, int(mode == "1" or (mode == "expanding" and n > k)), qnative.split_mode())
         scale = np.ascontiguousarray(_const(ins[2]), np.float32).reshape(-1)
         bias = _const(ins[3]) if len(ins) > 3 else None
         bias = None if bias is None else np.ascontiguousarray(bias, np.float32).reshape(-1)
@@ -196,7 +196,7 @@ def _packed_b(q, ins, index: int, zero_index: int, trans: int = 0):
     b = _matrix_b(ins, index)
     k, n = b.shape[::-1] if trans else b.shape
     zero = _const(ins[zero_index]) if len(ins) > zero_index else None
-    return k, n, q.pack_b(np.ascontiguousarray(b), k, n, _zero(zero, b.dtype), trans)
+    return k, n, q.pack_b(np.ascontiguousarray(b), k, n, _zero(zero, b.dtype), trans, 0, qnative.split_mode())
 
 
 def _a_ok(info, k: int) -> bool:
@@ -220,7 +220,8 @@ def _each_matrix(q, a: np.ndarray, b: np.ndarray, b_zero, dtype, outputs: list, 
     (m, k), n = a.shape[-2:], b.shape[-1]
     out = _out(outputs, batch + (m, n), dtype)
     shared = int(np.prod(b.shape[:-2])) == 1
-    packed = q.pack_b(np.ascontiguousarray(b.reshape(k, n)), k, n, b_zero, 0) if shared else None
+    # NOTE: run-time B packs wide (split 0): the split's counting pass would be paid at every run
+    packed = q.pack_b(np.ascontiguousarray(b.reshape(k, n)), k, n, b_zero, 0, 0, 0) if shared else None
     a = np.broadcast_to(a, batch + (m, k))
     b = np.broadcast_to(b, batch + (k, n))
     indices = list(np.ndindex(*batch))
@@ -228,7 +229,7 @@ def _each_matrix(q, a: np.ndarray, b: np.ndarray, b_zero, dtype, outputs: list, 
 
     def matrices(start: int, stop: int) -> None:
         for index in indices[start:stop]:
-            one = packed if shared else q.pack_b(np.ascontiguousarray(b[index]), k, n, b_zero, 0)
+            one = packed if shared else q.pack_b(np.ascontiguousarray(b[index]), k, n, b_zero, 0, 0, 0)
             gemm(np.ascontiguousarray(a[index]), one, out[index], threads)
 
     # NOTE: many small products (heads): the matrices split over the pool, each product on one thread; one
@@ -613,7 +614,7 @@ class _IntegerConv(Kernel):
         else:
             taps = None
             packed = q.pack_b(np.ascontiguousarray(w.transpose(0, 2, 3, 1)), int(np.prod(w.shape[1:])), m,
-                              _zero(w_zero_value, w.dtype), 1)
+                              _zero(w_zero_value, w.dtype), 1, 0, qnative.split_mode())
         x_zero = _zero(_const(ins[2]) if len(ins) > 2 else None, ins[0].dtype)
         dtype, bias, factor, yz = self.epilogue(ins, m)
         table = None if self.table is None else np.ascontiguousarray(self.table, dtype)

@@ -331,18 +331,22 @@ def test_kernels_binary_refuses_bad_arguments():
 
 
 @pytest.mark.parametrize("outlier", [-65, 65, -128, 127])
-def test_kernels_one_weight_outside_7_bits_keeps_the_wide_path(outlier):
-    """One weight beyond [-64, 64] would let vpmaddubsw saturate: the whole matrix packs wide, still exact."""
+def test_kernels_one_weight_outside_7_bits_is_split_or_wide(outlier):
+    """One weight beyond [-64, 64]: not narrow; avx2 splits it (its K pair is the last, with the padding: W2
+    stays empty) or, with split=0, packs the whole matrix wide; exact either way (tests/device/cpu/
+    test_qkernels_split.py tests the split itself)."""
     rng = np.random.default_rng(abs(outlier))
     m, k, n = 7, 37, 19
     a = np.full((m, k), 255, np.uint8)
     b = _narrow(rng, (k, n), np.int8, True)
     b[k - 1, n - 1] = outlier
-    packed = _q().pack_b(b, k, n, None, 0)
-    _expect_narrow(packed, False)
-    out = np.empty((m, n), np.int32)
-    _q().gemm(a, None, packed, out, None, None, 0, 0.0, 0.0, 0, 1)
-    np.testing.assert_array_equal(out, _int_ref(a, None, b, None))
+    for split in (-1, 0):
+        packed = _q().pack_b(b, k, n, None, 0, 0, split)
+        _expect_narrow(packed, False)
+        assert packed.split == (split == -1 and _q().isa() == "avx2"), packed
+        out = np.empty((m, n), np.int32)
+        _q().gemm(a, None, packed, out, None, None, 0, 0.0, 0.0, 0, 1)
+        np.testing.assert_array_equal(out, _int_ref(a, None, b, None))
 
 
 @pytest.mark.parametrize("m,k,n", SHAPES[:6])

@@ -78,6 +78,21 @@ def activation_mode() -> str:
     return "expanding" if status().isa == "avx2" else "0"
 
 
+def split_mode() -> int:
+    """How pack_b packs full-range 8-bit weights on avx2 (``NNHAL_QGEMM_SPLIT``, read at each prepare so
+    that one process can A/B it): -1 (default, "auto") splits them into a narrow W1 run by ``vpmaddubsw``
+    and a sparse W2 added exactly when W2 holds at most 3% of the weights, else widens them to int16;
+    0 always widens them; 1 always splits (tests). Other instruction sets ignore it."""
+    forced = os.environ.get("NNHAL_QGEMM_SPLIT", "auto")
+    return int(forced) if forced in ("0", "1") else -1
+
+
+def describe_split_mode() -> str:
+    """:func:`split_mode` in words, for the cpu device's description."""
+    return {-1: "split into vpmaddubsw + a sparse correction where it is sparse, else 16-bit",
+            0: "16-bit (NNHAL_QGEMM_SPLIT=0)", 1: "always split (NNHAL_QGEMM_SPLIT=1)"}[split_mode()]
+
+
 def describe_activation_mode() -> str:
     """:func:`activation_mode` in words, for the cpu device's description."""
     return {"0": "8-bit as each node says", "1": "7-bit ([0, 127]) on every product",

@@ -16,7 +16,14 @@
  *   avx2        vpmaddubsw's u8 x s8 pair sums saturate at 16 bits, so it runs only on narrow weights:
  *               when every packed weight bs lies in [-64, 64] (7-bit weights, as nnhal's int8 pass
  *               quantizes convolutions) a pair sum is at most 255 * 64 * 2 = 32640 < 2^15 and
- *               vpmaddubsw + vpmaddwd(ones) is exact, on the vnni byte layout (6 x 16 tiles); other
+ *               vpmaddubsw + vpmaddwd(ones) is exact, on the vnni byte layout (6 x 16 tiles). Full-range
+ *               weights are split when packed (PackedB.split) into W1, each K pair (2i, 2i + 1) of a column
+ *               cut to |w1_2i| + |w1_2i+1| <= 128 (a pair sum fits: 255 * 128 = 32640), run by the same
+ *               narrow kernel, and a sparse W2 holding each cut pair's excess (one nonzero), added into
+ *               the int32 tile before the epilogue: the chunk of packed rows is transposed, and per
+ *               column each W2 nonzero adds a[rows][k] * v over 32 rows at a time (vpmovzxbd,
+ *               vpmaddwd); the sums are the wide path's exactly. Only when W2 holds at most
+ *               SPLIT_MAX_DENSITY of the weights (its cost grows with its density); other full-range
  *               weights are widened to int16 once, when packed, the activations while packed
  *               (vpmovzxbw), and vpmaddwd multiplies a broadcast K pair of one row by 8 columns' pairs
  *               into int32, exact; 6 x 16 tiles (12 accumulators);
@@ -73,7 +80,10 @@ static const int ISA_ESIZE[ISA_COUNT] = {1, 2, 1, 1};
 static const char *ISA_DESCRIBE[ISA_COUNT] = {
     "portable: plain C, 4x8 tiles, int32 sums",
     "avx2: weights that all fit 7 bits ([-64, 64], nnhal's int8 convolutions) as bytes, vpmaddubsw + "
-    "vpmaddwd(ones) into int32 (exact: a u8*s7 pair sum fits 16 bits); other weights widened to int16 K "
+    "vpmaddwd(ones) into int32 (exact: a u8*s7 pair sum fits 16 bits); full-range weights split when packed "
+    "into W1 (every K pair's |w1_2i| + |w1_2i+1| <= 128) run the same way (exact: 255*128 fits 16 bits) and a "
+    "sparse W2 (each too-wide pair's excess) added into the int32 sums by vpmaddwd over only its nonzeros, "
+    "where W2 holds at most 3% of the weights; other weights widened to int16 K "
     "pairs once when packed, activations widened while packed, vpmaddwd into int32 (exact; vpmaddubsw would "
     "saturate on them), 6x16 tiles; weights packed for 7-bit activations (gemm_dynamic rows quantized to [0, "
     "127]; which token products: qnative.activation_mode, NNHAL_QGEMM_A7) as bytes, vpmaddubsw + "
@@ -575,6 +585,14 @@ typedef struct {
     int b_signed;
     int narrow;          /* avx2: every bs in [-64, 64], or a7, packed as bytes for vpmaddubsw (micro_avx2_narrow) */
     int a7;              /* gemm_dynamic quantizes the activations to 7 bits ([0, 127]); no other kernel takes it */
+    int split;           /* avx2, full-range weights: bs = W1 + W2, W1 narrow (every K pair |w1_2i| + |w1_2i+1|
+                            <= 128) in data, W2 sparse (each too-wide pair's excess) added by split_corr_avx2 */
+    int64_t w2_nnz;      /* W2's nonzeros */
+    int64_t w2_len;      /* its entries: the nonzeros and a padding entry per column with an odd count */
+    int32_t *w2_start;   /* [panels * nr + 1]: column col's W2 entries are [w2_start[col], w2_start[col + 1]) */
+    int32_t *w2_k;       /* [w2_nnz] their K indices, ascending within a column */
+    int32_t *w2_v;       /* [w2_nnz / 2] their values two at a time, an int32 of the int16 pair (v_e, v_e+1):
+                            vpmaddwd's operand; a column with an odd count ends with an entry (k 0, v 0) */
     int8_t *data;        /* panels * kp * nr elements of esize bytes, 64-byte aligned */
     int32_t *d;          /* [n] ob - zb_n */
     int32_t *cterm;      /* [n] colsum(bs)_n + k d_n */
@@ -586,25 +604,31 @@ static void packed_dealloc(PackedB *self)
     free(self->data);
     free(self->d);
     free(self->cterm);
+    free(self->w2_start);
+    free(self->w2_k);
+    free(self->w2_v);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
 static PyObject *packed_repr(PackedB *self)
 {
-    return PyUnicode_FromFormat("<qkernels.PackedB K=%lld N=%lld %s %s%s%s>", (long long)self->k,
+    return PyUnicode_FromFormat("<qkernels.PackedB K=%lld N=%lld %s %s%s%s%s>", (long long)self->k,
                                 (long long)self->n, self->b_signed ? "int8" : "uint8", ISA_NAMES[self->isa],
-                                self->narrow ? " narrow" : "", self->a7 ? " a7" : "");
+                                self->split ? " split" : self->narrow ? " narrow" : "", self->a7 ? " a7" : "");
 }
 
 static PyObject *packed_get_k(PackedB *self, void *c) { (void)c; return PyLong_FromLongLong(self->k); }
 static PyObject *packed_get_n(PackedB *self, void *c) { (void)c; return PyLong_FromLongLong(self->n); }
 static PyObject *packed_get_isa(PackedB *self, void *c) { (void)c; return PyUnicode_FromString(ISA_NAMES[self->isa]); }
-static PyObject *packed_get_narrow(PackedB *self, void *c) { (void)c; return PyBool_FromLong(self->narrow); }
+static PyObject *packed_get_narrow(PackedB *self, void *c) { (void)c; return PyBool_FromLong(self->narrow && !self->split); }
 static PyObject *packed_get_a7(PackedB *self, void *c) { (void)c; return PyBool_FromLong(self->a7); }
+static PyObject *packed_get_split(PackedB *self, void *c) { (void)c; return PyBool_FromLong(self->split); }
+static PyObject *packed_get_w2_nnz(PackedB *self, void *c) { (void)c; return PyLong_FromLongLong(self->w2_nnz); }
 static PyObject *packed_get_nbytes(PackedB *self, void *c)
 {
     (void)c;
-    return PyLong_FromLongLong(self->panels * self->kp * self->nr * self->esize + 8 * self->n);
+    int64_t w2 = self->split ? 4 * (self->panels * self->nr + 1) + 6 * self->w2_len : 0;
+    return PyLong_FromLongLong(self->panels * self->kp * self->nr * self->esize + 8 * self->n + w2);
 }
 
 static PyGetSetDef packed_getset[] = {
@@ -617,6 +641,10 @@ static PyGetSetDef packed_getset[] = {
      "vpmaddubsw (exact)", NULL},
     {"a7", (getter)packed_get_a7, NULL, "packed for 7-bit activations: gemm_dynamic quantizes rows to [0, 127]",
      NULL},
+    {"split", (getter)packed_get_split, NULL,
+     "avx2, full-range weights: packed as a narrow W1 (every K pair's |w1_2i| + |w1_2i+1| <= 128, run by "
+     "vpmaddubsw) plus a sparse W2 (the excess) added into the int32 sums before the epilogue (exact)", NULL},
+    {"w2_nnz", (getter)packed_get_w2_nnz, NULL, "split: the nonzero weights of the sparse correction W2", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -790,19 +818,74 @@ static int fits_7bit(const uint8_t *src, int64_t count, int b_signed)
     return lo >= -64 && hi <= 64;
 }
 
-/* pack_b(b, k, n, b_zero, trans[, a7]) -> PackedB. b: 2-D int8 or uint8 [K, N] (trans 0) or [N, K] (trans 1),
-   given as a flat C-contiguous array with its two sizes; b_zero: None or an array of 1 or N zero points.
-   a7 (default 0): the weights serve gemm_dynamic with 7-bit activations (rows quantized to [0, 127]); on avx2
-   they are then packed as bytes for vpmaddubsw whatever their range (|127 * 128 * 2| < 2^15: exact). */
+/* the weight bs = b - ob at (kk, col) of b ([K, N], or [N, K] when trans), 0 past K (the padding) */
+static inline int32_t weight_at(const uint8_t *src, int64_t k, int64_t n, int trans, int b_signed, int64_t kk,
+                                int64_t col)
+{
+    if (kk >= k)
+        return 0;
+    uint8_t raw = trans ? src[col * k + kk] : src[kk * n + col];
+    return b_signed ? (int32_t)(int8_t)raw : (int32_t)raw - 128;
+}
+
+/* splits the K pair (*x, *y) of one column so that |x1| + |y1| <= 128 (a u8 x s8 pair sum then fits int16:
+   255 * 128 = 32640): the pair keeps x1, y1 and the excess, taken from the larger one alone, is returned
+   (0 if the pair fits) with *which = 0 for x, 1 for y. |excess| <= 255 - 128 = 127. */
+static inline int32_t split_pair(int32_t *x, int32_t *y, int *which)
+{
+    int32_t ax = *x < 0 ? -*x : *x, ay = *y < 0 ? -*y : *y;
+    if (ax + ay <= 128)
+        return 0;
+    int32_t *big = ax >= ay ? x : y, small = ax >= ay ? ay : ax;
+    int32_t kept = *big < 0 ? -(128 - small) : 128 - small;
+    int32_t excess = *big - kept;
+    *big = kept;
+    *which = ax >= ay ? 0 : 1;
+    return excess;
+}
+
+/* the K pairs of b that split_pair splits (W2's nonzeros), and W2's entries (*len: each column's count
+   rounded up to even) */
+static int64_t count_excess(const uint8_t *src, int64_t k, int64_t n, int trans, int b_signed, int64_t *len)
+{
+    int64_t count = 0;
+    *len = 0;
+    for (int64_t col = 0; col < n; col++) {
+        int64_t here = 0;
+        for (int64_t kk = 0; kk < k; kk += 2) {
+            int32_t x = weight_at(src, k, n, trans, b_signed, kk, col);
+            int32_t y = weight_at(src, k, n, trans, b_signed, kk + 1, col);
+            int which;
+            here += split_pair(&x, &y, &which) != 0;
+        }
+        count += here;
+        *len += (here + 1) & ~(int64_t)1;
+    }
+    return count;
+}
+
+/* NOTE: the split costs the narrow kernel + about 5-12% (the transposed chunk, the correction's blocks and
+   adds) + about 5.5% of the wide path's time per 1% of W2 density (thread CPU time on MiniLM's shapes,
+   docs/int8.md): it breaks even with the wide path near 2.6% (384 x 384) to 4.2% (384 x 1536) */
+#define SPLIT_MAX_DENSITY 0.03
+
+/* pack_b(b, k, n, b_zero, trans[, a7[, split]]) -> PackedB. b: 2-D int8 or uint8 [K, N] (trans 0) or [N, K]
+   (trans 1), given as a flat C-contiguous array with its two sizes; b_zero: None or an array of 1 or N zero
+   points. a7 (default 0): the weights serve gemm_dynamic with 7-bit activations (rows quantized to [0, 127]);
+   on avx2 they are then packed as bytes for vpmaddubsw whatever their range (|127 * 128 * 2| < 2^15: exact).
+   split (avx2, a7 0; default -1): how full-range weights are packed: -1 split into a narrow W1 and a sparse W2
+   when W2's density is at most SPLIT_MAX_DENSITY, else widened to int16; 0 widened; 1 split (even weights
+   that fit 7 bits: an empty W2; for tests). Other instruction sets ignore it. */
 static PyObject *qk_pack_b(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
 {
     static const char *kernel = "pack_b";
     (void)mod;
-    if (!isa_ok() || (nargs != 6 && !check_nargs(kernel, nargs, 5)))
+    if (!isa_ok() || (nargs != 6 && nargs != 7 && !check_nargs(kernel, nargs, 5)))
         return NULL;
-    int64_t k, n, trans, a7 = 0;
+    int64_t k, n, trans, a7 = 0, split = -1;
     if (!get_int(kernel, "k", args[1], 1, MAX_K, &k) || !get_int(kernel, "n", args[2], 1, INT32_MAX, &n)
-        || !get_int(kernel, "trans", args[4], 0, 1, &trans) || (nargs == 6 && !get_int(kernel, "a7", args[5], 0, 1, &a7)))
+        || !get_int(kernel, "trans", args[4], 0, 1, &trans) || (nargs >= 6 && !get_int(kernel, "a7", args[5], 0, 1, &a7))
+        || (nargs == 7 && !get_int(kernel, "split", args[6], -1, 1, &split)))
         return NULL;
     arg_t a[2];
     memset(a, 0, sizeof a);
@@ -826,11 +909,25 @@ static PyObject *qk_pack_b(PyObject *mod, PyObject *const *args, Py_ssize_t narg
         release_all(a, 2);
         return NULL;
     }
+    p->data = NULL;
+    p->d = p->cterm = p->w2_start = p->w2_k = p->w2_v = NULL;
     const uint8_t *src = a[0].view.buf;
     int ob = b_signed ? 0 : 128;
     p->isa = g_isa;
     p->a7 = (int)a7;
-    p->narrow = g_isa == ISA_AVX2 && (a7 || fits_7bit(src, kn, b_signed));
+    int fits = g_isa == ISA_AVX2 && (a7 || fits_7bit(src, kn, b_signed));
+    p->split = 0;
+    p->w2_nnz = p->w2_len = 0;
+    if (g_isa == ISA_AVX2 && !a7 && (split == 1 || (!fits && split == -1))) {
+        int64_t excess, len;
+        Py_BEGIN_ALLOW_THREADS
+        excess = count_excess(src, k, n, (int)trans, b_signed, &len);
+        Py_END_ALLOW_THREADS
+        p->split = split == 1 || (double)excess <= SPLIT_MAX_DENSITY * (double)kn;
+        p->w2_nnz = p->split ? excess : 0;
+        p->w2_len = p->split ? len : 0;
+    }
+    p->narrow = fits || p->split;
     /* NOTE: narrow avx2 weights take the vnni byte layout (avxvnni's NR, KG and element size) */
     int layout = p->narrow ? ISA_AVXVNNI : g_isa;
     p->nr = ISA_NR[layout];
@@ -845,28 +942,52 @@ static PyObject *qk_pack_b(PyObject *mod, PyObject *const *args, Py_ssize_t narg
     p->data = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
     p->d = malloc(n * sizeof(int32_t));
     p->cterm = malloc(n * sizeof(int32_t));
-    if (!p->data || !p->d || !p->cterm) {
+    int w2_ok = 1;
+    if (p->split) {
+        p->w2_start = malloc((size_t)(p->panels * p->nr + 1) * sizeof(int32_t));
+        p->w2_k = malloc((size_t)(p->w2_len + 1) * sizeof(int32_t));
+        p->w2_v = malloc((size_t)(p->w2_len / 2 + 1) * sizeof(int32_t));
+        w2_ok = p->w2_start && p->w2_k && p->w2_v;
+    }
+    if (!p->data || !p->d || !p->cterm || !w2_ok) {
         Py_DECREF(p);     /* packed_dealloc frees what was allocated */
         release_all(a, 2);
         return PyErr_NoMemory();
     }
     const uint8_t *zb = a[1].held ? a[1].view.buf : NULL;
     int nr = p->nr, kg = p->kg, any_d = 0;
+    int64_t used = 0;
     memset(p->data, 0, bytes);
     Py_BEGIN_ALLOW_THREADS
     for (int64_t col = 0; col < n; col++) {
         int64_t panel = (col / nr) * p->kp * nr;
         int j = (int)(col % nr);
         int32_t colsum = 0;
-        for (int64_t kk = 0; kk < k; kk++) {
-            uint8_t raw = trans ? src[col * k + kk] : src[kk * n + col];
-            int32_t v = b_signed ? (int32_t)(int8_t)raw : (int32_t)raw - 128;   /* bs = b - ob */
-            int64_t at = panel + (kk / kg) * nr * kg + j * kg + kk % kg;
-            if (p->esize == 2)
-                ((int16_t *)p->data)[at] = (int16_t)v;
-            else
-                p->data[at] = (int8_t)v;
-            colsum += v;
+        if (p->split)
+            p->w2_start[col] = (int32_t)used;
+        for (int64_t kk = 0; kk < k; kk += 2) {
+            int32_t v[2] = {weight_at(src, k, n, (int)trans, b_signed, kk, col),
+                            weight_at(src, k, n, (int)trans, b_signed, kk + 1, col)};
+            colsum += v[0] + v[1];
+            int which = 0;
+            int32_t excess = p->split ? split_pair(&v[0], &v[1], &which) : 0;
+            if (excess != 0) {
+                p->w2_k[used] = (int32_t)(kk + which);
+                ((int16_t *)p->w2_v)[used] = (int16_t)excess;     /* x86: little-endian, v_e the pair's low half */
+                used++;
+            }
+            for (int h = 0; h < 2 && kk + h < k; h++) {
+                int64_t at = panel + ((kk + h) / kg) * nr * kg + j * kg + (kk + h) % kg;
+                if (p->esize == 2)
+                    ((int16_t *)p->data)[at] = (int16_t)v[h];
+                else
+                    p->data[at] = (int8_t)v[h];
+            }
+        }
+        if (p->split && (used - p->w2_start[col]) % 2) {
+            p->w2_k[used] = 0;
+            ((int16_t *)p->w2_v)[used] = 0;
+            used++;
         }
         int64_t zi = nz == 1 ? 0 : col;
         int32_t z = zb == NULL ? 0 : (b_signed ? (int32_t)(int8_t)zb[zi] : (int32_t)zb[zi]);
@@ -874,6 +995,9 @@ static PyObject *qk_pack_b(PyObject *mod, PyObject *const *args, Py_ssize_t narg
         p->cterm[col] = colsum + (int32_t)k * p->d[col];
         any_d |= p->d[col] != 0;
     }
+    if (p->split)
+        for (int64_t col = n; col <= p->panels * nr; col++)
+            p->w2_start[col] = (int32_t)used;
     Py_END_ALLOW_THREADS
     p->any_d = any_d;
     release_all(a, 2);
@@ -978,6 +1102,110 @@ static void run_parts(part_fn fn, const void *job, int parts)
     }
 }
 
+#ifdef NNQ_X86
+/* the split weights' correction (PackedB.split): the packed A chunk's rows [0, rows) (kp bytes each) transposed
+   into at ([kp][cp] bytes: K row kk holds every row's byte kk), 8 x 8 bytes at a time; rows a multiple of 8 */
+static T_AVX2 void transpose_chunk_avx2(const uint8_t *apack, int64_t kp, int64_t rows, uint8_t *at, int64_t cp)
+{
+    for (int64_t r = 0; r < rows; r += 8) {
+        const uint8_t *s = apack + r * kp;
+        int64_t kk = 0;
+        for (; kk + 8 <= kp; kk += 8) {
+            __m128i t0 = _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(s + kk)),
+                                           _mm_loadl_epi64((const __m128i *)(s + kp + kk)));
+            __m128i t1 = _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(s + 2 * kp + kk)),
+                                           _mm_loadl_epi64((const __m128i *)(s + 3 * kp + kk)));
+            __m128i t2 = _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(s + 4 * kp + kk)),
+                                           _mm_loadl_epi64((const __m128i *)(s + 5 * kp + kk)));
+            __m128i t3 = _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(s + 6 * kp + kk)),
+                                           _mm_loadl_epi64((const __m128i *)(s + 7 * kp + kk)));
+            __m128i u0 = _mm_unpacklo_epi16(t0, t1), u1 = _mm_unpackhi_epi16(t0, t1);
+            __m128i u2 = _mm_unpacklo_epi16(t2, t3), u3 = _mm_unpackhi_epi16(t2, t3);
+            __m128i v[4] = {_mm_unpacklo_epi32(u0, u2), _mm_unpackhi_epi32(u0, u2), _mm_unpacklo_epi32(u1, u3),
+                            _mm_unpackhi_epi32(u1, u3)};
+            for (int q = 0; q < 4; q++) {
+                _mm_storel_epi64((__m128i *)(at + (kk + 2 * q) * cp + r), v[q]);
+                _mm_storel_epi64((__m128i *)(at + (kk + 2 * q + 1) * cp + r), _mm_srli_si128(v[q], 8));
+            }
+        }
+        for (; kk < kp; kk++)
+            for (int i = 0; i < 8; i++)
+                at[kk * cp + r + i] = s[i * kp + kk];
+    }
+}
+
+/* r[i][j] -> r[j][i] for 8 x 8 int32 */
+static inline __attribute__((always_inline)) T_AVX2 void transpose8_epi32(__m256i *r)
+{
+    __m256i t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_epi32(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_epi32(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+        u[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]);
+        u[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);
+        u[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]);
+        u[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    for (int i = 0; i < 4; i++) {
+        r[i] = _mm256_permute2x128_si256(u[i], u[i + 4], 0x20);
+        r[i + 4] = _mm256_permute2x128_si256(u[i], u[i + 4], 0x31);
+    }
+}
+
+/* rows [r, r + 16 nv) of split_corr_avx2: per pair of entries (k1, v1), (k2, v2) of a column and 16 rows, the
+   two K rows' bytes interleaved (punpcklbw / punpckhbw) and widened to int16 pairs (a1, a2) (vpmovzxbw), then
+   vpmaddwd by (v1, v2): a1 v1 + a2 v2 in int32, exact */
+static inline __attribute__((always_inline)) T_AVX2 void split_corr_rows(const PackedB *b, const int32_t *start,
+                                                                         const uint8_t *at, int64_t cp, int64_t r,
+                                                                         int nv, int32_t *corr)
+{
+    __m256i cols[4][16];
+    for (int j = 0; j < 16; j++) {
+        __m256i c[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                        _mm256_setzero_si256()};
+        for (int32_t e = start[j]; e < start[j + 1]; e += 2) {
+            const uint8_t *x1 = at + (int64_t)b->w2_k[e] * cp + r, *x2 = at + (int64_t)b->w2_k[e + 1] * cp + r;
+            __m256i v = _mm256_set1_epi32(b->w2_v[e / 2]);
+            for (int q = 0; q < nv; q++) {
+                __m128i y1 = _mm_loadu_si128((const __m128i *)(x1 + 16 * q));
+                __m128i y2 = _mm_loadu_si128((const __m128i *)(x2 + 16 * q));
+                __m256i lo = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(y1, y2));
+                __m256i hi = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(y1, y2));
+                c[2 * q] = _mm256_add_epi32(c[2 * q], _mm256_madd_epi16(lo, v));
+                c[2 * q + 1] = _mm256_add_epi32(c[2 * q + 1], _mm256_madd_epi16(hi, v));
+            }
+        }
+        for (int q = 0; q < 2 * nv; q++)
+            cols[q][j] = c[q];
+    }
+    for (int q = 0; q < 2 * nv; q++) {
+        transpose8_epi32(cols[q]);
+        transpose8_epi32(cols[q] + 8);
+        int32_t *out = corr + (r + 8 * q) * 16;
+        for (int i = 0; i < 8; i++) {
+            _mm256_storeu_si256((__m256i *)(out + i * 16), cols[q][i]);
+            _mm256_storeu_si256((__m256i *)(out + i * 16 + 8), cols[q][8 + i]);
+        }
+    }
+}
+
+/* corr[r][j] = sum over column p * 16 + j's W2 entries (kk, v) of a[r][kk] * v, for rows r < rows (a multiple
+   of 16) of the transposed chunk at: one column at a time, two entries at a time, 32 rows at a time, then 16;
+   each 8 rows x 16 columns transposed into corr ([rows][16]) */
+static T_AVX2 void split_corr_avx2(const PackedB *b, int64_t p, const uint8_t *at, int64_t cp, int64_t rows,
+                                   int32_t *corr)
+{
+    const int32_t *start = b->w2_start + p * 16;
+    int64_t r = 0;
+    for (; r + 32 <= rows; r += 32)
+        split_corr_rows(b, start, at, cp, r, 2, corr);
+    for (; r < rows; r += 16)
+        split_corr_rows(b, start, at, cp, r, 1, corr);
+}
+#endif
+
 static void run_part(const void *job, int part)
 {
     const job_t *j = job;
@@ -1001,19 +1229,28 @@ static void run_part(const void *job, int part)
     int64_t chunk = (256 * 1024) / (b->kp * b->esize);
     chunk = chunk < mr_max ? mr_max : chunk > 256 ? 256 : chunk;
     chunk = chunk / mr_max * mr_max;
-    uint8_t *apack = aligned_alloc(64, (size_t)((chunk * b->kp + 63) & ~(int64_t)63));
+    uint8_t *apack = aligned_alloc(64, (size_t)((((chunk + 15) & ~(int64_t)15) * b->kp + 63) & ~(int64_t)63));
     /* avx2: the chunk again, widened to int16 (the packers write bytes) */
     int16_t *awide = b->esize == 2 ? aligned_alloc(64, (size_t)((chunk * b->kp * 2 + 63) & ~(int64_t)63)) : NULL;
-    int32_t tile[MAX_MR * MAX_NR];
-    if (apack == NULL || (b->esize == 2 && awide == NULL)) {
-        free(apack);
-        free(awide);
-        __atomic_store_n(j->failed, 1, __ATOMIC_RELAXED);
-        return;
-    }
     /* NOTE: columns in blocks of panels that fit L2 with the A chunk: each panel is used chunk/mr times */
     int64_t pblock = (256 * 1024) / (b->kp * nr * b->esize);
     pblock = pblock < 1 ? 1 : pblock;
+    /* split weights: the chunk transposed (cp rows) and the correction of a block of panels, computed before
+       the block's tiles (a block of at most 128 KB of correction, beside the chunk and its transpose in L2) */
+    int64_t cp = (chunk + 15) & ~(int64_t)15;
+    if (b->split && pblock > (128 * 1024) / (cp * 64))
+        pblock = (128 * 1024) / (cp * 64) < 1 ? 1 : (128 * 1024) / (cp * 64);
+    uint8_t *at = b->split ? aligned_alloc(64, (size_t)(b->kp * cp)) : NULL;
+    int32_t *corr = b->split ? aligned_alloc(64, (size_t)(pblock * cp * 16 * sizeof(int32_t))) : NULL;
+    int32_t tile[MAX_MR * MAX_NR];
+    if (apack == NULL || (b->esize == 2 && awide == NULL) || (b->split && (at == NULL || corr == NULL))) {
+        free(apack);
+        free(awide);
+        free(at);
+        free(corr);
+        __atomic_store_n(j->failed, 1, __ATOMIC_RELAXED);
+        return;
+    }
     for (int64_t c0 = m_lo; c0 < m_hi; c0 += chunk) {
         int64_t c1 = c0 + chunk > m_hi ? m_hi : c0 + chunk;
         for (int64_t m0 = c0; m0 < c1; m0 += mr_max) {
@@ -1024,14 +1261,31 @@ static void run_part(const void *job, int part)
                 widen_avx2(apack + (m0 - c0) * b->kp, awide + (m0 - c0) * b->kp, mr * b->kp);
 #endif
         }
+#ifdef NNQ_X86
+        int64_t rows16 = (c1 - c0 + 15) & ~(int64_t)15;
+        if (b->split) {
+            memset(apack + (c1 - c0) * b->kp, 0, (size_t)((rows16 - (c1 - c0)) * b->kp));
+            transpose_chunk_avx2(apack, b->kp, rows16, at, cp);
+        }
+#endif
         for (int64_t pb = p_lo; pb < p_hi; pb += pblock) {
             int64_t pe = pb + pblock > p_hi ? p_hi : pb + pblock;
+#ifdef NNQ_X86
+            if (b->split)
+                for (int64_t p = pb; p < pe; p++)
+                    split_corr_avx2(b, p, at, cp, rows16, corr + (p - pb) * cp * 16);
+#endif
             for (int64_t m0 = c0; m0 < c1; m0 += mr_max) {
                 int mr = (int)(c1 - m0 < mr_max ? c1 - m0 : mr_max);
                 const void *ap = awide ? (const void *)(awide + (m0 - c0) * b->kp)
                                        : (const void *)(apack + (m0 - c0) * b->kp);
                 for (int64_t p = pb; p < pe; p++) {
                     micro(mr, ap, b->kp, b->data + p * b->kp * nr * b->esize, b->kp, tile);
+                    if (corr) {
+                        const int32_t *cr = corr + ((p - pb) * cp + (m0 - c0)) * 16;
+                        for (int i = 0; i < mr * 16; i++)
+                            tile[i] += cr[i];
+                    }
                     int64_t n0 = p * nr;
                     int nc = (int)(b->n - n0 < nr ? b->n - n0 : nr);
                     epi(&j->e, &j->rows, &j->cols, tile, nr, m0, mr, n0, nc);
@@ -1041,6 +1295,8 @@ static void run_part(const void *job, int part)
     }
     free(apack);
     free(awide);
+    free(at);
+    free(corr);
 }
 
 static void choose_split(job_t *j, int64_t threads, int64_t macs)
@@ -1895,7 +2151,7 @@ static PyMethodDef qk_methods[] = {
     {"uses_pool", qk_uses_pool, METH_NOARGS, "Whether the kernels split their parts over the cpu device's thread "
                                              "pool (the native kernels' capsule loaded), else over their own threads."},
     {"pack_b", (PyCFunction)(void (*)(void))qk_pack_b, METH_FASTCALL,
-     "pack_b(b, k, n, b_zero, trans[, a7]) -> PackedB"},
+     "pack_b(b, k, n, b_zero, trans[, a7[, split]]) -> PackedB"},
     {"gemm", (PyCFunction)(void (*)(void))qk_gemm, METH_FASTCALL,
      "gemm(a, a_zero, packed, out, bias, scale, y_zero, lo, hi, rounding, threads)"},
     {"gemm_dynamic", (PyCFunction)(void (*)(void))qk_gemm_dynamic, METH_FASTCALL,
