@@ -55,8 +55,8 @@ from nnhal.serializer.onnx_export import export_node, export_subgraph  # noqa: F
 # which of them comes first depends on the scheduler's choice; profile comes with nnhal.profile, after a
 # first run).
 LIFECYCLE = ("init", "describe", "evaluation", "split_graph", "optimize_graph", "scheduler.prerun", "allocate",
-             "pre_run", "scheduler.run", "async_run", "async_wait", "run", "profile", "scheduler.postrun",
-             "post_run", "release", "release_graph", "release_device")
+             "pre_run", "scheduler.direct", "scheduler.run", "async_run", "async_wait", "run", "profile",
+             "scheduler.postrun", "post_run", "release", "release_graph", "release_device")
 _RUN_HOOKS = frozenset({"run", "async_run", "async_wait"})
 # Ops the boundary and fallback models are built from, with their numpy meaning known to the CPU device.
 UNARY_OPS = ("Relu", "Abs", "Neg", "Sigmoid", "Tanh", "Identity")
