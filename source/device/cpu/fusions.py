@@ -69,6 +69,19 @@ def _readers(chosen: list[Chosen]) -> tuple[Counter, dict[str, int], dict[str, i
     return reads, reader, producer
 
 
+def sole_reader(chosen: list[Chosen], reads: Counter, reader: dict[str, int], external: set[str],
+                dropped: set[int], name: str, ops: tuple[str, ...]) -> int | None:
+    """The position of the one step reading ``name`` (``_readers``' counts) when ``name`` stays inside the subgraph
+    (not external, read once) and that step, not dropped yet, is a default-domain node of one of ``ops``; else None.
+    The fusions' step down a chain whose intermediates no one else may see."""
+    if not name or name in external or reads[name] != 1:
+        return None
+    j = reader.get(name)
+    if j is None or j in dropped or chosen[j].node.op_type not in ops or chosen[j].node.domain:
+        return None
+    return j
+
+
 def fuse_gelu(chosen: list[Chosen], external: set[str]) -> list[Chosen]:
     """torch.onnx's exact Gelu, Mul(Mul(x, Add(Erf(Div(x, sqrt 2)), 1)), 0.5) in float32 (either operand
     order of the Adds and Muls), becomes one Gelu node when its fast kernel takes it and no intermediate
@@ -79,12 +92,7 @@ def fuse_gelu(chosen: list[Chosen], external: set[str]) -> list[Chosen]:
     replaced: dict[int, Chosen] = {}
 
     def single(name: str, op: str) -> int | None:
-        if not name or name in external or reads[name] != 1:
-            return None
-        j = reader.get(name)
-        if j is None or j in dropped or chosen[j].node.op_type != op or chosen[j].node.domain:
-            return None
-        return j
+        return sole_reader(chosen, reads, reader, external, dropped, name, (op,))
 
     def other(node: Node, ins: list, name: str) -> Info | None:
         if len(node.inputs) != 2 or node.inputs.count(name) != 1:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnhal.device.cpu.fusions import Chosen, _readers, _scalar
+from nnhal.device.cpu.fusions import Chosen, _readers, _scalar, sole_reader
 from nnhal.device.cpu.kernels import select
 from nnhal.device.cpu.kernels.layer_normalization import RMSNormalizationNative
 from nnhal.graph.node import Node
@@ -58,14 +58,7 @@ def fuse_rms_norms(chosen: list[Chosen], external: set[str], constants: dict[str
     replaced: dict[int, Chosen] = {}
 
     def follow(name: str, ops: tuple[str, ...]) -> int | None:
-        """The one reader of ``name`` when it is a default-domain node of ``ops`` and ``name`` stays inside."""
-        if not name or name in external or reads[name] != 1 or name not in reader:
-            return None
-        j = reader[name]
-        node = chosen[j].node
-        if node.op_type not in ops or node.domain or j in dropped:
-            return None
-        return j
+        return sole_reader(chosen, reads, reader, external, dropped, name, ops)
 
     def other(entry: Chosen, name: str) -> tuple[str, Info | None] | None:
         """The operand of a binary node that is not ``name`` (``name`` read exactly once)."""

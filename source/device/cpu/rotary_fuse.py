@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from nnhal.device.cpu import native
-from nnhal.device.cpu.fusions import Chosen, _readers
+from nnhal.device.cpu.fusions import Chosen, _readers, sole_reader
 from nnhal.device.cpu.kernels.rotary import RotaryNative
 from nnhal.graph.node import Node
 from nnhal.operator.base import Info
@@ -110,10 +110,7 @@ def fuse_rotary(chosen: list[Chosen], external: set[str]) -> list[Chosen]:
     moved: set[int] = set()
 
     def only_reader(name: str, op: str) -> int | None:
-        if not name or name in external or reads[name] != 1 or name not in reader:
-            return None
-        j = reader[name]
-        return j if j not in dropped and chosen[j].node.op_type == op and not chosen[j].node.domain else None
+        return sole_reader(chosen, reads, reader, external, dropped, name, (op,))
 
     def made_by(name: str, op: str) -> int | None:
         j = producer.get(name)

@@ -9,6 +9,7 @@ from functools import partial
 import numpy as np
 
 from nnhal.device.cpu import native, parallel
+from nnhal.device.cpu.kernels._io import contiguous_io, planned_io
 from nnhal.hostkernels.base import Kernel, RunFn
 
 
@@ -28,6 +29,7 @@ class RotaryNative(Kernel):
 
     def prepare(self, node, ins, outs) -> RunFn:
         mid, inner = self.mid, self.inner
+        f32 = np.dtype(np.float32)
         shape = tuple(outs[0].shape)
         t_shape = tuple(ins[1].shape)
         size = int(np.prod(shape, dtype=np.int64))
@@ -37,22 +39,18 @@ class RotaryNative(Kernel):
             return parallel.native_parts(size * 4 * 3, rows) if parallel.native_pool() else 1
 
         def run(inputs, outputs):
-            x, c, s = (np.ascontiguousarray(a, dtype=np.float32) for a in inputs)
-            y = outputs[0]
-            if y is None or not y.flags.c_contiguous:
-                y = np.empty(shape, np.float32)
+            x, y = contiguous_io(inputs, outputs, shape, np.float32)
+            c, s = (np.ascontiguousarray(a) for a in inputs[1:])
             native.rotary(x, c, s, y, mid, inner, parts())
             return (y,)
 
         def bind(inputs, outputs):
             # NOTE: a planned step (straight.bind): the native call on the fixed buffers, split chosen once
-            y = outputs[0]
-            if y is None or any(a is None or a.dtype != np.float32 or not a.flags.c_contiguous
-                                for a in (*inputs, y)) \
-                    or inputs[0].shape != shape or y.shape != shape \
-                    or inputs[1].shape != t_shape or inputs[2].shape != t_shape:
+            if not planned_io(inputs, outputs, shape, shape, f32) or any(
+                    a is None or a.dtype != f32 or a.shape != t_shape or not a.flags.c_contiguous
+                    for a in inputs[1:]):
                 return None
-            return partial(native.rotary, inputs[0], inputs[1], inputs[2], y, mid, inner, parts())
+            return partial(native.rotary, inputs[0], inputs[1], inputs[2], outputs[0], mid, inner, parts())
 
         run.bind = bind
         return run
