@@ -39,6 +39,7 @@ from nnhal.errors import (
     wrapped,
 )
 from nnhal.graph.binding import InputChecker, check_input, resolve
+from nnhal.graph.derived import DerivedCache, deriving
 from nnhal.graph.graph import Graph
 from nnhal.optimizer.outliers import Int8Plan
 from nnhal.optimizer.placement import Decision
@@ -105,8 +106,9 @@ ShapeKey = tuple   # the input shapes, in graph input order: what a cached prepa
 class ShapeEntry:
     """One prepared input shape (issue 27): what the prepare pipeline built for it and what a report needs.
 
-    Each entry holds its own prepared graph (folded constants, packed weights, device graphs, arenas):
-    nothing is shared between entries (docs/concurrency.md#input-shapes)."""
+    Each entry holds its own prepared graph (folded constants, device graphs, arenas); the values derived
+    from the weights alone (packed GEMM panels, merged projection weights) are shared through the handle's
+    DerivedCache, marked used by ``token`` (docs/concurrency.md#input-shapes)."""
 
     prepared: Prepared
     shapes: dict[str, tuple]
@@ -115,6 +117,7 @@ class ShapeEntry:
     live: bool = True       # post_run not called yet
     # the scheduler's run of this entry as one call (Prepared.direct), or None: decided at prepare (issue 27)
     direct: Any = None
+    token: object = None    # this entry's prepare in the handle's DerivedCache (released with the entry)
 
 
 @dataclass
@@ -147,6 +150,8 @@ class GraphHandle:
     # execute's move_to_end under the read lock (one C call: atomic under the GIL)
     entries: OrderedDict = field(default_factory=OrderedDict, repr=False)
     entry_options: Options | None = None    # the Options object the entries were prepared with
+    # the weight-derived values every entry shares (nnhal.graph.derived); items live while an entry uses them
+    derived: DerivedCache = field(default_factory=DerivedCache, repr=False)
     checker: InputChecker = field(init=False, repr=False)     # the feeds' checks, derived once from the model
 
     def __post_init__(self) -> None:
@@ -238,12 +243,18 @@ def _prerun_locked(g: GraphHandle, options: Options, keep: bool) -> ShapeEntry:
         _release_entries(g, [g.entries.popitem(last=False)[1]], "evicting a prepared input shape")
     request = Request(g.graph, g.inputs, g.context, options)
     mixed_report = None
-    if options.precision == "mixed":
-        prepared, mixed_report = prepare_mixed(request)
-    else:
-        prepared = prepare(request)
+    token = object()
+    try:
+        with deriving(g.derived, token):
+            if options.precision == "mixed":
+                prepared, mixed_report = prepare_mixed(request)
+            else:
+                prepared = prepare(request)
+    except BaseException:
+        g.derived.release(token)
+        raise
     entry = ShapeEntry(prepared, {n: a.shape for n, a in g.inputs.items()},
-                       [*g.import_times, *prepared.stages.times], mixed_report)
+                       [*g.import_times, *prepared.stages.times], mixed_report, token=token)
     if list(prepared.graph.outputs) == list(g.graph.outputs):   # the direct run returns the prepared graph's
         entry.direct = prepared.direct
     g.entries[key] = entry
@@ -292,6 +303,7 @@ def _release_entries(g: GraphHandle, entries: list[ShapeEntry], what: str) -> No
                 step(entry)
             except NnhalError as exc:
                 failures.append(exc)
+        g.derived.release(entry.token)
     _raise_failures(what, failures)
 
 

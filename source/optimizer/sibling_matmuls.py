@@ -14,8 +14,11 @@ are those of the separate products up to the device kernel's column split.
 """
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
+from nnhal.graph.derived import derive
 from nnhal.graph.graph import Graph
 from nnhal.graph.node import Node
 from nnhal.graph.tensor import Tensor, TensorKind, constant
@@ -95,14 +98,19 @@ def _merge(graph: Graph, x: str, members: list, opset: int) -> None:
     widths = [w.shape[1] for _, w, _, _ in members]
     shape = tuple(x_t.shape[:-1]) + (sum(widths),)
     w_name = fresh_name(graph, f"{base}__merged_weight")
-    graph.tensors[w_name] = constant(w_name, np.concatenate([w for _, w, _, _ in members], axis=1))
+    weights = tuple(w for _, w, _, _ in members)
+    # NOTE: the same weights merge to the same array in every prepared input shape (nnhal.graph.derived): a
+    # re-prepare neither concatenates again nor misses the packed GEMM derived from the merged weight
+    graph.tensors[w_name] = constant(w_name, derive("merged_weight", weights, None,
+                                                    partial(np.concatenate, weights, axis=1)))
     product = fresh_name(graph, f"{base}__merged")
     graph.tensors[product] = Tensor(product, x_t.dtype, shape, TensorKind.VARIABLE)
     new = [make_node(f"{base}/merged", "MatMul", [x, w_name], [product], {}, opset)]
     with_bias = members[0][2] is not None
     if with_bias:
         b_name = fresh_name(graph, f"{base}__merged_bias")
-        graph.tensors[b_name] = constant(b_name, np.concatenate([b for _, _, _, b in members]))
+        biases = tuple(b for _, _, _, b in members)
+        graph.tensors[b_name] = constant(b_name, derive("merged_bias", biases, None, partial(np.concatenate, biases)))
         biased = fresh_name(graph, f"{base}__merged_biased")
         graph.tensors[biased] = Tensor(biased, x_t.dtype, shape, TensorKind.VARIABLE)
         new.append(make_node(f"{base}/merged_bias", "Add", [product, b_name], [biased], {}, opset))

@@ -17,6 +17,7 @@ from nnhal.device.cpu import native, parallel
 from nnhal.device.cpu.kernels._conv_nhwc import act_record
 from nnhal.device.cpu.kernels._gates import fused
 from nnhal.device.cpu.kernels.gelu import gelu_chunk, gelu_inplace, gelu_tanh_inplace
+from nnhal.graph.derived import derive
 from nnhal.hostkernels import _blocks, _scratch, op_matmul
 from nnhal.hostkernels.base import Kernel, RunFn
 from nnhal.hostkernels.fused import Activation, activation_of, epilogue_of
@@ -130,7 +131,11 @@ def gemm_first(run: RunFn, w: np.ndarray | None, bias: np.ndarray | None, shape:
     # a constant float32 B: its GEMM prepared once (the buffers of B and the bias held and checked now); for
     # products of at most GEMV_ROWS rows also packed in column panels (kernels.c nn_gemv.h: one contiguous
     # read of B per column range; gpt_kv's 1x256 @ 256x1024 from L3 took 80 us by the BLAS GEMV, 23 packed)
-    prepared = native.Gemm(w, bias, record, rows <= GEMV_ROWS and w.nbytes <= PACK_MAX_BYTES) \
+    # NOTE: the prepared GEMM (its packed panels) depends only on w, the bias, the activation and whether to
+    # pack: one per graph handle, shared by every prepared input shape (nnhal.graph.derived; a decode step
+    # re-prepared for each past length packed every projection anew, 0.7 ms each)
+    pack = rows <= GEMV_ROWS and isinstance(w, np.ndarray) and w.nbytes <= PACK_MAX_BYTES
+    prepared = derive("cpu.gemm", (w, bias, record), pack, partial(native.Gemm, w, bias, record, pack)) \
         if native.available() and isinstance(w, np.ndarray) and w.ndim == 2 and w.dtype == np.float32 \
         and (w.flags.c_contiguous or w.flags.f_contiguous) else None
 
