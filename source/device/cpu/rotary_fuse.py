@@ -18,6 +18,8 @@ halves of the last axis. Movement steps left unread by the fusion are dropped.
 """
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 
 from nnhal.device.cpu import native
@@ -211,9 +213,12 @@ def fuse_rotary(chosen: list[Chosen], external: set[str]) -> list[Chosen]:
         moved.update(moves)
     # the halves' movement steps, dropped once nothing else reads them (latest first: a chain's later steps
     # read its earlier ones)
+    # NOTE: the reads of the steps kept, counted once and decremented as steps drop (recounting them for each
+    # step was quadratic: ~8 ms of every prepare of a 4-layer Llama decode step)
+    still_read = Counter(n for p, e in enumerate(chosen) if p not in dropped
+                         for n in replaced.get(p, e).node.all_inputs)
     for j in sorted(moved, reverse=True):
-        still_read = {n for p, e in enumerate(chosen) if p not in dropped
-                      for n in replaced.get(p, e).node.all_inputs}
-        if not any(o in still_read or o in external for o in chosen[j].node.outputs if o):
+        if j not in dropped and not any(still_read[o] or o in external for o in chosen[j].node.outputs if o):
             dropped.add(j)
+            still_read.subtract(replaced.get(j, chosen[j]).node.all_inputs)
     return [replaced.get(pos, entry) for pos, entry in enumerate(chosen) if pos not in dropped]
