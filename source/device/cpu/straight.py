@@ -22,6 +22,7 @@ line of such a step is one call ``B[k]()``; ``B`` (:func:`bind`) is laid out per
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from types import CodeType
@@ -401,11 +402,19 @@ def _chunk(steps: Sequence, slots: Sequence, first: int, stop: int, last_read: d
     if tail:
         lines.append(tail)
     env["_bound"] = tuple(env[n] for n in bound)
-    code = compile("\n".join(lines) + "\n", f"<nnhal cpu plan, steps {first}-{stop - 1}>", "exec")
+    code = _compiled("\n".join(lines) + "\n", f"<nnhal cpu plan, steps {first}-{stop - 1}>")
     exec(code, env)   # noqa: S102 - the source is built above from slot numbers and names nnhal chose
     fn = env["run"]
     programs = tuple(env[f"P{k}"] for k in range(first, stop) if f"P{k}" in env)
     return Chunk(fn, fn.__code__, first, stop - first, programs, binds=tuple(binds))
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled(source: str, filename: str):
+    """The code object of ``source`` (immutable: each exec makes its own function in its own namespace).
+    NOTE: cached because every prepare of another input shape of one model generates the same sources (a
+    decode step's per-token prepare compiled them anew, ~1.5 ms)."""
+    return compile(source, filename, "exec")
 
 
 def _segment_line(steps: Sequence, first: int, stop: int, builder, env: dict, bound: list, name, defined: set,
