@@ -65,9 +65,10 @@ def test_reprepared_entries_equal_cold_prepares(llama, precision):
         assert s.graph.derived.hits > 0     # the later prepares found what the first derived
 
 
-def test_packed_weights_shared_between_entries_and_freed_on_close():
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_packed_weights_shared_between_entries_and_freed_on_close(precision):
     model, _ = _decoder(True)
-    s = nnhal.Session(model)
+    s = nnhal.Session(model, precision=precision)
     s.run(_feeds(True, 3))
     cache = s.graph.derived
     items, misses = len(cache), cache.misses

@@ -28,9 +28,12 @@ relaxed tolerance (atol = rtol = 5 * 2^-10) of fp32 wherever true fp16 does.
 """
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 from onnx import TensorProto
 
+from nnhal.graph.derived import derive
 from nnhal.graph.graph import Graph
 from nnhal.graph.node import Node
 from nnhal.graph.subgraph import Subgraph
@@ -52,7 +55,10 @@ def _round_constants(g: Graph) -> Graph:
     (in place on a copy)."""
     for name, t in g.tensors.items():
         if t.kind is TensorKind.CONSTANT and t.value is not None and t.value.dtype == F32 and t.value.size > 1:
-            g.tensors[name] = Tensor(t.name, t.dtype, t.shape, t.kind, round_to_half(t.value), t.layout, t.quant)
+            # NOTE: through the graph handle's DerivedCache: every prepared input shape shares one rounded copy
+            # (and so the packed GEMMs derived from it)
+            rounded = derive("fp16.round", (t.value,), None, partial(round_to_half, t.value))
+            g.tensors[name] = Tensor(t.name, t.dtype, t.shape, t.kind, rounded, t.layout, t.quant)
     for node in g.nodes:
         _round_attrs(node)
         map_bodies(node, _round_constants)
