@@ -68,6 +68,7 @@
 #define MAX_THREADS 64
 #define MAX_MR 8
 #define MAX_NR 32
+#define MAX_SEG 64           /* the direct convolution's K segments (kernel rows, or taps when dilated) */
 
 enum { ISA_PORTABLE = 0, ISA_AVX2 = 1, ISA_AVXVNNI = 2, ISA_AVX512VNNI = 3, ISA_COUNT = 4 };
 static const char *ISA_NAMES[ISA_COUNT] = {"portable", "avx2", "avxvnni", "avx512vnni"};
@@ -78,7 +79,8 @@ static const int ISA_MR[ISA_COUNT] = {4, 6, 6, 8};
 static const int ISA_KG[ISA_COUNT] = {4, 2, 4, 4};
 static const int ISA_ESIZE[ISA_COUNT] = {1, 2, 1, 1};
 static const char *ISA_DESCRIBE[ISA_COUNT] = {
-    "portable: plain C, 4x8 tiles, int32 sums",
+    "portable: plain C, 4x8 tiles, int32 sums; convolutions whose kernel rows are whole K groups of 4 bytes read "
+    "the image in place (direct, NNHAL_QCONV_DIRECT=0: packed)",
     "avx2: weights that all fit 7 bits ([-64, 64], nnhal's int8 convolutions) as bytes, vpmaddubsw + "
     "vpmaddwd(ones) into int32 (exact: a u8*s7 pair sum fits 16 bits); full-range weights split when packed "
     "into W1 (every K pair's |w1_2i| + |w1_2i+1| <= 128) run the same way (exact: 255*128 fits 16 bits) and a "
@@ -87,7 +89,9 @@ static const char *ISA_DESCRIBE[ISA_COUNT] = {
     "pairs once when packed, activations widened while packed, vpmaddwd into int32 (exact; vpmaddubsw would "
     "saturate on them), 6x16 tiles; weights packed for 7-bit activations (gemm_dynamic rows quantized to [0, "
     "127]; which token products: qnative.activation_mode, NNHAL_QGEMM_A7) as bytes, vpmaddubsw + "
-    "vpmaddwd(ones) (exact: a u7*s8 pair sum fits 16 bits)",
+    "vpmaddwd(ones) (exact: a u7*s8 pair sum fits 16 bits); convolutions on 7-bit weights whose kernel rows are "
+    "whole K groups of 4 bytes read the image in place, int8 codes flipped as loaded (direct, "
+    "NNHAL_QCONV_DIRECT=0: packed)",
     "avxvnni: vpdpbusd (VEX, 256-bit) u8*s8 into int32, 6x16 tiles",
     "avx512vnni: vpdpbusd (512-bit) u8*s8 into int32, 8x32 tiles",
 };
@@ -163,16 +167,21 @@ static int isa_ok(void)
 typedef void (*micro_fn)(int mr, const void *a, int64_t lda, const void *b, int64_t kp, int32_t *c);
 
 static inline __attribute__((always_inline)) void micro_c_body(int mr, const uint8_t *a, int64_t lda,
-                                                               const int8_t *b, int64_t kg, int32_t *c)
+                                                               const int8_t *b, int64_t kg, int nseg,
+                                                               const int64_t *seg, uint8_t flip, int32_t *c)
 {
     int32_t acc[4][8];
     memset(acc, 0, sizeof acc);
-    for (int64_t g = 0; g < kg; g++) {
-        const int8_t *bg = b + g * 32;
-        for (int i = 0; i < mr; i++) {
-            const uint8_t *ai = a + i * lda + 4 * g;
-            for (int j = 0; j < 8; j++)
-                acc[i][j] += ai[0] * bg[4 * j] + ai[1] * bg[4 * j + 1] + ai[2] * bg[4 * j + 2] + ai[3] * bg[4 * j + 3];
+    for (int s = 0; s < nseg; s++) {
+        const uint8_t *as = a + (seg ? seg[s] : 0);
+        for (int64_t g = 0; g < kg; g++) {
+            const int8_t *bg = b + (s * kg + g) * 32;
+            for (int i = 0; i < mr; i++) {
+                const uint8_t *ai = as + i * lda + 4 * g;
+                int32_t a0 = ai[0] ^ flip, a1 = ai[1] ^ flip, a2 = ai[2] ^ flip, a3 = ai[3] ^ flip;
+                for (int j = 0; j < 8; j++)
+                    acc[i][j] += a0 * bg[4 * j] + a1 * bg[4 * j + 1] + a2 * bg[4 * j + 2] + a3 * bg[4 * j + 3];
+            }
         }
     }
     for (int i = 0; i < mr; i++)
@@ -185,10 +194,29 @@ static void micro_portable(int mr, const void *av, int64_t lda, const void *bv, 
     const int8_t *b = bv;
     int64_t kg = kp / 4;
     switch (mr) {
-    case 1: micro_c_body(1, a, lda, b, kg, c); break;
-    case 2: micro_c_body(2, a, lda, b, kg, c); break;
-    case 3: micro_c_body(3, a, lda, b, kg, c); break;
-    default: micro_c_body(4, a, lda, b, kg, c); break;
+    case 1: micro_c_body(1, a, lda, b, kg, 1, NULL, 0, c); break;
+    case 2: micro_c_body(2, a, lda, b, kg, 1, NULL, 0, c); break;
+    case 3: micro_c_body(3, a, lda, b, kg, 1, NULL, 0, c); break;
+    default: micro_c_body(4, a, lda, b, kg, 1, NULL, 0, c); break;
+    }
+}
+
+/* ---- direct convolution micro-kernels: a tile's rows read the image in place (no packed A). Row i's K is nseg
+   segments of seglen bytes (a multiple of 4), segment s at a + i * step + seg[s]; the panel's K groups follow the
+   segments in order (k = s * seglen + kk). flip 0x80: int8 codes, their top bit flipped as they are loaded (the
+   unsigned domain of the packed A). */
+typedef void (*direct_fn)(int mr, const uint8_t *a, int64_t step, const void *b, int64_t seglen, int nseg,
+                          const int64_t *seg, uint8_t flip, int32_t *c);
+
+static void direct_portable(int mr, const uint8_t *a, int64_t step, const void *bv, int64_t seglen, int nseg,
+                            const int64_t *seg, uint8_t flip, int32_t *c)
+{
+    const int8_t *b = bv;
+    switch (mr) {
+    case 1: micro_c_body(1, a, step, b, seglen / 4, nseg, seg, flip, c); break;
+    case 2: micro_c_body(2, a, step, b, seglen / 4, nseg, seg, flip, c); break;
+    case 3: micro_c_body(3, a, step, b, seglen / 4, nseg, seg, flip, c); break;
+    default: micro_c_body(4, a, step, b, seglen / 4, nseg, seg, flip, c); break;
     }
 }
 
@@ -213,34 +241,40 @@ static inline int32_t load4(const uint8_t *p)
    6 rows: the missing rows read row 0 again and are not stored. step: bytes between rows. */
 static inline __attribute__((always_inline)) T_AVX2 void micro_avx2_body(int narrow, int mr, const void *av,
                                                                          int64_t step, const void *bv,
-                                                                         int64_t steps, int32_t *c)
+                                                                         int64_t steps, int nseg,
+                                                                         const int64_t *seg, int flip, int32_t *c)
 {
     const uint8_t *b = bv;
-    const uint8_t *a0 = av, *a1 = a0, *a2 = a0, *a3 = a0, *a4 = a0, *a5 = a0;
-    if (mr > 1) a1 = a0 + step;
-    if (mr > 2) a2 = a0 + 2 * step;
-    if (mr > 3) a3 = a0 + 3 * step;
-    if (mr > 4) a4 = a0 + 4 * step;
-    if (mr > 5) a5 = a0 + 5 * step;
-    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i ones = _mm256_set1_epi16(1), f80 = _mm256_set1_epi8((char)0x80);
     __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
     __m256i c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
 #define NNQ_MUL(x, bb) (narrow ? _mm256_madd_epi16(_mm256_maddubs_epi16(x, bb), ones) : _mm256_madd_epi16(x, bb))
 #define NNQ_ROW(r, ar)                                                                                   \
     do {                                                                                                  \
         __m256i x = _mm256_set1_epi32(load4(ar + 4 * g));                                                 \
+        if (flip)                                                                                         \
+            x = _mm256_xor_si256(x, f80);                                                                 \
         c##r##0 = _mm256_add_epi32(c##r##0, NNQ_MUL(x, b0));                                              \
         c##r##1 = _mm256_add_epi32(c##r##1, NNQ_MUL(x, b1));                                              \
     } while (0)
-    for (int64_t g = 0; g < steps; g++) {
-        __m256i b0 = _mm256_load_si256((const __m256i *)(b + g * 64));
-        __m256i b1 = _mm256_load_si256((const __m256i *)(b + g * 64 + 32));
-        NNQ_ROW(0, a0);
-        NNQ_ROW(1, a1);
-        NNQ_ROW(2, a2);
-        NNQ_ROW(3, a3);
-        NNQ_ROW(4, a4);
-        NNQ_ROW(5, a5);
+    for (int s = 0; s < nseg; s++, b += steps * 64) {
+        const uint8_t *a0 = (const uint8_t *)av + (seg ? seg[s] : 0), *a1 = a0, *a2 = a0, *a3 = a0, *a4 = a0;
+        const uint8_t *a5 = a0;
+        if (mr > 1) a1 = a0 + step;
+        if (mr > 2) a2 = a0 + 2 * step;
+        if (mr > 3) a3 = a0 + 3 * step;
+        if (mr > 4) a4 = a0 + 4 * step;
+        if (mr > 5) a5 = a0 + 5 * step;
+        for (int64_t g = 0; g < steps; g++) {
+            __m256i b0 = _mm256_load_si256((const __m256i *)(b + g * 64));
+            __m256i b1 = _mm256_load_si256((const __m256i *)(b + g * 64 + 32));
+            NNQ_ROW(0, a0);
+            NNQ_ROW(1, a1);
+            NNQ_ROW(2, a2);
+            NNQ_ROW(3, a3);
+            NNQ_ROW(4, a4);
+            NNQ_ROW(5, a5);
+        }
     }
 #undef NNQ_ROW
 #undef NNQ_MUL
@@ -254,13 +288,23 @@ static inline __attribute__((always_inline)) T_AVX2 void micro_avx2_body(int nar
 /* a: int16 (lda elements a row), b: the int16 K pairs */
 static T_AVX2 void micro_avx2(int mr, const void *av, int64_t lda, const void *bv, int64_t kp, int32_t *c)
 {
-    micro_avx2_body(0, mr, av, lda * 2, bv, kp / 2, c);
+    micro_avx2_body(0, mr, av, lda * 2, bv, kp / 2, 1, NULL, 0, c);
 }
 
 /* a: bytes, b: the vnni byte layout, every weight in [-64, 64] */
 static T_AVX2 void micro_avx2_narrow(int mr, const void *av, int64_t lda, const void *bv, int64_t kp, int32_t *c)
 {
-    micro_avx2_body(1, mr, av, lda, bv, kp / 4, c);
+    micro_avx2_body(1, mr, av, lda, bv, kp / 4, 1, NULL, 0, c);
+}
+
+/* the direct convolution (direct_fn) on narrow weights */
+static T_AVX2 void direct_avx2_narrow(int mr, const uint8_t *a, int64_t step, const void *bv, int64_t seglen,
+                                      int nseg, const int64_t *seg, uint8_t flip, int32_t *c)
+{
+    if (flip)
+        micro_avx2_body(1, mr, a, step, bv, seglen / 4, nseg, seg, 1, c);
+    else
+        micro_avx2_body(1, mr, a, step, bv, seglen / 4, nseg, seg, 0, c);
 }
 
 /* rows of packed bytes widened to int16 (the avx2 micro-kernel's A): n a multiple of 4 */
@@ -1025,6 +1069,12 @@ struct job {
     Py_ssize_t n_azero;
     /* convolution geometry (pack_conv) */
     int64_t h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl;
+    /* the direct convolution (conv_direct_setup), or direct NULL: the tile rows' step in the image a, K as nseg
+       segments of seglen bytes at seg[s] from a row's first tap; flat: a 1x1 stride-1 convolution without pads,
+       whose row m is the image's pixel m */
+    direct_fn direct;
+    int64_t dstep, seglen, seg[MAX_SEG];
+    int nseg, flat;
     /* split */
     int parts, by_rows;
     int *failed;          /* set by a part that could not allocate its scratch */
@@ -1206,6 +1256,8 @@ static T_AVX2 void split_corr_avx2(const PackedB *b, int64_t p, const uint8_t *a
 }
 #endif
 
+static const uint8_t *direct_rows(const job_t *j, int64_t m0, int mr);
+
 static void run_part(const void *job, int part)
 {
     const job_t *j = job;
@@ -1243,6 +1295,7 @@ static void run_part(const void *job, int part)
     uint8_t *at = b->split ? aligned_alloc(64, (size_t)(b->kp * cp)) : NULL;
     int32_t *corr = b->split ? aligned_alloc(64, (size_t)(pblock * cp * 16 * sizeof(int32_t))) : NULL;
     int32_t tile[MAX_MR * MAX_NR];
+    const uint8_t *src[256 / 4 + 1];   /* the direct convolution: each tile's rows in the image, or NULL: packed */
     if (apack == NULL || (b->esize == 2 && awide == NULL) || (b->split && (at == NULL || corr == NULL))) {
         free(apack);
         free(awide);
@@ -1255,6 +1308,9 @@ static void run_part(const void *job, int part)
         int64_t c1 = c0 + chunk > m_hi ? m_hi : c0 + chunk;
         for (int64_t m0 = c0; m0 < c1; m0 += mr_max) {
             int mr = (int)(c1 - m0 < mr_max ? c1 - m0 : mr_max);
+            src[(m0 - c0) / mr_max] = j->direct ? direct_rows(j, m0, mr) : NULL;
+            if (src[(m0 - c0) / mr_max])
+                continue;
             j->pack(j, m0, mr, apack + (m0 - c0) * b->kp);
 #ifdef NNQ_X86
             if (awide)
@@ -1279,8 +1335,13 @@ static void run_part(const void *job, int part)
                 int mr = (int)(c1 - m0 < mr_max ? c1 - m0 : mr_max);
                 const void *ap = awide ? (const void *)(awide + (m0 - c0) * b->kp)
                                        : (const void *)(apack + (m0 - c0) * b->kp);
+                const uint8_t *ds = src[(m0 - c0) / mr_max];
                 for (int64_t p = pb; p < pe; p++) {
-                    micro(mr, ap, b->kp, b->data + p * b->kp * nr * b->esize, b->kp, tile);
+                    if (ds)
+                        j->direct(mr, ds, j->dstep, b->data + p * b->kp * nr, j->seglen, j->nseg, j->seg,
+                                  j->a_signed ? 0x80 : 0, tile);
+                    else
+                        micro(mr, ap, b->kp, b->data + p * b->kp * nr * b->esize, b->kp, tile);
                     if (corr) {
                         const int32_t *cr = corr + ((p - pb) * cp + (m0 - c0)) * 16;
                         for (int i = 0; i < mr * 16; i++)
@@ -1534,20 +1595,29 @@ static inline __attribute__((always_inline)) void copy_flip(uint8_t *dst, const 
         dst[k] = src[k] ^ flip;
 }
 
-/* the sum of n bytes */
-static inline __attribute__((always_inline)) int32_t byte_sum(const uint8_t *p, int64_t n)
+/* the sum of n bytes, each xor flip */
+static inline __attribute__((always_inline)) int32_t byte_sum(const uint8_t *p, int64_t n, uint8_t flip)
 {
     int64_t k = 0;
     uint32_t sum = 0;
 #ifdef NNQ_X86
-    __m128i acc = _mm_setzero_si128(), zero = _mm_setzero_si128();
+    __m128i acc = _mm_setzero_si128(), zero = _mm_setzero_si128(), f = _mm_set1_epi8((char)flip);
     for (; k + 16 <= n; k += 16)
-        acc = _mm_add_epi64(acc, _mm_sad_epu8(_mm_loadu_si128((const __m128i *)(p + k)), zero));
+        acc = _mm_add_epi64(acc, _mm_sad_epu8(_mm_xor_si128(_mm_loadu_si128((const __m128i *)(p + k)), f), zero));
     sum = (uint32_t)(_mm_cvtsi128_si64(acc) + _mm_cvtsi128_si64(_mm_unpackhi_epi64(acc, acc)));
 #endif
     for (; k < n; k++)
-        sum += p[k];
+        sum += p[k] ^ flip;
     return (int32_t)sum;
+}
+
+/* a convolution's za' (its input zero point in the unsigned domain of the packed bytes) */
+static inline int32_t conv_za(const job_t *j)
+{
+    int32_t z = 0;
+    if (j->a_zero)
+        z = j->a_signed ? (int32_t)(int8_t)j->a_zero[0] : j->a_zero[0];
+    return z + (j->a_signed ? 128 : 0);
 }
 
 /* implicit GEMM: row m is the output pixel (n, oy, ox); its K = kh * kw * c taps in (ky, kx, c) order, a
@@ -1557,10 +1627,8 @@ static inline __attribute__((always_inline)) void pack_conv_body(const job_t *j,
 {
     int64_t kp = j->b->kp, c = j->c;
     uint8_t flip = j->a_signed ? 0x80 : 0;
-    int32_t z = 0;
-    if (j->a_zero)
-        z = j->a_signed ? (int32_t)(int8_t)j->a_zero[0] : j->a_zero[0];
-    uint8_t pad = (uint8_t)(z + (j->a_signed ? 128 : 0));
+    int32_t za = conv_za(j);
+    uint8_t pad = (uint8_t)za;
     /* NOTE: the row sums feed only the d_n * rowsum term, zero unless the weights have zero points (uint8 or
        nonzero int8 ones): symmetric int8 weights skip the pass over the row */
     int need_sum = j->cols.d != NULL;
@@ -1594,8 +1662,8 @@ static inline __attribute__((always_inline)) void pack_conv_body(const job_t *j,
         }
         for (int64_t kk = pos; kk < kp; kk++)
             dst[kk] = 0;
-        j->rows.za[m] = z + (j->a_signed ? 128 : 0);
-        j->rows.rowsum[m] = need_sum ? byte_sum(dst, pos) : 0;
+        j->rows.za[m] = za;
+        j->rows.rowsum[m] = need_sum ? byte_sum(dst, pos, 0) : 0;
         if (++ox == j->ow) {
             ox = 0;
             if (++oy == j->oh) {
@@ -1633,6 +1701,34 @@ PACKERS(avx512, T_AVX512)
 #endif
 
 enum { PACK_QUANTIZED = 0, PACK_DYNAMIC = 1, PACK_CONV = 2 };
+
+/* the direct convolution's tile of rows [m0, m0 + mr): the first row's first tap in the image (the rows' za' and
+   row sums filled as pack_conv_body fills them), or NULL when a row needs a tap outside the image or the rows
+   are not one output row (the tile is packed instead) */
+static const uint8_t *direct_rows(const job_t *j, int64_t m0, int mr)
+{
+    const uint8_t *src;
+    if (j->flat) {
+        src = (const uint8_t *)j->a + m0 * j->c;
+    } else {
+        int64_t ox = m0 % j->ow, oy = (m0 / j->ow) % j->oh, img = m0 / (j->ow * j->oh);
+        int64_t iy = oy * j->sh - j->pt, x0 = ox * j->sw - j->pl;
+        if (ox + mr > j->ow || iy < 0 || iy + (j->kh - 1) * j->dh >= j->h || x0 < 0
+            || (ox + mr - 1) * j->sw - j->pl + (j->kw - 1) * j->dw >= j->w)
+            return NULL;
+        src = (const uint8_t *)j->a + ((img * j->h + iy) * j->w + x0) * j->c;
+    }
+    int32_t za = conv_za(j);
+    for (int i = 0; i < mr; i++) {
+        int32_t sum = 0;
+        if (j->cols.d)
+            for (int s = 0; s < j->nseg; s++)
+                sum += byte_sum(src + i * j->dstep + j->seg[s], j->seglen, j->a_signed ? 0x80 : 0);
+        j->rows.za[m0 + i] = za;
+        j->rows.rowsum[m0 + i] = sum;
+    }
+    return src;
+}
 
 static pack_fn packer_for(int isa, int kind)
 {
@@ -1866,6 +1962,40 @@ done:
     return result;
 }
 
+/* the direct convolution kernel for these weights, or NULL (the tiles packed): the portable path, and avx2's
+   narrow weights (not its int16 or split ones; not built for the vnni paths) */
+static direct_fn direct_for(const PackedB *b)
+{
+#ifdef NNQ_X86
+    if (b->isa == ISA_AVX2)
+        return b->narrow && !b->split ? direct_avx2_narrow : NULL;
+#endif
+    return b->isa == ISA_PORTABLE ? direct_portable : NULL;
+}
+
+/* the direct convolution for the job's geometry : 1, or 0 when its tiles are all packed:
+   NNHAL_QCONV_DIRECT=0, no kernel for the weights, or a K segment (a kernel row of kw * c bytes, or one tap's c
+   when dilated) that is not whole K groups of 4 */
+static int conv_direct_setup(job_t *j)
+{
+    const char *env = getenv("NNHAL_QCONV_DIRECT");
+    j->direct = env != NULL && strcmp(env, "0") == 0 ? NULL : direct_for(j->b);
+    int rows_whole = j->dw == 1 || j->kw == 1;
+    j->nseg = (int)(rows_whole ? j->kh : j->kh * j->kw);
+    j->seglen = rows_whole ? j->kw * j->c : j->c;
+    if (j->direct == NULL || j->nseg > MAX_SEG || j->seglen % 4 != 0) {
+        j->direct = NULL;
+        return 0;
+    }
+    for (int64_t ky = 0, s = 0; ky < j->kh; ky++)
+        for (int64_t kx = 0; kx < (rows_whole ? 1 : j->kw); kx++)
+            j->seg[s++] = (ky * j->dh * j->w + kx * j->dw) * j->c;
+    j->dstep = j->sw * j->c;
+    j->flat = j->kh == 1 && j->kw == 1 && j->sh == 1 && j->sw == 1 && j->pt == 0 && j->pl == 0 && j->oh == j->h
+              && j->ow == j->w;
+    return 1;
+}
+
 /* a convolution's geometry: (n, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, pad_top, pad_left) */
 static int get_geometry(const char *kernel, PyObject *obj, int64_t *g)
 {
@@ -1945,6 +2075,7 @@ static PyObject *qk_conv(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     j.cols.d = b->any_d ? b->d : NULL;
     j.cols.cterm = b->cterm;
     j.pack = packer_for(b->isa, PACK_CONV);
+    conv_direct_setup(&j);
     if (!j.m || run_job(&j, threads))
         result = Py_NewRef(Py_None);
     free_rows(&j);
