@@ -55,7 +55,7 @@ def test_kscale_arguments_are_checked():
     with pytest.raises(TypeError, match="kscale"):
         q.gemm_dynamic(*args, np.ones(k, np.float64))
     with pytest.raises(TypeError, match="arguments"):
-        q.gemm_dynamic(*args, None, None)
+        q.gemm_dynamic(*args, None, 0, None)
 
 
 def _smoothed_model(k=48, n=40, float_column=False, mul_is_output=False):
