@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper
 
-import nnhal
-from nnhal.device.cpu import native, plan, qnative
+from nnhal.device.cpu import native, qnative
 from nnhal.device.cpu.kernels.gelu import GeluNative
+from tests.device.cpu.integer_plans import assert_left_alone, model_of, run_without
 from tests.device.cpu.isa_rerun import rerun_under_isa
 
 pytestmark = pytest.mark.skipif(not qnative.status().available,
@@ -115,24 +115,12 @@ def _gelu_model(k=48, n=40, float_column=False, product_is_output=False, reshape
         nodes.append(helper.make_node("Reshape", ["p2d", "shape3d"], ["p"]))
     last = "p" if reshape else "p2d"
     nodes.append(helper.make_node("Gelu", [last], ["y"]) if gelu else helper.make_node("Identity", [last], ["y"]))
-    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
-    if product_is_output:
-        outputs.append(helper.make_tensor_value_info("p2d", TensorProto.FLOAT, None))
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (2, 5, k))],
-                              outputs, [numpy_helper.from_array(np.asarray(v), name) for name, v in inits.items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20), helper.make_opsetid("ai.nnhal", 1)],
-                              ir_version=9)
-    return model, (rng.standard_normal((2, 5, k)) * 3).astype(np.float32)
+    outputs = ["y", "p2d"] if product_is_output else ["y"]
+    return model_of(nodes, inits, outputs, k, 20, rng)
 
 
 def _run(model, x, fused: bool, monkeypatch):
-    with monkeypatch.context() as patch:
-        if not fused:
-            patch.setattr(plan, "fuse_dynamic_gelu", lambda chosen, external: chosen)
-        session = nnhal.Session(model, devices=["cpu"])
-        outs = session.run({"x": x})
-    steps = [st for sg in session.graph.execution.subgraphs for st in sg.device_graph.steps]
-    return outs, steps
+    return run_without(model, x, monkeypatch, None if fused else "fuse_dynamic_gelu")
 
 
 @pytest.mark.parametrize("float_column", [False, True])
@@ -154,12 +142,7 @@ def test_the_gelu_folds_into_the_product_and_the_outputs_stay(float_column, resh
 
 def test_a_product_read_elsewhere_keeps_its_gelu(monkeypatch):
     model, x = _gelu_model(product_is_output=True)
-    got, steps = _run(model, x, True, monkeypatch)
-    want, _ = _run(model, x, False, monkeypatch)
-    assert "Gelu" in [st.node.op_type for st in steps]
-    assert not any(st.kernel_name.endswith("+gelu") for st in steps)
-    for g, w in zip(got, want, strict=True):
-        np.testing.assert_array_equal(g, w)
+    assert_left_alone(model, x, monkeypatch, "fuse_dynamic_gelu", "Gelu", "+gelu")
 
 
 @pytest.mark.parametrize("isa", ["portable", "avx2", "avxvnni", "avx512vnni"])
