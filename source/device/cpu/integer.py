@@ -44,13 +44,14 @@ import dataclasses
 import numpy as np
 
 from nnhal.device.cpu import native, parallel, qnative
-from nnhal.device.cpu.fusions import Chosen
+from nnhal.device.cpu.fusions import Chosen, _readers, sole_reader
 from nnhal.device.cpu.kernels.qdq import DynamicQuantizeLinearNative
 from nnhal.device.cpu.kernels.qlinear_tables import QLinearAddTable, QLinearMulTable, TailedBinaryTable
 from nnhal.hostkernels.base import Kernel, RunFn
 from nnhal.hostkernels.fused import Activation, activation_of, fuse
 from nnhal.hostkernels.ms_qattention import self_attention
 from nnhal.hostkernels.op_dynamic_quantize_linear import DynamicQuantizeLinearKernel
+from nnhal.hostkernels.op_gelu import GeluFast
 from nnhal.operator.table import get_prototype
 
 _INF = float("inf")
@@ -86,12 +87,22 @@ class DynamicQuantizeGemmInteger(Kernel):
     domain = "ai.nnhal"
     name = "int8 gemm"
 
-    def __init__(self, kscale: np.ndarray | None = None):
+    def __init__(self, kscale: np.ndarray | None = None, gelu: GeluFast | None = None):
         # a Mul of A by a constant [K] vector folded in (fold_smooth_scales): gemm_dynamic multiplies each row by
         # it while packing
         self.kscale = None if kscale is None else np.ascontiguousarray(kscale, np.float32).reshape(-1)
         if kscale is not None:
             self.name = f"{self.name}+kscale"
+        # the exact Gelu after the product (fuse_dynamic_gelu), applied by gemm_dynamic; this is the Gelu node's
+        # own kernel, which the float32 outlier columns take after their float product
+        self.gelu = gelu
+        if gelu is not None:
+            self.name = f"{self.name}+gelu"
+
+    def with_(self, kscale: np.ndarray | None = None, gelu: GeluFast | None = None) -> DynamicQuantizeGemmInteger:
+        """This kernel with ``kscale`` / ``gelu`` set where given (the fusions' one way to add to it)."""
+        return DynamicQuantizeGemmInteger(self.kscale if kscale is None else kscale,
+                                          self.gelu if gelu is None else gelu)
 
     def score(self, node, ins, outs) -> int:
         ok = not int(node.attrs.get("block") or 0) and _const(ins[1]) is not None and _const(ins[2]) is not None \
@@ -117,14 +128,16 @@ class DynamicQuantizeGemmInteger(Kernel):
             # a rounding of each product term apart (a few units in the last place of the column)
             w_float = np.ascontiguousarray(w_float * kscale[:, None], np.float32)
         bias_cols = None if bias is None or not columns.size else bias[columns]
-        extra = () if kscale is None else (kscale,)
+        gelu = self.gelu
+        extra = () if kscale is None and gelu is None else (kscale,) if gelu is None else (kscale, 1)
 
         def run(inputs: list, outputs: list):
             x = np.ascontiguousarray(inputs[0], np.float32)
             out = _out(outputs, (x.shape[0], n), np.float32)
             q.gemm_dynamic(x, signed, packed, out, bias, scale, -_INF, _INF, _threads(), *extra)
             if w_float is not None:
-                out[:, columns] = x @ w_float if bias_cols is None else x @ w_float + bias_cols
+                cols = x @ w_float if bias_cols is None else x @ w_float + bias_cols
+                out[:, columns] = cols if gelu is None else gelu.into(cols, cols)
             return (out,)
 
         return run
@@ -180,8 +193,46 @@ def fold_smooth_scales(chosen: list[Chosen], external: set[str]) -> list[Chosen]
             view, gemm = out[r], out[g]
             inputs = [node.inputs[side]] + list(view.node.inputs[1:])
             out[r] = view._replace(node=dataclasses.replace(view.node, inputs=inputs), ins=[x] + list(view.ins[1:]))
-            out[g] = gemm._replace(kernel=DynamicQuantizeGemmInteger(vector))
+            out[g] = gemm._replace(kernel=gemm.kernel.with_(kscale=vector))
         dropped.add(pos)
+    return [entry for pos, entry in enumerate(out) if pos not in dropped]
+
+
+def fuse_dynamic_gelu(chosen: list[Chosen], external: set[str]) -> list[Chosen]:
+    """Each exact float32 Gelu (its kernel GeluFast or the cpu device's GeluNative, after fusions.fuse_gelu) whose
+    input is the output of a ``DynamicQuantizeGemm`` on the integer GEMM, directly or through a Reshape (the
+    int8 lowering's view back to [batch, tokens, N]), with no other reader of either: the Gelu dropped and applied
+    by the product (gemm_dynamic's ``gelu``) to each block of output rows it has just written, still in cache, on
+    the product's threads, instead of a separate one-thread pass over the whole output; the Reshape, when there
+    is one, then produces the Gelu's output. On the SIMD instruction sets the values are the native Gelu's bit
+    for bit. MiniLM: its six FFN expansions. Gelu is element-wise, so it commutes with the Reshape."""
+    reads, reader, _ = _readers(chosen)
+    out, dropped = list(chosen), set()
+    for pos, entry in enumerate(chosen):
+        if type(entry.kernel) is not DynamicQuantizeGemmInteger or entry.kernel.gelu is not None:
+            continue
+        view, j = None, sole_reader(chosen, reads, reader, external, dropped, entry.node.outputs[0],
+                                    ("Reshape", "Gelu"))
+        if j is not None and chosen[j].node.op_type == "Reshape":
+            if chosen[j].node.inputs[0] != entry.node.outputs[0]:
+                continue
+            view, j = j, sole_reader(chosen, reads, reader, external, dropped, chosen[j].node.outputs[0],
+                                     ("Gelu",))
+        if j is None:
+            continue
+        gelu = chosen[j]
+        if not isinstance(gelu.kernel, GeluFast) or gelu.node.attrs.get("approximate", "none") != "none" \
+                or gelu.outs[0].dtype != np.float32:
+            continue
+        out[pos] = entry._replace(kernel=entry.kernel.with_(gelu=gelu.kernel))
+        if view is None:
+            out[pos] = out[pos]._replace(node=dataclasses.replace(entry.node, outputs=list(gelu.node.outputs)),
+                                         outs=list(gelu.outs))
+        else:
+            v = chosen[view]
+            out[view] = v._replace(node=dataclasses.replace(v.node, outputs=list(gelu.node.outputs)),
+                                   outs=list(gelu.outs))
+        dropped.add(j)
     return [entry for pos, entry in enumerate(out) if pos not in dropped]
 
 

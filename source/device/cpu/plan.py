@@ -33,6 +33,7 @@ from nnhal.device.cpu.integer import (
     fold_smooth_scales,
     fuse_code_clamps,
     fuse_code_tables,
+    fuse_dynamic_gelu,
     fuse_table_tails,
     use_integer_kernels,
 )
@@ -422,6 +423,7 @@ def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: l
         chosen = fuse_half_round_trips(chosen, external)
         chosen = fuse_gelu(chosen, external)
         chosen = fuse_gelu_tanh(chosen, external)
+        chosen = fuse_dynamic_gelu(chosen, external)
         chosen = fuse_rms_norms(chosen, external, constants)
         chosen = fuse_rotary(chosen, external)
         chosen = fuse_attention(chosen, external, constants)

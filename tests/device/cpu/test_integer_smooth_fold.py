@@ -10,7 +10,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import nnhal
-from nnhal.device.cpu import native, plan, qnative
+from nnhal.device.cpu import native, qnative
+from tests.device.cpu.integer_plans import assert_left_alone, model_of, run_without
 from tests.device.cpu.isa_rerun import rerun_under_isa
 
 pytestmark = pytest.mark.skipif(not qnative.status().available,
@@ -55,7 +56,7 @@ def test_kscale_arguments_are_checked():
     with pytest.raises(TypeError, match="kscale"):
         q.gemm_dynamic(*args, np.ones(k, np.float64))
     with pytest.raises(TypeError, match="arguments"):
-        q.gemm_dynamic(*args, None, None)
+        q.gemm_dynamic(*args, None, 0, None)
 
 
 def _smoothed_model(k=48, n=40, float_column=False, mul_is_output=False):
@@ -77,24 +78,14 @@ def _smoothed_model(k=48, n=40, float_column=False, mul_is_output=False):
             attrs["float_columns"] = [3]
         nodes += [helper.make_node("Reshape", ["xs", "shape2d"], [f"x2d{i}"]),
                   helper.make_node("DynamicQuantizeGemm", gemm_in, [f"y{i}"], domain="ai.nnhal", **attrs)]
-        outputs.append(helper.make_tensor_value_info(f"y{i}", TensorProto.FLOAT, None))
+        outputs.append(f"y{i}")
     if mul_is_output:
-        outputs.append(helper.make_tensor_value_info("xs", TensorProto.FLOAT, None))
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (2, 5, k))],
-                              outputs, [numpy_helper.from_array(np.asarray(v), name) for name, v in inits.items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19), helper.make_opsetid("ai.nnhal", 1)],
-                              ir_version=9)
-    return model, (rng.standard_normal((2, 5, k)) * 3).astype(np.float32)
+        outputs.append("xs")
+    return model_of(nodes, inits, outputs, k, 19, rng)
 
 
 def _run(model, x, fold: bool, monkeypatch):
-    with monkeypatch.context() as patch:
-        if not fold:
-            patch.setattr(plan, "fold_smooth_scales", lambda chosen, external: chosen)
-        session = nnhal.Session(model, devices=["cpu"])
-        outs = session.run({"x": x})
-    steps = [st for sg in session.graph.execution.subgraphs for st in sg.device_graph.steps]
-    return outs, steps
+    return run_without(model, x, monkeypatch, None if fold else "fold_smooth_scales")
 
 
 @pytest.mark.parametrize("float_column", [False, True])
@@ -121,12 +112,7 @@ def test_the_mul_folds_into_both_products_and_the_outputs_stay(float_column, mon
 
 def test_a_mul_read_elsewhere_too_stays(monkeypatch):
     model, x = _smoothed_model(mul_is_output=True)
-    got, steps = _run(model, x, True, monkeypatch)
-    want, _ = _run(model, x, False, monkeypatch)
-    assert "Mul" in [st.node.op_type for st in steps]
-    assert not any(st.kernel_name.endswith("+kscale") for st in steps)
-    for g, w in zip(got, want, strict=True):
-        np.testing.assert_array_equal(g, w)
+    assert_left_alone(model, x, monkeypatch, "fold_smooth_scales", "Mul", "+kscale")
 
 
 def test_a_scalar_mul_is_left_alone():

@@ -148,24 +148,7 @@ NN_INLINE float nn_sigmoid(float x) { return x != x ? x : 1.0f / (1.0f + nn_expf
 #include "nn_exp_simd.h"
 #include "nn_tanh.h"
 
-/* erf(x) by the rational approximation the numpy fast Erf uses (hostkernels/op_erf.py, the same
- * coefficients and order): x * P(x^2) / Q(x^2) on x clamped to [-4, 4]. */
-NN_INLINE float nn_erff(float x) {
-    const float xc = NN_CLAMP(x, -4.0f, 4.0f), x2 = xc * xc;
-    float p = -2.72614225801306e-10f;
-    p = p * x2 + 2.77068142495902e-08f;
-    p = p * x2 + -2.10102402082508e-06f;
-    p = p * x2 + -5.69250639462346e-05f;
-    p = p * x2 + -7.34990630326855e-04f;
-    p = p * x2 + -2.95459980854025e-03f;
-    p = p * x2 + -1.60960333262415e-02f;
-    float q = -1.45660718464996e-05f;
-    q = q * x2 + -2.13374055278905e-04f;
-    q = q * x2 + -1.68282697438203e-03f;
-    q = q * x2 + -7.37332916720468e-03f;
-    q = q * x2 + -1.42647390514189e-02f;
-    return x != x ? x : p * xc / q;
-}
+#include "nn_erf.h"
 
 /* The activation of one contiguous run, in place. */
 NN_INLINE void nn_apply(float *restrict y, int64_t len, const nn_act *act) {
@@ -210,7 +193,7 @@ NN_INLINE void nn_apply(float *restrict y, int64_t len, const nn_act *act) {
         break;
     case NN_ACT_GELU:
 #pragma omp simd
-        for (int64_t i = 0; i < len; i++) y[i] = y[i] * (1.0f + nn_erff(y[i] / 1.41421353816986083984f)) * 0.5f;
+        for (int64_t i = 0; i < len; i++) y[i] = nn_gelu(y[i]);
         break;
     case NN_ACT_GELU_TANH:
         /* (1 + tanh u) / 2 == sigmoid(2 u): one exp, and no cancellation in 1 + tanh u for negative x */

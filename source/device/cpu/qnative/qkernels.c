@@ -56,6 +56,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../native/nn_erf.h"
 #include "../native/nn_pool_api.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -238,16 +239,32 @@ static inline int32_t load4(const uint8_t *p)
    two products summed. Narrow weights (every bs in [-64, 64], the vnni byte layout): the step is one K group
    of 4 bytes, vpmaddubsw multiplies the row's unsigned bytes by the columns' signed ones and adds pairs into
    int16, exact because |255 * 64 * 2| < 2^15, and vpmaddwd by ones adds the two pairs into int32. Fewer than
-   6 rows: the missing rows read row 0 again and are not stored. step: bytes between rows. */
-static inline __attribute__((always_inline)) T_AVX2 void micro_avx2_body(int narrow, int mr, const void *av,
-                                                                         int64_t step, const void *bv,
-                                                                         int64_t steps, int nseg,
+   6 rows: the missing rows read row 0 again and are not stored. step: bytes between rows. acc: the sums are
+   added to c's rows (read first) instead of replacing them. nseg segments of K start at seg[s] bytes past av
+   (one at av when seg is NULL); flip: each loaded byte xor 0x80 (int8 codes read in place). */
+static inline __attribute__((always_inline)) T_AVX2 void micro_avx2_body(int narrow, int acc, int mr,
+                                                                         const void *av, int64_t step,
+                                                                         const void *bv, int64_t steps, int nseg,
                                                                          const int64_t *seg, int flip, int32_t *c)
 {
     const uint8_t *b = bv;
     const __m256i ones = _mm256_set1_epi16(1), f80 = _mm256_set1_epi8((char)0x80);
     __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
     __m256i c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+    if (acc) {
+#define NNQ_INIT(r)                                                                                       \
+        if (mr > r) {                                                                                     \
+            c##r##0 = _mm256_loadu_si256((const __m256i *)(c + r * 16));                                  \
+            c##r##1 = _mm256_loadu_si256((const __m256i *)(c + r * 16 + 8));                              \
+        }
+        NNQ_INIT(0)
+        NNQ_INIT(1)
+        NNQ_INIT(2)
+        NNQ_INIT(3)
+        NNQ_INIT(4)
+        NNQ_INIT(5)
+#undef NNQ_INIT
+    }
 #define NNQ_MUL(x, bb) (narrow ? _mm256_madd_epi16(_mm256_maddubs_epi16(x, bb), ones) : _mm256_madd_epi16(x, bb))
 #define NNQ_ROW(r, ar)                                                                                   \
     do {                                                                                                  \
@@ -288,13 +305,13 @@ static inline __attribute__((always_inline)) T_AVX2 void micro_avx2_body(int nar
 /* a: int16 (lda elements a row), b: the int16 K pairs */
 static T_AVX2 void micro_avx2(int mr, const void *av, int64_t lda, const void *bv, int64_t kp, int32_t *c)
 {
-    micro_avx2_body(0, mr, av, lda * 2, bv, kp / 2, 1, NULL, 0, c);
+    micro_avx2_body(0, 0, mr, av, lda * 2, bv, kp / 2, 1, NULL, 0, c);
 }
 
 /* a: bytes, b: the vnni byte layout, every weight in [-64, 64] */
 static T_AVX2 void micro_avx2_narrow(int mr, const void *av, int64_t lda, const void *bv, int64_t kp, int32_t *c)
 {
-    micro_avx2_body(1, mr, av, lda, bv, kp / 4, 1, NULL, 0, c);
+    micro_avx2_body(1, 0, mr, av, lda, bv, kp / 4, 1, NULL, 0, c);
 }
 
 /* the direct convolution (direct_fn) on narrow weights */
@@ -302,9 +319,18 @@ static T_AVX2 void direct_avx2_narrow(int mr, const uint8_t *a, int64_t step, co
                                       int nseg, const int64_t *seg, uint8_t flip, int32_t *c)
 {
     if (flip)
-        micro_avx2_body(1, mr, a, step, bv, seglen / 4, nseg, seg, 1, c);
+        micro_avx2_body(1, 0, mr, a, step, bv, seglen / 4, nseg, seg, 1, c);
     else
-        micro_avx2_body(1, mr, a, step, bv, seglen / 4, nseg, seg, 0, c);
+        micro_avx2_body(1, 0, mr, a, step, bv, seglen / 4, nseg, seg, 0, c);
+}
+
+/* micro_avx2_narrow adding its sums to c's rows (the split weights' correction, already in c): the same int32
+   sums as the narrow kernel's tile plus the correction (integer addition, any order) without a pass over the
+   tile. NOTE: c is the correction block itself (16 int32 a row, as the tile), so the epilogue reads it there */
+static T_AVX2 void micro_avx2_narrow_acc(int mr, const void *av, int64_t lda, const void *bv, int64_t kp,
+                                         int32_t *c)
+{
+    micro_avx2_body(1, 1, mr, av, lda, bv, kp / 4, 1, NULL, 0, c);
 }
 
 /* rows of packed bytes widened to int16 (the avx2 micro-kernel's A): n a multiple of 4 */
@@ -426,6 +452,8 @@ typedef struct {
                                     element-wise CodeTable, as a quantized SiLU), or NULL */
     const int32_t *table32;      /* the same table widened to int32 (each entry as out's type reads it), for the
                                     avx2 epilogue's gather; set with table */
+    int gelu;                    /* F32: the exact Gelu (nn_gelu) on each clamped value (a fused Gelu node),
+                                    applied by run_part to a tile row's block of panels once written */
 } epilogue_t;
 
 /* Per-row state of the packed A: za' (zero point in the au domain), rowsum(au), the row scale (F32) */
@@ -528,10 +556,52 @@ static inline __attribute__((always_inline)) T_AVX2 __m256 clamp_ps(__m256 x, __
     return _mm256_blendv_ps(x, hi, _mm256_cmp_ps(x, hi, _CMP_GT_OQ));
 }
 
+/* nn_gelu (native/nn_erf.h) on 8 lanes, its operations in its order with each polynomial step p * x2 + c as one
+   fused multiply-add: what the compiler makes of the native Gelu's loop in its x86-64-v3 build (kernels.c is not
+   built with -ffp-contract=off), so the fused Gelu gives the separate Gelu node's values on avx2 CPUs */
+static inline __attribute__((always_inline)) T_AVX2 __m256 gelu_ps(__m256 x)
+{
+    const __m256 t = _mm256_div_ps(x, _mm256_set1_ps(1.41421353816986083984f));
+    const __m256 xc = _mm256_min_ps(_mm256_max_ps(t, _mm256_set1_ps(-4.0f)), _mm256_set1_ps(4.0f));
+    const __m256 x2 = _mm256_mul_ps(xc, xc);
+#define NQ_STEP(acc, c) acc = _mm256_fmadd_ps(acc, x2, _mm256_set1_ps(c))
+    __m256 p = _mm256_set1_ps(-2.72614225801306e-10f);
+    NQ_STEP(p, 2.77068142495902e-08f);
+    NQ_STEP(p, -2.10102402082508e-06f);
+    NQ_STEP(p, -5.69250639462346e-05f);
+    NQ_STEP(p, -7.34990630326855e-04f);
+    NQ_STEP(p, -2.95459980854025e-03f);
+    NQ_STEP(p, -1.60960333262415e-02f);
+    __m256 q = _mm256_set1_ps(-1.45660718464996e-05f);
+    NQ_STEP(q, -2.13374055278905e-04f);
+    NQ_STEP(q, -1.68282697438203e-03f);
+    NQ_STEP(q, -7.37332916720468e-03f);
+    NQ_STEP(q, -1.42647390514189e-02f);
+#undef NQ_STEP
+    __m256 erf = _mm256_div_ps(_mm256_mul_ps(p, xc), q);
+    erf = _mm256_blendv_ps(erf, t, _mm256_cmp_ps(t, t, _CMP_UNORD_Q));
+    return _mm256_mul_ps(_mm256_mul_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), erf)), _mm256_set1_ps(0.5f));
+}
+
 static inline __attribute__((always_inline)) T_AVX2 __m256d clamp_pd(__m256d x, __m256d lo, __m256d hi)
 {
     x = _mm256_blendv_pd(x, lo, _mm256_cmp_pd(x, lo, _CMP_LT_OQ));
     return _mm256_blendv_pd(x, hi, _mm256_cmp_pd(x, hi, _CMP_GT_OQ));
+}
+
+/* y[0:n] = nn_gelu(y[0:n]) in place, 8 lanes at a time (gelu_ps), the tail too (through a buffer), so every
+   value is gelu_ps's */
+static T_AVX2 void gelu_run_avx2(float *y, int64_t n)
+{
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        _mm256_storeu_ps(y + j, gelu_ps(_mm256_loadu_ps(y + j)));
+    if (j < n) {
+        float tail[8] = {0};
+        memcpy(tail, y + j, (size_t)(n - j) * sizeof(float));
+        _mm256_storeu_ps(tail, gelu_ps(_mm256_loadu_ps(tail)));
+        memcpy(y + j, tail, (size_t)(n - j) * sizeof(float));
+    }
 }
 
 /* the epilogue on 8 columns at a time, the same operations in the same order as epilogue_body (int32
@@ -608,6 +678,24 @@ static T_AVX512 void epilogue_avx512(const epilogue_t *e, const rows_t *r, const
     epilogue_body(e, r, cs, tile, nr, m0, mr, n0, nc);
 }
 #endif
+
+static void gelu_run_c(float *y, int64_t n)
+{
+    for (int64_t j = 0; j < n; j++)
+        y[j] = nn_gelu(y[j]);
+}
+
+typedef void (*gelu_fn)(float *y, int64_t n);
+
+static gelu_fn gelu_for(int isa)
+{
+#ifdef NNQ_X86
+    if (isa != ISA_PORTABLE)
+        return gelu_run_avx2;
+#endif
+    (void)isa;
+    return gelu_run_c;
+}
 
 static epilogue_fn epilogue_for(int isa)
 {
@@ -1265,6 +1353,8 @@ static void run_part(const void *job, int part)
     int isa = b->isa, nr = b->nr, mr_max = ISA_MR[isa];
     micro_fn micro = micro_for(isa, b->narrow);
     epilogue_fn epi = epilogue_for(isa);
+    gelu_fn gelu = gelu_for(isa);
+    float *out_f32 = j->e.kind == OUT_F32 ? (float *)j->e.out : NULL;
     int64_t m_lo = 0, m_hi = j->m, p_lo = 0, p_hi = b->panels;
     if (j->by_rows) {
         int64_t blocks = (j->m + mr_max - 1) / mr_max;
@@ -1337,19 +1427,31 @@ static void run_part(const void *job, int part)
                                        : (const void *)(apack + (m0 - c0) * b->kp);
                 const uint8_t *ds = src[(m0 - c0) / mr_max];
                 for (int64_t p = pb; p < pe; p++) {
+                    const int8_t *panel = b->data + p * b->kp * nr * b->esize;
+                    int32_t *t = tile;
                     if (ds)
                         j->direct(mr, ds, j->dstep, b->data + p * b->kp * nr, j->seglen, j->nseg, j->seg,
                                   j->a_signed ? 0x80 : 0, tile);
-                    else
-                        micro(mr, ap, b->kp, b->data + p * b->kp * nr * b->esize, b->kp, tile);
-                    if (corr) {
-                        const int32_t *cr = corr + ((p - pb) * cp + (m0 - c0)) * 16;
-                        for (int i = 0; i < mr * 16; i++)
-                            tile[i] += cr[i];
+#ifdef NNQ_X86
+                    else if (corr) {
+                        t = corr + ((p - pb) * cp + (m0 - c0)) * 16;
+                        micro_avx2_narrow_acc(mr, ap, b->kp, panel, b->kp, t);
                     }
+#endif
+                    else
+                        micro(mr, ap, b->kp, panel, b->kp, t);
                     int64_t n0 = p * nr;
                     int nc = (int)(b->n - n0 < nr ? b->n - n0 : nr);
-                    epi(&j->e, &j->rows, &j->cols, tile, nr, m0, mr, n0, nc);
+                    epi(&j->e, &j->rows, &j->cols, t, nr, m0, mr, n0, nc);
+                }
+                /* NOTE: a fused Gelu on the tile rows' block of panels just written (mr rows of up to pblock * 16
+                   floats, in L1 or L2): inside the epilogue, 2 vectors a row between micro-kernel calls, it cost
+                   twice the separate pass (thread time, 1024 x 384 x 1536); runs this long keep the divisions'
+                   pipeline full */
+                if (j->e.gelu) {
+                    int64_t n0 = pb * nr, n1 = pe * nr < b->n ? pe * nr : b->n;
+                    for (int i = 0; i < mr; i++)
+                        gelu(out_f32 + (m0 + i) * j->e.ldo + n0, n1 - n0);
                 }
             }
         }
@@ -1895,22 +1997,25 @@ done:
     return result;
 }
 
-/* gemm_dynamic(x, signed, packed, out, bias, scale, lo, hi, threads[, kscale]): out float32 [M, N] =
+/* gemm_dynamic(x, signed, packed, out, bias, scale, lo, hi, threads[, kscale[, gelu]]): out float32 [M, N] =
    clamp((xq - zx) bs * sx[m] * scale[n] + bias) with every row of float32 x [M, K] quantized while packed
    (int8 symmetric when signed, else uint8 asymmetric; 7-bit asymmetric when the weights were packed a7);
    the weights must be int8 with no zero point. kscale (None or float32 [K]): each row is x[m, :] * kscale,
-   multiplied in float32 while packed (a Mul by a constant along K before the product, folded into it). */
+   multiplied in float32 while packed (a Mul by a constant along K before the product, folded into it).
+   gelu (default 0): 1 applies the exact Gelu (nn_gelu, the native Gelu's formula) to each output in the
+   epilogue, while the tile's values are in L1 (a Gelu node after the product, fused into it). */
 static PyObject *qk_gemm_dynamic(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
 {
     static const char *kernel = "gemm_dynamic";
     static const char *const names[] = {"x", "bias", "scale", "kscale"};
     (void)mod;
-    if (!isa_ok() || !check_nargs(kernel, nargs, nargs == 10 ? 10 : 9))
+    if (!isa_ok() || !check_nargs(kernel, nargs, nargs >= 10 && nargs <= 11 ? nargs : 9))
         return NULL;
     const PackedB *b;
-    int64_t threads, sgn;
+    int64_t threads, sgn, gelu = 0;
     if (!get_packed(kernel, args[2], &b) || !get_int(kernel, "threads", args[8], 0, 1 << 20, &threads)
-        || !get_int(kernel, "signed", args[1], 0, 1, &sgn))
+        || !get_int(kernel, "signed", args[1], 0, 1, &sgn)
+        || (nargs == 11 && !get_int(kernel, "gelu", args[10], 0, 1, &gelu)))
         return NULL;
     if (!b->b_signed || b->any_d) {
         PyErr_Format(PyExc_ValueError, "%s: argument 'packed' must hold int8 weights with zero point 0", kernel);
@@ -1945,8 +2050,9 @@ static PyObject *qk_gemm_dynamic(PyObject *mod, PyObject *const *args, Py_ssize_
         PyErr_Format(PyExc_TypeError, "%s: argument 'out' must be float32", kernel);
         goto done;
     }
-    if (nargs == 10 && !get_array(kernel, "kscale", args[9], &in[3], "f", b->k, 0, 1))
+    if (nargs >= 10 && !get_array(kernel, "kscale", args[9], &in[3], "f", b->k, 0, 1))
         goto done;
+    j.e.gelu = (int)gelu;
     j.kscale = in[3].held ? in[3].view.buf : NULL;
     if (!check_no_overlap(kernel, &out, in, names, 4) || !alloc_rows(&j, 1))
         goto done;
