@@ -2142,6 +2142,7 @@ static PyObject *qk_uses_pool(PyObject *mod, PyObject *unused)
 }
 
 #include "nq_tables.h"
+#include "qwinograd.h"
 
 static PyMethodDef qk_methods[] = {
     {"isa", qk_isa, METH_NOARGS, "The instruction set the kernels run (RuntimeError if NNHAL_QGEMM_ISA forced one "
@@ -2158,6 +2159,9 @@ static PyMethodDef qk_methods[] = {
      "gemm_dynamic(x, signed, packed, out, bias, scale, lo, hi, threads[, kscale])"},
     {"conv", (PyCFunction)(void (*)(void))qk_conv, METH_FASTCALL,
      "conv(x, x_zero, packed, geometry, out, bias, scale, y_zero, lo, hi, rounding, threads[, table])"},
+    {"winograd", (PyCFunction)(void (*)(void))qk_winograd, METH_FASTCALL,
+     "winograd(x, x_zero, u, m, geometry, out, bias, scale, y_zero, lo, hi, rounding, threads[, table]): conv's 3x3 "
+     "stride-1 convolution by exact integer Winograd F(2x2, 3x3) (qwinograd.h; avx2 and portable)"},
     {"dwconv", (PyCFunction)(void (*)(void))qk_dwconv, METH_FASTCALL,
      "dwconv(x, x_zero, w, geometry, out, bias, scale, y_zero, lo, hi, rounding, threads)"},
     {"table1", (PyCFunction)(void (*)(void))qk_table1, METH_FASTCALL,
@@ -2188,7 +2192,8 @@ PyMODINIT_FUNC PyInit__qkernels(void)
     if (m == NULL)
         return NULL;
     if (PyModule_AddObjectRef(m, "PackedB", (PyObject *)&PackedBType) < 0
-        || PyModule_AddIntConstant(m, "MAX_K", MAX_K) < 0) {
+        || PyModule_AddIntConstant(m, "MAX_K", MAX_K) < 0
+        || PyModule_AddIntConstant(m, "WINOGRAD_MAX_C", QWINO_MAX_C) < 0) {
         Py_DECREF(m);
         return NULL;
     }
