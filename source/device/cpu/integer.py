@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import os
 
 import numpy as np
 
@@ -594,13 +593,6 @@ def winograd_weights(w: np.ndarray) -> np.ndarray:
     return out
 
 
-def winograd_mode() -> str:
-    """``NNHAL_QWINOGRAD`` (read at each plan): "0" never, "1" every legal convolution (tests, A/B runs), else
-    "auto": where :func:`winograd_wins` says the F(2x2, 3x3) kernel is faster than the direct one."""
-    forced = os.environ.get("NNHAL_QWINOGRAD", "auto")
-    return forced if forced in ("0", "1") else "auto"
-
-
 def winograd_legal(node, ins, w: np.ndarray, w_zero: np.ndarray | None) -> bool:
     """Whether a group-1 integer convolution can run by exact integer Winograd F(2x2, 3x3): 3x3, stride 1,
     dilation 1, int8 weights with zero point 0, at most ``WINOGRAD_MAX_C`` input channels (every int32 sum exact),
@@ -634,9 +626,9 @@ WINOGRAD_MAX_CM = 256 * 256
 
 def choose_winograd(chosen: list[Chosen]) -> list[Chosen]:
     """Each group-1 QLinearConv / ConvInteger on the integer kernels that :func:`winograd_legal` allows and
-    :func:`winograd_mode` / :func:`winograd_wins` choose, on the same kernel running qkernels' exact integer
+    :func:`qnative.winograd_mode` / :func:`winograd_wins` choose, on the same kernel running qkernels' exact integer
     Winograd F(2x2, 3x3) (name "... winograd", shown in describe and the profile). Runs after the layout pass."""
-    mode = winograd_mode()
+    mode = qnative.winograd_mode()
     if mode == "0":
         return chosen
     out = list(chosen)

@@ -293,3 +293,13 @@ def test_vnni_and_the_default_choice(monkeypatch):
 def test_isa_path(isa):
     """This file's tests again with NNHAL_QGEMM_ISA=isa, in a fresh process."""
     rerun_under_isa(__file__, isa, qnative.kernels().available(), "not isa_path")
+
+
+def test_the_mode_is_in_the_cpu_description(monkeypatch):
+    from nnhal.device.cpu import cpu_device
+
+    assert "3x3 stride-1 convolutions by exact integer Winograd F(2x2, 3x3) on avx2 where it measured faster" \
+        in cpu_device.cpu_describe(None).summary
+    for value, words in (("0", "direct (NNHAL_QWINOGRAD=0)"), ("1", "wherever legal (NNHAL_QWINOGRAD=1)")):
+        monkeypatch.setenv("NNHAL_QWINOGRAD", value)
+        assert words in cpu_device.cpu_describe(None).summary

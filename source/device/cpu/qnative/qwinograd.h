@@ -325,18 +325,8 @@ static PyObject *qk_winograd(PyObject *mod, PyObject *const *args, Py_ssize_t na
     q.za = q.a_signed ? (int32_t)(int8_t)q.pad : (int32_t)q.pad;
     if (!get_epilogue(kernel, args + 5, &out, &in[3], &in[4], rows, m, &q.e))
         goto done;
-    if (nargs == 14 && args[13] != Py_None) {
-        if (q.e.kind != OUT_U8 && q.e.kind != OUT_S8) {
-            PyErr_Format(PyExc_TypeError, "%s: argument 'table' needs a uint8 or int8 'out'", kernel);
-            goto done;
-        }
-        if (!get_array(kernel, "table", args[13], &in[5], q.e.kind == OUT_U8 ? "B" : "b", 256, 0, 0))
-            goto done;
-        q.e.table = in[5].view.buf;
-        for (int i = 0; i < 256; i++)
-            table32[i] = q.e.kind == OUT_U8 ? (int32_t)q.e.table[i] : (int32_t)(int8_t)q.e.table[i];
-        q.e.table32 = table32;
-    }
+    if (nargs == 14 && !get_table(kernel, args[13], &in[5], &q.e, table32))
+        goto done;
     if (!check_no_overlap(kernel, &out, in, names, 6))
         goto done;
     /* NOTE: tiles per step: their 16 transformed inputs (int16) within ~256 KB of L2 beside the weights' panel */
