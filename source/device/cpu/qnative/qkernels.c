@@ -7,7 +7,8 @@
  * b_scale / y_scale applied to the int32 sum in double, + zero point, rounded half to even, saturated,
  * clamped for a fused Relu / Clip). gemm_dynamic quantizes float activations per row (per token) while
  * it packs them: the quantization is part of the A packing, not a separate pass. table1 / table2 gather
- * 8-bit codes from the quantized element-wise ops' lookup tables (nq_tables.h).
+ * 8-bit codes from the quantized element-wise ops' lookup tables (nq_tables.h). winograd runs conv's 3x3 stride-1
+ * convolutions by exact integer Winograd F(2x2, 3x3) on these epilogues (qwinograd.h).
  *
  * Instruction sets (one build runs everywhere: every kernel carries its own target attribute), chosen
  * at import from the CPU (cpuid / xgetbv) or forced by NNHAL_QGEMM_ISA=avx512vnni|avxvnni|avx2|portable:
