@@ -179,6 +179,7 @@ def cpu_describe(device: Device) -> Description:
                 f"{_integer_state()}; int8 convolution weights {7 if conv_weight_levels() == 64 else 8}-bit; "
                 f"dynamic token products' activations {qnative.describe_activation_mode()}; "
                 f"full-range 8-bit weights on avx2 {qnative.describe_split_mode()}; "
+                f"int8 3x3 stride-1 convolutions {qnative.describe_winograd_mode()}; "
                 f"fp16 is {COMPUTE}",
         # NOTE: numpy has no float16 matrix product; fp16 computed in float16 ran 4x-16x slower than fp32.
         compute={"fp16": COMPUTE},

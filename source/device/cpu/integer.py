@@ -39,6 +39,7 @@ its float32 path: block scales vary along K, so no integer sum spans more than a
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 import numpy as np
@@ -622,6 +623,79 @@ def _conv_shape_ok(node, x, w) -> bool:
     return w.shape[1] * w.shape[2] * w.shape[3] <= qnative.kernels().MAX_K
 
 
+# NOTE: 2G, with G the F(2x2, 3x3) weight transform: every entry an integer, so U = 2G g 2G^T is exact in int16
+_WINO_G2 = np.array([[2, 0, 0], [1, 1, 1], [1, -1, 1], [0, 0, 2]], np.int32)
+
+
+def winograd_weights(w: np.ndarray) -> np.ndarray:
+    """The int16 F(2x2, 3x3) weights of int8 ``w`` [M, C, 3, 3] (zero point 0) for qkernels' ``winograd``: U = 2G g
+    2G^T per (output, input) channel, packed [16][ceil(M / 16)][kp / 2][16][2] (kp: C rounded up to 4; panels of
+    16 output channels in input-channel pairs, the avx2 wide micro-kernel's layout), 32-byte aligned."""
+    m, c = w.shape[:2]
+    u = np.einsum("ik,mckl,jl->ijmc", _WINO_G2, w.astype(np.int32), _WINO_G2).reshape(16, m, c)
+    panels, kp = -(-m // 16), -(-c // 4) * 4
+    pad = np.zeros((16, panels * 16, kp), np.int16)
+    pad[:, :m, :c] = u
+    laid = pad.reshape(16, panels, 16, kp // 2, 2).transpose(0, 1, 3, 2, 4)
+    buf = np.empty(laid.size + 16, np.int16)
+    off = (-buf.__array_interface__["data"][0] % 32) // 2
+    out = buf[off:off + laid.size]
+    out.reshape(laid.shape)[...] = laid
+    return out
+
+
+def winograd_legal(node, ins, w: np.ndarray, w_zero: np.ndarray | None) -> bool:
+    """Whether a group-1 integer convolution can run by exact integer Winograd F(2x2, 3x3): 3x3, stride 1,
+    dilation 1, int8 weights with zero point 0, at most ``WINOGRAD_MAX_C`` input channels (every int32 sum exact),
+    on the avx2 or portable instruction set (the VNNI ones keep the direct kernel, see docs/int8.md)."""
+    if node.attrs.get("group", 1) != 1 or w.dtype != np.int8 or w.shape[2:] != (3, 3) \
+            or (w_zero is not None and np.any(w_zero)) or qnative.status().isa not in ("avx2", "portable"):
+        return False
+    x = ins[0]
+    if x is None or x.shape is None or len(x.shape) != 4:
+        return False
+    g = get_prototype("", "Conv").geometry(node, (1, w.shape[1], 8, 8), w.shape)
+    return tuple(g["strides"]) == (1, 1) and tuple(g["dilations"]) == (1, 1) \
+        and w.shape[1] <= qnative.kernels().WINOGRAD_MAX_C
+
+
+def winograd_wins(w: np.ndarray) -> bool:
+    """The default choice between Winograd and the direct kernel for a legal convolution (docs/int8.md, "Exact
+    integer Winograd F(2x2, 3x3)"): on avx2 only (portable is for tests; the VNNI sets are not legal), with at
+    least ``WINOGRAD_MIN_CHANNELS`` on both sides and at most ``WINOGRAD_MAX_CM`` input x output channels."""
+    m, c = w.shape[:2]
+    return qnative.status().isa == "avx2" and min(m, c) >= WINOGRAD_MIN_CHANNELS and m * c <= WINOGRAD_MAX_CM
+
+
+# NOTE: measured (benchmarks/qwinograd.py, one thread, batch 8, 7-bit weights, the direct kernel on vpmaddubsw):
+# Winograd 0.73-0.81x the direct time from 16 -> 16 at 160x160 to 256 -> 256 at 14x14, but 1.21x at 512 -> 512 on
+# 7x7: its transformed weights (16 x 512 x 512 int16, 8 MB) are streamed from memory once per chunk of 12 tiles,
+# the direct kernel's bytes (2.3 MB) once per 256 pixels. Smaller shapes were not measured.
+WINOGRAD_MIN_CHANNELS = 16
+WINOGRAD_MAX_CM = 256 * 256
+
+
+def choose_winograd(chosen: list[Chosen]) -> list[Chosen]:
+    """Each group-1 QLinearConv / ConvInteger on the integer kernels that :func:`winograd_legal` allows and
+    :func:`qnative.winograd_mode` / :func:`winograd_wins` choose, on the same kernel running qkernels' exact integer
+    Winograd F(2x2, 3x3) (name "... winograd", shown in describe and the profile). Runs after the layout pass."""
+    mode = qnative.winograd_mode()
+    if mode == "0":
+        return chosen
+    out = list(chosen)
+    for pos, entry in enumerate(chosen):
+        kernel = entry.kernel
+        if not isinstance(kernel, _IntegerConv) or kernel.winograd:
+            continue
+        w = _const(entry.ins[kernel.w_index])
+        w_zero = _const(entry.ins[kernel.w_zero_index]) if len(entry.ins) > kernel.w_zero_index else None
+        if w is None or w.ndim != 4 or not winograd_legal(entry.node, entry.ins, w, w_zero):
+            continue
+        if mode == "1" or winograd_wins(w):
+            out[pos] = entry._replace(kernel=kernel.with_winograd())
+    return out
+
+
 class _IntegerConv(Kernel):
     """The convolutions on the integer kernels (implicit GEMM in NHWC, or the depthwise kernel): subclasses
     give the weights' and zero points' positions and the epilogue. NCHW input and output are transposed
@@ -633,11 +707,20 @@ class _IntegerConv(Kernel):
     w_index = 1
     w_zero_index = 3
 
+    winograd = False        # run by qkernels' winograd (choose_winograd)
+
     def __init__(self, table: np.ndarray | None = None):
         # a fused CodeTable's 256 output codes (fuse_code_tables), applied in the requantizing write-back
         self.table = table
         if table is not None:
             self.name = f"{self.name}+table"
+
+    def with_winograd(self) -> _IntegerConv:
+        """This kernel running by exact integer Winograd F(2x2, 3x3) (:func:`choose_winograd`)."""
+        kernel = copy.copy(self)
+        kernel.winograd = True
+        kernel.name = f"{self.name} winograd"
+        return kernel
 
     def channels_last(self, node, ins, outs) -> Kernel | None:
         """The NHWC form of this kernel for the layout pass (layout.py, qlayout.py): the same node, its input 0
@@ -662,6 +745,9 @@ class _IntegerConv(Kernel):
             taps = np.ascontiguousarray((w[:, 0].astype(np.int32) - w_zero[:, None, None]).transpose(1, 2, 0),
                                         np.int16)
             packed = None
+        elif self.winograd:
+            taps = None
+            packed = winograd_weights(w)
         else:
             taps = None
             packed = q.pack_b(np.ascontiguousarray(w.transpose(0, 2, 3, 1)), int(np.prod(w.shape[1:])), m,
@@ -683,6 +769,8 @@ class _IntegerConv(Kernel):
             yt = out((n, oh, ow, m))
             if packed is None:
                 q.dwconv(xt, x_zero, taps, geo, yt, bias, factor, yz, lo, hi, 1, _threads())
+            elif self.winograd:
+                q.winograd(xt, x_zero, packed, m, geo, yt, bias, factor, yz, lo, hi, 1, _threads(), table)
             elif table is None:
                 q.conv(xt, x_zero, packed, geo, yt, bias, factor, yz, lo, hi, 1, _threads())
             else:

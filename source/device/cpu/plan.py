@@ -30,6 +30,7 @@ from nnhal.device.cpu.fusions import (
 from nnhal.device.cpu.gelu_tanh import fuse_gelu_tanh
 from nnhal.device.cpu.groupnorm import fuse_group_norm
 from nnhal.device.cpu.integer import (
+    choose_winograd,
     fold_smooth_scales,
     fuse_code_clamps,
     fuse_code_tables,
@@ -441,6 +442,7 @@ def compile_nodes(graph: Graph, nodes: list[Node], inputs: list[str], outputs: l
         # after the layout pass, which chooses a Concat's kernel again for channels-last tensors
         chosen = fuse_rounded_concats(chosen, external, set(layouts.physical))
         chosen = fuse_table_tails(chosen, external)
+        chosen = choose_winograd(chosen)
         chosen = fuse_relayout_casts(chosen, external)
         chosen = merge_split_parts(chosen, external)
         constants.update(layouts.constants)

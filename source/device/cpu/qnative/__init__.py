@@ -87,6 +87,21 @@ def split_mode() -> int:
     return int(forced) if forced in ("0", "1") else -1
 
 
+def winograd_mode() -> str:
+    """``NNHAL_QWINOGRAD`` (read at each plan, so that one process can A/B it): "0" never, "1" every legal
+    3x3 stride-1 convolution (tests, A/B runs), else "auto": where integer.winograd_wins says the exact integer
+    Winograd F(2x2, 3x3) beats the direct kernel (qwinograd.h; avx2 and portable only)."""
+    forced = os.environ.get("NNHAL_QWINOGRAD", "auto")
+    return forced if forced in ("0", "1") else "auto"
+
+
+def describe_winograd_mode() -> str:
+    """:func:`winograd_mode` in words, for the cpu device's description."""
+    return {"auto": "by exact integer Winograd F(2x2, 3x3) on avx2 where it measured faster, else direct",
+            "0": "direct (NNHAL_QWINOGRAD=0)",
+            "1": "by exact integer Winograd F(2x2, 3x3) wherever legal (NNHAL_QWINOGRAD=1)"}[winograd_mode()]
+
+
 def describe_split_mode() -> str:
     """:func:`split_mode` in words, for the cpu device's description."""
     return {-1: "split into vpmaddubsw + a sparse correction where it is sparse, else 16-bit",

@@ -7,7 +7,8 @@
  * b_scale / y_scale applied to the int32 sum in double, + zero point, rounded half to even, saturated,
  * clamped for a fused Relu / Clip). gemm_dynamic quantizes float activations per row (per token) while
  * it packs them: the quantization is part of the A packing, not a separate pass. table1 / table2 gather
- * 8-bit codes from the quantized element-wise ops' lookup tables (nq_tables.h).
+ * 8-bit codes from the quantized element-wise ops' lookup tables (nq_tables.h). winograd runs conv's 3x3 stride-1
+ * convolutions by exact integer Winograd F(2x2, 3x3) on these epilogues (qwinograd.h).
  *
  * Instruction sets (one build runs everywhere: every kernel carries its own target attribute), chosen
  * at import from the CPU (cpuid / xgetbv) or forced by NNHAL_QGEMM_ISA=avx512vnni|avxvnni|avx2|portable:
@@ -2117,6 +2118,25 @@ static int get_geometry(const char *kernel, PyObject *obj, int64_t *g)
     return 1;
 }
 
+/* a convolution's optional table argument (None, or 256 codes of out's 8-bit type) into the epilogue: e->table and
+   its int32 copy table32 (256 entries, the caller's) for the avx2 gather */
+static int get_table(const char *kernel, PyObject *obj, arg_t *arg, epilogue_t *e, int32_t *table32)
+{
+    if (obj == Py_None)
+        return 1;
+    if (e->kind != OUT_U8 && e->kind != OUT_S8) {
+        PyErr_Format(PyExc_TypeError, "%s: argument 'table' needs a uint8 or int8 'out'", kernel);
+        return 0;
+    }
+    if (!get_array(kernel, "table", obj, arg, e->kind == OUT_U8 ? "B" : "b", 256, 0, 0))
+        return 0;
+    e->table = arg->view.buf;
+    for (int i = 0; i < 256; i++)
+        table32[i] = e->kind == OUT_U8 ? (int32_t)e->table[i] : (int32_t)(int8_t)e->table[i];
+    e->table32 = table32;
+    return 1;
+}
+
 /* conv(x, x_zero, packed, geometry, out, bias, scale, y_zero, lo, hi, rounding, threads[, table]): a group-1
    convolution in NHWC as an implicit GEMM: x uint8 / int8 [N, H, W, C]; packed from the weights as [M, KH, KW, C]
    (trans 1); geometry a tuple (n, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, pad_top, pad_left); out [N, OH, OW, M]
@@ -2163,18 +2183,8 @@ static PyObject *qk_conv(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     j.sh = g[8]; j.sw = g[9]; j.dh = g[10]; j.dw = g[11]; j.pt = g[12]; j.pl = g[13];
     if (!get_epilogue(kernel, args + 4, &out, &in[2], &in[3], rows, b->n, &j.e))
         goto done;
-    if (nargs == 13 && args[12] != Py_None) {
-        if (j.e.kind != OUT_U8 && j.e.kind != OUT_S8) {
-            PyErr_Format(PyExc_TypeError, "%s: argument 'table' needs a uint8 or int8 'out'", kernel);
-            goto done;
-        }
-        if (!get_array(kernel, "table", args[12], &in[4], j.e.kind == OUT_U8 ? "B" : "b", 256, 0, 0))
-            goto done;
-        j.e.table = in[4].view.buf;
-        for (int i = 0; i < 256; i++)
-            table32[i] = j.e.kind == OUT_U8 ? (int32_t)j.e.table[i] : (int32_t)(int8_t)j.e.table[i];
-        j.e.table32 = table32;
-    }
+    if (nargs == 13 && !get_table(kernel, args[12], &in[4], &j.e, table32))
+        goto done;
     if (!check_no_overlap(kernel, &out, in, names, 5) || !alloc_rows(&j, 0))
         goto done;
     j.rows.scale = NULL;
@@ -2379,6 +2389,7 @@ static PyObject *qk_uses_pool(PyObject *mod, PyObject *unused)
 }
 
 #include "nq_tables.h"
+#include "qwinograd.h"
 
 static PyMethodDef qk_methods[] = {
     {"isa", qk_isa, METH_NOARGS, "The instruction set the kernels run (RuntimeError if NNHAL_QGEMM_ISA forced one "
@@ -2395,6 +2406,9 @@ static PyMethodDef qk_methods[] = {
      "gemm_dynamic(x, signed, packed, out, bias, scale, lo, hi, threads[, kscale])"},
     {"conv", (PyCFunction)(void (*)(void))qk_conv, METH_FASTCALL,
      "conv(x, x_zero, packed, geometry, out, bias, scale, y_zero, lo, hi, rounding, threads[, table])"},
+    {"winograd", (PyCFunction)(void (*)(void))qk_winograd, METH_FASTCALL,
+     "winograd(x, x_zero, u, m, geometry, out, bias, scale, y_zero, lo, hi, rounding, threads[, table]): conv's 3x3 "
+     "stride-1 convolution by exact integer Winograd F(2x2, 3x3) (qwinograd.h; avx2 and portable)"},
     {"dwconv", (PyCFunction)(void (*)(void))qk_dwconv, METH_FASTCALL,
      "dwconv(x, x_zero, w, geometry, out, bias, scale, y_zero, lo, hi, rounding, threads)"},
     {"table1", (PyCFunction)(void (*)(void))qk_table1, METH_FASTCALL,
@@ -2425,7 +2439,8 @@ PyMODINIT_FUNC PyInit__qkernels(void)
     if (m == NULL)
         return NULL;
     if (PyModule_AddObjectRef(m, "PackedB", (PyObject *)&PackedBType) < 0
-        || PyModule_AddIntConstant(m, "MAX_K", MAX_K) < 0) {
+        || PyModule_AddIntConstant(m, "MAX_K", MAX_K) < 0
+        || PyModule_AddIntConstant(m, "WINOGRAD_MAX_C", QWINO_MAX_C) < 0) {
         Py_DECREF(m);
         return NULL;
     }
