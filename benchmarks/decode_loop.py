@@ -1,12 +1,13 @@
 """Greedy decode loop with a symbolic past length: tokens/s of nnhal against onnxruntime.
 
-    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/decode_loop.py [--tokens 48] [--rounds 2]
+    python benchmarks/decode_loop.py [--tokens 48] [--rounds 2]
 
 The step is tests/device/cpu/kv_decoders.py's Llama-style decoder (d 256, 4 layers, 4 heads, RMSNorm, rotary,
 SwiGLU; seeded torch weights, exported at opset 17) with its past K/V axis symbolic, so every token is a new input
 shape: nnhal prepares each past length once (docs/concurrency.md, "Input shapes"), onnxruntime runs one plan. The
 past grows from 8 by one a token; each engine runs its own loop in turn (one block each per round, a pause
-between), and the generated tokens must be the same.
+between), and the generated tokens must be the same. OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are unset (the
+process re-executes itself without them, nnhal.benchmark.run) and the output says so.
 """
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ import time
 
 import numpy as np
 
-UNSET = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 PAST = 8
 LAYERS = 4
 
@@ -36,6 +36,10 @@ def _loop(run, feeds: dict, tokens: int) -> tuple[float, list[int]]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    from nnhal.benchmark.run import _MARK, _reexec_without_openblas_vars
+
+    _reexec_without_openblas_vars(argv, [sys.executable, os.path.abspath(__file__)])
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=48)
     parser.add_argument("--rounds", type=int, default=2)
@@ -53,8 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     from kv_decoders import export
 
     threads = args.threads or os.cpu_count()
-    still = [v for v in UNSET if v in os.environ]
-    print(f"OpenBLAS tuning variables {'still set: ' + ', '.join(still) if still else 'unset'}; threads {threads}; "
+    removed = os.environ.get(_MARK) or "they were not set"
+    print(f"OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are unset for this run ({removed}); threads {threads}; "
           f"Llama step d 256, {LAYERS} layers, past {PAST} -> {PAST + args.tokens}")
     model, feeds = export(llama=True, d=256, layers=LAYERS, past=PAST, dynamic=True)
     options = ort.SessionOptions()
